@@ -1,0 +1,48 @@
+"""Environments and their registration.
+
+Ids (``gym.make(id, **kwargs)``):
+
+- ``hopgym/Synthetic-v0``: the procedural synthetic world, one source.
+- ``hopgym/SyntheticRouting-v0``: the synthetic world split between a cheap ``local`` and a
+  complete, costlier ``web`` source.
+- ``hopgym/Tiny-v0``: a hand-written corpus of 18 passages (tests, docs).
+- ``hopgym/HotpotQA-v0``, ``hopgym/2WikiMultiHopQA-v0``, ``hopgym/MuSiQue-v0``,
+  ``hopgym/Bamboogle-v0``, ``hopgym/MultiHopQA-v0``: real benchmark files (need ``path=``).
+"""
+
+from __future__ import annotations
+
+from gymnasium.envs.registration import register, registry
+
+from hopgym.envs.actions import Answer, Route, Search, Think
+from hopgym.envs.multihop_qa import MultiHopQAEnv
+from hopgym.envs.spaces import FreeText
+
+__all__ = ["MultiHopQAEnv", "FreeText", "Think", "Search", "Route", "Answer", "register_envs"]
+
+# max_episode_steps stays None: the factories put the step budget (``max_turns``) in a TimeLimit
+# *under* the reward wrappers, so that rewards see the truncation.
+_IDS = {
+    "hopgym/Synthetic-v0": ("hopgym.envs.registration:make_synthetic", {}),
+    "hopgym/SyntheticRouting-v0": (
+        "hopgym.envs.registration:make_synthetic", {"sources": ("local", "web")}),
+    "hopgym/Tiny-v0": ("hopgym.envs.registration:make_tiny", {}),
+    "hopgym/HotpotQA-v0": ("hopgym.envs.datasets:make_hotpotqa", {}),
+    "hopgym/2WikiMultiHopQA-v0": ("hopgym.envs.datasets:make_2wiki", {}),
+    "hopgym/MuSiQue-v0": ("hopgym.envs.datasets:make_musique", {}),
+    "hopgym/Bamboogle-v0": ("hopgym.envs.datasets:make_bamboogle", {}),
+    "hopgym/MultiHopQA-v0": ("hopgym.envs.datasets:make_multihopqa", {}),
+}
+
+#: Ids that need no files: the conformance tests run over these.
+BUILTIN_IDS = ("hopgym/Synthetic-v0", "hopgym/SyntheticRouting-v0", "hopgym/Tiny-v0")
+
+
+def register_envs() -> None:
+    """Register every hopgym id with Gymnasium (idempotent)."""
+    for env_id, (entry_point, kwargs) in _IDS.items():
+        if env_id not in registry:
+            register(id=env_id, entry_point=entry_point, kwargs=kwargs)
+
+
+register_envs()
