@@ -1,0 +1,26 @@
+"""Corpora, datasets and search.
+
+- Types: :class:`Passage`, :class:`QASample`, :class:`Hop`.
+- Search: the :class:`Retriever` protocol, :class:`BM25Retriever` (bm25s or rank-bm25); dense
+  FAISS, hybrid and HTTP retrievers live in :mod:`hopgym.corpora.dense`, :mod:`.hybrid` and
+  :mod:`.http` (extras).
+- Tasks: :class:`Source` (a named search backend with a cost) and :class:`QATask` (questions plus
+  sources).
+- Datasets: the synthetic world (:mod:`hopgym.corpora.synthetic`), the tiny hand-written corpus
+  (:mod:`hopgym.corpora.tiny`) and loaders for real benchmarks (:mod:`hopgym.corpora.loaders`).
+"""
+
+from __future__ import annotations
+
+from hopgym.corpora.retrieval import (
+    BM25Retriever,
+    DependencyNotInstalled,
+    RetrievalError,
+    Retriever,
+    SearchHit,
+)
+from hopgym.corpora.sources import QATask, Source
+from hopgym.corpora.types import Hop, Passage, QASample
+
+__all__ = ["Passage", "QASample", "Hop", "Retriever", "SearchHit", "BM25Retriever",
+           "RetrievalError", "DependencyNotInstalled", "Source", "QATask"]
