@@ -1,0 +1,113 @@
+"""Reward presets: the stacks of the papers, selectable by name.
+
+Functions: :func:`preset`. Constants: :data:`PRESETS`.
+
+``gym.make("hopgym/<Name>-v0", reward=NAME)`` and ``hopgym eval --reward NAME`` use these; the
+envs' factories put the presets *outside* the ``TimeLimit``, so they see the budget's truncation.
+
+=========  =========================================================================================
+name       terms (weights)
+=========  =========================================================================================
+default    ``outcome``: exact match of the final answer (1.0), the same as ``em``
+em         ``outcome``: exact match (1.0)
+f1         ``outcome``: token F1 (1.0); candidate lists and pasted text score 0
+searchr1   ``outcome``: exact match (1.0); ``format_bonus``: +0.2 for an answered episode with
+           no invalid turn (Search-R1's format reward)
+r3rag      ``outcome``: 2.0 × (bounded cover-EM, else the judge); ``relevance``: per search, gold
+           support found (sum ≤ 1) or, with a judge, judged relevance (mean);
+           ``relevance_scale``: the process total × (1.6 correct / 0.8 wrong / 0.9 no answer)
+           minus itself; ``format``: −0.9, and the episode ends, at an invalid turn
+kunlun     ``outcome``: exact match (1.0); ``format``: −0.1 per invalid turn; ``search_cost``:
+           ``−c × (1 + Source.cost)`` per search, with ``c`` such that ``max_turns − 1``
+           searches at the costliest source cost 0.5; ``redundant_query``: −0.1 per repeat
+=========  =========================================================================================
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from hopgym.rewards.answer_reward import AnswerCheck, OutcomeReward
+from hopgym.rewards.cost_reward import RedundancyReward, SearchCostReward
+from hopgym.rewards.format_reward import FormatReward
+from hopgym.rewards.judges import Judge
+from hopgym.rewards.process_reward import RelevanceReward
+
+__all__ = ["preset", "PRESETS"]
+
+#: The preset names, in the order the README lists them.
+PRESETS: tuple[str, ...] = ("default", "em", "f1", "searchr1", "r3rag", "kunlun")
+
+_ALIASES = {"search_r1": "searchr1", "r3_rag": "r3rag", "kunlunbaizerag": "kunlun"}
+
+#: R3-RAG's outcome-dependent scaling of process rewards: correct, wrong, no answer.
+R3_SCALING = (1.6, 0.8, 0.9)
+#: kunlun: the share of the outcome reward that a full budget of searches at the costliest source
+#: may cost, so that an honest correct answer always beats any wrong or missing one.
+KUNLUN_COST_BUDGET = 0.5
+
+
+def _canonical(name: str) -> str:
+    key = name.strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in PRESETS:
+        raise ValueError(f"unknown reward preset {name!r}; choose one of {list(PRESETS)} "
+                         "(or None for the bare env, whose reward is 0)")
+    return key
+
+
+def _max_turns(env: gym.Env) -> int:
+    turns = getattr(env.unwrapped, "max_turns", None)
+    if isinstance(turns, int) and turns > 0:
+        return turns
+    spec = getattr(env, "spec", None)
+    steps = getattr(spec, "max_episode_steps", None)
+    return steps if isinstance(steps, int) and steps > 0 else 8
+
+
+def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym.Env:
+    """Wrap ``env`` in the reward stack called ``name``.
+
+    Args:
+        env: a hopgym env (bare or under its ``TimeLimit``).
+        name: one of :data:`PRESETS` (``"search-r1"``, ``"r3-rag"`` also work), or ``None`` to
+            return ``env`` unchanged.
+        judge: for ``r3rag``: judged relevance and the answer judge (without one, relevance is
+            gold support found, and correctness is string matching only). Ignored by the others.
+
+    Raises:
+        ValueError: for an unknown name; the message lists the names.
+
+    Example:
+        >>> import gymnasium as gym, hopgym
+        >>> from hopgym.rewards.base import reward_terms_of
+        >>> env = preset(gym.make("hopgym/Tiny-v0", reward=None), "r3rag")
+        >>> reward_terms_of(env)
+        ['format', 'relevance', 'relevance_scale', 'outcome']
+    """
+    if name is None:
+        return env
+    if not isinstance(name, str):
+        raise ValueError(f"reward preset must be a name or None, got {name!r}; "
+                         f"choose one of {list(PRESETS)}")
+    key = _canonical(name)
+    if key in ("default", "em"):
+        return OutcomeReward(env, "em")
+    if key == "f1":
+        return OutcomeReward(env, "f1")
+    if key == "searchr1":
+        return FormatReward(OutcomeReward(env, "em"), penalty=0.0, bonus=0.2)
+    if key == "r3rag":
+        check = AnswerCheck("cover_em", judge)
+        env = OutcomeReward(env, "cover_em", weight=2.0, judge=judge)
+        env = RelevanceReward(env, "judge" if judge is not None else "gold", weight=1.0,
+                              judge=judge, scaling=R3_SCALING, answer_check=check)
+        return FormatReward(env, penalty=0.9, terminate=True)
+    assert key == "kunlun"
+    sources = getattr(getattr(env.unwrapped, "task", None), "sources", None) or {}
+    unit = max((1.0 + s.cost for s in sources.values()), default=1.0)
+    scale = KUNLUN_COST_BUDGET / (max(_max_turns(env) - 1, 1) * unit)
+    env = OutcomeReward(env, "em")
+    env = FormatReward(env, penalty=0.1)
+    env = SearchCostReward(env, weight=scale, per_search=1.0)
+    return RedundancyReward(env, query_penalty=0.1)

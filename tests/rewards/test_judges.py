@@ -1,0 +1,319 @@
+"""Judges: protocol, parsing, CallableJudge, OpenAIJudge on a local stub, TransformersJudge."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from hopgym.rewards.judges import (
+    CallableJudge,
+    Judge,
+    JudgeError,
+    OpenAIJudge,
+    TransformersJudge,
+    answer_prompt,
+    as_score,
+    judge_answers,
+    judge_relevances,
+    parse_relevance,
+    parse_verdict,
+    relevance_prompt,
+)
+
+
+# ----------------------------------------------------------------------------- pure parts
+@pytest.mark.parametrize(("value", "score"), [(True, 1.0), (False, 0.0), (0.3, 0.3), (-2, 0.0),
+                                              (5, 1.0)])
+def test_as_score(value, score):
+    assert as_score(value) == score
+
+
+@pytest.mark.parametrize("value", [float("nan"), "yes", None, [1]])
+def test_as_score_rejects(value):
+    with pytest.raises(JudgeError):
+        as_score(value)
+
+
+@pytest.mark.parametrize(("reply", "verdict"), [
+    ("yes", 1.0), ("Yes.", 1.0), ("  NO", 0.0), ("Correct", 1.0), ("incorrect!", 0.0),
+    ("<think>no wait... yes</think>\nyes", 1.0)])
+def test_parse_verdict(reply, verdict):
+    assert parse_verdict(reply) == verdict
+
+
+@pytest.mark.parametrize("reply", ["", "maybe", "I think yes"])
+def test_parse_verdict_rejects(reply):
+    with pytest.raises(JudgeError, match="yes/no"):
+        parse_verdict(reply)
+
+
+@pytest.mark.parametrize(("reply", "score"), [
+    ("8", 0.8), ("10", 1.0), ("0", 0.0), ("1", 0.1), ("0.7", 0.7), ("1.0", 1.0), ("7.5", 0.8),
+    ("Score: 3/10", 0.3), ("42", 1.0), ("<think>maybe 2</think> 9", 0.9)])
+def test_parse_relevance(reply, score):
+    assert parse_relevance(reply) == score
+
+
+def test_prompts_carry_their_inputs_and_cut_long_documents():
+    p = answer_prompt("Who?", "Ann", ["Ann Lee", "A. Lee"])
+    assert "Who?" in p and "<<<Ann>>>" in p and "Ann Lee | A. Lee" in p
+    r = relevance_prompt("Q?", "", "q", ["x" * 5000, "short"])
+    assert "Reasoning so far: -" in r and "[2] short" in r and "x" * 2001 not in r
+
+
+def test_callable_judge_and_batch_helpers():
+    j = CallableJudge(lambda q, p, g: p in g, lambda q, r, s, d: len(d) / 10)
+    assert isinstance(j, Judge)
+    assert judge_answers(j, [("q", "a", ("a",)), ("q", "b", ("a",))]) == [1.0, 0.0]
+    assert judge_relevances(j, [("q", "r", "s", ["d", "e"])]) == [0.2]
+    only_answers = CallableJudge(answer_fn=lambda q, p, g: True)
+    with pytest.raises(JudgeError, match="no relevance_fn"):
+        only_answers.judge_relevance("q", "r", "s", [])
+    with pytest.raises(ValueError, match="needs answer_fn"):
+        CallableJudge()
+    with pytest.raises(TypeError, match="callable"):
+        CallableJudge(answer_fn="yes")
+
+
+# ----------------------------------------------------------------------------- stub server
+class Stub:
+    """A local OpenAI-compatible server with scripted failures."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.statuses: list[int] = []     # statuses to send before answering normally
+        self.delay = 0.0
+        self.reply = lambda prompt: ("7" if "Search query:" in prompt
+                                     else "yes" if "<<<Cardell>>>" in prompt else "no")
+        self.raw: bytes | None = None
+        self.active = 0
+        self.max_active = 0
+        self.lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with stub.lock:
+                    stub.requests.append({"path": self.path, "body": body,
+                                          "auth": self.headers.get("Authorization")})
+                    status = stub.statuses.pop(0) if stub.statuses else 200
+                    stub.active += 1
+                    stub.max_active = max(stub.max_active, stub.active)
+                try:
+                    time.sleep(stub.delay)
+                    if status != 200:
+                        self.send_response(status)
+                        self.end_headers()
+                        return
+                    content = stub.raw if stub.raw is not None else json.dumps({"choices": [
+                        {"message": {"role": "assistant",
+                                     "content": stub.reply(body["messages"][0]["content"])}}]
+                    }).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(content)))
+                    self.end_headers()
+                    self.wfile.write(content)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left
+                finally:
+                    with stub.lock:
+                        stub.active -= 1
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub():
+    s = Stub()
+    yield s
+    s.close()
+
+
+def judge_for(stub: Stub, **kw) -> OpenAIJudge:
+    kw.setdefault("retry_backoff", 0.0)
+    kw.setdefault("timeout", 5.0)
+    return OpenAIJudge(stub.url, "tiny-judge", **kw)
+
+
+def test_openai_judge_answers_and_relevance(stub):
+    judge = judge_for(stub, api_key="sk-test")
+    assert isinstance(judge, Judge)
+    assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
+    assert judge.judge_relevance("Where?", "r", "q", ["doc"]) == 0.7
+    req = stub.requests[0]
+    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer sk-test"
+    assert req["body"]["model"] == "tiny-judge" and req["body"]["temperature"] == 0.0
+    assert "sk-test" not in repr(judge)
+
+
+def test_openai_judge_caches_replies(stub):
+    judge = judge_for(stub, cache_size=2)
+    for _ in range(3):
+        judge.judge_answer("Where?", "Cardell", ["Cardell"])
+    assert len(stub.requests) == 1 and judge.calls == 1 and judge.cache_hits == 2
+    judge.judge_answer("Where?", "A", ["Cardell"])
+    judge.judge_answer("Where?", "B", ["Cardell"])      # evicts the oldest (LRU of 2)
+    judge.judge_answer("Where?", "Cardell", ["Cardell"])
+    assert len(stub.requests) == 4
+    no_cache = judge_for(stub, cache_size=0)
+    no_cache.judge_answer("Where?", "Cardell", ["Cardell"])
+    no_cache.judge_answer("Where?", "Cardell", ["Cardell"])
+    assert len(stub.requests) == 6
+
+
+def test_openai_judge_batches_on_threads_and_dedupes(stub):
+    stub.delay = 0.2
+    judge = judge_for(stub, max_workers=4)
+    items = [("Where?", p, ["Cardell"]) for p in ("Cardell", "Lorn", "Halvik", "Vashti")] * 2
+    t0 = time.perf_counter()
+    verdicts = judge.judge_answers(items)
+    elapsed = time.perf_counter() - t0
+    assert verdicts == [1.0, 0.0, 0.0, 0.0] * 2
+    assert len(stub.requests) == 4                 # duplicates asked once
+    assert stub.max_active >= 2 and elapsed < 0.6  # concurrent: 4 x 0.2 s would be 0.8 s
+
+
+def test_openai_judge_retries_transient_errors(stub):
+    stub.statuses = [503, 429]
+    judge = judge_for(stub, max_retries=2)
+    assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
+    assert len(stub.requests) == 3
+
+
+def test_openai_judge_gives_up_after_retries_and_raises(stub):
+    stub.statuses = [500, 500, 500]
+    judge = judge_for(stub, max_retries=2)
+    with pytest.raises(JudgeError, match="failed after 3 attempt"):
+        judge.judge_answer("Where?", "Cardell", ["Cardell"])
+
+
+def test_openai_judge_does_not_retry_client_errors(stub):
+    stub.statuses = [400]
+    judge = judge_for(stub, max_retries=3)
+    with pytest.raises(JudgeError, match="HTTP 400"):
+        judge.judge_answer("Where?", "Cardell", ["Cardell"])
+    assert len(stub.requests) == 1
+
+
+def test_openai_judge_timeout_then_fallback_score(stub):
+    stub.delay = 0.5
+    judge = judge_for(stub, timeout=0.1, max_retries=1, on_error=0.25)
+    with pytest.warns(RuntimeWarning, match="scoring 0.25 instead"):
+        assert judge.judge_relevance("q", "r", "s", ["d"]) == 0.25
+    assert judge.failures == 1 and len(judge._cache) == 0      # failures are not cached
+
+
+def test_openai_judge_unreachable_endpoint():
+    judge = OpenAIJudge("http://127.0.0.1:9/v1", "m", timeout=0.5, max_retries=0)
+    with pytest.raises(JudgeError, match="failed after 1 attempt"):
+        judge.judge_answer("q", "a", ["b"])
+
+
+def test_openai_judge_malformed_and_unparseable_replies(stub):
+    stub.raw = b'{"nope": 1}'
+    judge = judge_for(stub)
+    with pytest.raises(JudgeError, match="no choices"):
+        judge.judge_answer("q", "a", ["b"])
+    stub.raw = None
+    stub.reply = lambda prompt: "perhaps"
+    with pytest.raises(JudgeError, match="yes/no"):
+        judge.judge_answer("q", "a2", ["b"])
+    lenient = judge_for(stub, on_error=0.0)
+    with pytest.warns(RuntimeWarning):
+        assert lenient.judge_answer("q", "a3", ["b"]) == 0.0
+
+
+def test_openai_judge_pickles_and_deepcopies_with_its_cache(stub):
+    judge = judge_for(stub)
+    judge.judge_answer("Where?", "Cardell", ["Cardell"])
+    for clone in (pickle.loads(pickle.dumps(judge)), copy.deepcopy(judge)):
+        assert clone.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
+        assert clone.cache_hits == 1
+    assert len(stub.requests) == 1
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"on_error": "ignore"}, "on_error"), ({"on_error": 2.0}, "on_error"),
+    ({"timeout": 0}, "timeout"), ({"max_retries": -1}, "max_retries"),
+    ({"max_workers": 0}, "max_workers"), ({"cache_size": -1}, "cache_size")])
+def test_openai_judge_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        OpenAIJudge("http://127.0.0.1:1/v1", "m", **kwargs)
+    with pytest.raises(ValueError, match="http"):
+        OpenAIJudge("127.0.0.1:1/v1", "m")
+
+
+# ----------------------------------------------------------------------------- transformers
+def test_import_does_not_pull_heavy_dependencies():
+    code = ("import sys, hopgym.rewards, hopgym.rewards.trl; "
+            "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def tiny_lm_dir(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny_judge")
+    texts = [answer_prompt("Where?", "Cardell", ["Cardell"]),
+             relevance_prompt("q", "r", "s", ["d"]), "yes no 0 1 2 3 4 5 6 7 8 9 10"]
+    tokenizer = build_tokenizer(texts)
+    model = build_model(TinyLMConfig(arch="qwen2", layers=1, hidden=32, heads=2, ffn=64,
+                                     max_positions=512), tokenizer)
+    tokenizer.save_pretrained(path)
+    model.save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.slow  # importing torch + transformers takes 10-20 s here
+@pytest.mark.filterwarnings("ignore:TransformersJudge failed:RuntimeWarning")
+def test_transformers_judge_on_a_local_tiny_model(tiny_lm_dir):
+    judge = TransformersJudge(tiny_lm_dir, max_new_tokens=3, on_error=0.5)
+    assert judge._model is None                            # loaded lazily
+    # A random tiny model's reply is noise: either a parsed verdict or the fallback.
+    v = judge.judge_answer("Where?", "Cardell", ["Cardell"])
+    assert v in (0.0, 0.5, 1.0) and judge._model is not None
+    assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == v and judge.cache_hits == 1
+    clone = pickle.loads(pickle.dumps(judge))
+    assert clone._model is None and clone.judge_answer("Where?", "Cardell", ["Cardell"]) == v
+    judge._complete = lambda prompt: "9"                   # the parsing path, deterministically
+    assert judge.judge_relevance("q", "r", "s", ["d"]) == 0.9
+
+
+@pytest.mark.slow
+def test_transformers_judge_raises_on_unparseable_by_default(tiny_lm_dir, monkeypatch):
+    judge = TransformersJudge(tiny_lm_dir)
+    monkeypatch.setattr(judge, "_complete", lambda prompt: "blah")
+    with pytest.raises(JudgeError, match="yes/no"):
+        judge.judge_answer("q", "a", ["b"])
+
+
+@pytest.mark.slow
+def test_transformers_judge_missing_model_path():
+    pytest.importorskip("transformers")
+    judge = TransformersJudge("/nonexistent/model/dir")
+    with pytest.raises(JudgeError):
+        judge.judge_answer("q", "a", ["b"])
