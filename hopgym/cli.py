@@ -76,6 +76,13 @@ def _make_agent(args: argparse.Namespace, env: Any) -> Any:
         raise SystemExit(f"hopgym: {exc} (or llm)") from None
 
 
+def _console() -> Any:
+    from rich.console import Console
+
+    # Rich falls back to 80 columns when output is piped; tables need a little more.
+    return Console(width=None if sys.stdout.isatty() else 120)
+
+
 def _table(title: str, rows: list[tuple[str, dict[str, Any]]]) -> Any:
     from rich.table import Table
 
@@ -103,15 +110,13 @@ def _terms_table(metrics: dict[str, Any]) -> Any:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from hopgym.agents.evaluation import evaluate
 
     env = _make_env(args.env, parse_kwargs(args.kw), args.reward)
     agent = _make_agent(args, env)
     metrics = evaluate(env, agent, episodes=args.episodes, seed=args.seed,
                        trajectories=args.trajectories, progress=args.episodes >= 50)
-    console = Console()
+    console = _console()
     console.print(_table(f"{args.env}  seed={args.seed}", [(args.agent, metrics)]))
     if metrics["reward_terms"]:
         console.print(_terms_table(metrics))
@@ -122,12 +127,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from hopgym.agents.evaluation import evaluate
     from hopgym.agents.scripted import make_agent
 
-    console = Console()
+    console = _console()
     results: dict[str, dict[str, Any]] = {}
     for env_id in args.env:
         env = _make_env(env_id, parse_kwargs(args.kw), args.reward)

@@ -20,7 +20,9 @@ from hopgym.corpora.retrieval import (
     SearchHit,
 )
 from hopgym.corpora.sources import QATask, Source
+from hopgym.corpora.synthetic import KINDS, SyntheticWorld, WorldConfig, build_task, generate_world
 from hopgym.corpora.types import Hop, Passage, QASample
 
 __all__ = ["Passage", "QASample", "Hop", "Retriever", "SearchHit", "BM25Retriever",
-           "RetrievalError", "DependencyNotInstalled", "Source", "QATask"]
+           "RetrievalError", "DependencyNotInstalled", "Source", "QATask", "WorldConfig", "SyntheticWorld",
+           "KINDS", "build_task", "generate_world"]

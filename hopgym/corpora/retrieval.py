@@ -141,12 +141,13 @@ class BM25Retriever:
         self.passages: list[Passage] = list(passages)
         self.engine = engine
         self.k1, self.b = k1, b
-        docs = [tokenize(p.contents) for p in self.passages]
+        # A passage without indexable words gets a placeholder token: both engines fail on an
+        # all-empty corpus, and an empty document must still keep its position.
+        docs = [tokenize(p.contents) or ["\x00"] for p in self.passages]
         if engine == "rank_bm25":
             from rank_bm25 import BM25Okapi
 
-            # rank-bm25 divides by zero on an all-empty corpus; a placeholder token avoids it.
-            self._okapi = BM25Okapi([d or ["\x00"] for d in docs], k1=k1, b=b)
+            self._okapi = BM25Okapi(docs, k1=k1, b=b)
             self.backend = "python"
         else:
             import bm25s

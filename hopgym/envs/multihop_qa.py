@@ -146,6 +146,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
             self._retrievers[name] = self.task.sources[name].for_sample(self.sample)
         return self._retrievers[name]
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Per-question retrievers are rebuilt on demand; pickling them would copy whole indexes.
+        state = self.__dict__.copy()
+        state["_retrievers"] = {}
+        return state
+
     @property
     def source_names(self) -> tuple[str, ...]:
         """The names of the task's sources, the default first."""

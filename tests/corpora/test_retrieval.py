@@ -69,3 +69,10 @@ def test_bad_arguments(kw, msg):
 
 def test_tokenize_drops_stopwords_and_case():
     assert tokenize("The Capital OF Osterra, 1962!") == ["capital", "osterra", "1962"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_passages_without_words_are_indexed_but_never_found(engine):
+    docs = [Passage("a", "b", "c d"), Passage("e", "?", "!")]
+    r = BM25Retriever(docs, engine=engine)
+    assert r.search("c d b", 2) == [] and len(r) == 2
