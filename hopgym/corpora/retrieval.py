@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -163,6 +163,26 @@ class BM25Retriever:
             self._bm25 = bm25s.BM25(k1=k1, b=b, backend=self.backend)
             self._bm25.index(bm25s.tokenization.Tokenized(ids=ids, vocab=self._vocab),
                              show_progress=False)
+
+    kind = "bm25"
+
+    @classmethod
+    def from_bm25s(cls, passages: Sequence[Passage], model: Any, *, k1: float = 1.5,
+                   b: float = 0.75) -> BM25Retriever:
+        """Wrap an already built (e.g. loaded, memory-mapped) ``bm25s.BM25`` index over
+        ``passages``, whose vocabulary came from :func:`tokenize`; nothing is re-indexed."""
+        self = cls.__new__(cls)
+        self.passages = list(passages)
+        self.engine, self.backend, self.k1, self.b = "bm25s", "numpy", k1, b
+        model.backend = "numpy"
+        self._vocab = dict(model.vocab_dict)
+        self._bm25 = model
+        return self
+
+    @property
+    def bm25s_model(self) -> Any:
+        """The underlying ``bm25s.BM25`` index (``None`` for the rank-bm25 engine)."""
+        return getattr(self, "_bm25", None)
 
     def __len__(self) -> int:
         return len(self.passages)

@@ -1,0 +1,481 @@
+"""Search indexes on disk: build once, reuse everywhere, never silently use a wrong one.
+
+Functions: :func:`build_retriever`, :func:`build_index`, :func:`save_index`, :func:`load_index`,
+:func:`read_manifest`, :func:`index_exists`, :func:`corpus_fingerprint`.
+Classes: :class:`Manifest`, :class:`IndexStoreError`, :class:`StaleIndexError`,
+:class:`ForeignIndexError`.
+
+An index directory holds ``manifest.json`` and the engine's files::
+
+    manifest.json        retriever kind, model, parameters, corpus fingerprint, versions
+    bm25/                bm25s arrays (``BM25.save``), loaded memory-mapped
+    dense.faiss          ``faiss.write_index``; read memory-mapped (``IO_FLAG_MMAP_IFC``,
+                         ``IO_FLAG_MMAP`` for IVF)
+    passages.jsonl       only when the corpus came from memory rather than a file
+
+The corpus itself is referenced by path (wiki-18 is 14 GB: no copy) and checked on load: the
+fingerprint (SHA-256 over every doc id, title and text) must match, or :class:`StaleIndexError`
+is raised. Asking for another retriever kind, embedding model or tokenizer than the index was
+built with raises :class:`ForeignIndexError`. The manifest is written last, so a build that
+died half-way leaves no loadable index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hopgym.corpora import retrieval as _retrieval
+from hopgym.corpora.retrieval import BM25Retriever, Retriever
+from hopgym.corpora.types import Passage
+
+__all__ = [
+    "Manifest",
+    "IndexStoreError",
+    "StaleIndexError",
+    "ForeignIndexError",
+    "RETRIEVER_KINDS",
+    "FORMAT_VERSION",
+    "corpus_fingerprint",
+    "tokenizer_fingerprint",
+    "build_retriever",
+    "build_index",
+    "save_index",
+    "load_index",
+    "read_manifest",
+    "index_exists",
+]
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+#: Retriever kinds an index directory can hold.
+RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
+
+
+class IndexStoreError(RuntimeError):
+    """An index directory cannot be written or read (missing, corrupt, incompatible format)."""
+
+
+class StaleIndexError(IndexStoreError):
+    """The corpus changed since the index was built."""
+
+
+class ForeignIndexError(IndexStoreError):
+    """The index was built with another retriever kind, embedding model or tokenizer."""
+
+
+def corpus_fingerprint(passages: Iterable[Passage]) -> str:
+    """SHA-256 over doc ids, titles and texts, in order.
+
+    Example:
+        >>> a = corpus_fingerprint([Passage("1", "T", "x")])
+        >>> a == corpus_fingerprint([Passage("1", "T", "y")]), a[:7]
+        (False, 'sha256:')
+    """
+    h = hashlib.sha256()
+    for p in passages:
+        h.update(f"{p.doc_id}\x1f{p.title}\x1f{p.text}\x1e".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def tokenizer_fingerprint() -> str:
+    """Identifies hopgym's BM25 tokenizer (pattern and stopwords): an index built with another
+    tokenizer would silently rank differently, so it is refused."""
+    src = _retrieval._WORD.pattern + "|" + " ".join(sorted(_retrieval.STOPWORDS))
+    return hashlib.sha1(src.encode()).hexdigest()[:12]
+
+
+def _version() -> str:
+    try:
+        from hopgym import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover - partial checkouts
+        return "unknown"
+
+
+@dataclass
+class Manifest:
+    """What ``manifest.json`` records about an index directory."""
+
+    retriever: str
+    corpus_fingerprint: str
+    num_passages: int
+    model: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    corpus_path: str | None = None
+    corpus_format: str | None = None
+    hopgym_version: str = field(default_factory=_version)
+    format_version: int = FORMAT_VERSION
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+    def to_json(self) -> str:
+        return json.dumps({"format": "hopgym-index", **asdict(self)}, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> Manifest:
+        if d.get("format") != "hopgym-index":
+            raise IndexStoreError(f"{where} is not a hopgym index manifest")
+        if d.get("format_version") != FORMAT_VERSION:
+            raise IndexStoreError(
+                f"{where} has index format {d.get('format_version')}, this hopgym reads "
+                f"{FORMAT_VERSION}: rebuild it with `hopgym index build`")
+        try:
+            return cls(**{k: d[k] for k in d if k != "format"})
+        except TypeError as exc:
+            raise IndexStoreError(f"{where} is malformed: {exc}") from None
+
+
+def index_exists(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` holds a complete index (its manifest exists)."""
+    return (Path(path) / MANIFEST).is_file()
+
+
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """The manifest of an index directory; :class:`IndexStoreError` when there is none."""
+    mf = Path(path) / MANIFEST
+    if not mf.is_file():
+        raise IndexStoreError(f"no index at {os.fspath(path)} (no {MANIFEST}): build one with "
+                              f"`hopgym index build --corpus FILE --out {os.fspath(path)}`")
+    try:
+        data = json.loads(mf.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise IndexStoreError(f"{mf} is not valid JSON: {exc}") from None
+    return Manifest.from_dict(data, str(mf))
+
+
+# --------------------------------------------------------------------------------- building
+def _kind(retriever: Any) -> str:
+    if isinstance(retriever, BM25Retriever):
+        return "bm25"
+    kind = getattr(retriever, "kind", None)
+    if kind in ("dense", "hybrid"):
+        return kind
+    raise IndexStoreError(f"cannot save a {type(retriever).__name__}: only BM25 (bm25s), dense "
+                          "and hybrid retrievers persist")
+
+
+def build_retriever(
+    passages: Sequence[Passage],
+    kind: str = "bm25",
+    *,
+    model: Any = "default",
+    index_type: str = "flat",
+    engine: str = "bm25s",
+    rrf_k: float = 60.0,
+    batch_size: int = 64,
+    show_progress: bool = False,
+    threads: int | None = 1,
+) -> Retriever:
+    """A retriever of ``kind`` (``bm25``, ``dense`` or ``hybrid``) over ``passages``.
+
+    Args:
+        passages: the corpus.
+        kind: ``"bm25"``, ``"dense"`` or ``"hybrid"`` (RRF of the two).
+        model: embedder for dense/hybrid: an :class:`~hopgym.corpora.dense.Embedder` or a spec
+            (``"default"``, ``"hashing-256"``, a model name or path).
+        index_type: FAISS index type for dense/hybrid (``flat``, ``hnsw``, ``ivf``).
+        engine: BM25 engine (``bm25s``; ``rank_bm25`` works but cannot be saved).
+        rrf_k: the hybrid fusion constant.
+        batch_size, show_progress, threads: passage encoding; FAISS's and torch's threads.
+    """
+    if kind not in RETRIEVER_KINDS:
+        raise ValueError(f"retriever must be one of {RETRIEVER_KINDS}, got {kind!r}")
+    if kind == "bm25":
+        return BM25Retriever(passages, engine=engine)
+    from hopgym.corpora.dense import DenseRetriever, make_embedder
+
+    embedder = make_embedder(model, batch_size=batch_size, threads=threads)
+    dense = DenseRetriever(passages, embedder=embedder, index_type=index_type,
+                           batch_size=batch_size, show_progress=show_progress, threads=threads)
+    if kind == "dense":
+        return dense
+    from hopgym.corpora.hybrid import HybridRetriever
+
+    return HybridRetriever([BM25Retriever(dense.passages, engine=engine), dense], rrf_k=rrf_k)
+
+
+def _save_bm25(r: BM25Retriever, out: Path) -> dict[str, Any]:
+    if r.engine != "bm25s":
+        raise IndexStoreError("only the bm25s engine can be saved (rank-bm25 has no index files)")
+    r.bm25s_model.save(str(out), show_progress=False)
+    return {"engine": "bm25s", "k1": r.k1, "b": r.b, "tokenizer": tokenizer_fingerprint()}
+
+
+def _save_dense(r: Any, out: Path) -> dict[str, Any]:
+    from hopgym.corpora.dense import import_faiss
+
+    faiss = import_faiss()
+    faiss.write_index(r.index, str(out))
+    return dict(r.params)
+
+
+def save_index(
+    retriever: Retriever,
+    out: str | os.PathLike[str],
+    *,
+    corpus_path: str | os.PathLike[str] | None = None,
+    corpus_format: str | None = None,
+    overwrite: bool = False,
+) -> Manifest:
+    """Write ``retriever`` (BM25 via bm25s, dense, or hybrid) to the directory ``out``.
+
+    Args:
+        retriever: a :class:`BM25Retriever`, :class:`~hopgym.corpora.dense.DenseRetriever` or
+            :class:`~hopgym.corpora.hybrid.HybridRetriever` (of a BM25 and a dense retriever).
+        out: the index directory (created).
+        corpus_path: the file the passages came from; recorded (absolute) so that ``hopgym serve``
+            can reload it. Without one, the passages are written to ``passages.jsonl`` inside.
+        corpus_format: how to read ``corpus_path`` again (``corpus``, ``hotpotqa``, ...; see
+            :func:`~hopgym.corpora.loaders.load_pooled_corpus`); detected when ``None``.
+        overwrite: replace an existing index instead of raising.
+    """
+    out = Path(out)
+    kind = _kind(retriever)
+    if index_exists(out):
+        if not overwrite:
+            raise IndexStoreError(f"an index already exists at {out}: pass overwrite=True "
+                                  "(CLI: --force) to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    passages: list[Passage] = retriever.passages  # type: ignore[attr-defined]
+    params: dict[str, Any] = {}
+    model = None
+    if kind == "bm25":
+        params["bm25"] = _save_bm25(retriever, out / "bm25")  # type: ignore[arg-type]
+    elif kind == "dense":
+        params["dense"] = _save_dense(retriever, out / "dense.faiss")
+        model = retriever.embedder.name  # type: ignore[attr-defined]
+    else:
+        parts = retriever.retrievers  # type: ignore[attr-defined]
+        if (len(parts) != 2 or not isinstance(parts[0], BM25Retriever)
+                or getattr(parts[1], "kind", None) != "dense"):
+            raise IndexStoreError("only a hybrid of [BM25Retriever, DenseRetriever] can be saved")
+        if [p.doc_id for p in parts[0].passages] != [p.doc_id for p in parts[1].passages]:
+            raise IndexStoreError("the BM25 and dense parts of the hybrid index other corpora")
+        params["bm25"] = _save_bm25(parts[0], out / "bm25")
+        params["dense"] = _save_dense(parts[1], out / "dense.faiss")
+        params["hybrid"] = retriever.params  # type: ignore[attr-defined]
+        model = parts[1].embedder.name
+    if corpus_path is None:
+        with open(out / "passages.jsonl", "w", encoding="utf-8") as f:
+            for p in passages:
+                f.write(json.dumps({"id": p.doc_id, "title": p.title, "text": p.text},
+                                   ensure_ascii=False) + "\n")
+        cpath, cformat = "passages.jsonl", "corpus"
+    else:
+        cpath = str(Path(corpus_path).resolve())
+        if corpus_format is None:
+            from hopgym.corpora.loaders import detect_format
+
+            corpus_format = detect_format(corpus_path)
+        cformat = corpus_format
+    manifest = Manifest(kind, corpus_fingerprint(passages), len(passages), model, params,
+                        cpath, cformat)
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(manifest.to_json(), encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+    return manifest
+
+
+def build_index(
+    corpus: str | os.PathLike[str] | Sequence[Passage],
+    out: str | os.PathLike[str],
+    *,
+    retriever: str = "bm25",
+    model: Any = "default",
+    index_type: str = "flat",
+    corpus_format: str = "auto",
+    rrf_k: float = 60.0,
+    batch_size: int = 64,
+    show_progress: bool = False,
+    threads: int | None = 1,
+    overwrite: bool = False,
+    limit: int | None = None,
+) -> Manifest:
+    """Build a retriever over a corpus file (or passages) and save it to ``out``.
+
+    A corpus file may be a FlashRAG corpus jsonl or a QA file, whose paragraphs are pooled as in
+    open mode (the same doc ids the env uses), see
+    :func:`~hopgym.corpora.loaders.load_pooled_corpus`.
+
+    Example:
+        >>> import tempfile
+        >>> docs = [Passage("a", "Oslo", "Oslo is a city."), Passage("b", "Rome", "Rome is old.")]
+        >>> m = build_index(docs, tempfile.mkdtemp() + "/idx")
+        >>> m.retriever, m.num_passages
+        ('bm25', 2)
+    """
+    if isinstance(corpus, (str, os.PathLike)):
+        from hopgym.corpora.loaders import detect_format, load_pooled_corpus
+
+        fmt = detect_format(corpus) if corpus_format == "auto" else corpus_format
+        passages = load_pooled_corpus(corpus, format=fmt, limit=limit)
+        path: str | os.PathLike[str] | None = corpus
+    else:
+        passages, path, fmt = list(corpus)[:limit], None, None
+    if not overwrite and index_exists(out):
+        raise IndexStoreError(f"an index already exists at {os.fspath(out)}: pass overwrite=True "
+                              "(CLI: --force) to replace it")
+    r = build_retriever(passages, retriever, model=model, index_type=index_type, rrf_k=rrf_k,
+                        batch_size=batch_size, show_progress=show_progress, threads=threads)
+    if path is not None and limit is not None:
+        path = None  # a truncated corpus cannot be re-read from the file: store it
+    return save_index(r, out, corpus_path=path, corpus_format=fmt, overwrite=overwrite)
+
+
+# ---------------------------------------------------------------------------------- loading
+def _load_bm25(d: Path, passages: list[Passage], params: dict[str, Any], mmap: bool
+               ) -> BM25Retriever:
+    import bm25s
+
+    if params.get("tokenizer") != tokenizer_fingerprint():
+        raise ForeignIndexError(
+            f"{d} was built with another BM25 tokenizer ({params.get('tokenizer')}, this hopgym "
+            f"has {tokenizer_fingerprint()}): rebuild it with `hopgym index build`")
+    try:
+        model = bm25s.BM25.load(str(d), mmap=mmap, load_vocab=True, show_progress=False)
+    except (OSError, ValueError) as exc:
+        raise IndexStoreError(f"cannot read the BM25 index in {d}: {exc}") from None
+    if getattr(model, "scores", None) is None or model.scores.get("num_docs") != len(passages):
+        raise IndexStoreError(f"the BM25 index in {d} does not hold {len(passages)} passages")
+    # Wrap the loaded arrays instead of re-indexing.
+    return BM25Retriever.from_bm25s(passages, model, k1=params.get("k1", 1.5),
+                                    b=params.get("b", 0.75))
+
+
+def _load_faiss(path: Path, index_type: str, mmap: bool) -> Any:
+    from hopgym.corpora.dense import import_faiss
+
+    faiss = import_faiss()
+    if not path.is_file():
+        raise IndexStoreError(f"missing {path}: the index directory is incomplete")
+    if mmap:
+        flag = faiss.IO_FLAG_MMAP if index_type == "ivf" else faiss.IO_FLAG_MMAP_IFC
+        try:
+            return faiss.read_index(str(path), flag)
+        except RuntimeError:
+            pass  # an index type this FAISS cannot map: read it into memory instead
+    return faiss.read_index(str(path))
+
+
+def _embedder_for(manifest: Manifest, model: Any, where: str, device: str) -> Any:
+    from hopgym.corpora.dense import _DEFAULT_ALIASES, DEFAULT_MODEL, make_embedder
+
+    want = manifest.model
+    if model is None:
+        return make_embedder(want or "default", device=device)
+    name = model if isinstance(model, str) else model.name
+    if isinstance(name, str) and name in _DEFAULT_ALIASES:
+        name = DEFAULT_MODEL
+    if name != want:
+        raise ForeignIndexError(
+            f"{where} was built with embedding model {want!r}, not {name!r}: pass model={want!r} "
+            "(or leave it unset), or rebuild the index with the model you want")
+    return make_embedder(model, device=device)
+
+
+def load_index(
+    path: str | os.PathLike[str],
+    *,
+    passages: Sequence[Passage] | None = None,
+    corpus: str | os.PathLike[str] | None = None,
+    retriever: str | None = None,
+    model: Any = None,
+    mmap: bool = True,
+    threads: int | None = 1,
+    blas_min_queries: int | None = 4,
+    device: str = "cpu",
+) -> Retriever:
+    """Load a saved index, checking that it fits the corpus and the request.
+
+    Args:
+        path: the index directory.
+        passages: the corpus the caller will search (e.g. an env's pooled paragraphs); its
+            fingerprint must match the manifest's. When ``None`` the corpus is read from
+            ``corpus`` or from the path the manifest records, and checked the same way.
+        corpus: a corpus file to read instead of the recorded one (it moved).
+        retriever: the kind the caller expects (``None``: whatever the index holds).
+        model: the embedder the caller expects (``None``: the manifest's model).
+        mmap: memory-map the index files where the engine allows.
+        threads, blas_min_queries: FAISS settings
+            (see :func:`~hopgym.corpora.dense.configure_threads`).
+        device: for the embedder.
+
+    Raises:
+        IndexStoreError: no index, or an unreadable one.
+        StaleIndexError: the corpus differs from the one the index was built on.
+        ForeignIndexError: another retriever kind, embedding model or tokenizer.
+    """
+    root = Path(path)
+    where = os.fspath(path)
+    manifest = read_manifest(root)
+    if retriever is not None and retriever != manifest.retriever:
+        raise ForeignIndexError(f"{where} holds a {manifest.retriever!r} index, not {retriever!r}: "
+                                "pass the matching retriever= or build another index")
+    if manifest.retriever not in RETRIEVER_KINDS:
+        raise IndexStoreError(f"{where}: unknown retriever kind {manifest.retriever!r}")
+    embedder = None
+    if manifest.retriever != "bm25":
+        embedder = _embedder_for(manifest, model, where, device)
+    if passages is None:
+        passages = _read_corpus(root, manifest, corpus)
+        origin = f"the corpus file {corpus or manifest.corpus_path}"
+    else:
+        origin = "the given passages"
+    passages = list(passages)
+    if (len(passages) != manifest.num_passages
+            or corpus_fingerprint(passages) != manifest.corpus_fingerprint):
+        raise StaleIndexError(
+            f"{where} is stale: it was built on {manifest.num_passages} passages "
+            f"({manifest.corpus_fingerprint[:19]}...), but {origin} has {len(passages)} "
+            f"({corpus_fingerprint(passages)[:19]}...). Rebuild it: `hopgym index build --corpus "
+            f"FILE --retriever {manifest.retriever} --out {where} --force`")
+    params = manifest.params
+    if manifest.retriever == "bm25":
+        return _load_bm25(root / "bm25", passages, params.get("bm25", {}), mmap)
+    from hopgym.corpora.dense import DenseRetriever
+
+    dp = params.get("dense", {})
+    if embedder.dim != dp.get("dim"):
+        raise ForeignIndexError(f"{where} holds {dp.get('dim')}-d vectors; the embedder "
+                                f"{embedder.name!r} makes {embedder.dim}-d ones")
+    index = _load_faiss(root / "dense.faiss", dp.get("index_type", "flat"), mmap)
+    dense = DenseRetriever(
+        passages, embedder=embedder, index=index, index_type=dp.get("index_type", "flat"),
+        hnsw_m=dp.get("hnsw_m", 32), ef_construction=dp.get("ef_construction", 80),
+        ef_search=dp.get("ef_search", 64), nprobe=dp.get("nprobe", 8), seed=dp.get("seed", 0),
+        threads=threads, blas_min_queries=blas_min_queries)
+    if manifest.retriever == "dense":
+        return dense
+    from hopgym.corpora.hybrid import HybridRetriever
+
+    bm25 = _load_bm25(root / "bm25", passages, params.get("bm25", {}), mmap)
+    hp = params.get("hybrid", {})
+    return HybridRetriever([bm25, dense], weights=hp.get("weights"), rrf_k=hp.get("rrf_k", 60.0),
+                           depth=hp.get("depth", 50))
+
+
+def _read_corpus(root: Path, manifest: Manifest, corpus: str | os.PathLike[str] | None
+                 ) -> list[Passage]:
+    from hopgym.corpora.loaders import load_pooled_corpus
+
+    if corpus is not None:
+        src = Path(corpus)
+    elif manifest.corpus_path is None:
+        raise IndexStoreError(f"{root} records no corpus: pass passages= or corpus=")
+    else:
+        src = Path(manifest.corpus_path)
+        if not src.is_absolute():
+            src = root / src
+    if not src.is_file():
+        raise IndexStoreError(f"the corpus of {root} is not at {src}: pass corpus=<file> "
+                              "(CLI: --corpus) if it moved")
+    return load_pooled_corpus(src, format=manifest.corpus_format or "auto")

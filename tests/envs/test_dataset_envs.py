@@ -1,0 +1,189 @@
+"""The benchmark env ids (HotpotQA, 2Wiki, MuSiQue, Bamboogle, generic) on fixture files."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import types
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env, data_equivalence
+
+import hopgym
+from hopgym.agents.scripted import make_agent
+from hopgym.corpora.index_store import StaleIndexError, read_manifest
+from hopgym.corpora.loaders import DatasetUnavailableError
+from hopgym.envs.actions import Answer, Search
+from hopgym.envs.datasets import clear_task_cache, load_task
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+HOTPOT = str(FIX / "hotpotqa_dev.json")
+WIKI2 = str(FIX / "2wiki_dev.json")
+MUSIQUE = str(FIX / "musique_dev.jsonl")
+BAMBOOGLE = str(FIX / "bamboogle_test.jsonl")
+CORPUS = str(FIX / "wiki_corpus.jsonl")
+
+DISTRACTOR = [
+    ("hopgym/HotpotQA-v0", HOTPOT),
+    ("hopgym/2WikiMultiHopQA-v0", WIKI2),
+    ("hopgym/MuSiQue-v0", MUSIQUE),
+    ("hopgym/MultiHopQA-v0", MUSIQUE),
+]
+
+
+@pytest.mark.parametrize("env_id,path", DISTRACTOR, ids=[d[0] for d in DISTRACTOR])
+def test_oracle_solves_every_question_in_distractor_mode(env_id, path):
+    env = gym.make(env_id, path=path)
+    m = hopgym.evaluate(env, make_agent("oracle", env), episodes=len(env.unwrapped.task.samples))
+    assert m["em"] == 1.0 and m["support_recall"] == 1.0
+
+
+@pytest.mark.parametrize("env_id,path", DISTRACTOR[:3], ids=[d[0] for d in DISTRACTOR[:3]])
+def test_check_env_and_same_seed_rollouts(env_id, path):
+    env = gym.make(env_id, path=path)
+    check_env(env.unwrapped, skip_render_check=True)
+    a, b = gym.make(env_id, path=path), gym.make(env_id, path=path)
+    assert a.unwrapped.task is b.unwrapped.task  # loaded once, shared
+    oa, ia = a.reset(seed=4)
+    ob, ib = b.reset(seed=4)
+    assert oa == ob and data_equivalence(ia, ib)
+    for action in ["<search>Kaldor</search>", "<think>hm</think>", "<answer>x</answer>"]:
+        assert data_equivalence(a.step(action), b.step(action))
+
+
+def test_distractor_search_sees_only_the_questions_paragraphs():
+    env = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, reward=None)
+    _, info = env.reset(seed=0, options={"question_id": "5a7a06935542990198eaf050"})
+    assert info["question"].startswith("Which was founded first")
+    _, _, _, _, info = env.step(Search("Kaldor Tolva River Brenna Observatory"))
+    assert all(d.startswith("5a7a06935542990198eaf050:") for d in info["retrieved_ids"])
+
+
+def test_open_mode_and_dense_and_hybrid_retrievers():
+    pytest.importorskip("faiss")
+    for retriever in ("bm25", "dense", "hybrid"):
+        env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", retriever=retriever,
+                       model="hashing-128", reward=None)
+        task = env.unwrapped.task
+        kind = getattr(task.sources["local"].retriever, "kind", "bm25")
+        assert kind == ("bm25" if retriever == "bm25" else retriever)
+        env.reset(seed=0, options={"question_id": "3hop1__9285_5188_23307"})
+        _, _, _, _, info = env.step(Search("Corvin Institute founded"))
+        assert info["documents"][0].title == "Corvin Institute"
+
+
+def test_bamboogle_with_a_corpus():
+    env = gym.make("hopgym/Bamboogle-v0", path=BAMBOOGLE, corpus=CORPUS)
+    task = env.unwrapped.task
+    assert [s.id for s in task.samples] == ["test_0", "test_1", "test_2"]
+    env.reset(seed=0, options={"question_id": "test_2"})
+    _, _, _, _, info = env.step(Search("institute mineralogy"))
+    assert info["documents"][0].doc_id == "7"
+    _, reward, terminated, _, _ = env.step(Answer("Mara Corvin"))
+    assert terminated and reward > 0
+
+
+def test_hotpotqa_over_an_external_corpus_maps_gold_to_corpus_ids():
+    env = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, corpus=CORPUS, reward=None)
+    task = env.unwrapped.task
+    assert task.samples[0].supporting_ids == ("0", "2")
+    assert set(task.documents) == {"0", "2", "6", "7"}
+
+
+def test_index_is_built_once_then_reused_and_checked(tmp_path):
+    idx = tmp_path / "idx"
+    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    m = read_manifest(idx)
+    assert m.retriever == "bm25" and m.corpus_format == "musique"
+    assert m.num_passages == len(env.unwrapped.task.sources["local"].retriever.passages)
+    stamp = (idx / "manifest.json").stat().st_mtime_ns
+    clear_task_cache()
+    env2 = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))  # loads it
+    assert (idx / "manifest.json").stat().st_mtime_ns == stamp
+    env2.reset(seed=0)
+    assert env2.step(Search("Van Hook Township"))[4]["new_ids"]
+    # The same index with other questions' paragraphs is stale: refused, not used.
+    with pytest.raises(StaleIndexError):
+        gym.make("hopgym/HotpotQA-v0", path=HOTPOT, mode="open", index=str(idx))
+    # Bamboogle has no paragraphs: an index alone brings its corpus (recorded in the manifest).
+    idx2 = tmp_path / "wiki"
+    from hopgym.corpora.index_store import build_index
+
+    build_index(CORPUS, idx2)
+    env3 = gym.make("hopgym/Bamboogle-v0", path=BAMBOOGLE, index=str(idx2), reward=None)
+    env3.reset(seed=0, options={"question_id": "test_0"})
+    assert env3.step(Search("Brenna Observatory"))[4]["documents"][0].doc_id == "0"
+
+
+def test_pickled_env_rebuilds_its_task_from_the_cache():
+    env = gym.make("hopgym/2WikiMultiHopQA-v0", path=WIKI2)
+    env.reset(seed=1)
+    env.step("<search>Grey Harbour</search>")
+    data = pickle.dumps(env)
+    assert len(data) < 20_000  # the recipe, not the corpus and its indexes
+    clone = pickle.loads(data)
+    assert clone.unwrapped.task is env.unwrapped.task
+    assert data_equivalence(env.step("<answer>Grey Harbour</answer>"),
+                            clone.step("<answer>Grey Harbour</answer>"))
+
+
+def test_vector_envs_share_one_task():
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("hopgym/HotpotQA-v0", path=HOTPOT) for _ in range(3)])
+    envs.reset(seed=0)
+    tasks = {id(e.unwrapped.task) for e in envs.envs}
+    assert len(tasks) == 1
+    _, _, term, _, _ = envs.step(["<answer>Tolva River</answer>"] * 3)
+    assert term.all()
+    envs.close()
+
+
+def test_async_vector_env_workers_build_their_own_task():
+    envs = gym.vector.AsyncVectorEnv(
+        [lambda: gym.make("hopgym/HotpotQA-v0", path=HOTPOT) for _ in range(2)],
+        shared_memory=False)
+    try:
+        _, info = envs.reset(seed=0)
+        assert len(set(info["question_id"])) == 2
+        _, _, _, _, info = envs.step(["<search>Kaldor</search>"] * 2)
+        for qid, ids in zip(info["question_id"], info["retrieved_ids"], strict=True):
+            assert all(d.startswith(f"{qid}:") for d in ids)
+    finally:
+        envs.close()
+
+
+def test_cache_key_includes_the_arguments():
+    a = gym.make("hopgym/HotpotQA-v0", path=HOTPOT).unwrapped.task
+    b = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, limit=2).unwrapped.task
+    c = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, mode="open").unwrapped.task
+    assert len({id(a), id(b), id(c)}) == 3 and len(b.samples) == 2
+    assert load_task(a.recipe[1][0]) is a
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"path": BAMBOOGLE}, "questions only"),
+    ({"path": HOTPOT, "mode": "distractor", "index": "somewhere"}, "distractor"),
+    ({"path": HOTPOT, "retriever": "tfidf"}, "retriever must be"),
+    ({"path": HOTPOT, "mode": "closed"}, "mode must be"),
+    ({"path": HOTPOT, "index_type": "lsh"}, "index_type"),
+])
+def test_bad_arguments_say_what_to_do(kwargs, match):
+    env_id = "hopgym/Bamboogle-v0" if kwargs["path"] == BAMBOOGLE else "hopgym/HotpotQA-v0"
+    with pytest.raises(ValueError, match=match):
+        gym.make(env_id, **kwargs)
+
+
+def test_missing_path_and_offline_hub(monkeypatch):
+    with pytest.raises(ValueError, match="needs path="):
+        gym.make("hopgym/MuSiQue-v0")
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("offline")
+
+    mod = types.ModuleType("datasets")
+    mod.load_dataset = offline  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "datasets", mod)
+    with pytest.raises(DatasetUnavailableError, match="pass path="):
+        gym.make("hopgym/HotpotQA-v0")  # the default path is the hub name
