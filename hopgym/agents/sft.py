@@ -1,0 +1,239 @@
+"""SFT cold start on teacher trajectories, with TRL's ``SFTTrainer``.
+
+Functions: :func:`teacher_examples` (run a scripted teacher in an env and turn each episode into a
+tokenised SFT example with a loss mask), :func:`train_sft` (train with TRL). Classes:
+:class:`SFTRunConfig`, :class:`TimeLimitCallback`.
+
+An example has the layout of a rollout (:mod:`hopgym.agents.rollout`): the chat-templated first
+observation, then the teacher's turns with the env's observations between them, all in one
+assistant message (Search-R1's layout), and ``completion_mask`` = 1 only on the teacher's tokens.
+The env's tokens (prompt, retrieved documents, notices, the closing EOS) carry no loss. Examples
+also keep the episode as chat ``messages`` (user / assistant / user ...) for other trainers.
+
+TRL 1.16's ``SFTTrainer`` takes such a pre-tokenised dataset (``input_ids`` + ``completion_mask``)
+and, with ``completion_only_loss=True``, sets the label of every masked token to -100. We use that
+rather than ``assistant_only_loss``, which masks by chat roles and so cannot leave out observations
+spliced *inside* an assistant turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from hopgym.agents.rollout import encode_prompt
+from hopgym.corpora.retrieval import DependencyNotInstalled
+from hopgym.rewards.scoring import exact_match
+
+__all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback", "CLOCKS"]
+
+#: Clocks a time limit can be measured with.
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "process": time.process_time}
+
+
+def teacher_examples(
+    env_fn: Callable[[], gym.Env],
+    agent_fn: Callable[[gym.Env], Any],
+    question_ids: Sequence[str],
+    tokenizer: Any,
+    *,
+    seed: int = 0,
+    chat_template: bool = True,
+    eos_after_turn: bool | None = None,
+) -> list[dict[str, Any]]:
+    """Run the teacher once per question id and return tokenised SFT examples.
+
+    Args:
+        env_fn: builds the env (any reward preset; rewards are recorded, not used).
+        agent_fn: builds the teacher for an env (``lambda env: OracleAgent(env)``); it may act with
+            structured actions, rendered by the env's protocol.
+        question_ids: one episode each (repeat ids for several samples of a stochastic teacher).
+        tokenizer: the student's tokenizer.
+        seed: seeds ``env.reset`` of episode ``i`` with ``seed + i``.
+        chat_template: as in :class:`~hopgym.agents.rollout.RolloutConfig`.
+        eos_after_turn: end every teacher turn with EOS (trained). Default: only when some
+            protocol stop string is not a single token (``r3``), so the student learns where a
+            turn ends; under ``tags`` the closing tag ends the turn.
+
+    Returns:
+        Dicts with ``input_ids``, ``completion_mask`` (1 = teacher token, trained),
+        ``messages`` (the episode as chat messages), ``question_id``, ``em``, ``reward``.
+    """
+    from hopgym.agents.rollout import stop_token_ids
+
+    env = env_fn()
+    agent = agent_fn(env)
+    proto = env.unwrapped.protocol
+    if eos_after_turn is None:
+        _, multi = stop_token_ids(tokenizer, getattr(proto, "stop", ()))
+        eos_after_turn = bool(multi)
+    eos = tokenizer.eos_token_id
+    out: list[dict[str, Any]] = []
+    for i, qid in enumerate(question_ids):
+        agent.reset()
+        obs, info = env.reset(seed=seed + i, options={"question_id": qid})
+        ids = encode_prompt(tokenizer, obs, chat_template)
+        mask = [0] * len(ids)
+        messages = [{"role": "user", "content": obs}]
+        done, answer, ret = False, None, 0.0
+        while not done:
+            action = agent.act(obs, info)
+            text = action if isinstance(action, str) else proto.render(action)
+            turn = tokenizer.encode(text, add_special_tokens=False)
+            if eos_after_turn and eos is not None:
+                turn = [*turn, eos]
+            ids += turn
+            mask += [1] * len(turn)
+            messages.append({"role": "assistant", "content": text})
+            obs, reward, terminated, truncated, info = env.step(text)
+            ret += float(reward)
+            done = terminated or truncated
+            if info.get("answer") is not None:
+                answer = info["answer"]
+            if obs and not done:
+                obs_ids = tokenizer.encode(obs, add_special_tokens=False)
+                ids += obs_ids
+                mask += [0] * len(obs_ids)
+                messages.append({"role": "user", "content": obs})
+        if eos is not None and ids[-1] != eos:
+            ids.append(eos)
+            mask.append(0)
+        golds = list(env.unwrapped.sample.answers)
+        out.append({"input_ids": ids, "completion_mask": mask, "messages": messages,
+                    "question_id": str(qid), "reward": ret,
+                    "em": exact_match(answer, golds) if answer is not None else 0.0})
+    return out
+
+
+@dataclass
+class SFTRunConfig:
+    """Settings of an SFT run (a subset of TRL's ``SFTConfig``, with hopgym's defaults)."""
+
+    output_dir: str = field(default="runs/sft", metadata={"help": "Where checkpoints go."})
+    max_steps: int = field(default=300, metadata={"help": "Optimizer steps."})
+    batch_size: int = field(default=16, metadata={"help": "Examples per step."})
+    learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate."})
+    warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps."})
+    lr_scheduler_type: str = field(default="constant_with_warmup", metadata={
+        "help": "Any transformers scheduler name."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    max_length: int = field(default=1024, metadata={"help": "Examples are cut to this length."})
+    logging_steps: int = field(default=10, metadata={"help": "Log every N steps."})
+    save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: only at the "
+                                                         "end)."})
+    seed: int = field(default=0, metadata={"help": "Seed for data order and dropout."})
+    time_limit_s: float | None = field(default=None, metadata={
+        "help": "Stop after this many seconds of training (same-wall-clock baselines)."})
+    time_limit_clock: str = field(default="wall", metadata={
+        "help": "'wall' (time.perf_counter) or 'process' (CPU time of this process: the fair "
+                "budget on a machine shared with other jobs)."})
+    bf16: bool | None = field(default=None, metadata={
+        "help": "bf16 training (None: on when CUDA supports it)."})
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.batch_size < 1:
+            raise ValueError("max_steps and batch_size must be >= 1")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.warmup_steps >= self.max_steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be < max_steps "
+                             f"({self.max_steps}): lower warmup_steps")
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            raise ValueError(f"time_limit_s must be > 0 or None, got {self.time_limit_s}")
+        if self.time_limit_clock not in CLOCKS:
+            raise ValueError(f"time_limit_clock must be one of {sorted(CLOCKS)}, "
+                             f"got {self.time_limit_clock!r}")
+
+
+def _transformers_callback_base() -> Any:
+    try:
+        from transformers import TrainerCallback
+    except ImportError as exc:
+        raise DependencyNotInstalled.for_extra("transformers", "train") from exc
+    return TrainerCallback
+
+
+class TimeLimitCallback:
+    """A ``TrainerCallback`` that stops training after ``seconds`` of wall-clock time.
+
+    Built lazily (``TimeLimitCallback.make(seconds, clock)``) so that importing this module does
+    not import transformers. ``clock`` is a key of :data:`CLOCKS`.
+    """
+
+    @staticmethod
+    def make(seconds: float, clock: str = "wall") -> Any:
+        base = _transformers_callback_base()
+        now = CLOCKS[clock]
+
+        class _TimeLimit(base):  # type: ignore[misc, valid-type]
+            def __init__(self) -> None:
+                self.seconds = seconds
+                self.start: float | None = None
+                self.steps = 0
+
+            def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001, D102
+                self.start = now()
+
+            def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, D102
+                self.steps += 1
+                if self.start is not None and now() - self.start >= self.seconds:
+                    control.should_training_stop = True
+                return control
+
+        return _TimeLimit()
+
+
+def _bf16(flag: bool | None) -> bool:
+    import torch
+
+    if flag is None:
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return flag
+
+
+def train_sft(model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
+              config: SFTRunConfig, callbacks: Sequence[Any] = ()) -> Any:
+    """Train ``model`` on ``examples`` with TRL's ``SFTTrainer``; env tokens carry no loss.
+
+    Args:
+        model: a causal LM (trained in place).
+        tokenizer: its tokenizer.
+        examples: from :func:`teacher_examples` (``input_ids`` + ``completion_mask``).
+        config: the run's settings.
+        callbacks: extra ``TrainerCallback`` objects.
+
+    Returns:
+        The ``SFTTrainer`` after training (``trainer.state.log_history`` has the losses).
+    """
+    try:
+        from datasets import Dataset
+        from trl import SFTConfig, SFTTrainer
+    except ImportError as exc:
+        raise DependencyNotInstalled.for_extra("trl/datasets", "train") from exc
+    if not examples:
+        raise ValueError("no SFT examples: give at least one question id")
+    rows = [{"input_ids": e["input_ids"], "completion_mask": e["completion_mask"]}
+            for e in examples]
+    dataset = Dataset.from_list(rows)
+    args = SFTConfig(
+        output_dir=config.output_dir, max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size, learning_rate=config.learning_rate,
+        warmup_steps=config.warmup_steps, lr_scheduler_type=config.lr_scheduler_type,
+        weight_decay=config.weight_decay, max_length=config.max_length,
+        completion_only_loss=True, packing=False, logging_steps=config.logging_steps,
+        save_strategy="steps" if config.save_steps else "no",
+        save_steps=config.save_steps or 500, seed=config.seed, data_seed=config.seed,
+        report_to="none", bf16=_bf16(config.bf16), dataloader_num_workers=0,
+        disable_tqdm=True, dataset_num_proc=None,
+    )
+    cbs = list(callbacks)
+    if config.time_limit_s is not None:
+        cbs.append(TimeLimitCallback.make(config.time_limit_s, config.time_limit_clock))
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset,
+                         processing_class=tokenizer, callbacks=cbs)
+    trainer.train()
+    return trainer

@@ -1,0 +1,261 @@
+"""Token-level rollouts: masks, log-probs and the no-re-tokenisation contract."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import hopgym  # noqa: E402,F401
+from hopgym.agents.rollout import (  # noqa: E402
+    RolloutCollector,
+    RolloutConfig,
+    Trajectory,
+    encode_prompt,
+    stop_token_ids,
+    summarize,
+)
+from hopgym.agents.scripted import OracleAgent  # noqa: E402
+from hopgym.agents.sft import teacher_examples  # noqa: E402
+from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig  # noqa: E402
+from hopgym.agents.tiny_lm import (  # noqa: E402
+    TinyLMConfig,
+    build_model,
+    build_tokenizer,
+    normalize_text,
+    task_texts,
+)
+
+TINY = TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64, max_positions=512)
+
+
+def make_env(reward: str | None = "searchr1") -> gym.Env:
+    return gym.make("hopgym/Tiny-v0", reward=reward)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer(task_texts(make_env(None).unwrapped.task))
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return build_model(TINY, tok, seed=0)
+
+
+@pytest.fixture(scope="module")
+def qids():
+    return [s.id for s in make_env(None).unwrapped.task.samples]
+
+
+def test_tokenizer_round_trips_normalised_text_and_tags_are_single_tokens(tok):
+    text = "<think>Who?</think><search>Sefa Quill father</search>"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == normalize_text(text)
+    for tag in ("<search>", "</search>", "<answer>", "</answer>", "<information>"):
+        assert len(tok.encode(tag, add_special_tokens=False)) == 1
+    # A name right after a tag gets the same token as inside a sentence (copyable).
+    a = tok.encode("<answer>Emery Quill</answer>", add_special_tokens=False)
+    b = tok.encode("father is Emery Quill.", add_special_tokens=False)
+    assert a[1:3] == b[2:4]
+    assert tok.unk_token_id not in a
+
+
+def test_stop_ids_cover_the_tags_protocol(tok):
+    ids, strings = stop_token_ids(tok, ("</search>", "</route>", "</answer>"))
+    assert strings == ()
+    assert tok.eos_token_id in ids and len(ids) == 4
+
+
+def check_layout(traj: Trajectory, tok, env_eos: bool = True) -> None:
+    """Every invariant of a trajectory's token layout."""
+    n = len(traj.completion_ids)
+    assert len(traj.mask) == len(traj.logprobs) == n
+    # Spans tile the completion in order; masks and log-probs follow the span kind.
+    pos = 0
+    for kind, start, end in traj.spans:
+        assert start == pos and end > start
+        pos = end
+        for i in range(start, end):
+            assert traj.mask[i] == (1 if kind == "model" else 0)
+            if kind == "env":
+                assert traj.logprobs[i] == 0.0
+            else:
+                assert traj.logprobs[i] <= 0.0 and math.isfinite(traj.logprobs[i])
+    assert pos == n
+    model_spans = [(s, e) for k, s, e in traj.spans if k == "model"]
+    env_spans = [(s, e) for k, s, e in traj.spans if k == "env"]
+    # Decoding the mask-1 tokens of each model turn gives exactly the text the env read.
+    assert len(model_spans) == len(traj.turns) == traj.steps
+    for (s, e), turn in zip(model_spans, traj.turns, strict=True):
+        assert tok.decode(traj.completion_ids[s:e], skip_special_tokens=True) == turn
+    # The mask-0 tokens are the tokenised observations (then the closing EOS); the observation
+    # of the last step is not shown, as the episode is over.
+    shown = [o for o in traj.observations[:-1] if o]
+    if not traj.truncated:
+        assert len(env_spans) == len(shown) + 1
+    for (s, e), obs in zip(env_spans, shown, strict=False):
+        ids = tok.encode(obs, add_special_tokens=False)
+        assert traj.completion_ids[s:e] == ids[: e - s]
+    assert traj.completion_ids[-1] == tok.eos_token_id
+    assert traj.mask[-1] == 0
+
+
+def test_collector_masks_and_logprobs_are_exact(tok, model, qids):
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=10, max_completion_tokens=240)
+    col = RolloutCollector(model, tok, lambda: make_env("searchr1"), cfg)
+    trajs = col.collect(qids[:3], group_size=2, seed=0)
+    assert [t.question_id for t in trajs] == [q for q in qids[:3] for _ in range(2)]
+    for t in trajs:
+        check_layout(t, tok)
+        assert len(t.completion_ids) <= cfg.max_completion_tokens
+        assert math.isclose(t.reward, sum(t.reward_terms.values()), abs_tol=1e-9)
+    # The sampling log-probs are what a forward pass over prompt + completion gives (what TRL
+    # recomputes), token for token, on every model token.
+    t = trajs[0]
+    ids = torch.tensor([t.prompt_ids + t.completion_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1].float() / cfg.temperature
+    logp = torch.log_softmax(logits, -1)
+    p = len(t.prompt_ids)
+    for i, (tok_id, m) in enumerate(zip(t.completion_ids, t.mask, strict=True)):
+        if m:
+            assert abs(logp[p + i - 1, tok_id].item() - t.logprobs[i]) < 1e-4
+
+
+def test_collect_is_reproducible_by_seed(tok, model, qids):
+    col = RolloutCollector(model, tok, lambda: make_env(None),
+                           RolloutConfig(temperature=1.0, max_new_tokens=8,
+                                         max_completion_tokens=120))
+    a = col.collect(qids[:2], 2, seed=3)
+    b = col.collect(qids[:2], 2, seed=3)
+    c = col.collect(qids[:2], 2, seed=4)
+    assert [x.completion_ids for x in a] == [x.completion_ids for x in b]
+    assert [x.completion_ids for x in a] != [x.completion_ids for x in c]
+
+
+class ScriptedLM(torch.nn.Module):
+    """A fake causal LM that emits a fixed token script (batch of one), to pin the ids exactly."""
+
+    def __init__(self, vocab: int, turns: list[list[int]]) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.vocab, self.turns = vocab, turns
+        self.turn, self.j = -1, 0
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                past_key_values=None, use_cache=None):
+        if input_ids.shape[1] > 1:  # a new turn starts with a prefill
+            self.turn, self.j = self.turn + 1, 0
+        script = self.turns[self.turn]
+        nxt = script[min(self.j, len(script) - 1)]
+        self.j += 1
+        logits = torch.full((input_ids.shape[0], input_ids.shape[1], self.vocab), -30.0)
+        logits[:, -1, nxt] = 30.0
+
+        class Out:
+            pass
+
+        out = Out()
+        out.logits, out.past_key_values = logits, None
+        return out
+
+
+def test_model_ids_are_kept_as_generated_not_retokenised(tok, qids):
+    # "Sefa" without the space marker is a valid token, but tokenising the decoded text would
+    # give "▁Sefa" instead: the trajectory must keep the id the model produced.
+    bare = tok.convert_tokens_to_ids("Sefa")
+    spaced = tok.convert_tokens_to_ids("▁Sefa")
+    assert bare != tok.unk_token_id and spaced != tok.unk_token_id
+    ids = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    turn1 = [ids("<search>")[0], bare, *ids(" Quill father"), ids("</search>")[0]]
+    turn2 = [*ids("<answer> Emery Quill"), ids("</answer>")[0]]
+    assert tok.encode(tok.decode(turn1), add_special_tokens=False) != turn1  # not canonical
+    lm = ScriptedLM(len(tok), [turn1, turn2])
+    col = RolloutCollector(lm, tok, lambda: make_env("default"),
+                           RolloutConfig(temperature=0.0, max_new_tokens=12,
+                                         max_completion_tokens=400))
+    qid = next(q for q in qids if q == "tiny-6")  # the grandfather of Sefa Quill
+    (t,) = col.collect([qid], 1, seed=0)
+    model_ids = [i for i, m in zip(t.completion_ids, t.mask, strict=True) if m]
+    assert model_ids == turn1 + turn2
+    assert t.turns[0] == tok.decode(turn1)
+    assert t.answer == "Emery Quill" and t.em == 1.0 and t.reward == 1.0
+    assert all(abs(lp) < 1e-6 for lp, m in zip(t.logprobs, t.mask, strict=True) if m)
+    check_layout(t, tok)
+
+
+def test_token_budget_cuts_the_episode(tok, model, qids):
+    col = RolloutCollector(model, tok, lambda: make_env(None),
+                           RolloutConfig(temperature=1.0, max_new_tokens=8,
+                                         max_completion_tokens=40))
+    for t in col.collect(qids[:2], 2, seed=1):
+        assert len(t.completion_ids) <= 40
+        assert t.completion_ids[-1] == tok.eos_token_id and t.mask[-1] == 0
+        assert t.truncated or t.terminated
+
+
+def test_rollout_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="temperature"):
+        RolloutConfig(temperature=-1)
+    with pytest.raises(ValueError, match="max_completion_tokens"):
+        RolloutConfig(max_new_tokens=64, max_completion_tokens=10)
+    assert RolloutConfig(temperature=0).greedy
+
+
+def test_summarize_means():
+    a = Trajectory("q", [1], reward=1.0, reward_terms={"outcome": 1.0}, em=1.0, searches=2,
+                   steps=3, answer="x")
+    b = Trajectory("q", [1], reward=0.0, reward_terms={"outcome": 0.0}, invalid=1, steps=1)
+    s = summarize([a, b])
+    assert s["em"] == 0.5 and s["reward_terms/outcome"] == 0.5
+    assert s["invalid_rate"] == 0.25 and s["answered"] == 0.5
+
+
+# ------------------------------------------------------------------ teachers and SFT data
+def test_sft_examples_mask_exactly_the_teacher_turns(tok, qids):
+    exs = teacher_examples(lambda: make_env(None), lambda e: OracleAgent(e), qids, tok, seed=0)
+    assert [e["em"] for e in exs] == [1.0] * len(qids)
+    for ex in exs:
+        ids, mask, msgs = ex["input_ids"], ex["completion_mask"], ex["messages"]
+        assert len(ids) == len(mask)
+        prompt = encode_prompt(tok, msgs[0]["content"])
+        assert ids[: len(prompt)] == prompt and not any(mask[: len(prompt)])
+        trained = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
+        turns = [m["content"] for m in msgs if m["role"] == "assistant"]
+        assert trained == normalize_text("".join(turns))
+        env_part = [i for i, m in zip(ids[len(prompt):], mask[len(prompt):], strict=True) if not m]
+        obs = [m["content"] for m in msgs[1:] if m["role"] == "user"]
+        assert env_part == [i for o in obs for i in tok.encode(o, add_special_tokens=False)] + [
+            tok.eos_token_id]
+
+
+def test_imperfect_teacher_flaws():
+    env = make_env("default")
+    early = ImperfectTeacher(env, TeacherConfig(early_answer=1.0, think=False), seed=0)
+    obs, info = env.reset(options={"question_id": "tiny-2"})  # 2 hops: founder -> birthplace
+    action = early.act(obs, info)
+    assert action.think == ""
+    while True:
+        obs, r, term, trunc, info = env.step(action)
+        if term or trunc:
+            break
+        action = early.act(obs, info)
+    assert info["answer"] == "Maren Oskdal" and r == 0.0  # the bridge entity, one hop early
+    with pytest.raises(ValueError, match="contradict"):
+        TeacherConfig(never_route=True, random_route=0.5)
+    routed = gym.make("hopgym/Tiny-v0", sources=("local", "web"), reward="default")
+    never = ImperfectTeacher(routed, TeacherConfig(never_route=True), seed=0)
+    for q in ("tiny-5", "tiny-6"):
+        never.reset()
+        obs, info = routed.reset(options={"question_id": q})
+        done = False
+        while not done:
+            a = never.act(obs, info)
+            assert type(a).__name__ != "Route"
+            obs, r, term, trunc, info = routed.step(a)
+            done = term or trunc
