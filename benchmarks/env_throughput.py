@@ -24,7 +24,12 @@ from rich.table import Table  # noqa: E402
 
 import hopgym  # noqa: E402, F401
 from hopgym.agents import OracleAgent, evaluate  # noqa: E402
-from hopgym.corpora.synthetic import WorldConfig, build_task, generate_world  # noqa: E402
+from hopgym.corpora.synthetic import (  # noqa: E402
+    WorldConfig,
+    build_task,
+    clear_caches,
+    generate_world,
+)
 
 
 def main() -> None:
@@ -66,7 +71,7 @@ def main() -> None:
             base = rates.get("rank_bm25")
             row.append(f"{rates[row[2]] / base:.1f}x" if base else "-")
             table.add_row(*row)
-        build_task.cache_clear()
+        clear_caches()
     Console(width=140).print(table)
 
 

@@ -16,17 +16,34 @@ from hopgym.agents.scripted import (
     make_agent,
 )
 
+# name -> module, imported on first use so that `import hopgym.agents` pulls in no torch or trl.
+_LAZY = {
+    "IterativeAgent": "iterative",
+    "evaluate": "evaluation",
+    "run_episode": "evaluation",
+    "LLMAgent": "llm",
+    "SamplingParams": "llm",
+    "make_llm_agent": "llm",
+    "TransformersBackend": "llm",
+    "OpenAIBackend": "llm",
+    "VLLMBackend": "llm",
+    "BackendError": "llm",
+    "RolloutCollector": "rollout",
+    "RolloutConfig": "rollout",
+    "Trajectory": "rollout",
+    "ImperfectTeacher": "teachers",
+    "TeacherConfig": "teachers",
+    "train_sft": "sft",
+    "train_grpo": "grpo",
+}
+
 __all__ = ["Agent", "RandomAgent", "DirectAgent", "SingleSearchAgent", "OracleAgent",
-           "IterativeAgent", "make_agent", "AGENTS", "evaluate", "run_episode"]
+           "make_agent", "AGENTS", *_LAZY]
 
 
 def __getattr__(name: str):
-    if name == "IterativeAgent":
-        from hopgym.agents.iterative import IterativeAgent
+    if name in _LAZY:
+        import importlib
 
-        return IterativeAgent
-    if name in ("evaluate", "run_episode"):
-        from hopgym.agents import evaluation
-
-        return getattr(evaluation, name)
+        return getattr(importlib.import_module(f"hopgym.agents.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'hopgym.agents' has no attribute {name!r}")

@@ -1648,3 +1648,9 @@ def export_flashrag(out_dir: str | Path, config: WorldConfig | None = None, **ov
     paths.append(path)
     return paths
 
+
+
+def clear_caches() -> None:
+    """Forget every cached world, index and task of this process (frees their memory)."""
+    for fn in (generate_world, _sources, _verified_samples, _build_task):
+        fn.cache_clear()
