@@ -26,7 +26,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from hopgym.corpora.retrieval import DependencyNotInstalled, SearchHit, tokenize
+from hopgym.corpora.retrieval import (
+    BatchScoredRetriever,
+    DependencyNotInstalled,
+    SearchHit,
+    tokenize,
+)
 from hopgym.corpora.types import Passage
 
 __all__ = [
@@ -303,7 +308,7 @@ def make_embedder(model: str | Embedder = "default", *, device: str = "cpu",
     return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size, threads=threads)
 
 
-class DenseRetriever:
+class DenseRetriever(BatchScoredRetriever):
     """Dense retrieval over passages with a FAISS inner-product index.
 
     Passages are embedded from ``Passage.contents`` (title and text, as FlashRAG does).
@@ -446,14 +451,3 @@ class DenseRetriever:
             return [[] for _ in queries]
         return self.search_vectors(self.embedder.encode(list(queries), kind="query"), k)
 
-    def search_scored(self, query: str, k: int) -> list[SearchHit]:
-        """Top ``k`` passages with scores (cosine similarity)."""
-        return self.search_batch_scored([query], k)[0]
-
-    def search(self, query: str, k: int) -> list[Passage]:
-        """Top ``k`` passages for ``query``, best first."""
-        return [h.passage for h in self.search_scored(query, k)]
-
-    def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
-        """Top ``k`` passages for each query (batched)."""
-        return [[h.passage for h in hits] for hits in self.search_batch_scored(queries, k)]

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from hopgym.corpora.retrieval import RetrievalError, SearchHit
+from hopgym.corpora.retrieval import BatchScoredRetriever, RetrievalError, SearchHit
 from hopgym.corpora.types import Passage
 
 __all__ = ["HTTPRetriever", "passage_from_json"]
@@ -51,7 +51,7 @@ def passage_from_json(doc: Any) -> Passage:
     return Passage(str(doc_id) if doc_id is not None else passage_id(title, text), title, text)
 
 
-class HTTPRetriever:
+class HTTPRetriever(BatchScoredRetriever):
     """Search a remote index through ``POST /retrieve``.
 
     Args:
@@ -207,17 +207,6 @@ class HTTPRetriever:
             out.append(hits)
         return out
 
-    def search_scored(self, query: str, k: int) -> list[SearchHit]:
-        """Top ``k`` hits with scores for one query."""
-        return self.search_batch_scored([query], k)[0]
-
-    def search(self, query: str, k: int) -> list[Passage]:
-        """Top ``k`` passages for ``query``, best first."""
-        return [h.passage for h in self.search_scored(query, k)]
-
-    def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
-        """Top ``k`` passages for each query, in one request."""
-        return [[h.passage for h in hits] for hits in self.search_batch_scored(queries, k)]
 
     def health(self) -> dict[str, Any]:
         """``GET /health`` of the server (raises :class:`RetrievalError` when it is down)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hopgym.corpora.retrieval import Retriever, SearchHit
+from hopgym.corpora.retrieval import BatchScoredRetriever, Retriever, SearchHit
 from hopgym.corpora.types import Passage
 
 __all__ = ["HybridRetriever", "scored_search", "scored_search_batch"]
@@ -40,7 +40,7 @@ def scored_search(retriever: Retriever, query: str, k: int) -> list[SearchHit]:
     return scored_search_batch(retriever, [query], k)[0]
 
 
-class HybridRetriever:
+class HybridRetriever(BatchScoredRetriever):
     """Reciprocal-rank fusion of several retrievers (typically BM25 and dense).
 
     Args:
@@ -123,15 +123,4 @@ class HybridRetriever:
         per = [scored_search_batch(r, queries, depth) for r in self.retrievers]
         return [self._fuse([p[i] for p in per], k) for i in range(len(queries))]
 
-    def search_scored(self, query: str, k: int) -> list[SearchHit]:
-        """Fused top ``k`` with RRF scores."""
-        return self.search_batch_scored([query], k)[0]
-
-    def search(self, query: str, k: int) -> list[Passage]:
-        """Fused top ``k`` passages, best first."""
-        return [h.passage for h in self.search_scored(query, k)]
-
-    def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
-        """Fused top ``k`` passages for each query."""
-        return [[h.passage for h in hits] for hits in self.search_batch_scored(queries, k)]
 

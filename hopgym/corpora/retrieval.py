@@ -21,6 +21,7 @@ from hopgym.corpora.types import Passage
 __all__ = [
     "Retriever",
     "SearchHit",
+    "BatchScoredRetriever",
     "BM25Retriever",
     "RetrievalError",
     "DependencyNotInstalled",
@@ -61,6 +62,27 @@ class Retriever(Protocol):
     def search(self, query: str, k: int) -> list[Passage]: ...
 
     def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...
+
+
+class BatchScoredRetriever:
+    """Base for retrievers whose one primitive is ``search_batch_scored(queries, k)``: it derives
+    ``search_scored``, ``search`` and ``search_batch`` from it (dense, hybrid and HTTP retrievers
+    answer a batch in one call, so single queries are a batch of one)."""
+
+    def search_batch_scored(self, queries: Sequence[str], k: int) -> list[list[SearchHit]]:
+        raise NotImplementedError
+
+    def search_scored(self, query: str, k: int) -> list[SearchHit]:
+        """Top ``k`` hits with scores for one query."""
+        return self.search_batch_scored([query], k)[0]
+
+    def search(self, query: str, k: int) -> list[Passage]:
+        """Top ``k`` passages for ``query``, best first."""
+        return [h.passage for h in self.search_scored(query, k)]
+
+    def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        """Top ``k`` passages for each query, in one call."""
+        return [[h.passage for h in hits] for hits in self.search_batch_scored(queries, k)]
 
 
 _WORD = re.compile(r"\w\w+", re.UNICODE)
