@@ -6,6 +6,8 @@ Ids (``gym.make(id, **kwargs)``):
 - ``hopgym/SyntheticRouting-v0``: the synthetic world split between a cheap ``local`` and a
   complete, costlier ``web`` source.
 - ``hopgym/Tiny-v0``: a hand-written corpus of 18 passages (tests, docs).
+- ``hopgym/SyntheticFeaturized-v0``: numeric observations and discrete actions over any text env,
+  for Stable-Baselines3 (needs no extra; SB3 itself is ``hopgym[sb3]``).
 - ``hopgym/HotpotQA-v0``, ``hopgym/2WikiMultiHopQA-v0``, ``hopgym/MuSiQue-v0``,
   ``hopgym/Bamboogle-v0``, ``hopgym/MultiHopQA-v0``: real benchmark files (need ``path=``).
 """
@@ -27,6 +29,7 @@ _IDS = {
     "hopgym/SyntheticRouting-v0": (
         "hopgym.envs.registration:make_synthetic", {"sources": ("local", "web")}),
     "hopgym/Tiny-v0": ("hopgym.envs.registration:make_tiny", {}),
+    "hopgym/SyntheticFeaturized-v0": ("hopgym.envs.featurized:make_featurized", {}),
     "hopgym/HotpotQA-v0": ("hopgym.envs.datasets:make_hotpotqa", {}),
     "hopgym/2WikiMultiHopQA-v0": ("hopgym.envs.datasets:make_2wiki", {}),
     "hopgym/MuSiQue-v0": ("hopgym.envs.datasets:make_musique", {}),

@@ -9,11 +9,11 @@ scales process rewards by whether an answer came before the step cap).
 from __future__ import annotations
 
 import gymnasium as gym
-from hopgym.envs.wrappers import StepBudget
 
 from hopgym.corpora.sources import QATask
 from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.envs.protocols import Protocol
+from hopgym.envs.wrappers import StepBudget
 
 __all__ = ["make_task_env", "make_tiny", "make_synthetic"]
 
