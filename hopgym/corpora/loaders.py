@@ -280,12 +280,11 @@ class _BadLine:
     reason: str
 
 
-def _records(path: str | os.PathLike[str], report: LoadReport, lenient: bool,
+def _records(pairs: Iterable[tuple[int, Any]], where: str, report: LoadReport, lenient: bool,
              parse: Callable[[Any, str, int], Any], limit: int | None) -> Iterator[Any]:
-    """Parse records one by one; skip and count bad ones when lenient."""
-    where = _where(path)
+    """Parse ``(line, record)`` pairs one by one; skip and count bad ones when lenient."""
     n = 0
-    for line, rec in iter_records(path):
+    for line, rec in pairs:
         if limit is not None and n >= limit:
             return
         try:
@@ -667,7 +666,8 @@ def iter_corpus(path: str | os.PathLike[str], *, lenient: bool = False, limit: i
         report: collects skipped records.
     """
     rep = report if report is not None else LoadReport()
-    yield from _records(path, rep, lenient, _parse_corpus_record, limit)
+    yield from _records(iter_records(path), _where(path), rep, lenient, _parse_corpus_record,
+                        limit)
 
 
 def load_corpus(path: str | os.PathLike[str], *, lenient: bool = False, limit: int | None = None,
@@ -857,25 +857,8 @@ def _load(name: str, fmt: str, parse: Callable[[Any, str, int], _Raw | None],
     where = _where(path)
     report = LoadReport()
 
-    def raws() -> Iterator[_Raw]:
-        n = 0
-        for line, rec in source():
-            if limit is not None and n >= limit:
-                return
-            try:
-                if isinstance(rec, _BadLine):
-                    raise DatasetFormatError(where, line, "<json>", rec.reason)
-                out = parse(rec, where, line)
-            except DatasetFormatError as err:
-                if not lenient:
-                    raise
-                report.skip(err)
-                continue
-            if out is not None:
-                n += 1
-                yield out
-
-    ds = _assemble(name, raws(), mode, corpus, where, report, lenient, corpus_limit)
+    raws = _records(source(), where, report, lenient, parse, limit)
+    ds = _assemble(name, raws, mode, corpus, where, report, lenient, corpus_limit)
     if not ds.samples:
         raise DatasetFormatError(where, 0, "<file>", "no questions could be read")
     ds.skipped, ds.errors = report.skipped, list(report.errors)
