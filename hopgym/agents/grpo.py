@@ -1,8 +1,8 @@
 """GRPO over multi-turn env rollouts, with TRL's ``GRPOTrainer`` and a ``rollout_func``.
 
 Classes: :class:`GRPORunConfig`, :class:`EnvRolloutFunc` (the ``rollout_func``), :class:`EnvReward`
-(the reward function TRL calls: the env's episode return), :class:`CurveCallback` (keeps the log
-and writes the reward/EM curve PNG). Functions: :func:`train_grpo`, :func:`plot_curves`.
+(the reward function TRL calls: the env's episode return). Functions: :func:`train_grpo`,
+:func:`plot_curves` (the per-step curves PNG), :func:`make_curve_callback` (keeps the log).
 
 How it maps onto TRL 1.16 (``trl/trainer/grpo_trainer.py``):
 
@@ -20,27 +20,51 @@ How it maps onto TRL 1.16 (``trl/trainer/grpo_trainer.py``):
 - TRL's logprob recomputation divides logits by ``GRPOConfig.temperature``; the collector samples
   with the same temperature, so the sampled and recomputed distributions agree.
 - Logged each step (besides TRL's ``reward``, ``loss``, ``entropy``...): ``env/em``, ``env/f1``,
-  ``env/searches_per_episode``, ``env/invalid_rate``, ``env/answered``, ``env/reward_terms/NAME``.
-- ``use_vllm=False`` on CPU (the collector generates with the model itself); on a GPU the same
-  code runs in bf16. The vLLM server path of TRL is not used by the rollout function.
+  ``env/reward``, ``env/searches_per_episode``, ``env/invalid_rate``, ``env/answered``,
+  ``env/reward_terms/NAME``, and (``track_kl``) ``policy/kl_ref`` and ``policy/entropy`` from
+  :func:`~hopgym.agents.rollout.policy_stats`: the same estimates the rejection-sampling trainer
+  (:mod:`hopgym.agents.rft`) logs, so the two runs' curves compare.
+- ``use_vllm=False`` (the default, and on CPU): the collector generates with the model itself; on
+  a GPU the same code runs in bf16. ``use_vllm=True``: TRL builds its vLLM integration (``colocate``
+  or ``server`` mode) and syncs the weights into it before each rollout; the rollout function then
+  samples every turn through it (:class:`~hopgym.agents.rollout.TRLVLLMEngine`) and keeps the
+  token ids and log-probs the engine returns. TRL's importance-sampling correction then uses those
+  log-probs. Tested against a stand-in client; vLLM itself was not run in our tests.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from hopgym.agents.rollout import RolloutCollector, RolloutConfig, Trajectory, summarize
+from hopgym.agents.rollout import (
+    RolloutCollector,
+    RolloutConfig,
+    Trajectory,
+    TRLVLLMEngine,
+    policy_stats,
+    stop_token_ids,
+    summarize,
+)
 from hopgym.corpora.retrieval import DependencyNotInstalled
 
 __all__ = ["GRPORunConfig", "EnvRolloutFunc", "EnvReward", "train_grpo", "plot_curves",
-           "make_curve_callback"]
+           "make_curve_callback", "CURVE_KEYS", "LOSS_TYPES"]
+
+#: TRL ``loss_type`` values hopgym accepts (the group-relative ones).
+LOSS_TYPES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo", "bnpo")
+
+#: What ``curves.png`` shows, one panel each: (log key, panel title).
+CURVE_KEYS: tuple[tuple[str, str], ...] = (
+    ("env/em", "sampled train EM"), ("env/reward", "reward"),
+    ("env/searches_per_episode", "searches / episode"), ("policy/kl_ref", "KL to start"),
+    ("policy/entropy", "entropy (sampled tokens)"))
 
 
 @dataclass
@@ -56,7 +80,7 @@ class GRPORunConfig:
     beta: float = field(default=0.0, metadata={"help": "KL coefficient (0: no reference model)."})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clipping range."})
     loss_type: str = field(default="dapo", metadata={
-        "help": "TRL loss: grpo, dr_grpo, dapo, bnpo."})
+        "help": "TRL loss: " + ", ".join(LOSS_TYPES) + "."})
     scale_rewards: str = field(default="group", metadata={
         "help": "Advantage scaling: group, batch or none (Dr. GRPO)."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
@@ -75,8 +99,24 @@ class GRPORunConfig:
     bf16: bool | None = field(default=None, metadata={
         "help": "bf16 (None: when CUDA supports it)."})
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
+    track_kl: bool = field(default=True, metadata={
+        "help": "Log policy/kl_ref (KL to the starting model, which a frozen copy keeps) and "
+                "policy/entropy every step."})
+    use_vllm: bool = field(default=False, metadata={
+        "help": "Sample turns with TRL's vLLM integration (needs vllm and a GPU)."})
+    vllm_mode: str = field(default="colocate", metadata={
+        "help": "'colocate' (vLLM in this process) or 'server' (trl vllm-serve elsewhere)."})
+    vllm_server_base_url: str | None = field(default=None, metadata={
+        "help": "Server mode: the server's URL (None: TRL's default host and port)."})
+    vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
+        "help": "Colocate mode: share of GPU memory vLLM may take."})
 
     def __post_init__(self) -> None:
+        if self.vllm_mode not in ("colocate", "server"):
+            raise ValueError(f"vllm_mode must be 'colocate' or 'server', got {self.vllm_mode!r}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ValueError("vllm_gpu_memory_utilization must be in (0, 1], got "
+                             f"{self.vllm_gpu_memory_utilization}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (GRPO normalises rewards within a group), "
                              f"got {self.group_size}")
@@ -90,9 +130,9 @@ class GRPORunConfig:
         if self.scale_rewards not in ("group", "batch", "none"):
             raise ValueError(
                 f"scale_rewards must be group, batch or none, got {self.scale_rewards!r}")
-        if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):
-            raise ValueError(
-                f"loss_type must be grpo, dr_grpo, dapo or bnpo, got {self.loss_type!r}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, "
+                             f"got {self.loss_type!r}")
 
     @property
     def batch_rows(self) -> int:
@@ -128,17 +168,24 @@ class EnvRolloutFunc:
         config: sampling settings (temperature must equal ``GRPOConfig.temperature``).
         seed: base seed; call ``k`` uses ``seed + k``.
         on_trajectories: optional hook called with each batch of trajectories (for tests, logs).
+        ref_model: a frozen copy of the starting model; with it, ``policy/kl_ref`` is logged.
+
+    When the trainer runs with ``use_vllm=True``, every turn is sampled through the trainer's
+    ``vllm_generation`` (:class:`~hopgym.agents.rollout.TRLVLLMEngine`).
     """
 
     def __init__(self, env_fn: Callable[[], gym.Env], tokenizer: Any, config: RolloutConfig,
                  seed: int = 0,
-                 on_trajectories: Callable[[list[Trajectory]], None] | None = None) -> None:
+                 on_trajectories: Callable[[list[Trajectory]], None] | None = None,
+                 ref_model: Any | None = None) -> None:
         self.env_fn = env_fn
         self.tokenizer = tokenizer
         self.config = config
         self.seed = seed
         self.calls = 0
+        self.episodes = 0
         self.on_trajectories = on_trajectories
+        self.ref_model = ref_model
         self._collector: RolloutCollector | None = None
         self.seconds = 0.0
 
@@ -146,16 +193,24 @@ class EnvRolloutFunc:
         start = time.perf_counter()
         model = trainer.accelerator.unwrap_model(trainer.model)
         if self._collector is None:
-            self._collector = RolloutCollector(model, self.tokenizer, self.env_fn, self.config)
+            engine = (TRLVLLMEngine(trainer.vllm_generation)
+                      if getattr(trainer, "use_vllm", False) else None)
+            self._collector = RolloutCollector(model, self.tokenizer, self.env_fn, self.config,
+                                               engine=engine)
         self._collector.model = model
         qids = [p if isinstance(p, str) else str(p) for p in prompts]
         trajs = self._collector.collect(qids, group_size=1, seed=self.seed + 100_003 * self.calls)
         self.calls += 1
+        self.episodes += len(trajs)
         mode = "train" if model.training else "eval"
         metrics = getattr(trainer, "_metrics", None)
         if metrics is not None:
             for key, value in summarize(trajs).items():
                 metrics[mode][f"env/{key}"].append(value)
+            if self.ref_model is not None:
+                for key, value in policy_stats(trajs, self.ref_model,
+                                               self.config.temperature).items():
+                    metrics[mode][f"policy/{key}"].append(value)
         if self.on_trajectories is not None:
             self.on_trajectories(trajs)
         self.seconds += time.perf_counter() - start
@@ -193,9 +248,18 @@ def make_curve_callback(path: str | Path) -> Any:
     return _Curve()
 
 
-def plot_curves(history: Sequence[dict[str, Any]], path: str | Path,
-                keys: Sequence[str] = ("reward", "env/em"), title: str = "GRPO") -> Path | None:
-    """Plot ``keys`` against ``step`` from a log history into a PNG; ``None`` without matplotlib."""
+def plot_curves(history: Sequence[dict[str, Any]] | Mapping[str, Sequence[dict[str, Any]]],
+                path: str | Path, keys: Sequence[str | tuple[str, str]] = CURVE_KEYS,
+                title: str = "GRPO") -> Path | None:
+    """One panel per key of ``keys`` against ``step``, in one PNG; ``None`` without matplotlib.
+
+    Args:
+        history: a log history (rows with ``step`` and the keys), or ``{label: history}`` to
+            draw several runs on the same panels (GRPO beside rejection sampling).
+        path: the PNG.
+        keys: log keys, or ``(key, panel title)`` pairs; a key no row has is left out.
+        title: the figure's title.
+    """
     try:
         import matplotlib
 
@@ -203,19 +267,27 @@ def plot_curves(history: Sequence[dict[str, Any]], path: str | Path,
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for key in keys:
-        pts = [(h["step"], h[key]) for h in history if key in h]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=key)
-    ax.set_xlabel("step")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    runs = dict(history) if isinstance(history, Mapping) else {"": history}
+    panels = [(k, k) if isinstance(k, str) else (k[0], k[1]) for k in keys]
+    panels = [(k, t) for k, t in panels if any(k in h for rows in runs.values() for h in rows)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0), squeeze=False)
+    for ax, (key, name) in zip(axes[0], panels, strict=True):
+        for label, rows in runs.items():
+            pts = [(h["step"], h[key]) for h in rows if key in h]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label or None)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    if len(runs) > 1:
+        axes[0][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
@@ -236,9 +308,11 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
         on_trajectories: hook called with every batch of trajectories.
 
     Returns:
-        The ``GRPOTrainer`` after training; ``trainer.hopgym_history`` is the log history and
-        ``<output_dir>/curves.png`` the reward/EM curve (with ``config.plot``).
+        The ``GRPOTrainer`` after training; ``trainer.hopgym_history`` is the log history,
+        ``trainer.hopgym_rollout`` the rollout function (``episodes``, ``seconds``) and
+        ``<output_dir>/curves.png`` the per-step curves (with ``config.plot``).
     """
+    import copy
     import os
 
     try:
@@ -251,14 +325,22 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     if not question_ids:
         raise ValueError("no training questions")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    ref_model = None
+    if config.track_kl:
+        ref_model = copy.deepcopy(model).eval()
+        ref_model.requires_grad_(False)
     rollout = EnvRolloutFunc(
         env_fn, tokenizer,
         RolloutConfig(temperature=config.temperature, top_k=config.top_k,
                       max_new_tokens=config.max_new_tokens,
                       max_completion_tokens=config.max_completion_tokens,
                       batch_size=config.rollout_batch_size),
-        seed=config.seed, on_trajectories=on_trajectories)
+        seed=config.seed, on_trajectories=on_trajectories, ref_model=ref_model)
     dataset = Dataset.from_list([{"prompt": str(q)} for q in question_ids])
+    out = Path(config.output_dir)
+    vllm_kw: dict[str, Any] = {}
+    if config.use_vllm:
+        vllm_kw = _vllm_args(model, tokenizer, env_fn, config, out)
     args = GRPOConfig(
         output_dir=config.output_dir, max_steps=config.max_steps,
         per_device_train_batch_size=config.batch_rows, num_generations=config.group_size,
@@ -266,14 +348,13 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
         lr_scheduler_type="constant", warmup_steps=0, beta=config.beta, epsilon=config.epsilon,
         loss_type=config.loss_type, scale_rewards=config.scale_rewards,
         temperature=config.temperature, top_k=config.top_k,
-        max_completion_length=config.max_completion_tokens, use_vllm=False,
+        max_completion_length=config.max_completion_tokens, use_vllm=config.use_vllm,
         logging_steps=config.logging_steps,
         save_strategy="steps" if config.save_steps else "no", save_steps=config.save_steps or 500,
         seed=config.seed, data_seed=config.seed, report_to="none", bf16=_bf16(config.bf16),
         disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False,
-        log_completions=False,
+        log_completions=False, **vllm_kw,
     )
-    out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "log.jsonl"
     if log_path.exists():
@@ -289,5 +370,35 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     trainer.hopgym_history = curve.history
     trainer.hopgym_rollout = rollout
     if config.plot:
-        plot_curves(curve.history, out / "curves.png", keys=("reward", "env/em"))
+        plot_curves(curve.history, out / "curves.png", title=f"GRPO ({config.loss_type})")
     return trainer
+
+
+def _vllm_args(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
+               config: GRPORunConfig, out: Path) -> dict[str, Any]:
+    """``GRPOConfig`` fields for TRL's vLLM integration, with per-turn sampling settings.
+
+    TRL merges ``generation_kwargs`` into the sampling parameters in both modes, so each turn
+    stops at the protocol's stop tokens / strings and at ``max_new_tokens`` (not at TRL's
+    ``max_completion_length``, which bounds the whole multi-turn trajectory here).
+    """
+    env = env_fn()
+    stop_ids, stop_strings = stop_token_ids(tokenizer, getattr(env.unwrapped.protocol, "stop", ()))
+    env.close()
+    gen: dict[str, Any] = {"max_tokens": config.max_new_tokens,
+                           "stop_token_ids": sorted(stop_ids), "skip_special_tokens": False}
+    if stop_strings:
+        gen.update(stop=list(stop_strings), include_stop_str_in_output=True)
+    if config.vllm_mode == "colocate" and not Path(str(model.name_or_path or "")).is_dir():
+        # vLLM loads the weights by path (TRL passes model.name_or_path); a model built in
+        # memory is saved first, then TRL syncs the live weights before every rollout.
+        path = out / "vllm_init"
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        model.config._name_or_path = str(path)
+        model.name_or_path = str(path)
+    kw: dict[str, Any] = {"vllm_mode": config.vllm_mode, "generation_kwargs": gen,
+                          "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization}
+    if config.vllm_server_base_url:
+        kw["vllm_server_base_url"] = config.vllm_server_base_url
+    return kw

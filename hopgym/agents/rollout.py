@@ -1,7 +1,9 @@
 """Token-in/token-out multi-turn rollouts with loss masks: :class:`RolloutCollector`.
 
-Classes: :class:`RolloutConfig`, :class:`Trajectory`, :class:`RolloutCollector`. Functions:
-:func:`encode_prompt`, :func:`stop_token_ids`, :func:`summarize`.
+Classes: :class:`RolloutConfig`, :class:`Trajectory`, :class:`RolloutCollector`,
+:class:`TurnEngine` (the protocol of an external sampler), :class:`TRLVLLMEngine` (TRL's vLLM
+integration as one). Functions: :func:`encode_prompt`, :func:`stop_token_ids`, :func:`summarize`,
+:func:`sequence_logprobs`, :func:`policy_stats`.
 
 A trajectory is one episode in the env (with its reward wrappers), laid out as one token stream
 in Search-R1's way: the chat-templated first observation is the *prompt*; the *completion* is the
@@ -10,6 +12,9 @@ messages) spliced in between them. The collector samples with its own batched lo
 Face causal LM, so that it knows the log-probability of every sampled token, and it appends the
 sampled ids exactly as they came out of the model: what the model produced is never decoded and
 re-tokenised (the decoded text is only what the env reads). Only the env's text is tokenised.
+With an ``engine`` (for example :class:`TRLVLLMEngine`, TRL's vLLM integration in server or
+colocate mode) the turns come from that engine instead, and the token ids and log-probs it returns
+go into the trajectory as they are.
 
 ``mask[i]`` is 1 on model tokens and 0 on environment tokens; ``logprobs[i]`` is the sampling
 log-probability (``log_softmax(logits / temperature)``) on model tokens and 0.0 elsewhere. These
@@ -32,15 +37,15 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 
 from hopgym.corpora.retrieval import DependencyNotInstalled
 from hopgym.rewards.scoring import exact_match, token_f1
 
-__all__ = ["RolloutConfig", "Trajectory", "RolloutCollector", "encode_prompt", "stop_token_ids",
-           "summarize"]
+__all__ = ["RolloutConfig", "Trajectory", "RolloutCollector", "TurnEngine", "TRLVLLMEngine",
+           "encode_prompt", "stop_token_ids", "summarize", "sequence_logprobs", "policy_stats"]
 
 
 @dataclass
@@ -161,6 +166,59 @@ def stop_token_ids(tokenizer: Any, stop: Sequence[str]) -> tuple[set[int], tuple
     return ids, tuple(strings)
 
 
+class TurnEngine(Protocol):
+    """An external sampler of model turns (instead of the collector's own loop).
+
+    ``sample(contexts, budgets)`` gets one token-id context per episode in flight (prompt and
+    completion so far) and the most tokens each turn may have, and returns, per context, the
+    sampled token ids and the log-probability of each (under the sampling distribution, after
+    temperature). The engine is configured to stop at the protocol's stop tokens and strings.
+    """
+
+    def sample(self, contexts: list[list[int]],
+               budgets: list[int]) -> tuple[list[list[int]], list[list[float]]]: ...
+
+
+class TRLVLLMEngine:
+    """TRL's vLLM integration (``GRPOTrainer.vllm_generation``) as a :class:`TurnEngine`.
+
+    Each turn is one call to ``VLLMGeneration.generate(prompt_ids, None, 1)`` with the contexts
+    as token ids, in either of TRL's modes: ``server`` (``VLLMClient`` talks to ``trl vllm-serve``
+    / ``vllm serve``) or ``colocate`` (a ``vllm.LLM`` in the training process). TRL syncs the
+    weights into the engine before each ``rollout_func`` call. The turn length, stop tokens and
+    stop strings travel in ``GRPOConfig.generation_kwargs`` (see
+    :func:`hopgym.agents.grpo.train_grpo`), which TRL merges into the sampling parameters in both
+    modes. The returned ids are cut to each row's budget (a row near the end of its token budget
+    may have less room than ``max_tokens``); nothing is decoded and re-tokenised.
+
+    Args:
+        generation: the trainer's ``vllm_generation`` (a ``trl.generation.VLLMGeneration``).
+    """
+
+    def __init__(self, generation: Any) -> None:
+        self.generation = generation
+        self.calls = 0
+
+    def sample(self, contexts: list[list[int]],
+               budgets: list[int]) -> tuple[list[list[int]], list[list[float]]]:
+        rows = [i for i, b in enumerate(budgets) if b > 0]
+        ids: list[list[int]] = [[] for _ in contexts]
+        logps: list[list[float]] = [[] for _ in contexts]
+        if not rows:
+            return ids, logps
+        _, comp, lps, _ = self.generation.generate([list(contexts[i]) for i in rows], None, 1)
+        self.calls += 1
+        if lps is None:
+            raise ValueError("the vLLM engine returned no log-probs: TRL's VLLMGeneration must "
+                             "be built with logprobs=0 (GRPOTrainer does this)")
+        for i, c, lp in zip(rows, comp, lps, strict=True):
+            n = min(len(c), budgets[i])
+            ids[i] = [int(t) for t in c[:n]]
+            # logprobs=0: one entry per position, the sampled token's log-prob first.
+            logps[i] = [float(x[0] if isinstance(x, (list, tuple)) else x) for x in lp[:n]]
+        return ids, logps
+
+
 class _Episode:
     """Bookkeeping for one trajectory in flight."""
 
@@ -181,15 +239,19 @@ class RolloutCollector:
         env_fn: builds one env (with its reward wrappers); the collector keeps a pool of them, one
             per trajectory in flight.
         config: sampling settings.
+        engine: an external sampler of turns (:class:`TurnEngine`, e.g. vLLM through
+            :class:`TRLVLLMEngine`); ``None`` samples with ``model`` itself. The engine's own
+            sampling settings apply then (``config`` still sets the token budgets).
 
     The model's own text is never re-tokenised: each model turn's sampled ids go into the
     trajectory as they are; only observations are tokenised.
     """
 
     def __init__(self, model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
-                 config: RolloutConfig | None = None) -> None:
+                 config: RolloutConfig | None = None, engine: TurnEngine | None = None) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token first")
+        self.engine = engine
         self.model = model
         self.tokenizer = tokenizer
         self.env_fn = env_fn
@@ -212,7 +274,8 @@ class RolloutCollector:
         torch = _torch()
         rows = [q for q in question_ids for _ in range(group_size)]
         # The generator lives where the logits do (a CPU generator cannot sample CUDA tensors).
-        gen = torch.Generator(device=next(self.model.parameters()).device)
+        device = "cpu" if self.engine is not None else next(self.model.parameters()).device
+        gen = torch.Generator(device=device)
         gen.manual_seed(int(seed) if seed is not None else int(torch.randint(0, 2**31 - 1, ())))
         out: list[Trajectory] = []
         bs = self.config.batch_size
@@ -254,7 +317,11 @@ class RolloutCollector:
                    for e in active]
         stop_ids, stop_strings = self._stops(active[0].env)
         contexts = [e.traj.prompt_ids + e.traj.completion_ids for e in active]
-        ids, logps = self._sample(contexts, budgets, stop_ids, stop_strings, gen)
+        if self.engine is not None:
+            ids, logps = self.engine.sample(contexts, budgets)
+            ids, logps = _cut_at_stops(ids, logps, stop_ids)
+        else:
+            ids, logps = self._sample(contexts, budgets, stop_ids, stop_strings, gen)
         for ep, turn_ids, turn_logps in zip(active, ids, logps, strict=True):
             ep.traj._append("model", turn_ids, turn_logps)
             text = self.tokenizer.decode(turn_ids, skip_special_tokens=True)
@@ -409,6 +476,85 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     names = sorted({k for t in trajectories for k in t.reward_terms})
     for name in names:
         out[f"reward_terms/{name}"] = sum(t.reward_terms.get(name, 0.0) for t in trajectories) / n
+    return out
+
+
+def _cut_at_stops(ids: list[list[int]], logps: list[list[float]],
+                  stop_ids: set[int]) -> tuple[list[list[int]], list[list[float]]]:
+    """Cut each turn after its first stop token (an engine may run past one it was not told of)."""
+    out_ids, out_lp = [], []
+    for turn, lp in zip(ids, logps, strict=True):
+        if len(turn) != len(lp):
+            raise ValueError(f"the engine returned {len(turn)} token ids but {len(lp)} log-probs")
+        end = next((j + 1 for j, t in enumerate(turn) if t in stop_ids), len(turn))
+        out_ids.append(turn[:end])
+        out_lp.append(lp[:end])
+    return out_ids, out_lp
+
+
+def sequence_logprobs(model: Any, trajectories: Sequence[Trajectory], temperature: float = 1.0,
+                      batch_size: int = 32) -> list[list[float]]:
+    """Log-probs of every completion token of each trajectory under ``model`` (a forward pass).
+
+    Computed as TRL recomputes them, ``log_softmax(logits / temperature)``; env tokens get values
+    too (callers mask them). ``temperature`` 0 means 1 (greedy rollouts have no sampling scale).
+    """
+    torch = _torch()
+    scale = temperature if temperature > 0 else 1.0
+    device = next(model.parameters()).device
+    pad = 0
+    out: list[list[float]] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(trajectories), batch_size):
+                chunk = trajectories[start:start + batch_size]
+                seqs = [t.prompt_ids + t.completion_ids for t in chunk]
+                width = max(len(x) for x in seqs)
+                ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+                attn = torch.zeros((len(seqs), width), dtype=torch.long)
+                for i, x in enumerate(seqs):
+                    ids[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+                    attn[i, : len(x)] = 1
+                ids, attn = ids.to(device), attn.to(device)
+                logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float() / scale
+                logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+                for i, t in enumerate(chunk):
+                    p = len(t.prompt_ids)
+                    out.append(logp[i, p - 1: p - 1 + len(t.completion_ids)].tolist())
+    finally:
+        model.train(was_training)
+    return out
+
+
+def policy_stats(trajectories: Sequence[Trajectory], ref_model: Any | None = None,
+                 temperature: float = 1.0) -> dict[str, float]:
+    """Entropy and KL-to-reference estimates on the model tokens of sampled trajectories.
+
+    - ``entropy``: the mean negative sampling log-prob of the sampled model tokens, an unbiased
+      estimate of the per-token entropy of the sampling distribution (after temperature).
+    - ``kl_ref`` (with ``ref_model``): the mean over model tokens of the "k3" estimator
+      ``exp(r) - r - 1`` with ``r = log p_ref - log p_policy`` (Schulman's, the one TRL's
+      GRPO uses for its ``kl``), an estimate of KL(policy || reference) per token.
+
+    Example:
+        >>> t = Trajectory("q", [1], completion_ids=[5, 6], logprobs=[-0.5, 0.0], mask=[1, 0])
+        >>> policy_stats([t])
+        {'entropy': 0.5}
+    """
+    n_tok = sum(sum(t.mask) for t in trajectories)
+    nll = -sum(lp for t in trajectories for lp, m in zip(t.logprobs, t.mask, strict=True) if m)
+    out = {"entropy": nll / max(n_tok, 1)}
+    if ref_model is not None and n_tok:
+        ref = sequence_logprobs(ref_model, trajectories, temperature)
+        total = 0.0
+        for t, r in zip(trajectories, ref, strict=True):
+            for lp, rp, m in zip(t.logprobs, r, t.mask, strict=True):
+                if m:
+                    d = rp - lp
+                    total += math.exp(min(d, 50.0)) - d - 1.0
+        out["kl_ref"] = total / n_tok
     return out
 
 

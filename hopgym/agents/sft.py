@@ -196,7 +196,8 @@ def _bf16(flag: bool | None) -> bool:
 
 
 def train_sft(model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
-              config: SFTRunConfig, callbacks: Sequence[Any] = ()) -> Any:
+              config: SFTRunConfig, callbacks: Sequence[Any] = (),
+              optimizers: tuple[Any, Any] | None = None) -> Any:
     """Train ``model`` on ``examples`` with TRL's ``SFTTrainer``; env tokens carry no loss.
 
     Args:
@@ -205,6 +206,8 @@ def train_sft(model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
         examples: from :func:`teacher_examples` (``input_ids`` + ``completion_mask``).
         config: the run's settings.
         callbacks: extra ``TrainerCallback`` objects.
+        optimizers: ``(optimizer, lr_scheduler)`` to train with instead of new ones (a loop of
+            short SFT rounds keeps its Adam state this way, as :mod:`hopgym.agents.rft` does).
 
     Returns:
         The ``SFTTrainer`` after training (``trainer.state.log_history`` has the losses).
@@ -234,6 +237,7 @@ def train_sft(model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
     if config.time_limit_s is not None:
         cbs.append(TimeLimitCallback.make(config.time_limit_s, config.time_limit_clock))
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset,
-                         processing_class=tokenizer, callbacks=cbs)
+                         processing_class=tokenizer, callbacks=cbs,
+                         optimizers=optimizers or (None, None))
     trainer.train()
     return trainer

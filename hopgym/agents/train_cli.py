@@ -1,17 +1,20 @@
-"""``hopgym train sft`` and ``hopgym train grpo``: :func:`add_commands` for ``hopgym.cli``.
+"""``hopgym train sft|grpo|rft``: :func:`add_commands` for ``hopgym.cli``.
 
 ::
 
     hopgym train sft  --env hopgym/Synthetic-v0 --model tiny --out runs/sft
     hopgym train grpo --env hopgym/Synthetic-v0 --model runs/sft --reward r3rag --out runs/grpo
+    hopgym train rft  --env hopgym/Synthetic-v0 --model runs/sft --out runs/rft
 
 ``--model tiny`` builds a small Llama from :class:`~hopgym.agents.tiny_lm.TinyLMConfig` (set its
 fields with ``--tiny KEY=VALUE``) and a word-level tokenizer from the env's task; any other value is
 a local folder or hub id loaded with ``AutoModelForCausalLM`` / ``AutoTokenizer``. ``train sft``
 imitates a teacher (``--teacher oracle`` or an imperfect one with ``--teacher-kw early_answer=0.5``)
 on the env's questions; ``train grpo`` improves the model with the env's reward (``--reward``
-preset). Both save the model and tokenizer in ``--out`` (``train grpo`` also ``curves.png`` and
-``log.jsonl``) and print held-out EM before and after when ``--eval-split`` is given.
+preset); ``train rft`` does rejection-sampling fine-tuning (:mod:`hopgym.agents.rft`: sample G
+episodes per question, SFT on the correct ones, repeat). All save the model and tokenizer in
+``--out`` (``grpo`` and ``rft`` also ``curves.png`` and ``log.jsonl``) and print held-out EM before
+and after when ``--eval-split`` is given.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_commands", "load_policy", "run_sft", "run_grpo"]
+__all__ = ["add_commands", "load_policy", "run_sft", "run_grpo", "run_rft"]
 
 
 def _env_fn(env_id: str, kw: dict[str, Any], reward: str | None, split: str | None) -> Any:
@@ -178,6 +181,46 @@ def run_grpo(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def run_rft(args: argparse.Namespace) -> dict[str, Any]:
+    """``hopgym train rft``; returns the summary it prints."""
+    from hopgym.agents.rft import RFTRunConfig, train_rft
+    from hopgym.cli import parse_kwargs
+
+    kw = parse_kwargs(args.kw)
+    reward = args.reward or "default"
+    env_fn = _env_fn(args.env, kw, reward, args.split)
+    env = env_fn()
+    model, tok = load_policy(args.model, env, parse_kwargs(args.tiny), args.seed)
+    qids = _question_ids(env, args.questions)
+    cfg = RFTRunConfig(
+        output_dir=args.out, max_rounds=args.steps, questions_per_round=args.questions_per_step,
+        group_size=args.group_size, min_reward=args.min_reward, epochs=args.epochs,
+        batch_size=args.batch_size, learning_rate=args.lr, temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens, max_completion_tokens=args.max_length,
+        time_limit_s=args.time_limit, seed=args.seed)
+    summary: dict[str, Any] = {"command": "rft", "reward": reward, "out": args.out}
+    eval_fn = None
+    if args.eval_split:
+        eval_fn = _env_fn(args.env, kw, reward, args.eval_split)
+        eval_q = _question_ids(eval_fn(), args.eval_n)
+        summary["eval_before"] = _eval_em(model, tok, eval_fn, eval_q, args.max_new_tokens,
+                                          args.max_length)
+    before = [p.detach().clone() for p in model.parameters()]
+    res = train_rft(model, tok, env_fn, qids, cfg)
+    summary.update(rounds=res.rounds, episodes=res.episodes, kept=res.kept,
+                   optimizer_steps=res.optimizer_steps, seconds=round(res.seconds, 2),
+                   cpu_seconds=round(res.cpu_seconds, 2))
+    summary["changed_tensors"] = sum(
+        not bool((a == b.detach()).all()) for a, b in zip(before, model.parameters(), strict=True))
+    summary["last_log"] = res.history[-1] if res.history else {}
+    if eval_fn is not None:
+        summary["eval_after"] = _eval_em(model, tok, eval_fn, eval_q, args.max_new_tokens,
+                                         args.max_length)
+    _save(None, model, tok, Path(args.out), {"args": vars(args), "summary": summary})
+    print(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
 def _common(p: argparse.ArgumentParser, default_steps: int, default_lr: float) -> None:
     p.add_argument("--env", default="hopgym/Synthetic-v0", help="env id")
     p.add_argument("--kw", nargs="*", default=[], metavar="KEY=VALUE",
@@ -209,8 +252,9 @@ def _split(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def add_commands(subparsers: Any) -> None:
-    """Add ``train sft`` and ``train grpo`` to the ``hopgym`` command."""
-    train = subparsers.add_parser("train", help="SFT cold start and GRPO (needs hopgym[train])")
+    """Add ``train sft``, ``train grpo`` and ``train rft`` to the ``hopgym`` command."""
+    train = subparsers.add_parser("train", help="SFT cold start, GRPO and rejection sampling "
+                                  "(needs hopgym[train])")
     sub = train.add_subparsers(dest="train_command", required=True)
 
     sft = sub.add_parser("sft", help="imitate a scripted teacher on the env's questions")
@@ -231,3 +275,15 @@ def add_commands(subparsers: Any) -> None:
     grpo.add_argument("--beta", type=float, default=0.0, help="KL coefficient")
     grpo.add_argument("--save-steps", type=int, default=0)
     grpo.set_defaults(func=lambda a: run_grpo(_split(a)) and 0)
+
+    rft = sub.add_parser("rft", help="rejection-sampling fine-tuning: SFT on the policy's own "
+                                     "correct episodes, round after round")
+    _common(rft, 50, 1e-4)
+    rft.add_argument("--questions-per-step", type=int, default=8, help="questions per round")
+    rft.add_argument("--group-size", type=int, default=8, help="episodes per question")
+    rft.add_argument("--temperature", type=float, default=1.0)
+    rft.add_argument("--batch-size", type=int, default=16, help="SFT batch size")
+    rft.add_argument("--epochs", type=int, default=1, help="passes over each round's keeps")
+    rft.add_argument("--min-reward", type=float, default=None,
+                     help="keep episodes with at least this return (default: exact match)")
+    rft.set_defaults(func=lambda a: run_rft(_split(a)) and 0)

@@ -1,4 +1,4 @@
-"""``hopgym train sft|grpo`` end to end with a tiny model: parameters change, masks are right.
+"""``hopgym train sft|grpo|rft`` end to end with a tiny model: parameters change, masks are right.
 
 These assert that training runs and touches the weights through the right masks, not that reward
 rises (``examples/grpo_synthetic.py`` measures learning).
@@ -17,9 +17,16 @@ pytest.importorskip("trl")
 
 import hopgym  # noqa: E402,F401
 from hopgym.agents.grpo import EnvReward, GRPORunConfig, train_grpo  # noqa: E402
+from hopgym.agents.rft import (  # noqa: E402
+    RFTRunConfig,
+    keep_correct,
+    train_rft,
+    trajectory_example,
+)
 from hopgym.agents.rollout import Trajectory  # noqa: E402
 from hopgym.agents.scripted import OracleAgent  # noqa: E402
 from hopgym.agents.sft import SFTRunConfig, teacher_examples, train_sft  # noqa: E402
+from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig  # noqa: E402
 from hopgym.agents.tiny_lm import (  # noqa: E402
     TinyLMConfig,
     build_model,
@@ -134,3 +141,231 @@ def test_env_reward_and_config_checks():
         SFTRunConfig(max_steps=5, warmup_steps=5)
     with pytest.raises(ValueError, match="heads"):
         TinyLMConfig(hidden=30, heads=4)
+
+
+# ---------------------------------------------------------------- rejection sampling (RFT)
+
+
+def test_keep_correct_and_trajectory_examples():
+    good = Trajectory("q", [1, 2], completion_ids=[3, 4, 5], logprobs=[-1.0, 0.0, -2.0],
+                      mask=[1, 0, 1], em=1.0, reward=1.0)
+    bad = Trajectory("q", [1, 2], completion_ids=[3], logprobs=[-1.0], mask=[1], em=0.0,
+                     reward=0.3)
+    assert keep_correct([good, bad]) == [good]
+    assert keep_correct([good, bad], min_reward=0.2) == [good, bad]
+    assert keep_correct([{"em": 0.0, "reward": 0.0}, {"em": 1.0, "reward": 1.0}]) == [
+        {"em": 1.0, "reward": 1.0}]
+    ex = trajectory_example(good)
+    assert ex["input_ids"] == [1, 2, 3, 4, 5]
+    assert ex["completion_mask"] == [0, 0, 1, 0, 1]
+    with pytest.raises(ValueError, match="group_size"):
+        RFTRunConfig(group_size=0)
+    with pytest.raises(ValueError, match="temperature"):
+        RFTRunConfig(temperature=0.0)
+    with pytest.raises(ValueError, match="time_limit_clock"):
+        RFTRunConfig(time_limit_clock="cpu")
+
+
+@pytest.mark.slow
+def test_rft_keeps_only_passing_episodes_and_accounts_its_budget(tmp_path: Path):
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    rounds: list[list[Trajectory]] = []
+    cfg = RFTRunConfig(output_dir=str(tmp_path), max_rounds=3, questions_per_round=2,
+                       group_size=3, min_reward=1.0, batch_size=2, epochs=2,
+                       learning_rate=1e-2, max_new_tokens=8, max_completion_tokens=120)
+    before = snapshot(model)
+    res = train_rft(model, tok, lambda: LengthReward(make_env(None)),
+                    [s.id for s in env.unwrapped.task.samples], cfg, on_trajectories=rounds.append)
+    # Budget: every round samples B x G episodes, G in a row per question.
+    assert res.rounds == 3 and len(rounds) == 3
+    assert res.episodes == 3 * cfg.episodes_per_round == sum(len(r) for r in rounds)
+    for trajs in rounds:
+        for g in range(0, len(trajs), 3):
+            assert len({t.question_id for t in trajs[g:g + 3]}) == 1
+    # Kept: exactly the episodes whose return reaches min_reward; SFT steps follow from them.
+    kept = [[t for t in trajs if t.reward >= 1.0] for trajs in rounds]
+    assert [h["rft/kept"] for h in res.history] == [len(k) for k in kept]
+    assert 0 < res.kept == sum(len(k) for k in kept) < res.episodes
+    assert res.optimizer_steps == sum(-(-len(k) * 2 // 2) for k in kept if k)
+    assert changed(before, model) > 0
+    rows = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["episodes"] for r in rows] == [6, 12, 18]
+    assert all("policy/kl_ref" in r and "policy/entropy" in r and "env/em" in r for r in rows)
+    assert rows[0]["policy/kl_ref"] < 1e-6 <= rows[-1]["policy/kl_ref"]  # moved off the start
+    assert (tmp_path / "curves.png").exists()
+
+
+@pytest.mark.slow
+def test_rft_with_nothing_correct_leaves_the_model_alone(tmp_path: Path):
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    before = snapshot(model)
+    res = train_rft(model, tok, lambda: make_env("default"),
+                    [s.id for s in env.unwrapped.task.samples],
+                    RFTRunConfig(output_dir=str(tmp_path), max_rounds=2, questions_per_round=2,
+                                 group_size=2, max_new_tokens=6, max_completion_tokens=60,
+                                 min_reward=2.0, plot=False, track_kl=False))
+    assert res.episodes == 8 and res.kept == 0 and res.optimizer_steps == 0
+    assert changed(before, model) == 0
+
+
+@pytest.mark.slow
+def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Path):
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples] * 3
+    tcfg = TeacherConfig(early_answer=0.5, think=False)
+    exs = teacher_examples(lambda: make_env("default"),
+                           lambda e: ImperfectTeacher(e, tcfg, seed=0), qids, tok)
+    kept = keep_correct(exs)
+    assert 0 < len(kept) < len(exs)
+    assert all(e["em"] == 1.0 for e in kept)
+    assert len(kept) == sum(e["em"] == 1.0 for e in exs)
+    # An early answer (one search, then the bridge entity) never survives the filter.
+    assert all(e["messages"][-1]["content"] != "" for e in kept)
+    answers = [e["messages"][-1]["content"] for e in kept]
+    searches = [sum("<search>" in m["content"] for m in e["messages"]) for e in kept]
+    assert min(searches) >= 1 and all("<answer>" in a for a in answers)
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    before = snapshot(model)
+    trainer = train_sft(model, tok, kept, SFTRunConfig(
+        output_dir=str(tmp_path), max_steps=2, batch_size=4, warmup_steps=0, logging_steps=1))
+    assert changed(before, model) > 0
+    assert len(trainer.train_dataset) == len(kept)
+
+
+@pytest.mark.slow
+def test_cli_train_rft(tmp_path: Path, capsys):
+    out = tmp_path / "rft"
+    assert main(["train", "rft", "--env", "hopgym/Tiny-v0", "--model", "tiny", *TINY_ARGS,
+                 "--out", str(out), "--split", "none", "--steps", "2",
+                 "--questions-per-step", "2", "--group-size", "2", "--max-length", "120",
+                 "--max-new-tokens", "8", "--min-reward", "-1"]) == 0
+    summary = json.loads((out / "hopgym_train.json").read_text())["summary"]
+    assert summary["rounds"] == 2 and summary["episodes"] == 8 and summary["kept"] == 8
+    assert summary["optimizer_steps"] > 0 and summary["changed_tensors"] > 0
+    assert (out / "curves.png").exists() and (out / "config.json").exists()
+    capsys.readouterr()
+
+
+# ---------------------------------------------------------------- GRPO through TRL's vLLM path
+
+
+class StandInVLLMClient:
+    """Speaks TRL 1.16's ``VLLMClient`` interface (what ``trl vllm-serve`` answers) without vLLM.
+
+    It keeps its own copy of the policy, which TRL's ``sync_weights`` overwrites through
+    ``update_named_params`` (as it streams weights to a real server), and samples completions
+    from token-id prompts with the sampling parameters TRL sends (``n``, ``temperature``,
+    ``max_tokens`` and, from ``generation_kwargs``, ``stop_token_ids`` / ``max_tokens``),
+    returning ``completion_ids`` and per-token ``logprobs`` in the server's layout.
+    """
+
+    template = None  # the policy at start, set by the test
+    instances: list[StandInVLLMClient] = []
+
+    def __init__(self, base_url=None, host="0.0.0.0", server_port=8000, group_port=51216,
+                 connection_timeout=0.0):
+        import copy
+
+        self.model = copy.deepcopy(StandInVLLMClient.template).eval()
+        self.gen = torch.Generator().manual_seed(123)
+        self.returned: list[tuple[list[int], list[float]]] = []
+        self.syncs = 0
+        self.requests: list[dict] = []
+        StandInVLLMClient.instances.append(self)
+
+    def init_communicator(self, device=0):
+        self.device = device
+
+    def get_server_info(self):
+        return {"model_config": {"logprobs_mode": "processed_logprobs"}}
+
+    def update_named_params(self, metadata, named_params):
+        state = {name: t.detach().clone() for name, t in named_params}
+        assert list(state) == [m[0] for m in metadata]
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        assert not unexpected and all("lm_head" in k for k in missing)  # tied to the embeddings
+        self.syncs += 1
+
+    def reset_prefix_cache(self):
+        pass
+
+    def generate(self, prompts, features=None, n=1, repetition_penalty=1.0, temperature=1.0,
+                 top_p=1.0, top_k=0, min_p=0.0, max_tokens=16, logprobs=0,
+                 structured_outputs_regex=None, generation_kwargs=None):
+        params = {"max_tokens": max_tokens, **(generation_kwargs or {})}
+        self.requests.append(params)
+        stops = set(params.get("stop_token_ids", ()))
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "logprob_token_ids": []}
+        with torch.no_grad():
+            for prompt in prompts:
+                out["prompt_ids"].append(list(prompt))
+                for _ in range(n):
+                    seq, ids, lps = list(prompt), [], []
+                    while len(ids) < params["max_tokens"]:
+                        logits = self.model(input_ids=torch.tensor([seq])).logits[0, -1].float()
+                        lp = torch.log_softmax(logits / temperature, -1)
+                        tok_id = int(torch.multinomial(lp.exp(), 1, generator=self.gen))
+                        ids.append(tok_id)
+                        lps.append([float(lp[tok_id])])
+                        seq.append(tok_id)
+                        if tok_id in stops:
+                            break
+                    out["completion_ids"].append(ids)
+                    out["logprobs"].append(lps)
+                    out["logprob_token_ids"].append([[i] for i in ids])
+                    self.returned.append((ids, [x[0] for x in lps]))
+        return out
+
+
+@pytest.mark.slow
+def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path, monkeypatch):
+    import trl.generation.vllm_generation as vg
+
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    StandInVLLMClient.template = model
+    StandInVLLMClient.instances = []
+    # TRL's own VLLMGeneration runs (server mode); only the client is the stand-in.
+    monkeypatch.setattr(vg, "is_vllm_available", lambda *a, **k: True)
+    monkeypatch.setattr(vg, "VLLMClient", StandInVLLMClient)
+    seen: list[Trajectory] = []
+    before = snapshot(model)
+    trainer = train_grpo(
+        model, tok, lambda: LengthReward(make_env(None)),
+        [s.id for s in env.unwrapped.task.samples],
+        GRPORunConfig(output_dir=str(tmp_path), max_steps=2, questions_per_step=2, group_size=3,
+                      learning_rate=1e-2, max_new_tokens=8, max_completion_tokens=120,
+                      use_vllm=True, vllm_mode="server", plot=False),
+        on_trajectories=seen.extend)
+    (client,) = StandInVLLMClient.instances
+    assert trainer.state.global_step == 2 and changed(before, model) > 0
+    assert client.syncs == 2  # TRL pushed the weights before each step's rollouts
+    assert all(r["max_tokens"] == 8 and tok.eos_token_id in r["stop_token_ids"]
+               for r in client.requests)
+    # Every model turn of every trajectory is a completion the engine returned, ids and
+    # log-probs as they came (cut only at the token budget), never re-tokenised.
+    returned = {tuple(ids): lps for ids, lps in client.returned}
+    turns = 0
+    for t in seen:
+        for kind, s, e in t.spans:
+            if kind != "model":
+                continue
+            ids = tuple(t.completion_ids[s:e])
+            match = [k for k in returned if k[: len(ids)] == ids]
+            assert match, "a model turn that the engine did not return"
+            assert t.logprobs[s:e] == returned[match[0]][: len(ids)]
+            assert t.mask[s:e] == [1] * (e - s)
+            turns += 1
+    assert turns >= len(seen) and len(client.returned) >= turns
+    # TRL recomputed the log-probs of exactly those tokens with the synced policy: its
+    # importance-sampling check sees no gap between engine and trainer.
+    hist = trainer.hopgym_history
+    diffs = [h["sampling/sampling_logp_difference/max"] for h in hist
+             if "sampling/sampling_logp_difference/max" in h]
+    assert diffs and max(diffs) < 1e-4

@@ -1,0 +1,277 @@
+"""Rejection-sampling fine-tuning (RFT): sample, keep the correct episodes, SFT on them, repeat.
+
+Classes: :class:`RFTRunConfig`, :class:`RFTResult`. Functions: :func:`train_rft`,
+:func:`keep_correct`, :func:`trajectory_example`.
+
+Each round draws ``questions_per_round`` training questions (a seeded shuffle, cycled), samples
+``group_size`` episodes of each from the *current* policy with
+:class:`~hopgym.agents.rollout.RolloutCollector` (the env's reward wrappers apply), keeps the
+episodes the env marks correct (:func:`keep_correct`) and trains on them with TRL's
+``SFTTrainer`` (:func:`~hopgym.agents.sft.train_sft`), the env's tokens masked out of the loss
+exactly as in GRPO. One AdamW optimizer lives across rounds. This is the baseline GRPO must beat
+to show that the gradient through the advantages matters: it uses the same rollouts, the same
+questions and the same reward, but only imitates its own successes (STaR / ReST-style expert
+iteration; RAFT).
+
+Budget: a round samples ``questions_per_round * group_size`` episodes, the same as a GRPO step
+with the same ``B`` and ``G``, so ``max_rounds`` equal to GRPO's ``max_steps`` is the same number
+of sampled episodes; ``time_limit_s`` stops it by seconds instead (``time_limit_clock``).
+
+Logged each round (``log.jsonl``, the :class:`RFTResult` history and ``curves.png``): the same
+``env/...`` and ``policy/...`` keys as GRPO (:func:`~hopgym.agents.rollout.summarize`,
+:func:`~hopgym.agents.rollout.policy_stats`), plus ``rft/kept``, ``rft/kept_rate``, ``loss``,
+``episodes``, ``optimizer_steps`` and ``cpu_seconds``.
+
+Example:
+    >>> RFTRunConfig(max_rounds=4, questions_per_round=2, group_size=4).episodes_per_round
+    8
+    >>> RFTRunConfig(group_size=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: group_size must be >= 1, got 0
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from hopgym.agents.rollout import (
+    RolloutCollector,
+    RolloutConfig,
+    Trajectory,
+    policy_stats,
+    summarize,
+)
+from hopgym.agents.sft import CLOCKS, SFTRunConfig, train_sft
+from hopgym.corpora.retrieval import DependencyNotInstalled
+
+__all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "trajectory_example"]
+
+
+@dataclass
+class RFTRunConfig:
+    """Settings of a rejection-sampling fine-tuning run."""
+
+    output_dir: str = field(default="runs/rft", metadata={"help": "Log and curve PNG."})
+    max_rounds: int = field(default=100, metadata={
+        "help": "Rounds of sample -> filter -> SFT (GRPO's max_steps for the same episodes)."})
+    questions_per_round: int = field(default=8, metadata={"help": "Questions per round (B)."})
+    group_size: int = field(default=8, metadata={"help": "Episodes per question (G)."})
+    min_reward: float | None = field(default=None, metadata={
+        "help": "Keep an episode when its return is at least this; None keeps the episodes "
+                "whose answer is an exact match (the env's correctness)."})
+    epochs: int = field(default=1, metadata={
+        "help": "Passes over each round's kept episodes."})
+    batch_size: int = field(default=16, metadata={"help": "SFT examples per optimizer step."})
+    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
+    top_k: int = field(default=0, metadata={"help": "Top-k sampling (0: off)."})
+    max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
+    max_completion_tokens: int = field(default=1024, metadata={
+        "help": "Longest trajectory after the prompt (model + env tokens)."})
+    rollout_batch_size: int = field(default=64, metadata={"help": "Episodes sampled at once."})
+    time_limit_s: float | None = field(default=None, metadata={
+        "help": "Stop after this many seconds (checked between rounds)."})
+    time_limit_clock: str = field(default="process", metadata={
+        "help": "'wall' or 'process' (CPU seconds of this process)."})
+    seed: int = field(default=0, metadata={"help": "Seed for question order and sampling."})
+    bf16: bool | None = field(default=None, metadata={
+        "help": "bf16 (None: when CUDA supports it)."})
+    track_kl: bool = field(default=True, metadata={
+        "help": "Log policy/kl_ref (to the starting model) and policy/entropy each round."})
+    plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
+
+    def __post_init__(self) -> None:
+        for name in ("max_rounds", "questions_per_round", "group_size", "epochs", "batch_size",
+                     "max_new_tokens", "rollout_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0: rejection sampling needs diverse "
+                             f"samples, got {self.temperature}")
+        if self.max_completion_tokens < self.max_new_tokens:
+            raise ValueError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
+                             f"max_new_tokens ({self.max_new_tokens})")
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            raise ValueError(f"time_limit_s must be > 0 or None, got {self.time_limit_s}")
+        if self.time_limit_clock not in CLOCKS:
+            raise ValueError(f"time_limit_clock must be one of {sorted(CLOCKS)}, "
+                             f"got {self.time_limit_clock!r}")
+
+    @property
+    def episodes_per_round(self) -> int:
+        """Episodes sampled per round: ``questions_per_round * group_size``."""
+        return self.questions_per_round * self.group_size
+
+
+@dataclass
+class RFTResult:
+    """What :func:`train_rft` did (the model is trained in place).
+
+    Attributes:
+        history: one log row per round.
+        rounds: rounds run.
+        episodes: episodes sampled (the budget).
+        kept: episodes kept and trained on.
+        optimizer_steps: SFT optimizer steps over all rounds.
+        seconds, cpu_seconds: wall-clock and process CPU seconds of the whole run.
+        rollout_seconds: wall-clock seconds spent sampling.
+        model_tokens: model tokens sampled.
+    """
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    rounds: int = 0
+    episodes: int = 0
+    kept: int = 0
+    optimizer_steps: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    rollout_seconds: float = 0.0
+    model_tokens: int = 0
+
+
+def _value(item: Any, name: str) -> float:
+    return float(item[name] if isinstance(item, dict) else getattr(item, name))
+
+
+def keep_correct(items: Iterable[Any], min_reward: float | None = None) -> list[Any]:
+    """The episodes the env marks correct: exact match 1, or a return of at least ``min_reward``.
+
+    Works on :class:`~hopgym.agents.rollout.Trajectory` objects and on teacher examples (dicts
+    with ``em`` and ``reward`` from :func:`~hopgym.agents.sft.teacher_examples`), so RFT and the
+    filtered-teacher baseline keep episodes by the same rule.
+
+    Example:
+        >>> keep_correct([{"em": 1.0, "reward": 1.0}, {"em": 0.0, "reward": 0.2}])
+        [{'em': 1.0, 'reward': 1.0}]
+        >>> len(keep_correct([{"em": 0.0, "reward": 0.2}], min_reward=0.1))
+        1
+    """
+    if min_reward is None:
+        return [x for x in items if _value(x, "em") >= 1.0]
+    return [x for x in items if _value(x, "reward") >= min_reward]
+
+
+def trajectory_example(traj: Trajectory) -> dict[str, Any]:
+    """A sampled episode as an SFT example: its own token ids, loss only on the model's tokens.
+
+    Example:
+        >>> t = Trajectory("q", [1, 2], completion_ids=[3, 4, 5], logprobs=[-1.0, 0.0, 0.0],
+        ...                mask=[1, 0, 0])
+        >>> trajectory_example(t)
+        {'input_ids': [1, 2, 3, 4, 5], 'completion_mask': [0, 0, 1, 0, 0]}
+    """
+    return {"input_ids": list(traj.prompt_ids) + list(traj.completion_ids),
+            "completion_mask": [0] * len(traj.prompt_ids) + list(traj.mask)}
+
+
+def _question_stream(question_ids: Sequence[str], seed: int) -> Iterable[str]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    while True:
+        for i in rng.permutation(len(question_ids)):
+            yield str(question_ids[int(i)])
+
+
+def train_rft(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
+              question_ids: Sequence[str], config: RFTRunConfig,
+              on_trajectories: Callable[[list[Trajectory]], None] | None = None) -> RFTResult:
+    """Rejection-sampling fine-tuning of ``model`` on env episodes of ``question_ids``.
+
+    Args:
+        model: a causal LM (trained in place).
+        tokenizer: its tokenizer.
+        env_fn: builds one env with its reward wrappers.
+        question_ids: the training questions (ids of the env's task).
+        config: the run's settings.
+        on_trajectories: hook called with every round's sampled trajectories.
+
+    Returns:
+        An :class:`RFTResult`; ``<output_dir>/log.jsonl`` and ``curves.png`` hold the curves.
+    """
+    try:
+        import torch
+    except ImportError as exc:
+        raise DependencyNotInstalled.for_extra("torch", "train") from exc
+    from hopgym.agents.grpo import plot_curves
+
+    if not question_ids:
+        raise ValueError("no training questions")
+    now = CLOCKS[config.time_limit_clock]
+    t_wall, t_cpu, t_budget = time.perf_counter(), time.process_time(), now()
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "log.jsonl"
+    if log_path.exists():
+        log_path.unlink()
+    ref_model = None
+    if config.track_kl:
+        ref_model = copy.deepcopy(model).eval()
+        ref_model.requires_grad_(False)
+    rollout_cfg = RolloutConfig(
+        temperature=config.temperature, top_k=config.top_k, max_new_tokens=config.max_new_tokens,
+        max_completion_tokens=config.max_completion_tokens,
+        batch_size=config.rollout_batch_size)
+    collector = RolloutCollector(model, tokenizer, env_fn, rollout_cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    questions = iter(_question_stream(question_ids, config.seed))
+    res = RFTResult()
+    for rnd in range(config.max_rounds):
+        if config.time_limit_s is not None and now() - t_budget >= config.time_limit_s:
+            break
+        qids = [next(questions) for _ in range(config.questions_per_round)]
+        t0 = time.perf_counter()
+        trajs = collector.collect(qids, group_size=config.group_size,
+                                  seed=config.seed + 100_003 * rnd)
+        res.rollout_seconds += time.perf_counter() - t0
+        res.episodes += len(trajs)
+        res.model_tokens += sum(sum(t.mask) for t in trajs)
+        if on_trajectories is not None:
+            on_trajectories(trajs)
+        row: dict[str, Any] = {"step": rnd + 1}
+        row.update({f"env/{k}": v for k, v in summarize(trajs).items()})
+        row.update({f"policy/{k}": v for k, v in policy_stats(
+            trajs, ref_model, config.temperature).items()})
+        kept = keep_correct(trajs, config.min_reward)
+        row["rft/kept"] = len(kept)
+        row["rft/kept_rate"] = len(kept) / len(trajs)
+        if kept:
+            examples = [trajectory_example(t) for t in kept]
+            steps = math.ceil(len(examples) * config.epochs / config.batch_size)
+            trainer = train_sft(model, tokenizer, examples, SFTRunConfig(
+                output_dir=str(out / "sft_round"), max_steps=steps,
+                batch_size=min(config.batch_size, len(examples)),
+                learning_rate=config.learning_rate, warmup_steps=0,
+                lr_scheduler_type="constant",
+                max_length=max(len(e["input_ids"]) for e in examples),
+                logging_steps=steps, seed=config.seed + rnd, bf16=config.bf16),
+                optimizers=(optimizer, scheduler))
+            res.optimizer_steps += trainer.state.global_step
+            res.kept += len(kept)
+            losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+            if losses:
+                row["loss"] = float(losses[-1])
+        res.rounds = rnd + 1
+        row.update(episodes=res.episodes, optimizer_steps=res.optimizer_steps,
+                   cpu_seconds=time.process_time() - t_cpu)
+        res.history.append(row)
+        with log_path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+    res.seconds = time.perf_counter() - t_wall
+    res.cpu_seconds = time.process_time() - t_cpu
+    if config.plot:
+        plot_curves(res.history, out / "curves.png", title="rejection sampling (RFT)")
+    return res
