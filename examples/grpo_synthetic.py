@@ -52,15 +52,18 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 METHODS = ("grpo", "rft", "continue_sft", "filtered_sft")
 
+#: The synthetic world of the CPU presets: 2-hop bridge questions, one phrasing, no distractors.
+WORLD: dict[str, Any] = dict(n_entities=300, hops=2, kinds="bridge", n_questions=800,
+                             distractors=0.0, phrasing_variety=1, passages_per_doc=3,
+                             web_noise=0.0)
+
 
 @dataclass
 class Args:
     """Settings of one run (a preset fills them; ``--set`` overrides)."""
 
     env: str = field(default="hopgym/Synthetic-v0", metadata={"help": "Env id."})
-    world: dict[str, Any] = field(default_factory=lambda: dict(
-        n_entities=300, hops=2, kinds="bridge", n_questions=800, distractors=0.0,
-        phrasing_variety=1, passages_per_doc=3, web_noise=0.0), metadata={
+    world: dict[str, Any] = field(default_factory=lambda: dict(WORLD), metadata={
         "help": "WorldConfig arguments of the synthetic world."})
     top_k: int = field(default=1, metadata={"help": "Documents per search."})
     reward: str = field(default="default", metadata={"help": "Reward preset for GRPO and RFT."})
@@ -69,6 +72,11 @@ class Args:
                 "carry no information for a model trained from scratch, and halve the tokens)."})
     teacher: dict[str, Any] = field(default_factory=lambda: dict(early_answer=0.5), metadata={
         "help": "TeacherConfig of the imperfect teacher (think is always off)."})
+    rename_entities: bool = field(default=False, metadata={
+        "help": "Re-draw the facts of every SFT example (a random renaming of its entity names, "
+                "hopgym.agents.sft.EntityRenamer), so the student learns to copy instead of "
+                "memorising the training world; used by every SFT run (cold start and the SFT "
+                "baselines). GRPO and RFT sample the real world."})
     tiny: dict[str, Any] = field(default_factory=lambda: dict(
         layers=2, hidden=64, heads=4, ffn=256, max_positions=512), metadata={
         "help": "TinyLMConfig of the student."})
@@ -115,17 +123,16 @@ class Args:
 
     def sft_key(self, seed: int) -> str:
         """A key of everything the SFT checkpoint depends on (its cache file name)."""
-        keys = ("env", "world", "top_k", "brief_prompt", "teacher", "tiny", "sft_steps",
-                "sft_batch", "sft_lr", "max_length")
+        keys = ("env", "world", "top_k", "brief_prompt", "teacher", "rename_entities", "tiny",
+                "sft_steps", "sft_batch", "sft_lr", "max_length")
         blob = json.dumps({k: getattr(self, k) for k in keys} | {"seed": seed}, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
 # The cpu-small settings; the GPU preset scales them up (same question, larger size).
 _CPU_SMALL: dict[str, Any] = dict(
-    world=dict(n_entities=1000, hops=2, kinds="bridge", n_questions=3000, distractors=0.0,
-               phrasing_variety=1, passages_per_doc=3, web_noise=0.0),
-    brief_prompt=True, teacher=dict(early_answer=0.5),
+    world={**WORLD, "passages_per_doc": 1}, brief_prompt=True, teacher=dict(early_answer=0.6),
+    rename_entities=True,
     tiny=dict(layers=4, hidden=128, heads=4, ffn=512, max_positions=512),
     sft_steps=800, sft_batch=32, sft_lr=1e-3, grpo_steps=60, questions_per_step=8, group_size=8,
     grpo_lr=1e-4, loss_type="dapo", beta=0.0, rft_lr=3e-4, n_eval=200, max_length=256)
@@ -142,7 +149,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # One GPU: cpu-small's question at a larger size (a wider, deeper student, a bigger world,
     # more questions per step and more held-out questions).
     "gpu-small": {**_CPU_SMALL,
-                  "world": {**_CPU_SMALL["world"], "n_entities": 3000, "n_questions": 8000},
+                  "world": {**WORLD, "n_entities": 3000, "n_questions": 8000},
                   "tiny": dict(layers=6, hidden=256, heads=8, ffn=1024, max_positions=512),
                   "questions_per_step": 16, "n_eval": 500},
 }
@@ -185,7 +192,7 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
     import hopgym  # noqa: F401
     from hopgym.agents.grpo import GRPORunConfig, plot_curves, train_grpo
     from hopgym.agents.rft import RFTRunConfig, keep_correct, train_rft
-    from hopgym.agents.sft import SFTRunConfig, teacher_examples, train_sft
+    from hopgym.agents.sft import EntityRenamer, SFTRunConfig, teacher_examples, train_sft
     from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
     from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts
 
@@ -219,11 +226,18 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     tcfg = TeacherConfig(**{**a.teacher, "think": False})
 
-    def teacher_data(n: int, offset: int) -> list[dict[str, Any]]:
-        draw = [train_q[int(i)] for i in rng.integers(len(train_q), size=n)]
+    def episodes(qids: list[str], offset: int) -> list[dict[str, Any]]:
         return teacher_examples(env_fn("train", None),
                                 lambda e: ImperfectTeacher(e, tcfg, seed=seed + offset),
-                                draw, tok, seed=seed + offset)
+                                qids, tok, seed=seed + offset)
+
+    # Renaming draws only from the name words of the training questions' episodes.
+    renamer = (EntityRenamer(tok, world_env.unwrapped.task, episodes(train_q, 999))
+               if a.rename_entities else None)
+
+    def teacher_data(n: int, offset: int) -> list[dict[str, Any]]:
+        data = episodes([train_q[int(i)] for i in rng.integers(len(train_q), size=n)], offset)
+        return renamer.apply(data, seed=1000 * seed + offset) if renamer else data
 
     # --- SFT cold start (cached: a sweep of what follows reuses it)
     cache = Path(a.out) / "sft_cache" / f"{a.sft_key(seed)}.pt"

@@ -35,6 +35,8 @@ _LAZY = {
     "TeacherConfig": "teachers",
     "train_sft": "sft",
     "train_grpo": "grpo",
+    "train_rft": "rft",
+    "RFTRunConfig": "rft",
 }
 
 __all__ = ["Agent", "RandomAgent", "DirectAgent", "SingleSearchAgent", "OracleAgent",

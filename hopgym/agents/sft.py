@@ -2,7 +2,8 @@
 
 Functions: :func:`teacher_examples` (run a scripted teacher in an env and turn each episode into a
 tokenised SFT example with a loss mask), :func:`train_sft` (train with TRL). Classes:
-:class:`SFTRunConfig`, :class:`TimeLimitCallback`.
+:class:`SFTRunConfig`, :class:`TimeLimitCallback`, :class:`EntityRenamer` (re-draws the facts of
+examples so that a small model learns to copy rather than memorise).
 
 An example has the layout of a rollout (:mod:`hopgym.agents.rollout`): the chat-templated first
 observation, then the teacher's turns with the env's observations between them, all in one
@@ -18,6 +19,7 @@ spliced *inside* an assistant turn.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +31,8 @@ from hopgym.agents.rollout import encode_prompt
 from hopgym.corpora.retrieval import DependencyNotInstalled
 from hopgym.rewards.scoring import exact_match
 
-__all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback", "CLOCKS"]
+__all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback", "CLOCKS",
+           "EntityRenamer"]
 
 #: Clocks a time limit can be measured with.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "process": time.process_time}
@@ -107,6 +110,76 @@ def teacher_examples(
                     "question_id": str(qid), "reward": ret,
                     "em": exact_match(answer, golds) if answer is not None else 0.0})
     return out
+
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+class EntityRenamer:
+    """Re-draws the facts of SFT examples: a fresh random renaming of entity names per example.
+
+    A small model trained from scratch on a fixed world memorises its facts (it writes a
+    remembered surname instead of copying the one in the question) unless the training facts are
+    re-drawn at random every step (``../shared/PERF.md``). This does that at the token level:
+    each example gets its own random permutation of the *name words* (the words of the task's
+    document titles that its fixed text, the question templates and the passages with the names
+    taken out, never uses), applied to every occurrence in the example (question, queries,
+    documents, answer). The episode stays consistent (the same entity has the same new name
+    throughout, so the teacher's answer is still right) but its facts are new, so the only way to
+    predict the next query or the answer is to copy it from the context.
+
+    Only word tokens with the leading-space marker are renamed (names always follow a space or a
+    tag in the word-level vocabulary of :mod:`hopgym.agents.tiny_lm`), and only among the name
+    words that occur in ``examples`` when given (so test-only names stay untouched).
+
+    Args:
+        tokenizer: the word-level tokenizer (:func:`hopgym.agents.tiny_lm.build_tokenizer`).
+        task: the task whose documents and questions define names and fixed text.
+        examples: restrict the renaming to name words that occur in these examples.
+    """
+
+    def __init__(self, tokenizer: Any, task: Any,
+                 examples: Sequence[dict[str, Any]] | None = None) -> None:
+        import numpy as np
+
+        docs = [d for d in (getattr(task, "documents", None) or {}).values() if d is not None]
+        if not docs:
+            raise ValueError("EntityRenamer needs a task with documents (their titles are the "
+                             "entity names)")
+        titles = sorted({d.title for d in docs}, key=len, reverse=True)
+        names = re.compile("|".join(re.escape(t) for t in titles))
+        fixed: set[str] = set()
+        for text in [d.text for d in docs] + [s.question for s in task.samples]:
+            fixed.update(_WORD.findall(names.sub(" ", text)))
+        words = {w for t in titles for w in _WORD.findall(t)} - fixed
+        vocab = tokenizer.get_vocab()
+        ids = {vocab["▁" + w] for w in words if "▁" + w in vocab}
+        if examples is not None:
+            present: set[int] = set()
+            for e in examples:
+                present.update(e["input_ids"])
+            ids &= present
+        if len(ids) < 2:
+            raise ValueError(f"only {len(ids)} name tokens to rename: is this a word-level "
+                             f"tokenizer built from the task's texts?")
+        self.pool = np.array(sorted(ids), dtype=np.int64)
+        self.vocab_size = max(len(tokenizer), int(self.pool.max()) + 1)
+
+    def __call__(self, example: dict[str, Any], rng: Any) -> dict[str, Any]:
+        """``example`` with its name tokens renamed by a permutation drawn from ``rng``."""
+        import numpy as np
+
+        lut = np.arange(self.vocab_size, dtype=np.int64)
+        lut[self.pool] = self.pool[rng.permutation(len(self.pool))]
+        ids = lut[np.asarray(example["input_ids"], dtype=np.int64)]
+        return {**example, "input_ids": [int(i) for i in ids]}
+
+    def apply(self, examples: Sequence[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+        """Every example renamed with its own permutation (seeded)."""
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        return [self(e, rng) for e in examples]
 
 
 @dataclass

@@ -7,6 +7,7 @@ rises (``examples/grpo_synthetic.py`` measures learning).
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import gymnasium as gym
@@ -25,7 +26,12 @@ from hopgym.agents.rft import (  # noqa: E402
 )
 from hopgym.agents.rollout import Trajectory  # noqa: E402
 from hopgym.agents.scripted import OracleAgent  # noqa: E402
-from hopgym.agents.sft import SFTRunConfig, teacher_examples, train_sft  # noqa: E402
+from hopgym.agents.sft import (  # noqa: E402
+    EntityRenamer,
+    SFTRunConfig,
+    teacher_examples,
+    train_sft,
+)
 from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig  # noqa: E402
 from hopgym.agents.tiny_lm import (  # noqa: E402
     TinyLMConfig,
@@ -369,3 +375,57 @@ def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path,
     diffs = [h["sampling/sampling_logp_difference/max"] for h in hist
              if "sampling/sampling_logp_difference/max" in h]
     assert diffs and max(diffs) < 1e-4
+
+
+# ---------------------------------------------------------------- fresh facts for SFT
+
+
+def test_entity_renamer_redraws_facts_consistently():
+    import numpy as np
+
+    world = dict(n_entities=100, hops=2, kinds="bridge", n_questions=40, distractors=0.0,
+                 phrasing_variety=1, passages_per_doc=1, web_noise=0.0)
+
+    def env_fn():
+        return gym.make("hopgym/Synthetic-v0", split="train", reward=None, top_k=1, **world)
+
+    env = env_fn()
+    tok = build_tokenizer(task_texts(env.unwrapped.task, ("tags",)))
+    qids = [s.id for s in env.unwrapped.task.samples]
+    exs = teacher_examples(env_fn, lambda e: ImperfectTeacher(e, TeacherConfig(think=False),
+                                                              seed=0), qids, tok)
+    ren = EntityRenamer(tok, env.unwrapped.task, exs)
+    pool = set(ren.pool.tolist())
+    # Name words only: never a tag, a relation word of the templates, or a number.
+    assert not pool & {tok.convert_tokens_to_ids(w) for w in
+                       ("<search>", "<answer>", "▁born", "▁married", "▁directed", "▁Question",
+                        "▁Doc", "▁Title", "▁is", "▁the")}
+    out = ren.apply(exs, seed=0)
+    again = ren.apply(exs, seed=0)
+    assert [e["input_ids"] for e in out] == [e["input_ids"] for e in again]  # seeded
+    n_changed = 0
+    for old, new in zip(exs, out, strict=True):
+        assert new["completion_mask"] == old["completion_mask"] and new["em"] == old["em"]
+        assert len(new["input_ids"]) == len(old["input_ids"])
+        mapping: dict[int, int] = {}
+        for a, b in zip(old["input_ids"], new["input_ids"], strict=True):
+            if a not in pool:
+                assert a == b  # everything but names is untouched
+            else:
+                assert b in pool and mapping.setdefault(a, b) == b  # one new name per name
+        assert len(set(mapping.values())) == len(mapping)  # a bijection: no two names merge
+        n_changed += any(a != b for a, b in mapping.items())
+    assert n_changed > 0.9 * len(exs)
+    # The episode stays answerable: a correct teacher answer is still copied from the text.
+    ok = [e for e in out if e["em"] == 1.0]
+    assert ok
+    ans_start = {tok.convert_tokens_to_ids("<answer>")}
+    for e in ok[:10]:
+        ids = e["input_ids"]
+        i = max(j for j, t in enumerate(ids) if t in ans_start)
+        answer = ids[i + 1: ids.index(tok.convert_tokens_to_ids("</answer>"), i)]
+        body = ids[:i]
+        assert any(body[k:k + len(answer)] == answer for k in range(len(body)))
+    with pytest.raises(ValueError, match="documents"):
+        EntityRenamer(tok, types.SimpleNamespace(documents={}, samples=[]))
+    assert np.all(np.sort(ren.pool) == ren.pool)
