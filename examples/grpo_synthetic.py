@@ -176,6 +176,15 @@ def evaluate_em(model: Any, tok: Any, env_fn: Any, qids: list[str], a: Args) -> 
     return summarize(col.collect(qids, 1, seed=0))
 
 
+def _compact(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The curve keys of a log history, rounded (what the result JSON keeps)."""
+    from hopgym.agents.grpo import CURVE_KEYS
+
+    keep = ("step", "loss", "rft/kept", *(k for k, _ in CURVE_KEYS))
+    return [{k: round(h[k], 5) if isinstance(h[k], float) else h[k] for k in keep if k in h}
+            for h in history if "env/em" in h]
+
+
 def _first_last(history: list[dict[str, Any]], key: str = "env/em", n: int = 10) -> list[float]:
     xs = [h[key] for h in history if key in h]
     if not xs:
@@ -315,7 +324,7 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
         res["grpo"] = evaluate_em(model, tok, test_fn, test_q, a)
         histories["GRPO"] = trainer.hopgym_history
         res["grpo_train_em_first_last10"] = _first_last(trainer.hopgym_history)
-        res["grpo_history"] = trainer.hopgym_history
+        res["grpo_history"] = _compact(trainer.hopgym_history)
         log(f"[seed {seed}] after GRPO EM {res['grpo']['em']:.3f} (searches "
             f"{res['grpo']['searches_per_episode']:.2f}; {budget['cpu_seconds']:.0f} CPU-s, "
             f"{budget['episodes']} episodes; sampled train EM first/last 10 steps "
@@ -338,7 +347,7 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
                              "optimizer_steps": rft.optimizer_steps}
         histories["RFT"] = rft.history
         res["rft_train_em_first_last10"] = _first_last(rft.history)
-        res["rft_history"] = rft.history
+        res["rft_history"] = _compact(rft.history)
         log(f"[seed {seed}] after RFT EM {res['rft']['em']:.3f} (searches "
             f"{res['rft']['searches_per_episode']:.2f}; {rft.cpu_seconds:.0f} CPU-s, "
             f"{rft.episodes} episodes, {rft.kept} kept, {rft.optimizer_steps} steps)")

@@ -48,6 +48,7 @@ from hopgym.agents.rollout import (
     RolloutConfig,
     Trajectory,
     TRLVLLMEngine,
+    frozen_copy,
     policy_stats,
     stop_token_ids,
     summarize,
@@ -312,7 +313,6 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
         ``trainer.hopgym_rollout`` the rollout function (``episodes``, ``seconds``) and
         ``<output_dir>/curves.png`` the per-step curves (with ``config.plot``).
     """
-    import copy
     import os
 
     try:
@@ -327,8 +327,7 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     ref_model = None
     if config.track_kl:
-        ref_model = copy.deepcopy(model).eval()
-        ref_model.requires_grad_(False)
+        ref_model = frozen_copy(model)
     rollout = EnvRolloutFunc(
         env_fn, tokenizer,
         RolloutConfig(temperature=config.temperature, top_k=config.top_k,

@@ -33,7 +33,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -48,6 +47,7 @@ from hopgym.agents.rollout import (
     RolloutCollector,
     RolloutConfig,
     Trajectory,
+    frozen_copy,
     policy_stats,
     summarize,
 )
@@ -218,8 +218,7 @@ def train_rft(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
         log_path.unlink()
     ref_model = None
     if config.track_kl:
-        ref_model = copy.deepcopy(model).eval()
-        ref_model.requires_grad_(False)
+        ref_model = frozen_copy(model)
     rollout_cfg = RolloutConfig(
         temperature=config.temperature, top_k=config.top_k, max_new_tokens=config.max_new_tokens,
         max_completion_tokens=config.max_completion_tokens,

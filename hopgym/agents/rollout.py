@@ -45,7 +45,8 @@ from hopgym.corpora.retrieval import DependencyNotInstalled
 from hopgym.rewards.scoring import exact_match, token_f1
 
 __all__ = ["RolloutConfig", "Trajectory", "RolloutCollector", "TurnEngine", "TRLVLLMEngine",
-           "encode_prompt", "stop_token_ids", "summarize", "sequence_logprobs", "policy_stats"]
+           "encode_prompt", "stop_token_ids", "summarize", "sequence_logprobs", "policy_stats",
+           "frozen_copy"]
 
 
 @dataclass
@@ -526,6 +527,23 @@ def sequence_logprobs(model: Any, trajectories: Sequence[Trajectory], temperatur
     finally:
         model.train(was_training)
     return out
+
+
+def frozen_copy(model: Any) -> Any:
+    """A frozen, independent copy of ``model`` (the reference for :func:`policy_stats`).
+
+    A model that went through a Hugging Face ``Trainer`` carries an instance-level ``forward``
+    wrapper (accelerate's) whose closure calls the *original* model; ``copy.deepcopy`` keeps that
+    closure, so the copy would silently run the live weights. The wrappers are dropped here.
+    """
+    import copy
+
+    ref = copy.deepcopy(model)
+    for module in ref.modules():
+        module.__dict__.pop("forward", None)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref
 
 
 def policy_stats(trajectories: Sequence[Trajectory], ref_model: Any | None = None,

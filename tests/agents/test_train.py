@@ -24,7 +24,7 @@ from hopgym.agents.rft import (  # noqa: E402
     train_rft,
     trajectory_example,
 )
-from hopgym.agents.rollout import Trajectory  # noqa: E402
+from hopgym.agents.rollout import Trajectory, frozen_copy  # noqa: E402
 from hopgym.agents.scripted import OracleAgent  # noqa: E402
 from hopgym.agents.sft import (  # noqa: E402
     EntityRenamer,
@@ -108,6 +108,16 @@ def test_sft_labels_mask_env_tokens(tmp_path: Path):
         assert row["input_ids"] == ex["input_ids"]
         assert row["labels"] == [i if m else -100 for i, m in
                                  zip(ex["input_ids"], ex["completion_mask"], strict=True)]
+    # The Trainer left an instance-level forward wrapper on the model that calls the original
+    # model; the KL reference must not run the live weights through it.
+    ref = frozen_copy(model)
+    x = torch.tensor([exs[0]["input_ids"]])
+    with torch.no_grad():
+        before_ref = ref(input_ids=x).logits.clone()
+        for p in model.parameters():
+            p.add_(0.1)
+        assert torch.equal(ref(input_ids=x).logits, before_ref)
+        assert not torch.allclose(model(input_ids=x).logits, before_ref)
 
 
 @pytest.mark.slow
