@@ -240,9 +240,9 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
                                 lambda e: ImperfectTeacher(e, tcfg, seed=seed + offset),
                                 qids, tok, seed=seed + offset)
 
-    # Renaming draws only from the name words of the training questions' episodes.
-    renamer = (EntityRenamer(tok, world_env.unwrapped.task, episodes(train_q, 999))
-               if a.rename_entities else None)
+    # Renaming draws from every name word of the world's vocabulary: the held-out entities'
+    # words get trained embeddings (in random roles), never their facts.
+    renamer = EntityRenamer(tok, world_env.unwrapped.task) if a.rename_entities else None
 
     def teacher_data(n: int, offset: int) -> list[dict[str, Any]]:
         data = episodes([train_q[int(i)] for i in rng.integers(len(train_q), size=n)], offset)

@@ -129,8 +129,11 @@ class EntityRenamer:
     predict the next query or the answer is to copy it from the context.
 
     Only word tokens with the leading-space marker are renamed (names always follow a space or a
-    tag in the word-level vocabulary of :mod:`hopgym.agents.tiny_lm`), and only among the name
-    words that occur in ``examples`` when given (so test-only names stay untouched).
+    tag in the word-level vocabulary of :mod:`hopgym.agents.tiny_lm`). With ``examples``, only
+    among the name words that occur in them. Without, among every name word of ``task``: then the
+    words of held-out entities get trained embeddings too (in random roles; their facts never
+    appear), which a model trained from scratch needs to copy a name it was never trained to
+    write (its embedding would still be the random initialisation, tied to the output layer).
 
     Args:
         tokenizer: the word-level tokenizer (:func:`hopgym.agents.tiny_lm.build_tokenizer`).
