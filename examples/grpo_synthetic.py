@@ -146,12 +146,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(sft_steps=3, grpo_steps=2, questions_per_step=2, group_size=2, n_eval=4,
                   brief_prompt=True, tiny=dict(layers=1, hidden=32, heads=2, ffn=64,
                                                 max_positions=512)),
-    # One GPU: cpu-small's question at a larger size (a wider, deeper student, a bigger world,
-    # more questions per step and more held-out questions).
+    # One GPU: cpu-small's question at a larger size (a bigger world, a wider and deeper
+    # student, twice the questions per step, more GRPO steps, more held-out questions).
     "gpu-small": {**_CPU_SMALL,
-                  "world": {**WORLD, "n_entities": 3000, "n_questions": 8000},
+                  "world": {**_CPU_SMALL["world"], "n_entities": 3000, "n_questions": 8000},
                   "tiny": dict(layers=6, hidden=256, heads=8, ffn=1024, max_positions=512),
-                  "questions_per_step": 16, "n_eval": 500},
+                  "questions_per_step": 16, "grpo_steps": 100, "n_eval": 500},
 }
 
 
@@ -240,9 +240,10 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
                                 lambda e: ImperfectTeacher(e, tcfg, seed=seed + offset),
                                 qids, tok, seed=seed + offset)
 
-    # Renaming draws from every name word of the world's vocabulary: the held-out entities'
-    # words get trained embeddings (in random roles), never their facts.
-    renamer = EntityRenamer(tok, world_env.unwrapped.task) if a.rename_entities else None
+    # Renaming draws only from the name words of the training questions' episodes (held-out
+    # entities' names and facts never appear in SFT data).
+    renamer = (EntityRenamer(tok, world_env.unwrapped.task, episodes(train_q, 999))
+               if a.rename_entities else None)
 
     def teacher_data(n: int, offset: int) -> list[dict[str, Any]]:
         data = episodes([train_q[int(i)] for i in rng.integers(len(train_q), size=n)], offset)
@@ -282,7 +283,7 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
         f"(searches {res['sft']['searches_per_episode']:.2f}; SFT {res['sft_cpu_seconds']:.0f} "
         f"CPU-s)")
     sft_state = copy.deepcopy(model.state_dict())
-    sft_cpu_per_step = res["sft_cpu_seconds"] / a.sft_steps
+    sft_per_step = res["sft_cpu_seconds" if a.clock == "process" else "sft_seconds"] / a.sft_steps
 
     histories: dict[str, list[dict[str, Any]]] = {}
     budget = {}
@@ -358,7 +359,8 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
         if name not in a.methods:
             continue
         model.load_state_dict(sft_state)
-        need = a.sft_batch * (math.ceil(1.5 * cpu_budget / max(sft_cpu_per_step, 1e-6)) + 10)
+        # Enough teacher episodes for the budget at the cold start's speed, and some to spare.
+        need = a.sft_batch * (math.ceil(1.3 * cpu_budget / max(sft_per_step, 1e-6)) + 10)
         if name == "continue_sft":
             data = teacher_data(need, 1)
         else:
@@ -461,28 +463,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sets["out"] = ns.out
     a = make_args(ns.preset, sets)
     start, c_start = time.perf_counter(), time.process_time()
-    runs = [run(a, s) for s in ns.seeds]
-    keys = [k for k in ("untrained", "sft", "grpo", "rft", "continue_sft", "filtered_sft")
-            if all(k in r for r in runs)]
+    runs: list[dict[str, Any]] = []
 
     def stats(k: str) -> dict[str, float]:
         xs = [r[k]["em"] for r in runs]
         return {"mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0,
                 "per_seed": xs}
 
-    result = {
-        "preset": ns.preset, "seeds": ns.seeds, "args": asdict(a),
-        "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - c_start,
-        "summary": {k: stats(k) for k in keys}, "targets": targets(runs), "runs": runs,
-    }
+    for s in ns.seeds:  # the JSON is rewritten after every seed (a long run keeps what it has)
+        runs.append(run(a, s))
+        keys = [k for k in ("untrained", "sft", "grpo", "rft", "continue_sft", "filtered_sft")
+                if all(k in r for r in runs)]
+        result = {
+            "preset": ns.preset, "seeds": [r["seed"] for r in runs], "args": asdict(a),
+            "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - c_start,
+            "summary": {k: stats(k) for k in keys}, "targets": targets(runs), "runs": runs,
+        }
+        if ns.json:
+            Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(ns.json).write_text(json.dumps(result, indent=1, default=str))
     for k in keys:
         s = result["summary"][k]
         print(f"EM {k:>13}: {s['mean']:.3f} ± {s['std']:.3f}  per seed "
               f"{' '.join(f'{x:.2f}' for x in s['per_seed'])}")
     print("targets:", json.dumps(result["targets"]["all_seeds"]))
-    if ns.json:
-        Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(ns.json).write_text(json.dumps(result, indent=1, default=str))
     return result
 
 
