@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import socket
 import sys
 import types
 from pathlib import Path
@@ -347,13 +348,28 @@ def test_empty_and_missing_files(tmp_path):
 
 
 # -------------------------------------------------------------------------------- hub names
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+@pytest.fixture
+def online_hub(monkeypatch):
+    """A reachable 'hub': the offline variables unset and HF_ENDPOINT on a listening socket."""
+    for var in _OFFLINE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        yield
+
+
 def _fake_datasets(monkeypatch, load):
     mod = types.ModuleType("datasets")
     mod.load_dataset = load  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "datasets", mod)
 
 
-def test_hub_name_offline_says_what_to_do(monkeypatch):
+def test_hub_name_offline_says_what_to_do(monkeypatch, online_hub):
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'hotpotqa/hotpot_qa' on the Hub")
 
@@ -362,6 +378,7 @@ def test_hub_name_offline_says_what_to_do(monkeypatch):
         load_hotpotqa("hotpotqa/hotpot_qa")
     msg = str(err.value)
     assert "hotpot_dev_distractor_v1.json" in msg and "path=" in msg
+    assert "ConnectionError" in msg
 
 
 def test_hub_name_without_datasets_names_the_extra(monkeypatch):
@@ -370,7 +387,7 @@ def test_hub_name_without_datasets_names_the_extra(monkeypatch):
         load_musique("someone/musique")
 
 
-def test_hub_rows_in_column_layout_are_read(monkeypatch):
+def test_hub_rows_in_column_layout_are_read(monkeypatch, online_hub):
     calls = []
 
     def load(name, config, split):
