@@ -75,10 +75,15 @@ class LoadReport:
 
 
 def _not_utf8(exc: UnicodeDecodeError, column: int | None = None) -> str:
-    byte = exc.object[exc.start] if exc.start < len(exc.object) else None
-    what = f"byte 0x{byte:02x}" if byte is not None else "a truncated character"
+    if exc.reason == "unexpected end of data":
+        return "not UTF-8 text: a truncated character at the end (a truncated file?)"
     at = f" at column {column}" if column is not None else ""
-    return f"not UTF-8 text ({what}{at}): is it a binary or compressed file?"
+    return (f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}{at}): is it a binary or "
+            "compressed file?")
+
+
+def _msg(exc: json.JSONDecodeError) -> str:
+    return exc.msg.removesuffix(" starting at")  # "Unterminated string starting at"
 
 
 class _Utf8Text:
@@ -159,9 +164,10 @@ def _iter_json_array(f: Any, path: str, chunk: int = 1 << 20) -> Iterator[tuple[
             except json.JSONDecodeError as exc:
                 if eof:
                     where = line + buf.count("\n", pos, exc.pos)
-                    reason = f"invalid JSON: {exc.msg}"
-                    if exc.pos >= len(buf):
-                        reason += " (the file ends inside a record: a truncated file?)"
+                    column = exc.pos - buf.rfind("\n", 0, exc.pos)
+                    reason = f"invalid JSON: {_msg(exc)} at column {column}"
+                    if not buf.rstrip().endswith("]"):
+                        reason += " (the file ends before the array is closed: truncated?)"
                     raise DatasetFormatError(path, where, "<json>", reason) from None
                 fill()
                 continue
@@ -191,7 +197,7 @@ def _iter_json_lines(raw: IO[bytes]) -> Iterator[tuple[int, Any]]:
         try:
             rec = json.loads(text)
         except json.JSONDecodeError as exc:
-            reason = f"invalid JSON: {exc.msg} at column {exc.colno}"
+            reason = f"invalid JSON: {_msg(exc)} at column {exc.colno}"
             if "\x00" in text:
                 reason += " (the line holds NUL bytes: is it a binary file?)"
             elif first and text.strip().endswith(("{", "[", ",", ":")):
