@@ -650,3 +650,28 @@ def test_duplicates_name_their_line(tmp_path):
     c = tmp_path / "c.jsonl"
     c.write_text('{"id": "1", "contents": "A\\nx"}\n{"id": "1", "contents": "B\\ny"}\n')
     _raises_at(c, 2, "duplicate passage id '1'", load=load_corpus)
+
+
+def test_bom_crlf_and_blank_lines(tmp_path):
+    arr = tmp_path / "a.json"
+    arr.write_bytes(b'\xef\xbb\xbf\r\n [\r\n{"x": 1},\r\n{"x": "\xc3\xa9"}]\r\n')
+    assert list(iter_records(arr)) == [(3, {"x": 1}), (4, {"x": "\u00e9"})]
+    lines = tmp_path / "b.jsonl"
+    lines.write_bytes(b'\xef\xbb\xbf{"x": 1}\r\n \r\n{"x": 2}\r\n')
+    assert list(iter_records(lines)) == [(1, {"x": 1}), (3, {"x": 2})]
+
+
+def test_array_decoding_across_small_chunks_keeps_characters_and_lines(tmp_path):
+    from hopgym.corpora.datasets.records import _Utf8Text
+
+    recs = [{"q": f"Köln–Zürich {i} 🚲"} for i in range(40)]
+    f = tmp_path / "u.json"
+    f.write_text("[\n" + ",\n".join(json.dumps(r, ensure_ascii=False) for r in recs) + "\n]")
+    with open(f, "rb") as raw:
+        got = list(_iter_json_array(_Utf8Text(raw, str(f)), str(f), chunk=5))
+    assert got == [(i + 2, r) for i, r in enumerate(recs)]
+    data = f.read_bytes()
+    bad = data.index(b"Z\xc3\xbcrich 30")  # record 30 is on line 32
+    f.write_bytes(data[:bad + 1] + b"\xfc" + data[bad + 3:])
+    with open(f, "rb") as raw, pytest.raises(DatasetFormatError, match="line 32: not UTF-8"):
+        list(_iter_json_array(_Utf8Text(raw, str(f)), str(f), chunk=5))
