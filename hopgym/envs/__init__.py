@@ -29,7 +29,7 @@ _IDS = {
     "hopgym/SyntheticRouting-v0": (
         "hopgym.envs.registration:make_synthetic", {"sources": ("local", "web")}),
     "hopgym/Tiny-v0": ("hopgym.envs.registration:make_tiny", {}),
-    "hopgym/SyntheticFeaturized-v0": ("hopgym.envs.featurized:make_featurized", {}),
+    "hopgym/SyntheticFeaturized-v0": ("hopgym.envs.featurized:make_featurized", {"max_turns": 6}),
     "hopgym/HotpotQA-v0": ("hopgym.envs.datasets:make_hotpotqa", {}),
     "hopgym/2WikiMultiHopQA-v0": ("hopgym.envs.datasets:make_2wiki", {}),
     "hopgym/MuSiQue-v0": ("hopgym.envs.datasets:make_musique", {}),

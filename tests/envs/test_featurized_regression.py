@@ -100,14 +100,15 @@ def _team(kwargs: dict[str, Any], episodes: int) -> list[list[dict[str, Any]]]:
 
 CASES: dict[str, Callable[[], list[list[dict[str, Any]]]]] = {
     "tiny": lambda: _single(lambda: make_featurized(
-        base_id="hopgym/Tiny-v0", max_candidates=6), 12),
+        base_id="hopgym/Tiny-v0", max_turns=6, max_candidates=6), 12),
     "tiny_routing_hashing": lambda: _single(lambda: make_featurized(
         base_id="hopgym/Tiny-v0", base_kwargs={"sources": ("local", "web")}, reward="searchr1",
-        max_candidates=5, hash_dim=32, embedder="hashing-16"), 12),
+        max_turns=6, max_candidates=5, hash_dim=32, embedder="hashing-16"), 12),
     "synthetic_registered": lambda: _single(lambda: gym.make(
         "hopgym/SyntheticFeaturized-v0", base_kwargs=SMALL_WORLD), 16),
     "hotpotqa": lambda: _single(lambda: make_featurized(
-        base_id="hopgym/HotpotQA-v0", base_kwargs={"path": HOTPOT}, max_candidates=6), 4),
+        base_id="hopgym/HotpotQA-v0", base_kwargs={"path": HOTPOT}, max_turns=6,
+        max_candidates=6), 4),
     "team_cooperative": lambda: _team(
         {"base_id": "hopgym/Tiny-v0", "max_candidates": 4, "hash_dim": 16}, 8),
     "team_competitive_text": lambda: _team(
