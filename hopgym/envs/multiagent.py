@@ -65,10 +65,11 @@ class MultiHopTeamEnv(ParallelEnv):
         **trajectory: how to build each trajectory, as keyword arguments of
             :func:`~hopgym.envs.featurized.make_featurized`: ``base_id`` (the hopgym text env to
             play in) and ``base_kwargs`` (its own arguments), ``max_candidates``, ``hash_dim``,
-            ``embedder``, and the text env's options (``reward``: the preset of each trajectory,
-            the team reward in cooperative mode; ``max_turns``: the step budget of each
-            trajectory; ``top_k``, …). Defaults are those of ``hopgym/SyntheticFeaturized-v0``:
-            the synthetic world, the text env's reward preset, and a budget of 6 turns.
+            ``embedder``, and the env options (:class:`~hopgym.envs.options.EnvOptions`:
+            ``reward``, the preset of each trajectory and the team reward in cooperative mode;
+            ``max_turns``, the step budget of each trajectory; ``top_k``, …). Defaults are those
+            of ``hopgym/SyntheticFeaturized-v0``: the synthetic world, the default options, and a
+            budget of 6 turns.
 
     Actions (``Discrete``; ``K = max_candidates``, ``S`` sources):
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import pickle
 import warnings
 
@@ -23,6 +22,7 @@ from hopgym.envs.featurized import (
     sentence_concepts,
 )
 from hopgym.envs.multihop_qa import MultiHopQAEnv
+from hopgym.envs.options import EnvOptions
 from hopgym.envs.registration import make_task_env
 
 
@@ -75,11 +75,9 @@ def test_is_a_wrapper_of_the_text_env():
 
 
 def test_text_env_options_pass_through_with_the_text_env_defaults():
-    from hopgym.envs.registration import make_task_env
-
-    budget = inspect.signature(make_task_env).parameters["max_turns"].default
+    defaults = EnvOptions()
     env = make_featurized(base_id="hopgym/Tiny-v0", reward=None)
-    assert env.unwrapped.max_turns == budget and env.unwrapped.top_k == 3
+    assert env.unwrapped.max_turns == defaults.max_turns and env.unwrapped.top_k == defaults.top_k
     env = make_featurized(base_id="hopgym/Tiny-v0", reward=None, max_turns=3, top_k=2,
                           protocol="r3", base_kwargs={"sources": ("local", "web")})
     base = env.unwrapped
@@ -121,6 +119,11 @@ def test_bad_arguments():
         make_featurized(base_id="hopgym/Tiny-v0", base_kwargs={"reward": None})
     with pytest.raises(ValueError, match="pass top_k= to make_featurized directly"):
         make_featurized(base_id="hopgym/Tiny-v0", base_kwargs={"top_k": 2})
+    # Options are checked (EnvOptions) before the text env is built; typos get a suggestion.
+    with pytest.raises(ValueError, match="top_k must be an int >= 1"):
+        make_featurized(base_id="hopgym/Synthetic-v0", top_k=0)
+    with pytest.raises(TypeError, match="did you mean 'max_candidates'"):
+        make_featurized(base_id="hopgym/Tiny-v0", max_candidate=4)
 
 
 def test_masks_match_candidates_along_random_rollouts():

@@ -39,7 +39,6 @@ Modules: :mod:`.spans` (reading documents), :mod:`.evidence` (candidates and cha
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from typing import Any
 
@@ -66,9 +65,9 @@ def __getattr__(name: str) -> Any:
     if name == "DEFAULT_REWARD":
         # make_featurized no longer re-declares the reward default: it is the text env's.
         warnings.warn("hopgym.envs.featurized.DEFAULT_REWARD is deprecated and will be removed in "
-                      "hopgym 0.3: the reward default is the text env's (make_task_env's reward=)",
+                      "hopgym 0.3: the reward default is the env options' (EnvOptions().reward)",
                       DeprecationWarning, stacklevel=2)
-        from hopgym.envs.registration import make_task_env
+        from hopgym.envs.options import EnvOptions
 
-        return inspect.signature(make_task_env).parameters["reward"].default
+        return EnvOptions().reward
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,6 +23,7 @@ from hopgym.envs.featurized.features import (
     slot_features,
 )
 from hopgym.envs.featurized.spans import doc_words
+from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions, Unpack
 
 __all__ = ["FeaturizedEnv", "make_featurized"]
 
@@ -419,15 +420,6 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         return text + "Actions:\n" + "\n".join(lines) + "\n"
 
 
-def _text_env_options() -> frozenset[str]:
-    """The env options every hopgym text env factory takes: the keyword-only arguments of
-    :func:`~hopgym.envs.registration.make_task_env` (``reward``, ``max_turns``, ``top_k``, …)."""
-    from hopgym.envs.registration import make_task_env
-
-    params = inspect.signature(make_task_env).parameters.values()
-    return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
-
-
 def make_featurized(
     *,
     base_id: str = "hopgym/Synthetic-v0",
@@ -435,10 +427,9 @@ def make_featurized(
     max_candidates: int = _MAX_CANDIDATES,
     hash_dim: int = _HASH_DIM,
     embedder: str | None = None,
-    render_mode: str | None = None,
-    **text_env_options: Any,
+    **options: Unpack[EnvKwargs],
 ) -> FeaturizedEnv:
-    """``FeaturizedEnv(gym.make(base_id, **base_kwargs, **text_env_options), …)``.
+    """``FeaturizedEnv(gym.make(base_id, **base_kwargs, **options), …)``.
 
     The entry point of ``hopgym/SyntheticFeaturized-v0`` (registered with ``max_turns=6``).
 
@@ -446,23 +437,31 @@ def make_featurized(
         base_id: the text env to featurize (any hopgym id).
         base_kwargs: the text env's own keyword arguments (``hops=``, ``seed=``, ``split=``,
             ``path=``, …).
-        max_candidates, hash_dim, embedder, render_mode: see :class:`FeaturizedEnv`.
-        **text_env_options: the env options of the text env (``reward=``, ``max_turns=``,
-            ``top_k=``, ``protocol=``, …; see :func:`~hopgym.envs.registration.make_task_env`),
-            with the text env's defaults.
+        max_candidates, hash_dim, embedder: see :class:`FeaturizedEnv`.
+        **options: the env options (:class:`~hopgym.envs.options.EnvOptions`: ``reward``,
+            ``max_turns``, ``top_k``, ``protocol``, …), checked before the text env is built and
+            passed to it, with its defaults. ``render_mode="ansi"`` also makes
+            :meth:`FeaturizedEnv.render` show the candidate actions.
 
     Raises:
-        ValueError: an env option given in ``base_kwargs`` (pass it as a keyword).
+        ValueError: a bad option, or an option given in ``base_kwargs`` (pass it as a keyword).
+        TypeError: an unknown keyword (the message suggests the closest known one).
 
     Example:
         >>> env = make_featurized(base_id="hopgym/Tiny-v0", reward=None, max_candidates=4)
         >>> env.action_space
         Discrete(10)
     """
+    opts = EnvOptions.from_kwargs(options, also=_OWN_ARGS)
     kwargs = dict(base_kwargs or {})
-    misplaced = sorted(set(kwargs) & _text_env_options())
+    misplaced = [name for name in OPTION_NAMES if name in kwargs]
     if misplaced:
         raise ValueError(f"pass {misplaced[0]}= to make_featurized directly, not in base_kwargs")
-    env = gym.make(base_id, **kwargs, **text_env_options)
+    env = gym.make(base_id, **kwargs, **options)
     return FeaturizedEnv(env, max_candidates=max_candidates, hash_dim=hash_dim,
-                         embedder=embedder, render_mode=render_mode)
+                         embedder=embedder, render_mode=opts.render_mode)
+
+
+# make_featurized's own keywords, suggested (with the options) for a misspelt keyword.
+_OWN_ARGS = tuple(n for n, p in inspect.signature(make_featurized).parameters.items()
+                  if p.kind is not inspect.Parameter.VAR_KEYWORD)
