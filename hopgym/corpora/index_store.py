@@ -32,9 +32,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hopgym._version import __version__
 from hopgym.corpora import retrieval as _retrieval
 from hopgym.corpora.retrieval import BM25Retriever, Retriever
 from hopgym.corpora.types import Passage
+from hopgym.errors import HopgymError
 
 __all__ = [
     "Manifest",
@@ -59,7 +61,7 @@ MANIFEST = "manifest.json"
 RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
 
 
-class IndexStoreError(RuntimeError):
+class IndexStoreError(HopgymError, RuntimeError):
     """An index directory cannot be written or read (missing, corrupt, incompatible format)."""
 
 
@@ -93,12 +95,7 @@ def tokenizer_fingerprint() -> str:
 
 
 def _version() -> str:
-    try:
-        from hopgym import __version__
-
-        return __version__
-    except ImportError:  # pragma: no cover - partial checkouts
-        return "unknown"
+    return __version__
 
 
 @dataclass
