@@ -7,7 +7,8 @@ module statements, imports inside functions (lazy imports count: they run too), 
 
 Floors (a module may import its own floor and the floors below it):
 
-- 0, the foundation: ``hopgym/errors.py``, ``hopgym/_version.py``, ``hopgym/httpclient.py`` and
+- 0, the foundation: ``hopgym/errors.py``, ``hopgym/_version.py``, ``hopgym/httpclient.py``,
+  ``hopgym/_kwargs.py`` (keyword-argument helpers every floor uses) and
   ``hopgym/backends/`` (the language-model backends sit here, not in ``agents/``, so that the
   judges in ``rewards/`` can run on them; they need nothing of hopgym but errors and the HTTP
   client);
@@ -32,6 +33,7 @@ FLOORS = {
     "hopgym.errors": 0,
     "hopgym._version": 0,
     "hopgym.httpclient": 0,
+    "hopgym._kwargs": 0,
     "hopgym.backends": 0,
     "hopgym.corpora": 1,
     "hopgym.rewards": 2,
