@@ -32,10 +32,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hopgym._version import __version__
 from hopgym.corpora import retrieval as _retrieval
 from hopgym.corpora.retrieval import BM25Retriever, Retriever
 from hopgym.corpora.retrievers import RetrieverSpec, make_retriever, persistable_kinds
 from hopgym.corpora.types import Passage
+from hopgym.errors import HopgymError
 
 __all__ = [
     "Manifest",
@@ -61,7 +63,7 @@ MANIFEST = "manifest.json"
 RETRIEVER_KINDS = persistable_kinds()
 
 
-class IndexStoreError(RuntimeError):
+class IndexStoreError(HopgymError, RuntimeError):
     """An index directory cannot be written or read (missing, corrupt, incompatible format)."""
 
 
@@ -95,12 +97,7 @@ def tokenizer_fingerprint() -> str:
 
 
 def _version() -> str:
-    try:
-        from hopgym import __version__
-
-        return __version__
-    except ImportError:  # pragma: no cover - partial checkouts
-        return "unknown"
+    return __version__
 
 
 @dataclass
