@@ -28,10 +28,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from hopgym.corpora.retrieval import DependencyNotInstalled
 from hopgym.envs.actions import Think
 from hopgym.envs.featurized import FeaturizedEnv, make_featurized
 from hopgym.envs.spaces import FreeText
+from hopgym.errors import DependencyNotInstalled
 
 try:
     from pettingzoo import ParallelEnv
