@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from hopgym.errors import HopgymError
+
 __all__ = ["DatasetFormatError", "DatasetUnavailableError"]
 
 
-class DatasetFormatError(ValueError):
+class DatasetFormatError(HopgymError, ValueError):
     """A file or record does not have the layout its loader expects.
 
     The message names the file, the line (when known) and the field; fields in angle brackets
@@ -35,5 +37,5 @@ class DatasetFormatError(ValueError):
         return (type(self), (self.path, self.line, self.field, self.reason))
 
 
-class DatasetUnavailableError(RuntimeError):
+class DatasetUnavailableError(HopgymError, RuntimeError):
     """A hub dataset could not be fetched (offline, unknown name, no ``datasets`` library)."""

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from hopgym.corpora.datasets.base import DatasetFormat
 from hopgym.corpora.datasets.errors import DatasetUnavailableError
 from hopgym.corpora.datasets.records import iter_records
-from hopgym.corpora.retrieval import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled
 
 __all__ = ["is_hub_name", "hub_records", "offline_reason", "unreachable_reason", "hub_endpoint",
            "record_source"]
