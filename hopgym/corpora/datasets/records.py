@@ -219,8 +219,8 @@ def _open(path: str | os.PathLike[str], where: str) -> tuple[IO[bytes], bool]:
                                  "is a directory, not a JSON or JSON-lines file") from None
     head = raw.read(16)
     if head.startswith(b"\x1f\x8b"):
-        raw.seek(0)
-        return gzip.GzipFile(fileobj=raw, mode="rb"), True  # type: ignore[return-value]
+        raw.close()
+        return gzip.open(path, "rb"), True  # type: ignore[return-value]
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raw.close()
