@@ -57,6 +57,7 @@ from typing import IO, Any
 
 import gymnasium as gym
 
+from hopgym._version import __version__
 from hopgym.rewards.scoring import exact_match, token_f1
 
 __all__ = ["FORMAT", "VERSION", "DOC_TEXT_CHARS", "EpisodeRecorder", "TrajectoryWriter",
@@ -104,23 +105,6 @@ def _json_safe(value: Any) -> Any:
     return repr(value)
 
 
-def _reward_preset(spec: Any) -> Any:
-    if "reward" in spec.kwargs:
-        return spec.kwargs["reward"]
-    # Not given: the entry point's own default is the preset that ran.
-    import inspect
-
-    from gymnasium.envs.registration import load_env_creator
-
-    try:
-        creator = (load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str)
-                   else spec.entry_point)
-        param = inspect.signature(creator).parameters.get("reward")
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return None
-    return None if param is None or param.default is inspect.Parameter.empty else param.default
-
-
 def _agent_name(agent: Any) -> str:
     model = getattr(agent, "model_name", None) or getattr(agent, "model", None)
     name = type(agent).__name__
@@ -146,8 +130,6 @@ def trajectory_header(env: gym.Env, agent: Any = None, *, seed: int | None = Non
         >>> h["format"], h["version"], h["env_id"], h["env_options"], h["reward"], h["agent"]
         ('hopgym-trajectories', 1, 'hopgym/Tiny-v0', {'top_k': 2}, 'default', 'oracle')
     """
-    import hopgym
-
     spec = env.spec
     inner = env.unwrapped
     task = getattr(inner, "task", None)
@@ -156,10 +138,12 @@ def trajectory_header(env: gym.Env, agent: Any = None, *, seed: int | None = Non
     return {
         "format": FORMAT,
         "version": VERSION,
-        "hopgym_version": hopgym.__version__,
+        "hopgym_version": __version__,
         "env_id": spec.id if spec else None,
         "env_options": _json_safe(options),
-        "reward": _json_safe(_reward_preset(spec)) if spec else None,
+        # What gym.make applied (EnvOptions resolves the default); unknown for an env made by hand.
+        "reward": _json_safe(getattr(getattr(inner, "options", None), "reward", None))
+        if spec else None,
         "protocol": getattr(protocol, "name", None),
         "task": getattr(task, "name", None),
         "questions": len(task.samples) if task is not None else None,

@@ -318,9 +318,11 @@ def _charts(runs: Sequence[TrajectoryFile], metrics: Sequence[Mapping[str, Any]]
     counts = [Counter(ep["searches"] for ep in run.episodes) for run in runs]
     most = max((k for c in counts for k in c), default=0)
     bins = list(range(most + 1))
+    top = max((n for c in counts for n in c.values()), default=1)
     charts.append(bar_chart("Searches per episode", [str(b) for b in bins],
                             [(n, [c.get(b, 0) for b in bins])
                              for n, c in zip(names, counts, strict=True)],
+                            y_max=top + top % 2,  # even, so that the middle tick is a count
                             fmt=lambda v: str(int(v)), x_label="searches (episodes per count)"))
     terms = sorted({t for m in metrics for t in m["reward_terms"]})
     charts.append(signed_bar_chart("Reward terms (mean per episode)", terms,
