@@ -58,6 +58,7 @@ from typing import IO, Any
 import gymnasium as gym
 
 from hopgym._version import __version__
+from hopgym.errors import HopgymError
 from hopgym.rewards.scoring import exact_match, token_f1
 
 __all__ = ["FORMAT", "VERSION", "DOC_TEXT_CHARS", "EpisodeRecorder", "TrajectoryWriter",
@@ -84,7 +85,7 @@ _TURN_KEYS: dict[str, Any] = {
 _REQUIRED = ("question_id", "em", "f1", "steps", "searches", "invalid", "prediction")
 
 
-class TrajectoryFormatError(ValueError):
+class TrajectoryFormatError(HopgymError, ValueError):
     """A trajectory file that cannot be read; the message names the file and line."""
 
 

@@ -6,9 +6,11 @@ file: summary metrics and charts, a filterable list of episodes, each episode's 
 runs what the second fixed and what it broke. The file format is documented in
 :mod:`hopgym.agents.trajectories`.
 
->>> from hopgym.viewer import write_report  # doctest: +SKIP
->>> write_report("run.jsonl", "report.html")  # doctest: +SKIP
-PosixPath('report.html')
+Example (``write_report`` has a doctest that runs)::
+
+    from hopgym.viewer import write_report
+    write_report("run.jsonl", "report.html")                  # one run
+    write_report(["before.jsonl", "after.jsonl"])             # before-vs-after.html
 """
 
 from __future__ import annotations
