@@ -1,6 +1,6 @@
 """Reward presets: the stacks of the papers, selectable by name.
 
-Functions: :func:`preset`, :func:`preset_name`. Constants: :data:`PRESETS`.
+Functions: :func:`preset`, :func:`preset_name`. Constants: :data:`PRESETS`, :data:`PAPER_PRESETS`.
 
 ``gym.make("hopgym/<Name>-v0", reward=NAME)`` and ``hopgym eval --reward NAME`` use these; the
 envs' factories put the presets *outside* the ``TimeLimit``, so they see the budget's truncation.
@@ -19,9 +19,9 @@ r3rag      ``outcome``: 2.0 × (bounded cover-EM, else the judge); ``relevance``
            minus itself; ``format``: −0.9, and the episode ends, at an invalid turn, and
            −0.1 per valid turn with format issues
 kunlun     ``outcome``: exact match (1.0); ``format``: −0.1 per invalid turn (format issues are
-           free); ``search_cost``:
-           ``−c × (1 + Source.cost)`` per search, with ``c`` such that ``max_turns − 1``
-           searches at the costliest source cost 0.5; ``redundant_query``: −0.1 per repeat
+           free); ``search_cost``: ``−c × (1 + Source.cost)`` per search, with ``c`` such that
+           ``max_turns − 1`` searches at the costliest source cost 0.5; ``redundant_query``:
+           −0.1 per repeat
 =========  =========================================================================================
 
 Format issues (:data:`~hopgym.envs.actions.FORMAT_ISSUES`, flaws the ``lenient`` parse reads past)
@@ -39,10 +39,13 @@ from hopgym.rewards.format_reward import FormatReward
 from hopgym.rewards.judges import Judge
 from hopgym.rewards.process_reward import RelevanceReward
 
-__all__ = ["preset", "preset_name", "PRESETS"]
+__all__ = ["preset", "preset_name", "PRESETS", "PAPER_PRESETS"]
 
 #: The preset names, in the order the README lists them.
 PRESETS: tuple[str, ...] = ("default", "em", "f1", "searchr1", "r3rag", "kunlun")
+#: The presets that reproduce a paper. Under them the env leaves out the text those papers' protocols
+#: do not have (the repeated-query and last-turn notices; see ``EnvOptions.resolved``).
+PAPER_PRESETS: tuple[str, ...] = ("searchr1", "r3rag", "kunlun")
 
 _ALIASES = {"search_r1": "searchr1", "r3_rag": "r3rag", "kunlunbaizerag": "kunlun"}
 

@@ -110,23 +110,25 @@ def test_no_adversary_beats_the_oracle_in_the_synthetic_routing_world(name, judg
 
 @pytest.mark.parametrize("protocol", ["tags", "r3"])
 def test_the_lenient_parse_reads_sloppy_correct_answers_and_format_presets_charge_them(protocol):
-    # The sloppy policies are real tests of the lenient parse: each of its protocol's ones is
-    # read as the gold answer (EM 1 under "em") and earns less than the oracle under the
-    # format-paying presets; the strict parse refuses it (or reads the extra text into it).
+    # The sloppy policies are real tests of the lenient parse: it reads each of its protocol's
+    # ones as the gold answer, with format issues (EM 1 under "em"), and the format-paying presets
+    # pay it less than the oracle. The strict parse refuses them, reads extra text into the
+    # answer, or (text outside the tags, which it always accepted) reports the issue too.
     own = [p for p in SLOPPY if p.name.startswith("sloppy_r3") == (protocol == "r3")]
     for name in ("em", *sorted(FORMAT_PAYING)):
         for parse in PARSE_MODES:
             env = make(name, None, ("local", "web"), parse, protocol)
             for qid in TINY_IDS[:3]:
                 oracle = play(env, ORACLE, qid)
+                gold = env.unwrapped.sample.answer
                 for adv in own:
                     ep = play(env, adv, qid)
                     last = ep.infos[len(oracle.infos) - 1]
-                    if parse == "strict":  # invalid, or read with the extra text
-                        gold = env.unwrapped.sample.answer
-                        assert last["action_type"] == "invalid" or last["answer"] != gold, last
+                    read = last["action_type"] == "answer" and last["answer"] == gold
+                    assert not (read and not last["format_issues"]), (adv, parse, last)
+                    assert read or parse == "strict", (adv, last)
+                    if not read:
                         continue
-                    assert last["action_type"] == "answer" and last["format_issues"], (adv, last)
                     if name == "em":
                         assert ep.total == oracle.total == 1.0
                     else:
