@@ -29,6 +29,7 @@ import gymnasium as gym  # noqa: E402
 
 import hopgym  # noqa: E402, F401
 from hopgym.agents.llm import LLMAgent, SamplingParams, TransformersBackend  # noqa: E402
+from hopgym.envs.protocols import TagsProtocol  # noqa: E402
 from hopgym.rewards.scoring import exact_match, query_key, token_f1  # noqa: E402
 
 #: hopgym 0.1's system prompt for ``tags`` (no answer example), kept to measure against.
@@ -42,11 +43,36 @@ OLD_TAGS_PROMPT = (
     "</search>"
 )
 
+class _LastTurnInside(TagsProtocol):
+    """``tags`` with the last-turn notice inside the ``<information>`` block (the alternative to the
+    default, a line of its own after it)."""
+
+    def last_turn(self, observation: str, turn: int) -> str:
+        close = "</information>\n"
+        if observation.endswith(close):
+            return observation[:-len(close)] + "\n" + self.LAST_TURN + close
+        return f"\n<information>{self.LAST_TURN}</information>\n"
+
+
+#: Search-R1's instruction (its user template), as a system prompt.
+SEARCHR1_PROMPT = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first "
+    "every time you get new information. After reasoning, if you find you lack some knowledge, "
+    "you can call a search engine by <search> query </search> and it will return the top "
+    "searched results between <information> and </information>. You can search as many times as "
+    "your want. If you find no further external knowledge needed, you can directly provide the "
+    "answer inside <answer> and </answer>, without detailed illustrations. For example, "
+    "<answer> Beijing </answer>."
+)
+
 #: name -> (system prompt or None for the default, env keyword arguments).
 VARIANTS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "default": (None, {}),
     "old-prompt": (OLD_TAGS_PROMPT, {}),
+    "searchr1-prompt": (SEARCHR1_PROMPT, {}),
+    "model-prompt": ("", {}),
     "strict": (None, {"parse": "strict"}),
+    "last-turn-inside": (None, {"protocol": _LastTurnInside()}),
     "no-notices": (None, {"repeat_notice": False, "last_turn_notice": False}),
     "old-prompt-strict-no-notices": (OLD_TAGS_PROMPT, {"parse": "strict", "repeat_notice": False,
                                                        "last_turn_notice": False}),
@@ -55,10 +81,12 @@ VARIANTS: dict[str, tuple[str | None, dict[str, Any]]] = {
 
 def run_variant(args: argparse.Namespace, backend: TransformersBackend, name: str) -> dict:
     system_prompt, env_kwargs = VARIANTS[name]
+    env_kwargs = {"protocol": args.protocol, **env_kwargs}
     envs = [gym.make("hopgym/Synthetic-v0", seed=args.seed, n_entities=300, n_questions=200,
                      hops=2, split="test", top_k=2, max_turns=args.max_turns, reward=None,
-                     protocol=args.protocol, **env_kwargs) for _ in range(args.episodes)]
-    agent = LLMAgent(backend, protocol=args.protocol, system_prompt=system_prompt, mode=args.mode,
+                     **env_kwargs) for _ in range(args.episodes)]
+    agent = LLMAgent(backend, protocol=envs[0].unwrapped.protocol, system_prompt=system_prompt,
+                     mode=args.mode,
                      sampling=SamplingParams(max_new_tokens=args.max_new_tokens, seed=args.seed))
     pairs = [e.reset(seed=args.seed, options={"index": i}) for i, e in enumerate(envs)]
     obs, infos = [p[0] for p in pairs], [p[1] for p in pairs]
@@ -70,7 +98,9 @@ def run_variant(args: argparse.Namespace, backend: TransformersBackend, name: st
     examples: dict[str, str] = {}
     turns = truncated = repeats = with_issues = 0
     start = time.perf_counter()
-    while any(active):
+    rounds = 0
+    while any(active) and rounds < (args.probe_turns or args.max_turns):
+        rounds += 1
         actions = agent.act_batch(obs, infos, active=active)
         for i, env in enumerate(envs):
             if not active[i]:
@@ -129,6 +159,9 @@ def main() -> None:
     parser.add_argument("--protocol", default="tags", choices=["tags", "r3"])
     parser.add_argument("--mode", default="chat", choices=["chat", "continuation"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--probe-turns", type=int, default=0,
+                        help="stop every episode after this many turns (a quick look at how the "
+                             "model starts; the prompt still announces --max-turns)")
     parser.add_argument("--show", action="store_true", help="print every transcript")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()

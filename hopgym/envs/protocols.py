@@ -136,7 +136,6 @@ _ANY_TAG_RE = re.compile(r"</?(think|search|route|answer|information)>", re.IGNO
 # Lenient mode also reads tags with spaces inside the brackets ("< search >", "</ answer>").
 _LOOSE_TAG_RE = re.compile(r"<\s*(/?)\s*(think|search|route|answer|information)\s*>",
                            re.IGNORECASE)
-_ACTION_NAMES = ("search", "route", "answer")
 
 _INFO_ERROR = "<information> is written by the environment, not by you"
 _NESTED_ERROR = "nested tags: a tag may not contain another tag"
@@ -315,8 +314,8 @@ class TagsProtocol(Protocol):
             i = j + 1
         if think_at is not None:
             if not acts:
-                return ParsedTurn(None, error=_truncated_error("think"), issues=tuple(issues),
-                                  truncated=True)
+                return ParsedTurn(None, error=_truncated_error(_open_at_end(tags) or "think"),
+                                  issues=tuple(issues), truncated=True)
             issue("unclosed_think", "<think> is never closed")
             thoughts.append(text[think_at:])
             covered.append((think_at, len(text)))
@@ -390,9 +389,11 @@ class TagsProtocol(Protocol):
                 "one of <search>query</search>, <route>source</route> or "
                 "<answer>answer</answer>.</information>\n")
 
-    #: The last-turn notice (a line of its own after the observation).
-    LAST_TURN = ("This is your last turn: give your final answer now, as <answer> short answer "
-                 "</answer>.")
+    #: The last-turn notice (a line of its own after the observation). It holds no tag: a model
+    #: that copies it must not have written an action (SmolLM2-135M copied an earlier wording's
+    #: "<answer> short answer </answer>", which the lenient parse read as the answer).
+    LAST_TURN = ("This is your last turn: give your final answer now, as a short answer in the "
+                 "answer tags.")
 
     def last_turn(self, observation: str, turn: int) -> str:
         """The observation, then the last-turn notice on a line of its own.
@@ -400,7 +401,7 @@ class TagsProtocol(Protocol):
         Example:
             >>> TagsProtocol().last_turn("\\n<information>Doc 1 …</information>\\n", 3)
             '\\n<information>Doc 1 …</information>\\nThis is your last turn: give your final \
-answer now, as <answer> short answer </answer>.\\n'
+answer now, as a short answer in the answer tags.\\n'
         """
         return (observation or "\n") + self.LAST_TURN + "\n"
 
@@ -582,16 +583,17 @@ class R3Protocol(Protocol):
     def format_think(self, turn: int) -> str:
         return f"\nStep {turn + 1}:\n"
 
-    #: The last-step notice (a line of its own before the next ``Step k:`` header).
-    LAST_TURN = "This is your last step: write 'The final answer:' with a short answer now."
+    #: The last-step notice (a line of its own before the next ``Step k:`` header); no label in
+    #: it, so that a copy of it is not read as a final answer.
+    LAST_TURN = "This is your last step: give your final answer now, a short answer."
 
     def last_turn(self, observation: str, turn: int) -> str:
         """The observation with the last-step notice just before its ``Step k:`` header.
 
         Example:
             >>> R3Protocol().last_turn("\\nThe retrieval documents: (1) A: b\\nStep 4:\\n", 3)
-            "\\nThe retrieval documents: (1) A: b\\nThis is your last step: write 'The final \
-answer:' with a short answer now.\\nStep 4:\\n"
+            '\\nThe retrieval documents: (1) A: b\\nThis is your last step: give your final \
+answer now, a short answer.\\nStep 4:\\n'
         """
         header = f"Step {turn + 1}:\n"
         body = observation[:-len(header)] if observation.endswith(header) else observation

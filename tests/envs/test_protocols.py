@@ -243,3 +243,22 @@ def test_repeat_note_and_last_turn_text():
     assert tags.last_turn("", 3).strip() == TagsProtocol.LAST_TURN
     last = r3.last_turn(r3.format_think(3), 3)
     assert last == f"\n{R3Protocol.LAST_TURN}\nStep 4:\n"
+
+
+@pytest.mark.parametrize("mode", PARSE_MODES)
+@pytest.mark.parametrize("name", ["tags", "r3"])
+def test_nothing_the_env_writes_reads_as_an_action_if_a_model_copies_it(name, mode):
+    # Small models copy the env's text into their turn (SmolLM2-135M copied a last-turn notice
+    # that held "<answer> short answer </answer>"); a copy must never be an action.
+    proto = get_protocol(name, parse=mode)
+    sources = {"local": "the corpus", "web": "the web"}
+    texts = [proto.prompt("Who founded Acme?", sources, 4),
+             proto.prompt("Who founded Acme?", {"local": ""}, 4, background="Doc 1 (Title: A) b"),
+             proto.format_documents(DOCS, None, 1, note=proto.repeat_note(True)),
+             proto.format_notice(proto.repeat_note(True, exhausted=True), 1),
+             proto.format_error("no action", 1), proto.format_think(1),
+             proto.last_turn(proto.format_think(2), 2), proto.last_turn("", 2),
+             proto.LAST_TURN, proto.repeat_note(False)]
+    for text in filter(str.strip, texts):
+        for copy in (text, text.strip(), text.strip().splitlines()[-1]):
+            assert proto.parse(copy, list(sources)).action is None, copy
