@@ -148,7 +148,7 @@ def test_concurrent_requests_are_answered_in_one_batch():
         for t in rest:
             t.start()
         deadline = time.monotonic() + 10
-        while srv._batcher.jobs.qsize() < 5 and time.monotonic() < deadline:
+        while srv.batcher.pending < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
         gate.release.set()
         for t in [first, *rest]:
@@ -191,7 +191,7 @@ def test_keep_alive_reuses_one_connection(server):
     for _ in range(5):
         client.search("Halden", 1)
     assert client._local.conn is conn
-    assert len(server._http.connections) == 1
+    assert server.connections == 1
 
 
 def test_dead_server_raises_quickly_with_a_clear_error():
