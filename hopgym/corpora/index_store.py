@@ -76,7 +76,9 @@ __all__ = [
     "load_index",
     "read_manifest",
     "index_exists",
+    "holds_index_files",
     "verify_index",
+    "rebuild_command",
     "file_checksums",
 ]
 
@@ -200,6 +202,12 @@ def _index_files(root: Path) -> list[str]:
         elif p.is_file():
             out.append(p)
     return sorted(f.relative_to(root).as_posix() for f in out)
+
+
+def holds_index_files(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` holds files of an index, with or without a manifest."""
+    root = Path(path)
+    return root.is_dir() and bool(_index_files(root))
 
 
 def rebuild_command(path: str | os.PathLike[str], manifest: Manifest | None = None) -> str:

@@ -229,6 +229,7 @@ def _guarded_protocol(cfg: ServeConfig, metrics: ServerMetrics) -> type:
         _head_timer: asyncio.TimerHandle | None = None
         _head_cycle: Any = None
         _head_bytes = 0
+        _head_tail = b""
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -239,6 +240,7 @@ def _guarded_protocol(cfg: ServeConfig, metrics: ServerMetrics) -> type:
                 self._head_timer.cancel()
             self._head_cycle = self.cycle
             self._head_bytes = 0
+            self._head_tail = b""
             self._head_timer = self.loop.call_later(cfg.read_timeout, self._head_timeout)
 
         def data_received(self, data: bytes) -> None:
@@ -246,12 +248,19 @@ def _guarded_protocol(cfg: ServeConfig, metrics: ServerMetrics) -> type:
             if idle and self._head_cycle is not self.cycle:
                 self._arm()  # the first bytes of the next request on a kept-alive connection
             if idle:
+                # Measure the head (up to the blank line) before the parser sees it, so the
+                # limit holds whichever parser runs and however the bytes are split.
+                seen = self._head_tail + data
+                end = seen.find(b"\r\n\r\n")
+                size = self._head_bytes + (len(data) if end < 0
+                                           else end + 4 - len(self._head_tail))
                 self._head_bytes += len(data)
+                self._head_tail = seen[-3:]
+                if size > cfg.max_header_bytes:
+                    self._refuse(431, "Request Header Fields Too Large", big_msg,
+                                 "max_header_bytes", "headers_too_large")
+                    return
             super().data_received(data)
-            if (self.cycle is self._head_cycle and self._head_bytes > cfg.max_header_bytes
-                    and not self.transport.is_closing()):
-                self._refuse(431, "Request Header Fields Too Large", big_msg, "max_header_bytes",
-                             "headers_too_large")
 
         def _head_timeout(self) -> None:
             self._head_timer = None
