@@ -53,10 +53,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hopgym._version import __version__
 from hopgym.corpora import retrieval as _retrieval
 from hopgym.corpora.retrieval import BM25Retriever, Retriever
 from hopgym.corpora.retrievers import RetrieverSpec, make_retriever, persistable_kinds
 from hopgym.corpora.types import Passage
+from hopgym.errors import HopgymError
 
 __all__ = [
     "Manifest",
@@ -89,7 +91,7 @@ MANIFEST = "manifest.json"
 RETRIEVER_KINDS = persistable_kinds()
 
 
-class IndexStoreError(RuntimeError):
+class IndexStoreError(HopgymError, RuntimeError):
     """An index directory cannot be written or read (missing, corrupt, incompatible format)."""
 
 
@@ -105,8 +107,9 @@ class CorruptIndexError(IndexStoreError):
     """An index file is missing, or its size or checksum differs from the manifest's."""
 
 
-class IndexIntegrityWarning(UserWarning):
-    """An index whose manifest records no checksums is loaded without checking its files."""
+class IndexIntegrityWarning(HopgymError, UserWarning):
+    """An index is loaded without checking its files (its manifest records no checksums), or is
+    being rebuilt (``rebuild=True``)."""
 
 
 #: ``verify=`` values, from the most thorough: every byte, a sample, sizes, nothing.
@@ -140,12 +143,7 @@ def tokenizer_fingerprint() -> str:
 
 
 def _version() -> str:
-    try:
-        from hopgym import __version__
-
-        return __version__
-    except ImportError:  # pragma: no cover - partial checkouts
-        return "unknown"
+    return __version__
 
 
 @dataclass

@@ -31,6 +31,7 @@ import numpy as np
 
 from hopgym.corpora.retrieval import SearchHit
 from hopgym.corpora.types import Passage
+from hopgym.errors import HopgymError
 
 __all__ = ["RequestError", "RetrieveRequest", "parse_retrieve", "check_json_depth",
            "document_json", "result_json", "error_json", "ERROR_KINDS"]
@@ -55,7 +56,7 @@ ERROR_KINDS: dict[str, int] = {
 }
 
 
-class RequestError(Exception):
+class RequestError(HopgymError):
     """A request the server refuses (4xx) or cannot answer (5xx).
 
     Attributes:
