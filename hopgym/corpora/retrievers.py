@@ -15,9 +15,9 @@ kind        what it builds                                                      
 ``bm25``    :class:`~hopgym.corpora.retrieval.BM25Retriever` (``engine``, ``backend``)  yes
 ``dense``   :class:`~hopgym.corpora.dense.DenseRetriever` (``model``, ``index_type``)   yes
 ``hybrid``  :class:`~hopgym.corpora.hybrid.HybridRetriever` of the two (``rrf_k``)      yes
-``http``    :class:`~hopgym.corpora.http.HTTPRetriever` on ``urls[0]`` (``timeout``,    no
-            ``retries``, ``backoff``); it searches the server's corpus, so it takes no
-            passages
+``http``    :class:`~hopgym.corpora.http.HTTPRetriever` on ``urls`` (spread, with       no
+            failover; ``timeout``, ``retries``, ``backoff``); it searches the servers'
+            corpus, so it takes no passages
 ==========  ==========================================================================  ========
 
 "Persists" kinds are the ones :mod:`hopgym.corpora.index_store` saves to an index directory.
@@ -208,7 +208,7 @@ class RetrieverSpec:
     show_progress: bool = _setting(False, "show a progress bar while encoding passages")
     urls: tuple[str, ...] = _setting(
         (), "retrieval server(s) for http: http://host:port (a Search-R1-compatible POST "
-            "/retrieve); the first one is used")
+            "/retrieve); with several, searches are spread over them and fail over")
     timeout: float | None = _setting(
         None, "http: seconds for connecting and for each read (None: the client's default)")
     retries: int | None = _setting(
@@ -456,10 +456,9 @@ def _build_hybrid(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any,
 def _build_http(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Retriever:
     from hopgym.corpora.http import HTTPRetriever
 
-    # Several URLs (failover between servers) are stored, but only the first is used for now.
     policy = {k: getattr(spec, k) for k in ("timeout", "retries", "backoff")
               if getattr(spec, k) is not None}
-    return HTTPRetriever(spec.urls[0], **policy)
+    return HTTPRetriever(spec.urls, **policy)
 
 
 def _needs_faiss(spec: RetrieverSpec) -> None:
