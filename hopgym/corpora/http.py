@@ -186,8 +186,8 @@ class HTTPRetriever(BatchScoredRetriever):
                     self._down_until[i] = 0.0
             return data
         where = "; ".join(f"{self.endpoints[i]}: {cause}" for i, cause in failures.items())
-        raise RetrievalError(f"the retrieval server at {where} failed after "
-                             f"{self.retries + 1} attempt(s). Is `hopgym serve` running there?")
+        raise RetrievalError(f"the retrieval server failed after {self.retries + 1} attempt(s) "
+                             f"({where}). Is `hopgym serve` running there?")
 
     def search_batch_scored(self, queries: Sequence[str], k: int) -> list[list[SearchHit]]:
         """Top ``k`` hits with the server's scores for each query, in one request."""

@@ -1,0 +1,122 @@
+"""The retrieval app on Ray Serve: two replicas on a local Ray (num_cpus=2), one Ray per file."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.serve")
+pytest.importorskip("uvicorn")
+
+from hopgym.corpora.http import HTTPRetriever  # noqa: E402
+from hopgym.corpora.hybrid import scored_search_batch  # noqa: E402
+from hopgym.corpora.index_store import build_index, load_index  # noqa: E402
+from hopgym.corpora.serving import RetrievalServer, ServeConfig  # noqa: E402
+from hopgym.corpora.serving.ray_serve import APP_NAME, deploy, undeploy  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+QUERIES = ["Tolva River Kaldor", "music school Halden", "Corvin Institute founded", "Orsk River",
+           "Brenna Observatory", "zzzz", "Mara Corvin geologist", "capital of Vandria"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ray") / "idx"
+    build_index(FIX / "wiki_corpus.jsonl", out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ray_url(index):
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        url = deploy(ServeConfig(index=str(index), ray=True, replicas=2, port=free_port(),
+                                 max_wait_ms=1.0))
+        yield url
+    finally:
+        undeploy(shutdown=True)
+
+
+def replicas() -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith(f"SERVE_REPLICA::{APP_NAME}#")]
+
+
+def hits(client, queries):
+    return [[(h.passage, round(h.score, 4)) for h in x]
+            for x in client.search_batch_scored(queries, 3)]
+
+
+def test_two_replicas_answer_as_the_uvicorn_server(ray_url, index):
+    assert len(replicas()) == 2
+    with RetrievalServer(load_index(index), port=0).start() as local:
+        want = hits(HTTPRetriever(local.url), QUERIES)
+    client = HTTPRetriever(ray_url, timeout=30)
+    assert hits(client, QUERIES) == want
+    assert [hits(client, [q])[0] for q in QUERIES] == want  # one query per request, batched
+    assert want == [[(h.passage, round(h.score, 4)) for h in x]
+                    for x in scored_search_batch(load_index(index), QUERIES, 3)]
+    seen = {client.health()["replica"] for _ in range(30)}
+    assert len(seen) == 2  # the proxy spreads requests over both replicas
+
+
+def test_the_same_limits_and_errors_on_ray(ray_url):
+    req = urllib.request.Request(ray_url + "/retrieve", data=json.dumps(
+        {"queries": ["x"], "topk": 1000}).encode(), headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 400 and json.loads(err.value.read())["limit"] == "max_topk"
+    with urllib.request.urlopen(ray_url + "/metrics", timeout=30) as resp:
+        assert b"hopgym_retrieval_errors_total" in resp.read()
+
+
+def test_killing_a_replica_mid_load_loses_no_retried_request(ray_url, index):
+    want = {q: r for q, r in zip(QUERIES, hits(HTTPRetriever(ray_url, timeout=30), QUERIES),
+                                 strict=True)}
+    stop = threading.Event()
+    done: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        client = HTTPRetriever(ray_url, timeout=10, retries=6, backoff=0.2, max_backoff=1.0)
+        n = 0
+        try:
+            while not stop.is_set():
+                q = QUERIES[(i + n) % len(QUERIES)]
+                assert hits(client, [q])[0] == want[q]
+                n += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        done.append(n)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    victim = replicas()[0]
+    ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+    time.sleep(3.0)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:1]
+    assert sum(done) > 20
+    # Serve replaces the dead replica.
+    deadline = time.monotonic() + 60
+    while (victim in replicas() or len(replicas()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert victim not in replicas() and len(replicas()) == 2
