@@ -91,7 +91,7 @@ def alive(srv: RetrievalServer) -> bool:
 def test_each_limit_is_a_4xx_naming_it(server, payload, status, limit):
     code, _, body = post(server.url, json.dumps(payload).encode())
     assert code == status
-    assert body["limit"] == limit and limit in body["error"]
+    assert body["limit"] == limit
     assert "--" + limit.replace("_", "-") in body["error"]  # the flag to raise it
     assert alive(server)
 

@@ -105,8 +105,8 @@ async def _read_body(request: Any, cfg: ServeConfig) -> bytes:
                                ) from None
         if n > cfg.max_body_bytes:
             raise RequestError("body_too_large", f"the body has {n:,} bytes; the limit is "
-                                                 f"{cfg.max_body_bytes:,} (max_body_bytes "
-                                                 "(--max-body-bytes))", "max_body_bytes")
+                                                 f"{cfg.max_body_bytes:,} (--max-body-bytes)",
+                               "max_body_bytes")
 
     async def read() -> bytes:
         parts, size = [], 0
@@ -114,8 +114,8 @@ async def _read_body(request: Any, cfg: ServeConfig) -> bytes:
             size += len(chunk)
             if size > cfg.max_body_bytes:
                 raise RequestError("body_too_large", f"the body has more than "
-                                                     f"{cfg.max_body_bytes:,} bytes (max_body_bytes "
-                                                     "(--max-body-bytes))", "max_body_bytes")
+                                                     f"{cfg.max_body_bytes:,} bytes (--max-body-bytes)",
+                                   "max_body_bytes")
             parts.append(chunk)
         return b"".join(parts)
 
@@ -123,7 +123,7 @@ async def _read_body(request: Any, cfg: ServeConfig) -> bytes:
         return await asyncio.wait_for(read(), cfg.read_timeout)
     except asyncio.TimeoutError:
         raise RequestError("read_timeout", f"the body did not arrive within {cfg.read_timeout} s "
-                                           "(read_timeout (--read-timeout))", "read_timeout"
+                                           "(--read-timeout)", "read_timeout"
                            ) from None
     except ClientDisconnect:
         raise RequestError("bad_request", "the client closed the connection mid-body") from None
@@ -222,8 +222,8 @@ def _guarded_protocol(cfg: ServeConfig, metrics: ServerMetrics) -> type:
         from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
 
     timeout_msg = (f"no complete request line and headers within {cfg.read_timeout} s "
-                   "(read_timeout (--read-timeout))")
-    big_msg = f"request headers over {cfg.max_header_bytes:,} bytes (max_header_bytes)"
+                   "(--read-timeout)")
+    big_msg = f"request headers over {cfg.max_header_bytes:,} bytes (--max-header-bytes)"
 
     class GuardedProtocol(Base):  # type: ignore[misc, valid-type]
         _head_timer: asyncio.TimerHandle | None = None

@@ -137,7 +137,7 @@ class Batcher:
         cfg = self.cfg
         if self._pending + len(queries) > cfg.max_pending:
             raise RequestError("overloaded", f"{self._pending} queries are waiting for the engine "
-                                             f"(max_pending {cfg.max_pending}): retry later",
+                                             f"(--max-pending {cfg.max_pending}): retry later",
                                "max_pending")
         loop = asyncio.get_running_loop()
         jobs = [Job(c, topk, loop.create_future()) for c in chunks(queries, cfg.max_batch)]
@@ -150,7 +150,7 @@ class Batcher:
                                           cfg.request_timeout)
         except asyncio.TimeoutError:
             raise RequestError("request_timeout", f"no answer from the engine within "
-                                                  f"{cfg.request_timeout} s (request_timeout)",
+                                                  f"{cfg.request_timeout} s (--request-timeout)",
                                "request_timeout") from None
         return [hits for part in done for hits in part]
 

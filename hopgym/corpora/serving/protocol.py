@@ -86,7 +86,8 @@ def error_json(message: str, limit: str | None = None) -> dict[str, Any]:
 
 
 def _flag(name: str) -> str:
-    return f"{name} (--{name.replace('_', '-')})"
+    """The ``hopgym serve`` flag of a :class:`ServeConfig` field, as error messages name it."""
+    return "--" + name.replace("_", "-")
 
 
 # A JSON string (escapes included), unrolled so that a long string is one fast regex step.
@@ -109,7 +110,7 @@ def check_json_depth(raw: bytes, limit: int) -> None:
         Traceback (most recent call last):
             ...
         hopgym.corpora.serving.protocol.RequestError: the JSON body is nested 100000 deep; \
-the limit is 16 (max_json_depth (--max-json-depth))
+the limit is 16 (--max-json-depth)
     """
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return  # cannot be deeper than it has opening brackets: the common case, one C pass
@@ -150,7 +151,7 @@ def parse_retrieve(raw: bytes, cfg: Any) -> RetrieveRequest:
         Traceback (most recent call last):
             ...
         hopgym.corpora.serving.protocol.RequestError: 'topk' must be an integer in 1..100 \
-(max_topk (--max-topk)), got 0
+(--max-topk), got 0
     """
     check_json_depth(raw, cfg.max_json_depth)
     try:

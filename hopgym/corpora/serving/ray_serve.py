@@ -108,7 +108,7 @@ def replica_class() -> Any:
                     self.cfg.request_timeout)
             except asyncio.TimeoutError:
                 raise RequestError("request_timeout", f"no answer from the engine within "
-                                                      f"{self.cfg.request_timeout} s",
+                                                      f"{self.cfg.request_timeout} s (--request-timeout)",
                                    "request_timeout") from None
             except RequestError:
                 raise
