@@ -10,12 +10,13 @@ prints one table:
 
 - ``bm25``, ``dense``: 1, 8, 32 and 64 concurrent clients (one query per request, top-3), each
   with a kept-alive connection or a fresh connection per request: queries/s, p50/p99/max latency,
-  errors (anything but HTTP 200), the server's average batch (queries per engine call), and the
-  ratio to one client. Dense retrieval is the packaged all-MiniLM-L6-v2 query encoder (real
-  encoder batching) over a FAISS flat index of random unit vectors: encoding 100k passages takes
-  ~35 min on one core here, and which vectors are in the index changes nothing in the speed of
-  encoding queries and scanning 100k x 384 floats (the hashing embedder would: it has no batch
-  speed-up to show).
+  errors (anything but HTTP 200), the server's average batch (queries per engine call), the CPU
+  time the server process and the clients spent per query (fair where wall-clock figures are not:
+  on a busy machine), and the ratio to one client. Dense retrieval is the packaged
+  all-MiniLM-L6-v2 query encoder (real encoder batching) over a FAISS flat index of random unit
+  vectors: encoding 100k passages takes ~35 min on one core here, and which vectors are in the
+  index changes nothing in the speed of encoding queries and scanning 100k x 384 floats (the
+  hashing embedder would: it has no batch speed-up to show).
 - ``abuse`` (BM25): 300 idle sockets (half send nothing, half a partial request head: a
   slow-loris) beside one normal client, its latency, and how many idle sockets the server closed
   (``read_timeout``); one client sending 2 MB queries beside 8 normal clients, their worst
@@ -164,6 +165,15 @@ class Server:
     def stats(self) -> dict:
         return self.get("/health")["stats"]
 
+    def cpu_seconds(self) -> float:
+        """CPU time of the server process so far (all its threads); 0 for Ray (its replicas are
+        other processes)."""
+        if self.ray:
+            return 0.0
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -254,6 +264,7 @@ def load(server: Server, reqs: list[bytes], clients: int, keep_alive: bool, seco
         c.close()
 
     before = server.stats()
+    cpu0, mine0 = server.cpu_seconds(), time.process_time()
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(clients)]
     t0 = time.perf_counter()
     for t in threads:
@@ -263,13 +274,16 @@ def load(server: Server, reqs: list[bytes], clients: int, keep_alive: bool, seco
     for t in threads:
         t.join(120)
     elapsed = time.perf_counter() - t0
+    cpu, mine = server.cpu_seconds() - cpu0, time.process_time() - mine0
     after = server.stats()
     arr = np.array([x for xs in lat for x in xs]) * 1000
     batches = 0 if server.ray else after["batches"] - before["batches"]  # Ray: per replica
     return {"qps": len(arr) / elapsed, "p50": float(np.percentile(arr, 50)) if len(arr) else 0,
             "p99": float(np.percentile(arr, 99)) if len(arr) else 0,
             "max": float(arr.max()) if len(arr) else 0, "errors": sum(errors),
-            "batch": (after["queries"] - before["queries"]) / batches if batches else 0.0}
+            "batch": (after["queries"] - before["queries"]) / batches if batches else 0.0,
+            "server_cpu": cpu * 1000 / max(1, len(arr)),
+            "client_cpu": mine * 1000 / max(1, len(arr))}
 
 
 # ------------------------------------------------------------------------------------ rows
@@ -278,7 +292,7 @@ class Report:
         self.table = Table(title="hopgym serve under load (POST /retrieve, one query per request, "
                                  "top-3; clients on loopback)")
         for col in ("server", "index", "load", "conn", "q/s", "p50 ms", "p99 ms", "max ms",
-                    "errors", "avg batch", "vs 1 client"):
+                    "errors", "avg batch", "server CPU ms/q", "client CPU ms/q", "vs 1 client"):
             self.table.add_column(col, justify="left" if col in ("server", "load", "conn")
                                   else "right")
 
@@ -287,10 +301,13 @@ class Report:
         ratio = f"{r['qps'] / base:.1f}x" if base else ""
         self.table.add_row(server, index, load_, conn, f"{r['qps']:,.0f}", f"{r['p50']:.1f}",
                            f"{r['p99']:.1f}", f"{r['max']:.0f}", str(r["errors"]),
-                           f"{r['batch']:.1f}" if r["batch"] else "-", ratio)
+                           f"{r['batch']:.1f}" if r["batch"] else "-",
+                           f"{r['server_cpu']:.2f}" if r["server_cpu"] else "-",
+                           f"{r['client_cpu']:.2f}", ratio)
         console.print(f"  {server} {index} {load_} {conn}: {r['qps']:,.0f} q/s, p50 "
                       f"{r['p50']:.1f} ms, p99 {r['p99']:.1f} ms, max {r['max']:.0f} ms, "
-                      f"{r['errors']} errors, batch {r['batch']:.1f} {ratio}")
+                      f"{r['errors']} errors, batch {r['batch']:.1f}, server CPU "
+                      f"{r['server_cpu']:.2f} ms/q, client CPU {r['client_cpu']:.2f} ms/q {ratio}")
 
 
 def concurrency_rows(report: Report, server: Server, name: str, index: str, reqs: list[bytes],

@@ -403,3 +403,11 @@ def test_the_guards_hold_on_uvicorns_h11_parser_too(monkeypatch):
         assert alive(srv)
     finally:
         srv.stop()
+
+
+def test_without_the_serve_extra_the_error_names_it(monkeypatch):
+    from hopgym.errors import DependencyNotInstalled
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)
+    with pytest.raises(DependencyNotInstalled, match=r"pip install 'hopgym\[serve\]'"):
+        RetrievalServer(BM25, port=0)

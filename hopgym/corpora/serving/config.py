@@ -67,7 +67,8 @@ class ServeConfig:
     # ---- requests
     topk: int = _opt(3, "Documents per query when a request gives no topk.")
     max_topk: int = _opt(100, "The largest topk a request may ask for.")
-    max_queries: int = _opt(1024, "Queries one request may carry.")
+    max_queries: int = _opt(8192, "Queries one request may carry (Search-R1 sends a training "
+                                  "batch's queries, e.g. 512 x 5 rollouts, in one request).")
     max_query_chars: int = _opt(
         4096, "Characters one query may have; a longer query is refused with HTTP 413 (not "
               "truncated), so it never holds the engine.")
@@ -82,8 +83,8 @@ class ServeConfig:
     max_wait_ms: float = _opt(
         2.0, "How long a batch waits for more requests: uvicorn waits only for requests still "
              "being received; Ray Serve waits this long whenever a batch is not full.")
-    max_pending: int = _opt(8192, "Queries waiting for the engine before new requests get HTTP "
-                                  "503 with Retry-After.")
+    max_pending: int = _opt(65536, "Queries waiting for the engine before new requests get HTTP "
+                                   "503 with Retry-After.")
     # ---- time
     read_timeout: float = _opt(
         10.0, "Seconds a client has to send a request's line and headers, and again its body "
