@@ -60,10 +60,14 @@ def test_data_exports_flashrag_files(tmp_path):
     assert set(first) == {"id", "contents"}
 
 
-def test_bad_input_exits_with_a_message():
+def test_bad_input_exits_with_a_message(capsys):
     with pytest.raises(SystemExit, match="key=value"):
         parse_kwargs(["novalue"])
-    with pytest.raises(SystemExit, match="unknown agent"):
-        main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "genius", "--episodes", "1"])
-    with pytest.raises(SystemExit, match="cannot make"):
-        main(["eval", "--env", "hopgym/Nope-v0", "--episodes", "1"])
+    # A command's own errors: one line on stderr and exit status 2, as argparse's usage errors.
+    assert main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "genius", "--episodes", "1"]) == 2
+    assert "hopgym eval: error: unknown agent 'genius'" in capsys.readouterr().err
+    assert main(["eval", "--env", "hopgym/Nope-v0", "--episodes", "1"]) == 2
+    assert "cannot make 'hopgym/Nope-v0'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--kw", "novalue"])
+    assert exc.value.code == 2 and "--kw takes key=value, got 'novalue'" in capsys.readouterr().err

@@ -89,7 +89,7 @@ def evaluate(
     seed: int = 0,
     *,
     trajectories: str | Path | None = None,
-    progress: bool | Callable[[int], None] = False,
+    progress: bool | str | Callable[[int], None] = False,
 ) -> dict[str, Any]:
     """Run ``agent`` for ``episodes`` episodes and return aggregate metrics.
 
@@ -102,7 +102,9 @@ def evaluate(
         episodes: number of episodes.
         seed: seeds the question order and each episode's ``reset``.
         trajectories: optional ``.jsonl`` path; one line per episode with every turn.
-        progress: ``True`` for a progress bar, or a callback called with the episode count.
+        progress: ``True`` or a label (``"Synthetic-v0 iterative"``) for a progress bar on a
+            terminal's stderr (none when stderr is not a terminal), or a callback called with
+            the episode count.
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -121,12 +123,16 @@ def evaluate(
         Path(trajectories).parent.mkdir(parents=True, exist_ok=True)
         out_file = open(trajectories, "w", encoding="utf-8")  # noqa: SIM115 - closed below
     bar = None
-    if progress is True:
+    if progress is True or isinstance(progress, str):
+        from rich.console import Console
         from rich.progress import Progress
 
-        bar = Progress(transient=True)
-        bar.start()
-        task_id = bar.add_task("episodes", total=episodes)
+        err = Console(stderr=True)
+        if err.is_terminal:  # piped, a transient bar would only leave a blank line behind
+            bar = Progress(console=err, transient=True)
+            bar.start()
+            task_id = bar.add_task(progress if isinstance(progress, str) else "episodes",
+                                   total=episodes)
     start = time.perf_counter()
     try:
         for i in range(episodes):

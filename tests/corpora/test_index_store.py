@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hopgym.corpora.commands import add_commands
+from hopgym.cli import build_parser
 from hopgym.corpora.index_store import (
     FORMAT_VERSION,
     ForeignIndexError,
@@ -175,10 +175,8 @@ def test_rank_bm25_cannot_be_saved(tmp_path):
 
 
 # --------------------------------------------------------------------------------- commands
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hopgym")
-    add_commands(p.add_subparsers(dest="command"))
-    return p
+def parser() -> argparse.ArgumentParser:  # the hopgym command's (index, serve ...)
+    return build_parser()
 
 
 def run(argv: list[str]) -> int:
