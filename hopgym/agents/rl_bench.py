@@ -288,11 +288,12 @@ def bench_rl(
     runs: list[dict[str, Any]] = []
     base_rows: dict[str, dict[str, Any]] = {}
     bar, tasks = _progress(progress)
+    label = env_id.removeprefix("hopgym/")  # progress bars say which env and agent they are for
     try:
         for name in baselines:
             env = make_eval()
             feat = _unwrap_featurized(env)
-            task_id = tasks(f"{name}", eval_episodes)
+            task_id = tasks(f"{label} {name}", eval_episodes)
             tick = _ticker(bar, task_id, cumulative=True)
             if name == "masked-random":
                 m = evaluate(env, MaskedRandomAgent(eval_seed), episodes=eval_episodes,
@@ -308,7 +309,7 @@ def bench_rl(
                 n = _n_envs(n_envs, algo)
                 env = make_vec_env(make, n_envs=n, seed=int(seed))
                 curve_env = make_eval()
-                task_id = tasks(f"{algo} seed {seed}", timesteps)
+                task_id = tasks(f"{label} {algo} seed {seed}", timesteps)
                 tick = _ticker(bar, task_id, cumulative=False)
                 points: list[tuple[int, float]] = []
                 callback = _curve_callback(curve_env, every, curve_episodes, eval_seed + 1,
@@ -372,12 +373,15 @@ def _row(m: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _progress(show: bool) -> tuple[Any, Callable[[str, int], Any]]:
-    if not show:
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    if not show or not err.is_terminal:  # piped, the bars would end up as lines in the output
         return None, lambda name, total: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())
+                   TimeElapsedColumn(), console=err)
     bar.start()
     return bar, lambda name, total: bar.add_task(name, total=total)
 
@@ -393,13 +397,18 @@ def _ticker(bar: Any, task_id: Any, *, cumulative: bool) -> Callable[[int], None
 
 def render_table(result: Mapping[str, Any]) -> Any:
     """A rich table of the summary (mean ± std over seeds) and the baselines."""
+    from rich import box
     from rich.table import Table
 
     seeds = len(result.get("seeds", ()))
-    table = Table(title=f"bench-rl on {result['env']} ({result['timesteps']:,} steps, "
-                        f"{result['eval_episodes']} eval episodes, {seeds} seed(s))")
-    for col in ("agent", "EM", "F1", "reward", "searches", "steps", "invalid", "train steps/s"):
-        table.add_column(col, justify="left" if col == "agent" else "right")
+    env = str(result["env"]).removeprefix("hopgym/")
+    table = Table(title=f"bench-rl, {env}: {result['timesteps']:,} steps x {seeds} seed(s), "
+                        f"{result['eval_episodes']} eval episodes",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    # Short and two-line headers: the table fits 80 columns.
+    for col in ("agent", "EM ± std", "F1", "reward", "searches", "steps", "invalid\nturns",
+                "train\nsteps/s"):
+        table.add_column(col, justify="left" if col == "agent" else "right", no_wrap=True)
     for algo, s in result["summary"].items():
         table.add_row(algo, f"{s['em']:.3f} ± {s['em_std']:.3f}", f"{s['f1']:.3f}",
                       f"{s['reward']:.3f}", f"{s['avg_searches']:.2f}", f"{s['avg_steps']:.2f}",

@@ -244,6 +244,7 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
     if not help_text:
         raise TypeError(f"{spec.cls.__name__}.{f.name} has no metadata['help']")
     help_text = plain(help_text).rstrip()
+    notes: list[str] = []  # shown in parentheses after the help: choices, default
     default = _default(f)
     dest = spec.dest(f.name)
     tp, optional = _unwrap_optional(hint)
@@ -259,7 +260,7 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
                       metavar=meta.get("metavar", _metavar(f.name, item)))
         if choices or "choices" in meta:
             allowed = tuple(choices or meta["choices"])
-            help_text += f" (from: {', '.join(map(str, allowed))})"
+            notes.append(f"from: {', '.join(map(str, allowed))}")
             kwargs["type"] = _split_list(_choice(conv, allowed))
     elif origin is dict:
         flag = spec.option(f.name)
@@ -280,8 +281,10 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
     else:
         kwargs["default"] = default
         if default not in (None, "", (), [], {}) and "default" not in help_text.lower():
-            period = help_text.endswith(".")
-            help_text = help_text.rstrip(".") + f" (default: {_show(default)})" + "." * period
+            notes.append(f"default: {_show(default)}")
+    if notes:
+        period = help_text.endswith(".")
+        help_text = help_text.rstrip(".") + f" ({'; '.join(notes)})" + "." * period
     if meta.get("positional"):
         kwargs.pop("required", None)
         if default is not dataclasses.MISSING:
