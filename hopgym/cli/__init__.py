@@ -15,6 +15,7 @@ stay light, and a command whose extra is missing is still listed and says what t
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -61,7 +62,15 @@ def build_parser() -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hopgym`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("hopgym: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (hopgym index info DIR | head)
+        # Python's recipe: point stdout at devnull so that flushing it at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
