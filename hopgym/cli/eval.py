@@ -11,7 +11,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopgym.agents.llm import BACKENDS, make_llm_agent
+from hopgym.agents.llm import BACKENDS, BackendError, make_llm_agent
 from hopgym.agents.scripted import AGENTS
 from hopgym.cli._common import (
     CommandError,
@@ -89,10 +89,13 @@ def make_cli_agent(name: str, env: Any, seed: int, llm: LLMConfig | None = None)
     if name == "llm":
         if llm is None or not llm.model:
             raise CommandError("--agent llm needs --model PATH_OR_ID")
-        return make_llm_agent(llm.model, backend=llm.backend,
-                              protocol=env.unwrapped.protocol.name, base_url=llm.base_url,
-                              temperature=llm.temperature, top_p=llm.top_p,
-                              max_new_tokens=llm.max_new_tokens, seed=seed)
+        try:
+            return make_llm_agent(llm.model, backend=llm.backend,
+                                  protocol=env.unwrapped.protocol.name, base_url=llm.base_url,
+                                  temperature=llm.temperature, top_p=llm.top_p,
+                                  max_new_tokens=llm.max_new_tokens, seed=seed)
+        except ValueError as exc:  # e.g. the openai backend without --base-url
+            raise CommandError(str(exc)) from None
     try:
         return make_agent(name, env, seed=seed)
     except ValueError as exc:
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         metrics = evaluate(env, agent, episodes=ev.episodes, seed=cfg.seed,
                            trajectories=ev.trajectories, progress=progress_label(cfg.env, ev.agent))
-    except ValueError as exc:
+    except (ValueError, BackendError) as exc:  # BackendError: a server that failed to answer
         raise CommandError(str(exc)) from None
     out = console()
     out.print(metrics_table(f"{cfg.env}, {ev.episodes} episodes, seed {cfg.seed}",
