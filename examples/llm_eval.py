@@ -9,8 +9,8 @@
 
 ``--num-envs`` envs run side by side; each turn the agent generates for all unfinished episodes with
 one batched call (``LLMAgent.act_batch``), and an env that finishes takes the next question.
-Questions are a seeded permutation of the task's, as in ``hopgym.evaluate``. Prints EM, F1, the
-share of valid turns, searches per episode and speed; ``--json PATH`` writes them,
+Questions are a seeded permutation of the task's, as in ``hopgym.agents.evaluate``. Prints EM,
+F1, the share of valid turns, searches per episode and speed; ``--json PATH`` writes them,
 ``--trajectories PATH.jsonl`` every episode's transcript.
 """
 

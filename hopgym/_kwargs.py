@@ -1,19 +1,24 @@
-"""``KEY=VALUE`` arguments: :func:`parse_kwarg`, :func:`parse_kwargs` and :class:`KwargsError`.
+"""Keyword arguments, read and checked the same way on every floor.
 
-The lowest floor of the package (standard library only), so that the command line, the agents and
-the examples can all read ``--kw hops=3 protocol=r3`` the same way.
+Functions: :func:`parse_kwarg` and :func:`parse_kwargs` (``KEY=VALUE`` text, as ``--kw hops=3
+protocol=r3`` gives it), :func:`unknown_name_error` (one wording for a misspelt keyword). Class:
+:class:`KwargsError`. Private helpers on the lowest floor (they import only :mod:`hopgym.errors`),
+so that ``corpora``, the env options, the agents and the command line can all use them.
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["KwargsError", "parse_kwarg", "parse_kwargs"]
+from hopgym.errors import HopgymError
+
+__all__ = ["KwargsError", "parse_kwarg", "parse_kwargs", "unknown_name_error"]
 
 
-class KwargsError(ValueError):
+class KwargsError(HopgymError, ValueError):
     """A ``KEY=VALUE`` argument without ``=`` or without a key."""
 
 
@@ -53,3 +58,19 @@ def parse_kwargs(items: Iterable[str], flag: str = "--kw") -> dict[str, Any]:
         {'hops': 3, 'sources': ('local', 'web'), 'protocol': 'r3'}
     """
     return dict(parse_kwarg(item, flag) for item in items)
+
+
+def unknown_name_error(name: str, known: Iterable[str], what: str = "option") -> TypeError:
+    """A ``TypeError`` for an unknown keyword, suggesting the closest known one.
+
+    Example:
+        >>> str(unknown_name_error("dedupe", ["dedup", "top_k"]))
+        "unknown option 'dedupe' (did you mean 'dedup'?)"
+        >>> str(unknown_name_error("zzz", ["dedup", "top_k"]))
+        "unknown option 'zzz'; known: dedup, top_k"
+    """
+    names = list(dict.fromkeys(known))
+    close = difflib.get_close_matches(str(name), names, n=1)
+    if close:
+        return TypeError(f"unknown {what} {name!r} (did you mean {close[0]!r}?)")
+    return TypeError(f"unknown {what} {name!r}; known: {', '.join(names)}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hopgym.backends.stops import close_open_tag, cut_at_stop, stop_is_kept  # re-exported
 from hopgym.envs.protocols import Protocol, get_protocol
 
 __all__ = ["SYSTEM_PROMPTS", "CONTINUE_MESSAGE", "default_system_prompt", "chat_messages",
@@ -146,56 +147,3 @@ def plain_head(prompt: str, system_prompt: str | None = None) -> str:
         'Be brief.\\n\\nQuestion: X?\\n'
     """
     return f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
-
-
-def stop_is_kept(stop: str) -> bool:
-    """Whether a stop string belongs to the model's turn: closing tags do, the env's headers don't.
-
-    Example:
-        >>> stop_is_kept("</search>"), stop_is_kept("\\nStep ")
-        (True, False)
-    """
-    return stop.lstrip().startswith("</")
-
-
-def cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    """Cut ``text`` at the first stop string; keep it if :func:`stop_is_kept`, else drop it.
-
-    Example:
-        >>> cut_at_stop("<think>x</think><search>q</search><information>", ["</search>"])
-        '<think>x</think><search>q</search>'
-        >>> cut_at_stop("The final answer: Oslo\\nStep 3:", ["\\nStep "])
-        'The final answer: Oslo'
-    """
-    best: tuple[int, str] | None = None
-    for stop in stops:
-        if not stop:
-            continue
-        i = text.find(stop)
-        if i >= 0 and (best is None or i < best[0] or (i == best[0] and len(stop) > len(best[1]))):
-            best = (i, stop)
-    if best is None:
-        return text
-    i, stop = best
-    return text[: i + len(stop)] if stop_is_kept(stop) else text[:i]
-
-
-def close_open_tag(text: str, stops: Sequence[str]) -> str:
-    """Append the closing-tag stop that a server cut off (OpenAI-style APIs drop the stop string).
-
-    Only closing-tag stops (``</x>``) are restored, and only when ``<x>`` is open at the end.
-
-    Example:
-        >>> close_open_tag("<think>a</think><search>Acme founder", ["</search>", "</answer>"])
-        '<think>a</think><search>Acme founder</search>'
-        >>> close_open_tag("<think>a</think>", ["</search>"])
-        '<think>a</think>'
-    """
-    for stop in stops:
-        if not stop_is_kept(stop):
-            continue
-        close = stop.strip()
-        opening = "<" + close[2:]
-        if text.rfind(opening) > text.rfind(close):
-            return text + close
-    return text

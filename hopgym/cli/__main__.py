@@ -6,4 +6,5 @@ import sys
 
 from hopgym.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a tool imports every module
+    sys.exit(main())

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hopgym.cli._dataclass_args import ConfigError, ConfigSpec, add_config_arguments, plain
+from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, plain
+from hopgym.errors import HopgymError
 
 __all__ = ["DEFAULT_ENV", "CommandError", "EnvConfig", "add_env_arguments", "command_parser",
            "console", "make_env", "metrics_table", "progress_label", "rounded", "terms_table",
@@ -25,7 +26,7 @@ __all__ = ["DEFAULT_ENV", "CommandError", "EnvConfig", "add_env_arguments", "com
 DEFAULT_ENV = "hopgym/Synthetic-v0"
 
 
-class CommandError(Exception):
+class CommandError(HopgymError):
     """A command cannot do what it was asked; the message says why (printed without traceback)."""
 
 
@@ -47,8 +48,10 @@ class EnvConfig:
 def command_parser(subparsers: Any, name: str, help: str, description: str | None = None,
                    run: Callable[[argparse.Namespace], int] | None = None,
                    **kwargs: Any) -> argparse.ArgumentParser:
-    """A subcommand parser with plain-text help whose ``func`` is ``run``, guarded so that a
-    known failure prints ``hopgym NAME: error: ...`` and returns 2 instead of a traceback."""
+    """A subcommand parser with plain-text help whose ``func`` is ``run``, guarded so that any
+    error hopgym raises on purpose (a :class:`~hopgym.errors.HopgymError`: a missing extra, a
+    config that refuses its values, a stale index, ...) prints ``hopgym NAME: error: ...`` and
+    returns 2 instead of a traceback."""
     parser = subparsers.add_parser(name, help=plain(help), description=plain(description or help),
                                    **kwargs)
     if run is not None:
@@ -59,11 +62,9 @@ def command_parser(subparsers: Any, name: str, help: str, description: str | Non
 def _guarded(run: Callable[[argparse.Namespace], int], prog: str
              ) -> Callable[[argparse.Namespace], int]:
     def func(args: argparse.Namespace) -> int:
-        from hopgym.corpora.retrieval import DependencyNotInstalled
-
         try:
             return int(run(args) or 0)
-        except (CommandError, ConfigError, DependencyNotInstalled) as exc:
+        except HopgymError as exc:
             print(f"{prog}: error: {exc}", file=sys.stderr)
             return 2
 

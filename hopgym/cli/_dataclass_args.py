@@ -14,7 +14,8 @@ How a field becomes an option:
   ``metadata["aliases"]`` or the spec's ``aliases`` (``--steps`` for ``max_steps``).
 - Help: ``metadata["help"]`` as plain text (reST roles and backticks removed), followed by the
   default. Every generated option has help; a field without it is an error.
-- Type, from the annotation: ``int``, ``float`` and ``str`` as they are; ``X | None`` is ``X`` with
+- Type, from the annotation: ``int``, ``float`` and ``str`` as they are (``Any`` is read as
+  ``str``: a command line holds text); ``X | None`` is ``X`` with
   the word ``none`` for ``None`` (not for ``str``, where "none" may mean something); ``bool`` is
   ``--x`` / ``--no-x`` (``BooleanOptionalAction``), and ``bool | None`` the same with ``None``
   when neither is given; ``Literal[...]`` or ``metadata["choices"]`` give choices;
@@ -23,6 +24,8 @@ How a field becomes an option:
   values are read as Python literals. Repeating a list or dict option adds to it
   (``--kw a=1 --kw b=2`` keeps both); the first use replaces the default.
 - Default: the field's default (or ``default_factory()``); no default makes the option required.
+- A spec's ``metadata`` adds to a field's metadata for one command (``choices`` narrower than the
+  field's type allows there, e.g. the retriever kinds an index can hold).
 - ``metadata["positional"]`` makes a positional argument; ``metadata["metavar"]``,
   ``["nargs"]`` and ``["const"]`` pass through to argparse (``--json`` with an optional value).
 - A spec's ``kv_flag`` (``--tiny``) adds one ``KEY=VALUE`` option that sets any of the config's
@@ -40,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from hopgym._kwargs import KwargsError, parse_kwarg
+from hopgym.errors import HopgymError
 
 __all__ = ["ArgumentParser", "ConfigError", "ConfigSpec", "add_config_arguments",
            "config_from_args", "config_specs", "plain"]
@@ -47,7 +51,7 @@ __all__ = ["ArgumentParser", "ConfigError", "ConfigSpec", "add_config_arguments"
 _SPECS = "_hopgym_config_specs"
 
 
-class ConfigError(ValueError):
+class ConfigError(HopgymError, ValueError):
     """Options that do not make a valid config (its ``__post_init__`` refused them)."""
 
 
@@ -62,6 +66,7 @@ class ConfigSpec:
         exclude: fields that get no option (the command sets them itself).
         kv_flag: an extra ``KEY=VALUE`` option that sets fields by name (``--tiny``).
         title: the heading of the option group in ``--help``.
+        metadata: per field name, entries added to the field's metadata for this parser.
     """
 
     cls: type
@@ -70,6 +75,7 @@ class ConfigSpec:
     exclude: frozenset[str] = frozenset()
     kv_flag: str | None = None
     title: str | None = None
+    metadata: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     def dest(self, name: str) -> str:
         """The argparse destination of field ``name``."""
@@ -239,7 +245,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, spec: ConfigSpec | typ
 
 
 def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) -> None:
-    meta = dict(f.metadata)
+    meta = {**f.metadata, **spec.metadata.get(f.name, {})}
     help_text = meta.get("help")
     if not help_text:
         raise TypeError(f"{spec.cls.__name__}.{f.name} has no metadata['help']")
@@ -248,6 +254,8 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
     default = _default(f)
     dest = spec.dest(f.name)
     tp, optional = _unwrap_optional(hint)
+    if tp is Any:
+        tp = str
     kwargs: dict[str, Any] = {}
     origin = typing.get_origin(tp)
     if tp is bool:
@@ -283,8 +291,9 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
         if default not in (None, "", (), [], {}) and "default" not in help_text.lower():
             notes.append(f"default: {_show(default)}")
     if notes:
-        period = help_text.endswith(".")
-        help_text = help_text.rstrip(".") + f" ({'; '.join(notes)})" + "." * period
+        period = help_text.endswith(".") and not help_text.endswith("..")
+        help_text = help_text[:-1] if period else help_text
+        help_text += f" ({'; '.join(notes)})" + "." * period
     if meta.get("positional"):
         kwargs.pop("required", None)
         if default is not dataclasses.MISSING:

@@ -11,7 +11,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopgym.agents.llm import BACKENDS, BackendError, make_llm_agent
+from hopgym.agents.llm import BACKENDS, make_llm_agent
 from hopgym.agents.scripted import AGENTS
 from hopgym.cli._common import (
     CommandError,
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         metrics = evaluate(env, agent, episodes=ev.episodes, seed=cfg.seed,
                            trajectories=ev.trajectories, progress=progress_label(cfg.env, ev.agent))
-    except (ValueError, BackendError) as exc:  # BackendError: a server that failed to answer
+    except ValueError as exc:
         raise CommandError(str(exc)) from None
     out = console()
     out.print(metrics_table(f"{cfg.env}, {ev.episodes} episodes, seed {cfg.seed}",

@@ -57,13 +57,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``hopgym serve`` until interrupted."""
-    from hopgym.corpora.index_store import IndexStoreError
-
     cfg = config_from_args(args, ServeConfig)
     try:
         serve_index(cfg.index, host=cfg.host, port=cfg.port, corpus=cfg.corpus, model=cfg.model,
                     default_topk=cfg.topk, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,
                     threads=cfg.threads, verbose=cfg.verbose)
-    except (IndexStoreError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # hopgym's own errors pass through
         raise CommandError(str(exc)) from None
     return 0

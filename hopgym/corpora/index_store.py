@@ -28,13 +28,16 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hopgym._version import __version__
 from hopgym.corpora import retrieval as _retrieval
 from hopgym.corpora.retrieval import BM25Retriever, Retriever
+from hopgym.corpora.retrievers import RetrieverSpec, make_retriever, persistable_kinds
 from hopgym.corpora.types import Passage
+from hopgym.errors import HopgymError
 
 __all__ = [
     "Manifest",
@@ -55,11 +58,12 @@ __all__ = [
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-#: Retriever kinds an index directory can hold.
-RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
+#: Retriever kinds an index directory can hold (the registry's persistable kinds, see
+#: :func:`~hopgym.corpora.retrievers.persistable_kinds`).
+RETRIEVER_KINDS = persistable_kinds()
 
 
-class IndexStoreError(RuntimeError):
+class IndexStoreError(HopgymError, RuntimeError):
     """An index directory cannot be written or read (missing, corrupt, incompatible format)."""
 
 
@@ -93,12 +97,7 @@ def tokenizer_fingerprint() -> str:
 
 
 def _version() -> str:
-    try:
-        from hopgym import __version__
-
-        return __version__
-    except ImportError:  # pragma: no cover - partial checkouts
-        return "unknown"
+    return __version__
 
 
 @dataclass
@@ -153,53 +152,29 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 # --------------------------------------------------------------------------------- building
 def _kind(retriever: Any) -> str:
-    if isinstance(retriever, BM25Retriever):
-        return "bm25"
-    kind = getattr(retriever, "kind", None)
-    if kind in ("dense", "hybrid"):
+    kind = "bm25" if isinstance(retriever, BM25Retriever) else getattr(retriever, "kind", None)
+    if kind in persistable_kinds():
         return kind
-    raise IndexStoreError(f"cannot save a {type(retriever).__name__}: only BM25 (bm25s), dense "
-                          "and hybrid retrievers persist")
+    raise IndexStoreError(f"cannot save a {type(retriever).__name__}: only the kinds "
+                          f"{persistable_kinds()} persist")
 
 
-def build_retriever(
-    passages: Sequence[Passage],
-    kind: str = "bm25",
-    *,
-    model: Any = "default",
-    index_type: str = "flat",
-    engine: str = "bm25s",
-    rrf_k: float = 60.0,
-    batch_size: int = 64,
-    show_progress: bool = False,
-    threads: int | None = 1,
-) -> Retriever:
-    """A retriever of ``kind`` (``bm25``, ``dense`` or ``hybrid``) over ``passages``.
+def build_retriever(passages: Sequence[Passage], kind: Any = "bm25", **settings: Any) -> Retriever:
+    """A retriever over ``passages``: ``make_retriever(RetrieverSpec.coerce(kind).updated(**settings),
+    passages)``.
 
     Args:
         passages: the corpus.
-        kind: ``"bm25"``, ``"dense"`` or ``"hybrid"`` (RRF of the two).
-        model: embedder for dense/hybrid: an :class:`~hopgym.corpora.dense.Embedder` or a spec
-            (``"default"``, ``"hashing-256"``, a model name or path).
-        index_type: FAISS index type for dense/hybrid (``flat``, ``hnsw``, ``ivf``).
-        engine: BM25 engine (``bm25s``; ``rank_bm25`` works but cannot be saved).
-        rrf_k: the hybrid fusion constant.
-        batch_size, show_progress, threads: passage encoding; FAISS's and torch's threads.
+        kind: a kind (``"bm25"``, ``"dense"``, ``"hybrid"``, ...) or anything
+            :meth:`~hopgym.corpora.retrievers.RetrieverSpec.coerce` takes.
+        **settings: :class:`~hopgym.corpora.retrievers.RetrieverSpec` fields (``model``,
+            ``index_type``, ``engine``, ``rrf_k``, ``batch_size``, ``show_progress``, ``threads``,
+            ...); ``None`` leaves a field at the spec's value.
     """
-    if kind not in RETRIEVER_KINDS:
-        raise ValueError(f"retriever must be one of {RETRIEVER_KINDS}, got {kind!r}")
-    if kind == "bm25":
-        return BM25Retriever(passages, engine=engine)
-    from hopgym.corpora.dense import DenseRetriever, make_embedder
-
-    embedder = make_embedder(model, batch_size=batch_size, threads=threads)
-    dense = DenseRetriever(passages, embedder=embedder, index_type=index_type,
-                           batch_size=batch_size, show_progress=show_progress, threads=threads)
-    if kind == "dense":
-        return dense
-    from hopgym.corpora.hybrid import HybridRetriever
-
-    return HybridRetriever([BM25Retriever(dense.passages, engine=engine), dense], rrf_k=rrf_k)
+    spec = RetrieverSpec.coerce(kind).updated(**settings)
+    if spec.kind is None:
+        spec = replace(spec, kind="bm25")
+    return make_retriever(spec, passages)
 
 
 def _save_bm25(r: BM25Retriever, out: Path) -> dict[str, Any]:
@@ -289,22 +264,28 @@ def build_index(
     corpus: str | os.PathLike[str] | Sequence[Passage],
     out: str | os.PathLike[str],
     *,
-    retriever: str = "bm25",
-    model: Any = "default",
-    index_type: str = "flat",
+    retriever: Any = "bm25",
     corpus_format: str = "auto",
-    rrf_k: float = 60.0,
-    batch_size: int = 64,
-    show_progress: bool = False,
-    threads: int | None = 1,
     overwrite: bool = False,
     limit: int | None = None,
+    **settings: Any,
 ) -> Manifest:
     """Build a retriever over a corpus file (or passages) and save it to ``out``.
 
     A corpus file may be a FlashRAG corpus jsonl or a QA file, whose paragraphs are pooled as in
     open mode (the same doc ids the env uses), see
     :func:`~hopgym.corpora.loaders.load_pooled_corpus`.
+
+    Args:
+        corpus: a corpus file, or the passages.
+        out: the index directory.
+        retriever: a persistable kind (``bm25``, ``dense``, ``hybrid``), or a
+            :class:`~hopgym.corpora.retrievers.RetrieverSpec` (or its dict).
+        corpus_format: layout of a corpus file (``auto``: detected).
+        overwrite: replace an existing index.
+        limit: index only the first N passages.
+        **settings: spec fields beside a kind name (``model``, ``index_type``, ``rrf_k``,
+            ``batch_size``, ``show_progress``, ``threads``, ...); ``None`` is ignored.
 
     Example:
         >>> import tempfile
@@ -313,6 +294,12 @@ def build_index(
         >>> m.retriever, m.num_passages
         ('bm25', 2)
     """
+    spec = RetrieverSpec.coerce(retriever).updated(**settings)
+    if spec.kind is None:
+        spec = replace(spec, kind="bm25")
+    if spec.kind not in persistable_kinds():
+        raise ValueError(f"retriever must be one of {persistable_kinds()} to be saved, got "
+                         f"{spec.kind!r}")
     if isinstance(corpus, (str, os.PathLike)):
         from hopgym.corpora.loaders import detect_format, load_pooled_corpus
 
@@ -324,8 +311,7 @@ def build_index(
     if not overwrite and index_exists(out):
         raise IndexStoreError(f"an index already exists at {os.fspath(out)}: pass overwrite=True "
                               "(CLI: --force) to replace it")
-    r = build_retriever(passages, retriever, model=model, index_type=index_type, rrf_k=rrf_k,
-                        batch_size=batch_size, show_progress=show_progress, threads=threads)
+    r = make_retriever(spec, passages)
     if path is not None and limit is not None:
         path = None  # a truncated corpus cannot be re-read from the file: store it
     return save_index(r, out, corpus_path=path, corpus_format=fmt, overwrite=overwrite)
@@ -420,7 +406,7 @@ def load_index(
     if retriever is not None and retriever != manifest.retriever:
         raise ForeignIndexError(f"{where} holds a {manifest.retriever!r} index, not {retriever!r}: "
                                 "pass the matching retriever= or build another index")
-    if manifest.retriever not in RETRIEVER_KINDS:
+    if manifest.retriever not in persistable_kinds():
         raise IndexStoreError(f"{where}: unknown retriever kind {manifest.retriever!r}")
     embedder = None
     if manifest.retriever != "bm25":

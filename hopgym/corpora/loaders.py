@@ -47,6 +47,7 @@ from typing import Any
 
 from hopgym.corpora.retrieval import BM25Retriever, DependencyNotInstalled, Retriever
 from hopgym.corpora.types import Hop, Passage, QASample
+from hopgym.errors import HopgymError
 
 __all__ = [
     "DatasetFormatError",
@@ -86,7 +87,7 @@ _DOWNLOAD_HINTS = {
 }
 
 
-class DatasetFormatError(ValueError):
+class DatasetFormatError(HopgymError, ValueError):
     """A record does not have the layout its loader expects.
 
     Attributes:
@@ -100,7 +101,7 @@ class DatasetFormatError(ValueError):
         super().__init__(f"{path}, line {line}, field {field!r}: {reason}")
 
 
-class DatasetUnavailableError(RuntimeError):
+class DatasetUnavailableError(HopgymError, RuntimeError):
     """A hub dataset could not be fetched (offline, unknown name, no ``datasets`` library)."""
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from hopgym.corpora.types import Passage
+from hopgym.errors import DependencyNotInstalled, RetrievalError  # defined there, re-exported here
 
 __all__ = [
     "Retriever",
@@ -28,18 +29,6 @@ __all__ = [
     "tokenize",
     "top_k_indices",
 ]
-
-
-class RetrievalError(RuntimeError):
-    """A retriever could not answer (backend down, timeout, bad index). The env reports it."""
-
-
-class DependencyNotInstalled(ImportError):
-    """An optional dependency is missing; the message names the extra to install."""
-
-    @classmethod
-    def for_extra(cls, package: str, extra: str) -> DependencyNotInstalled:
-        return cls(f"{package} is not installed: run `pip install 'hopgym[{extra}]'`")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
 import gymnasium as gym
@@ -11,12 +12,20 @@ from hopgym.corpora.retrieval import Retriever
 from hopgym.corpora.sources import QATask
 from hopgym.corpora.types import Passage, QASample
 from hopgym.envs.actions import Answer, ParsedTurn, Route, Search, Think
-from hopgym.envs.protocols import Protocol, get_protocol
+from hopgym.envs.options import RENDER_MODES, EnvKwargs, EnvOptions, Unpack
+from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
 
 __all__ = ["MultiHopQAEnv"]
 
 _OBS_MAX = 1 << 22
+
+
+def _option(name: str) -> property:
+    """A read-only attribute that reads ``self.options.<name>``."""
+    help_text = next(f.metadata["help"] for f in fields(EnvOptions) if f.name == name)
+    return property(lambda self: getattr(self.options, name),
+                    doc=f"``options.{name}`` (read-only): {help_text}.")
 
 
 class MultiHopQAEnv(gym.Env[str, str]):
@@ -58,6 +67,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``max_turns`` steps that ``gym.make`` puts under the reward wrappers; ``terminated`` and
     ``truncated`` are never both true.
 
+    A ``step`` after the end (after an answer, or beyond ``max_turns``) without ``reset`` is
+    refused the way a malformed turn is: it never raises, the agent sees "the episode is over: call
+    reset()", ``info["action_type"]`` is ``"invalid"``, the flags repeat how the episode ended, and
+    nothing is recorded (the :attr:`transcript`, the turn count and the search counts stay as they
+    were). Gymnasium leaves such steps undefined and its ``OrderEnforcing`` only refuses a step
+    before the first ``reset``, which this env does too (``ResetNeeded``); raising after the end
+    would break the promise that no action raises, so the step is answered and memory stays bounded
+    (the transcript never holds more than ``max_turns`` turns).
+
     ## Info
     Every step: ``turn``, ``turns_left``, ``action_type`` (think/search/route/answer/invalid),
     ``invalid_action`` (reason or ``None``), ``think``, ``query``, ``source`` (the current source),
@@ -69,15 +87,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
 
     ## Arguments
     - ``task``: a :class:`~hopgym.corpora.sources.QATask` (questions and sources).
-    - ``protocol``: ``"tags"`` (default) or ``"r3"``, or a :class:`Protocol` instance.
-    - ``top_k``: documents shown per search.
-    - ``dedup``: drop documents already seen in this trajectory and fill up with the next ones (R3-RAG).
-    - ``max_docs``: cap on documents shown per trajectory (``None``: no cap).
-    - ``doc_chars``: cut the joined documents of one observation to this many characters.
-    - ``background_k``: documents retrieved for the raw question and shown in the prompt (RDRA).
-    - ``max_turns``: the budget the prompt announces; ``gym.make`` enforces it with ``TimeLimit``.
-    - ``max_action_chars``: longer turns are invalid.
-    - ``render_mode``: ``None`` or ``"ansi"``.
+    - ``options``: an :class:`~hopgym.envs.options.EnvOptions` (or a mapping of its fields); keyword
+      arguments override single fields: ``MultiHopQAEnv(task, top_k=2)``. The fields: ``protocol``
+      (``"tags"``, ``"r3"`` or a protocol instance), ``top_k``, ``dedup``, ``max_docs``,
+      ``doc_chars``, ``background_k``, ``max_turns`` (the budget the prompt announces),
+      ``max_action_chars``, ``reward`` (applied by ``gym.make``, not by this class) and
+      ``render_mode``; see :class:`~hopgym.envs.options.EnvOptions` for their meaning and defaults.
 
     >>> import gymnasium as gym, hopgym
     >>> env = gym.make("hopgym/Synthetic-v0")
@@ -86,48 +101,39 @@ class MultiHopQAEnv(gym.Env[str, str]):
     True
 
     ## Version History
-    - v0: initial release.
+    - v0: initial release. Within v0 (undefined behaviour before): steps after the end are
+      refused without being recorded, and options are one :class:`EnvOptions`.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
 
     def __init__(
         self,
         task: QATask,
-        *,
-        protocol: str | Protocol = "tags",
-        top_k: int = 3,
-        dedup: bool = True,
-        max_docs: int | None = None,
-        doc_chars: int | None = None,
-        background_k: int = 0,
-        max_turns: int = 8,
-        max_action_chars: int = 8192,
-        render_mode: str | None = None,
+        options: EnvOptions | Mapping[str, Any] | None = None,
+        **kwargs: Unpack[EnvKwargs],
     ) -> None:
         if not isinstance(task, QATask):
             raise TypeError(f"task must be a hopgym.corpora.QATask, got {type(task).__name__}")
-        for name, value, low in (("top_k", top_k, 1), ("background_k", background_k, 0),
-                                 ("max_turns", max_turns, 1), ("max_action_chars", max_action_chars, 1)):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if max_docs is not None and (not isinstance(max_docs, int) or max_docs < 1):
-            raise ValueError(f"max_docs must be None or an int >= 1, got {max_docs!r}")
-        if doc_chars is not None and (not isinstance(doc_chars, int) or doc_chars < 1):
-            raise ValueError(f"doc_chars must be None or an int >= 1, got {doc_chars!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        #: The env's :class:`~hopgym.envs.options.EnvOptions` (``options`` updated by ``kwargs``).
+        self.options = EnvOptions.from_kwargs(kwargs, base=options)
         self.task = task
-        self.protocol = get_protocol(protocol)
-        self.top_k, self.dedup, self.max_docs = top_k, dedup, max_docs
-        self.doc_chars, self.background_k = doc_chars, background_k
-        self.max_turns, self.max_action_chars = max_turns, max_action_chars
-        self.render_mode = render_mode
-        self.action_space = FreeText(max_action_chars * 4)
+        self.protocol = get_protocol(self.options.protocol)
+        self.action_space = FreeText(self.options.max_action_chars * 4)
         self.observation_space = FreeText(_OBS_MAX)
         self.sample: QASample | None = None
         self.transcript: list[dict[str, str]] = []
         self._reset_state()
+
+    # The options, read-only: they are :attr:`options`, never a copy that could drift from it.
+    top_k = _option("top_k")
+    dedup = _option("dedup")
+    max_docs = _option("max_docs")
+    doc_chars = _option("doc_chars")
+    background_k = _option("background_k")
+    max_turns = _option("max_turns")
+    max_action_chars = _option("max_action_chars")
+    render_mode = _option("render_mode")  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ state
     def _reset_state(self) -> None:
@@ -193,17 +199,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.sample is None:
             raise gym.error.ResetNeeded("call reset() before step()")
+        if self.done or self.turn >= self.max_turns:
+            return self._after_end()
         self.turn += 1
         text, parsed = self._read(action)
         self.transcript.append({"role": "assistant", "content": text})
         info = self._blank_info(parsed)
         terminated = False
         act = parsed.action
-        if self.done:
-            parsed = ParsedTurn(None, error="the episode is over: call reset()")
-            info.update(action_type="invalid", invalid_action=parsed.error)
-            obs, terminated = self.protocol.format_error(parsed.error, self.turn), True
-        elif act is None:
+        if act is None:
             obs = self.protocol.format_error(parsed.error or "invalid turn", self.turn)
         elif isinstance(act, Think):
             obs = self.protocol.format_think(self.turn)
@@ -225,6 +229,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
         return obs, 0.0, terminated, False, info
+
+    def _after_end(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The answer to a step after the end: corrective, repeats the end flags, records nothing."""
+        error = "the episode is over: call reset()"
+        info = self._blank_info(ParsedTurn(None, error=error))
+        info["searches"] = self.searches
+        info["searches_by_source"] = dict(self.searches_by_source)
+        answered = self.done
+        return self.protocol.format_error(error, self.turn), 0.0, answered, not answered, info
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

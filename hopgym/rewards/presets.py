@@ -1,6 +1,6 @@
 """Reward presets: the stacks of the papers, selectable by name.
 
-Functions: :func:`preset`. Constants: :data:`PRESETS`.
+Functions: :func:`preset`, :func:`preset_name`. Constants: :data:`PRESETS`.
 
 ``gym.make("hopgym/<Name>-v0", reward=NAME)`` and ``hopgym eval --reward NAME`` use these; the
 envs' factories put the presets *outside* the ``TimeLimit``, so they see the budget's truncation.
@@ -33,7 +33,7 @@ from hopgym.rewards.format_reward import FormatReward
 from hopgym.rewards.judges import Judge
 from hopgym.rewards.process_reward import RelevanceReward
 
-__all__ = ["preset", "PRESETS"]
+__all__ = ["preset", "preset_name", "PRESETS"]
 
 #: The preset names, in the order the README lists them.
 PRESETS: tuple[str, ...] = ("default", "em", "f1", "searchr1", "r3rag", "kunlun")
@@ -47,7 +47,16 @@ R3_SCALING = (1.6, 0.8, 0.9)
 KUNLUN_COST_BUDGET = 0.5
 
 
-def _canonical(name: str) -> str:
+def preset_name(name: str) -> str:
+    """The canonical name of a preset (``"search-r1"`` is ``"searchr1"``).
+
+    Raises:
+        ValueError: for an unknown name; the message lists the names.
+
+    Example:
+        >>> preset_name("Search-R1")
+        'searchr1'
+    """
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key not in PRESETS:
@@ -90,7 +99,7 @@ def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym
     if not isinstance(name, str):
         raise ValueError(f"reward preset must be a name or None, got {name!r}; "
                          f"choose one of {list(PRESETS)}")
-    key = _canonical(name)
+    key = preset_name(name)
     if key in ("default", "em"):
         return OutcomeReward(env, "em")
     if key == "f1":

@@ -534,7 +534,7 @@ def test_llm_eval_example_runs_batched_episodes(tmp_path, model, tokenizer):
 
 
 def test_gguf_paths_resolve_to_directory_and_file(tmp_path):
-    from hopgym.agents.llm import _resolve_gguf
+    from hopgym.backends.transformers_backend import _resolve_gguf
 
     (tmp_path / "m.Q4.gguf").write_bytes(b"")
     assert _resolve_gguf(str(tmp_path), None) == (str(tmp_path), "m.Q4.gguf")

@@ -75,5 +75,6 @@ def test_make_agent_names():
         make_agent("smart", env)
 
 
-def test_top_level_evaluate_is_the_harness():
-    assert hopgym.evaluate is evaluate
+def test_top_level_evaluate_is_the_harness_and_deprecated():
+    with pytest.warns(DeprecationWarning, match="hopgym.agents.evaluate"):
+        assert hopgym.evaluate is evaluate
