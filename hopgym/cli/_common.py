@@ -1,6 +1,7 @@
 """What the commands share: the env options, making envs, errors, consoles, tables, numbers.
 
-Classes: :class:`EnvConfig` (``--env --kw --reward --seed``), :class:`CommandError`.
+Classes: :class:`EnvConfig` (``--env --kw --seed``), :class:`CommandError`; :data:`ENV_OPTIONS`
+(the env's :class:`~hopgym.envs.options.EnvOptions` as ``--top-k``, ``--protocol``, ``--reward`` ...).
 Functions: :func:`command_parser` (a subcommand parser that runs its command with clean errors),
 :func:`add_env_arguments`, :func:`make_env`, :func:`console`, :func:`progress_label`, :func:`metrics_table`,
 :func:`terms_table`, :func:`rounded`, :func:`write_json`.
@@ -16,10 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, plain
+from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, given_values, plain
+from hopgym.envs.options import EnvOptions
+from hopgym.envs.protocols import PROTOCOLS
 from hopgym.errors import HopgymError
 
-__all__ = ["DEFAULT_ENV", "CommandError", "EnvConfig", "add_env_arguments", "command_parser",
+__all__ = ["DEFAULT_ENV", "ENV_OPTIONS", "CommandError", "EnvConfig", "add_env_arguments",
+           "command_parser", "env_kwargs",
            "console", "make_env", "metrics_table", "progress_label", "rounded", "terms_table",
            "write_json"]
 
@@ -36,11 +40,9 @@ class EnvConfig:
 
     env: str = field(default=DEFAULT_ENV, metadata={"help": "Env id.", "metavar": "ID"})
     kw: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "Env keyword arguments, read as Python literals where they parse; repeat or list "
-                "several: --kw hops=3 --kw protocol=r3."})
-    reward: str | None = field(default=None, metadata={
-        "help": "Reward preset: default, searchr1, r3rag, kunlun, ... or none for the bare env "
-                "(default: the env's own).", "metavar": "PRESET"})
+        "help": "Env keyword arguments (a world's, a dataset's, or any env option), read as "
+                "Python literals where they parse; repeat or list several: --kw hops=3 --kw "
+                "kinds=bridge."})
     seed: int = field(default=0, metadata={
         "help": "Seeds the question order and each episode's reset (and the agent)."})
 
@@ -72,13 +74,39 @@ def _guarded(run: Callable[[argparse.Namespace], int], prog: str
     return func
 
 
-def add_env_arguments(parser: argparse.ArgumentParser, cls: type = EnvConfig) -> None:
-    """``--env --kw --reward --seed`` (the fields of ``cls``, an :class:`EnvConfig`)."""
-    add_config_arguments(parser, ConfigSpec(cls, title="env"))
+#: The env options as options of their own; only those given override the env id's.
+ENV_OPTIONS = ConfigSpec(
+    EnvOptions, title="env options (EnvOptions)", given_only=True,
+    exclude=frozenset({"render_mode"}),
+    description="Options given here override the env id's registered ones; the defaults shown "
+                "are EnvOptions'. --reward none gives the bare env (reward 0).",
+    metadata={"reward": {"metavar": "PRESET"}, "protocol": {"choices": tuple(PROTOCOLS)}})
 
 
-def make_env(env_id: str, kwargs: dict[str, Any], reward: str | None) -> Any:
-    """``gym.make(env_id, **kwargs)`` with ``reward`` (``"none"``: the bare env) if given.
+def add_env_arguments(parser: argparse.ArgumentParser, cls: type = EnvConfig,
+                      title: str = "env") -> None:
+    """``--env --kw --seed`` (the fields of ``cls``, an :class:`EnvConfig`) and the env options
+    (:data:`ENV_OPTIONS`)."""
+    add_config_arguments(parser, ConfigSpec(cls, title=title))
+    add_config_arguments(parser, ENV_OPTIONS)
+
+
+def env_kwargs(args: argparse.Namespace, kw: dict[str, Any]) -> dict[str, Any]:
+    """``gym.make`` keyword arguments: ``--kw`` items plus the env options given on their own.
+
+    Raises:
+        CommandError: an option given both ways.
+    """
+    given = given_values(args, ENV_OPTIONS)
+    twice = sorted(set(given) & set(kw))
+    if twice:
+        raise CommandError(f"{', '.join(twice)} given twice (--kw and its own option): give it "
+                           f"once")
+    return {**kw, **given}
+
+
+def make_env(env_id: str, kwargs: dict[str, Any]) -> Any:
+    """``gym.make(env_id, **kwargs)``; ``reward="none"`` is the bare env (``reward=None``).
 
     Raises:
         CommandError: the id is unknown or the env refused its arguments.
@@ -87,8 +115,8 @@ def make_env(env_id: str, kwargs: dict[str, Any], reward: str | None) -> Any:
 
     import hopgym  # noqa: F401 - registers the ids
 
-    if reward is not None:
-        kwargs = {**kwargs, "reward": None if reward == "none" else reward}
+    if isinstance(kwargs.get("reward"), str) and kwargs["reward"].lower() == "none":
+        kwargs = {**kwargs, "reward": None}
     try:
         return gym.make(env_id, **kwargs)
     except (gym.error.Error, TypeError, ValueError) as exc:

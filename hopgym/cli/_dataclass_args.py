@@ -2,8 +2,10 @@
 transformers' ``HfArgumentParser`` do, so that a flag cannot drift from the field it sets.
 
 Functions: :func:`add_config_arguments` (a config's fields to options), :func:`config_from_args`
-(parsed options back to a config), :func:`config_specs` (which configs a parser was built from),
-:func:`plain` (help text without reST markup). Classes: :class:`ConfigSpec`,
+(parsed options back to a config), :func:`config_values` and :func:`given_values` (the values
+before a config checks them; only those given), :func:`changed` (options off their default),
+:func:`config_specs` (which configs a parser was built from), :func:`plain` (help text without
+reST markup). Classes: :class:`ConfigSpec`,
 :class:`ArgumentParser`, :class:`ConfigError`.
 
 How a field becomes an option:
@@ -16,7 +18,8 @@ How a field becomes an option:
   default. Every generated option has help; a field without it is an error.
 - Type, from the annotation: ``int``, ``float`` and ``str`` as they are (``Any`` is read as
   ``str``: a command line holds text); ``X | None`` is ``X`` with
-  the word ``none`` for ``None`` (not for ``str``, where "none" may mean something); ``bool`` is
+  the word ``none`` for ``None`` (not for ``str``, where "none" may mean something), and a union
+  with ``str`` (``str | Protocol``) is ``str``, as in ``HfArgumentParser``; ``bool`` is
   ``--x`` / ``--no-x`` (``BooleanOptionalAction``), and ``bool | None`` the same with ``None``
   when neither is given; ``Literal[...]`` or ``metadata["choices"]`` give choices;
   ``tuple[X, ...]`` and ``list[X]`` take one or more values, space- or comma-separated
@@ -28,6 +31,9 @@ How a field becomes an option:
   field's type allows there, e.g. the retriever kinds an index can hold).
 - ``metadata["positional"]`` makes a positional argument; ``metadata["metavar"]``,
   ``["nargs"]`` and ``["const"]`` pass through to argparse (``--json`` with an optional value).
+- A spec with ``given_only`` leaves the options that are not on the command line out of the
+  namespace (:func:`given_values` reads the others): for options whose values are also set
+  elsewhere (an env id's registered options), so that only what the user typed overrides them.
 - A spec's ``kv_flag`` (``--tiny``) adds one ``KEY=VALUE`` option that sets any of the config's
   fields by name, for configs passed through to a library (``--tiny layers=2 hidden=64``).
 """
@@ -45,8 +51,8 @@ from typing import Any, Literal
 from hopgym._kwargs import KwargsError, parse_kwarg
 from hopgym.errors import HopgymError
 
-__all__ = ["ArgumentParser", "ConfigError", "ConfigSpec", "add_config_arguments",
-           "config_from_args", "config_specs", "plain"]
+__all__ = ["ArgumentParser", "ConfigError", "ConfigSpec", "add_config_arguments", "changed",
+           "config_from_args", "config_specs", "config_values", "given_values", "plain"]
 
 _SPECS = "_hopgym_config_specs"
 
@@ -67,6 +73,9 @@ class ConfigSpec:
         kv_flag: an extra ``KEY=VALUE`` option that sets fields by name (``--tiny``).
         title: the heading of the option group in ``--help``.
         metadata: per field name, entries added to the field's metadata for this parser.
+        description: the text under the heading.
+        given_only: leave options that are not on the command line out of the namespace (read
+            them with :func:`given_values`).
     """
 
     cls: type
@@ -76,6 +85,8 @@ class ConfigSpec:
     kv_flag: str | None = None
     title: str | None = None
     metadata: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    description: str | None = None
+    given_only: bool = False
 
     def dest(self, name: str) -> str:
         """The argparse destination of field ``name``."""
@@ -133,13 +144,17 @@ def plain(text: str) -> str:
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    """``X | None`` → ``(X, True)``; anything else → ``(tp, False)``."""
+    """``X | None`` → ``(X, True)``; a union with ``str`` → ``(str, ...)``; else ``(tp, False)``."""
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(tp))
+        if len(args) != 1 and str in args:
+            return str, optional  # ``str | Protocol``: the command line gives the name
         if len(args) != 1:
-            raise TypeError(f"only X | None unions can become options, got {tp}")
-        return args[0], len(args) < len(typing.get_args(tp))
+            raise TypeError(f"only X | None unions (or unions with str) can become options, "
+                            f"got {tp}")
+        return args[0], optional
     return tp, False
 
 
@@ -231,7 +246,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, spec: ConfigSpec | typ
     """
     if not isinstance(spec, ConfigSpec):
         spec = ConfigSpec(spec)
-    group: Any = parser.add_argument_group(spec.title) if spec.title else parser
+    group: Any = parser.add_argument_group(spec.title, plain(spec.description or "") or None) \
+        if spec.title else parser
     hints = typing.get_type_hints(spec.cls)
     for f in spec.fields():
         _add_field(group, spec, f, hints[f.name])
@@ -287,7 +303,7 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
     if default is dataclasses.MISSING:
         kwargs["required"] = True
     else:
-        kwargs["default"] = default
+        kwargs["default"] = argparse.SUPPRESS if spec.given_only else default
         if default not in (None, "", (), [], {}) and "default" not in help_text.lower():
             notes.append(f"default: {_show(default)}")
     if notes:
@@ -323,6 +339,22 @@ def config_specs(parser: argparse.ArgumentParser) -> list[ConfigSpec]:
     return list(parser.get_default(_SPECS) or [])
 
 
+def given_values(args: argparse.Namespace, spec: ConfigSpec) -> dict[str, Any]:
+    """The values of ``spec``'s options that were given on the command line, by field name."""
+    hints = typing.get_type_hints(spec.cls)
+    out = {}
+    for f in spec.fields():
+        if hasattr(args, spec.dest(f.name)):
+            value = getattr(args, spec.dest(f.name))
+            tp, _ = _unwrap_optional(hints[f.name])
+            if typing.get_origin(tp) is dict and isinstance(value, list):
+                value = dict(value)
+            elif typing.get_origin(tp) is tuple and isinstance(value, list):
+                value = tuple(value)
+            out[f.name] = value
+    return out
+
+
 def config_values(args: argparse.Namespace, spec: ConfigSpec | type) -> dict[str, Any]:
     """The parsed values of ``spec``'s fields (before the config checks them), by field name.
 
@@ -334,7 +366,7 @@ def config_values(args: argparse.Namespace, spec: ConfigSpec | type) -> dict[str
     hints = typing.get_type_hints(spec.cls)
     values: dict[str, Any] = {}
     for f in spec.fields():
-        value = getattr(args, spec.dest(f.name))
+        value = getattr(args, spec.dest(f.name), _default(f))  # absent: given_only
         tp, _ = _unwrap_optional(hints[f.name])
         origin = typing.get_origin(tp)
         if origin is dict and isinstance(value, list):
@@ -375,7 +407,7 @@ def changed(args: argparse.Namespace, spec: ConfigSpec) -> list[str]:
     out = []
     for f in spec.fields():
         default = _default(f)
-        value = getattr(args, spec.dest(f.name))
+        value = getattr(args, spec.dest(f.name), default)
         if isinstance(value, list) and isinstance(default, tuple):
             value = tuple(value)
         if value != default:

@@ -1,6 +1,7 @@
 """``hopgym bench``: every scripted baseline on the synthetic worlds, one table per env.
 
-Options: :class:`BenchConfig` (an :class:`~hopgym.cli._common.EnvConfig` with several envs).
+Options: :class:`BenchConfig` (an :class:`~hopgym.cli._common.EnvConfig` with several envs) and
+the env options (:data:`~hopgym.cli._common.ENV_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from hopgym.agents.scripted import AGENTS
 from hopgym.cli._common import (
     DEFAULT_ENV,
     EnvConfig,
+    add_env_arguments,
     command_parser,
     console,
+    env_kwargs,
     make_env,
     metrics_table,
     progress_label,
     write_json,
 )
-from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
+from hopgym.cli._dataclass_args import config_from_args
 
 __all__ = ["BenchConfig", "add_parser", "run"]
 
@@ -44,7 +47,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = command_parser(subparsers, "bench", "every scripted baseline on the synthetic worlds",
                        "Run every scripted agent on each env (the same seeded questions for "
                        "all) and print one table per env.", run=run)
-    add_config_arguments(p, ConfigSpec(BenchConfig, title="benchmark"))
+    add_env_arguments(p, BenchConfig, title="benchmark")
     return p
 
 
@@ -54,10 +57,11 @@ def run(args: argparse.Namespace) -> int:
     from hopgym.agents.scripted import make_agent
 
     cfg = config_from_args(args, BenchConfig)
+    kwargs = env_kwargs(args, cfg.kw)
     out = console()
     results: dict[str, dict[str, Any]] = {}
     for i, env_id in enumerate(cfg.env):
-        env = make_env(env_id, cfg.kw, cfg.reward)
+        env = make_env(env_id, kwargs)
         rows = []
         for name in cfg.agents:
             metrics = evaluate(env, make_agent(name, env, seed=cfg.seed), episodes=cfg.episodes,

@@ -1,6 +1,7 @@
 """``hopgym eval``: evaluate one agent on an env; prints a table, writes JSON and trajectories.
 
-Options: :class:`~hopgym.cli._common.EnvConfig`, :class:`EvalConfig` and, for ``--agent llm``,
+Options: :class:`~hopgym.cli._common.EnvConfig` and the env options
+(:data:`~hopgym.cli._common.ENV_OPTIONS`), :class:`EvalConfig` and, for ``--agent llm``,
 :class:`LLMConfig` (its defaults are those of :func:`hopgym.agents.llm.make_llm_agent`).
 """
 
@@ -19,6 +20,7 @@ from hopgym.cli._common import (
     add_env_arguments,
     command_parser,
     console,
+    env_kwargs,
     make_env,
     metrics_table,
     progress_label,
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args, EnvConfig)
     ev = config_from_args(args, EvalConfig)
-    env = make_env(cfg.env, cfg.kw, cfg.reward)
+    env = make_env(cfg.env, env_kwargs(args, cfg.kw))
     agent = make_cli_agent(ev.agent, env, cfg.seed, config_from_args(args, LLM_SPEC))
     try:
         metrics = evaluate(env, agent, episodes=ev.episodes, seed=cfg.seed,

@@ -1,6 +1,7 @@
 """``hopgym play``: play an episode yourself in the terminal (turns read from stdin).
 
-Options: :class:`~hopgym.cli._common.EnvConfig`.
+Options: :class:`~hopgym.cli._common.EnvConfig` and the env options
+(:data:`~hopgym.cli._common.ENV_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from hopgym.cli._common import (
     EnvConfig,
     add_env_arguments,
     command_parser,
+    env_kwargs,
     make_env,
     rounded,
 )
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from hopgym.envs.actions import Answer, Route, Search, Think
 
     cfg = config_from_args(args, EnvConfig)
-    env = make_env(cfg.env, cfg.kw, cfg.reward)
+    env = make_env(cfg.env, env_kwargs(args, cfg.kw))
     obs, info = env.reset(seed=cfg.seed)
     sources = tuple(getattr(env.unwrapped, "source_names", ()))
     print(shortcuts_help(sources))

@@ -36,6 +36,9 @@ EXCLUDED = {
 }
 EXCLUDED_FIELDS = {("index build", "RetrieverSpec"): {"urls", "timeout", "retries", "backoff",
                                                       "show_progress"}}
+for _name in ("eval", "bench", "play"):
+    EXCLUDED[(_name, "EnvOptions")] = "render_mode: the commands print what they show themselves"
+    EXCLUDED_FIELDS[(_name, "EnvOptions")] = {"render_mode"}
 
 
 def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -286,3 +289,19 @@ def test_configs_used_by_train_are_the_agents_own():
     assert [s.cls for s in SUBCOMMANDS["grpo"].specs] == [TrainConfig, GRPORunConfig,
                                                           TinyLMConfig]
     assert TeacherConfig in [s.cls for s in SUBCOMMANDS["sft"].specs]
+
+
+def test_env_options_are_options_and_only_those_given_reach_the_env():
+    from hopgym.cli._common import CommandError, env_kwargs
+
+    args = parse("eval", "--top-k", "2", "--no-dedup", "--reward", "none", "--protocol", "r3",
+                 "--kw", "hops=3")
+    assert env_kwargs(args, config_from_args(args, EnvConfig).kw) == {
+        "hops": 3, "top_k": 2, "dedup": False, "reward": "none", "protocol": "r3"}
+    # Not given: not passed, so an id's registered options (max_turns=6 ...) stay in force.
+    assert env_kwargs(parse("bench"), {}) == {}
+    args = parse("play", "--kw", "top_k=2", "--top-k", "3")
+    with pytest.raises(CommandError, match="top_k given twice"):
+        env_kwargs(args, config_from_args(args, EnvConfig).kw)
+    with pytest.raises(SystemExit):
+        parse("eval", "--protocol", "xml")

@@ -107,10 +107,16 @@ def test_help_is_plain_and_names_the_defaults():
 
     @dataclass
     class Union:
-        x: int | str = field(default=0, metadata={"help": "h"})
+        x: int | float = field(default=0, metadata={"help": "h"})
 
-    with pytest.raises(TypeError, match="X | None"):
+    with pytest.raises(TypeError, match="only X | None unions"):
         parser(Union)
+
+    @dataclass
+    class Named:  # str | SomeClass: the command line gives the name, as in HfArgumentParser
+        x: int | str = field(default="a", metadata={"help": "h"})
+
+    assert config_from_args(parser(Named).parse_args(["--x", "7"]), Named).x == "7"
 
 
 @dataclass
