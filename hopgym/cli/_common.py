@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,8 +51,8 @@ def command_parser(subparsers: Any, name: str, help: str, description: str | Non
                    **kwargs: Any) -> argparse.ArgumentParser:
     """A subcommand parser with plain-text help whose ``func`` is ``run``, guarded so that any
     error hopgym raises on purpose (a :class:`~hopgym.errors.HopgymError`: a missing extra, a
-    config that refuses its values, a stale index, ...) prints ``hopgym NAME: error: ...`` and
-    returns 2 instead of a traceback."""
+    config that refuses its values, a stale index, ...) exits with ``hopgym NAME: error: ...``
+    (``SystemExit``: status 1, the message on stderr) instead of a traceback."""
     parser = subparsers.add_parser(name, help=plain(help), description=plain(description or help),
                                    **kwargs)
     if run is not None:
@@ -67,8 +66,7 @@ def _guarded(run: Callable[[argparse.Namespace], int], prog: str
         try:
             return int(run(args) or 0)
         except HopgymError as exc:
-            print(f"{prog}: error: {exc}", file=sys.stderr)
-            return 2
+            raise SystemExit(f"{prog}: error: {exc}") from None
 
     func.__wrapped__ = run  # type: ignore[attr-defined]
     return func

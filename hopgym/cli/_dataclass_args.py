@@ -23,7 +23,8 @@ How a field becomes an option:
   ``--x`` / ``--no-x`` (``BooleanOptionalAction``), and ``bool | None`` the same with ``None``
   when neither is given; ``Literal[...]`` or ``metadata["choices"]`` give choices;
   ``tuple[X, ...]`` and ``list[X]`` take one or more values, space- or comma-separated
-  (``--seeds 0 1 2`` or ``--seeds 0,1,2``); ``dict[str, ...]`` takes ``KEY=VALUE`` items whose
+  (``--seeds 0 1 2`` or ``--seeds 0,1,2``; ``metadata["commas"] = False`` for values that may
+  hold commas, such as file names); ``dict[str, ...]`` takes ``KEY=VALUE`` items whose
   values are read as Python literals. Repeating a list or dict option adds to it
   (``--kw a=1 --kw b=2`` keeps both); the first use replaces the default.
 - Default: the field's default (or ``default_factory()``); no default makes the option required.
@@ -280,12 +281,13 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
         item = typing.get_args(tp)[0]
         choices = typing.get_args(item) if typing.get_origin(item) is Literal else None
         conv = _scalar(type(choices[0]) if choices else item, False)
-        kwargs.update(nargs="+", action=_Extend, type=_split_list(conv),
-                      metavar=meta.get("metavar", _metavar(f.name, item)))
         if choices or "choices" in meta:
             allowed = tuple(choices or meta["choices"])
             notes.append(f"from: {', '.join(map(str, allowed))}")
-            kwargs["type"] = _split_list(_choice(conv, allowed))
+            conv = _choice(conv, allowed)
+        kwargs.update(nargs="+", action=_Extend,
+                      type=_split_list(conv) if meta.get("commas", True) else conv,
+                      metavar=meta.get("metavar", _metavar(f.name, item)))
     elif origin is dict:
         flag = spec.option(f.name)
         kwargs.update(nargs="+", action=_Extend, type=_kv(flag), metavar="KEY=VALUE")

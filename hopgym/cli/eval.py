@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hopgym.agents.llm import BACKENDS, make_llm_agent
@@ -44,7 +46,10 @@ class EvalConfig:
     json: str | None = field(default=None, metadata={
         "help": "Write the metrics here as JSON (full precision).", "metavar": "PATH"})
     trajectories: str | None = field(default=None, metadata={
-        "help": "Write every episode, turn by turn, here (.jsonl).", "metavar": "PATH"})
+        "help": "Write every episode, turn by turn, here (.jsonl; hopgym view reads it).",
+        "metavar": "PATH"})
+    report: str | None = field(default=None, metadata={
+        "help": "Write the HTML report of the run here (see hopgym view).", "metavar": "HTML"})
 
 
 @dataclass
@@ -111,12 +116,23 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, EnvConfig)
     ev = config_from_args(args, EvalConfig)
     env = make_env(cfg.env, env_kwargs(args, cfg.kw))
-    agent = make_cli_agent(ev.agent, env, cfg.seed, config_from_args(args, LLM_SPEC))
-    try:
-        metrics = evaluate(env, agent, episodes=ev.episodes, seed=cfg.seed,
-                           trajectories=ev.trajectories, progress=progress_label(cfg.env, ev.agent))
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
+    llm = config_from_args(args, LLM_SPEC)
+    agent = make_cli_agent(ev.agent, env, cfg.seed, llm)
+    agent_name = f"llm:{llm.model}" if ev.agent == "llm" else ev.agent
+    with tempfile.TemporaryDirectory() as tmp:
+        # The report is built from a trajectory file; without --trajectories it is a temporary one.
+        trajectories = ev.trajectories or (str(Path(tmp) / "run.jsonl") if ev.report else None)
+        try:
+            metrics = evaluate(env, agent, episodes=ev.episodes, seed=cfg.seed,
+                               trajectories=trajectories, agent_name=agent_name,
+                               progress=progress_label(cfg.env, ev.agent))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if ev.report:
+            from hopgym.viewer import write_report
+
+            report = write_report(trajectories, ev.report,
+                                  title=f"hopgym: {ev.agent} on {cfg.env}")
     out = console()
     out.print(metrics_table(f"{cfg.env}, {ev.episodes} episodes, seed {cfg.seed}",
                             [(ev.agent, metrics)], getattr(env.unwrapped, "source_names", ())))
@@ -124,4 +140,6 @@ def run(args: argparse.Namespace) -> int:
         out.print(terms_table(metrics))
     if ev.json:
         write_json(ev.json, metrics)
+    if ev.report:
+        out.print(f"report: {report}")
     return 0

@@ -56,9 +56,9 @@ LEAVES = dict(leaves(PARSER))
 
 
 def test_every_command_is_there():
-    assert set(LEAVES) == {"eval", "bench", "play", "data", "index build", "index info", "serve",
-                           "train sft", "train grpo", "bench-rl"}
-    assert len(COMMANDS) == 8
+    assert set(LEAVES) == {"eval", "bench", "play", "view", "data", "index build", "index info",
+                           "serve", "train sft", "train grpo", "bench-rl"}
+    assert len(COMMANDS) == 9
 
 
 @pytest.mark.parametrize("name", sorted(LEAVES))
@@ -98,7 +98,7 @@ def test_every_option_has_plain_help(name):
 def test_top_level_help_lists_commands_with_descriptions():
     text = PARSER.format_help()
     assert "`" not in text
-    for name in ("eval", "bench", "play", "data", "index", "serve", "train", "bench-rl"):
+    for name in ("eval", "bench", "play", "view", "data", "index", "serve", "train", "bench-rl"):
         line = next(x for x in text.splitlines() if x.strip().startswith(name + " "))
         assert len(line.split()) > 2, line  # a name and words describing it
 
@@ -232,18 +232,21 @@ def test_optional_numbers_take_none_and_choices_are_checked(capsys):
     assert "the following arguments are required: --model" in err
 
 
-def test_a_config_refusal_is_one_line_and_status_2(capsys):
-    assert main(["train", "grpo", "--model", "tiny", "--group-size", "1"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("hopgym train grpo: error: group_size must be >= 2")
-    assert main(["train", "sft", "--model", "tiny", "--teacher-kw", "early_answer=0.5"]) == 2
-    assert "add --teacher imperfect" in capsys.readouterr().err
-    assert main(["train", "sft", "--model", "runs/x", "--tiny-layers", "2"]) == 2
-    assert "--tiny-layers describe the tiny model" in capsys.readouterr().err
-    assert main(["train", "sft", "--model", "tiny", "--tiny", "depth=2"]) == 2
-    assert "--tiny: unknown key(s) depth" in capsys.readouterr().err
-    assert main(["data", "--out", "w", "--kw", "hops=7"]) == 2
-    assert "hops must be ints in 1..4" in capsys.readouterr().err
+def test_a_config_refusal_is_one_line():
+    def refused(argv: list[str], message: str) -> None:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        command = " ".join(argv[:2] if argv[0] == "train" else argv[:1])
+        assert str(exc.value).startswith(f"hopgym {command}: error: ")
+        assert message in str(exc.value), str(exc.value)
+
+    refused(["train", "grpo", "--model", "tiny", "--group-size", "1"], "group_size must be >= 2")
+    refused(["train", "sft", "--model", "tiny", "--teacher-kw", "early_answer=0.5"],
+            "add --teacher imperfect")
+    refused(["train", "sft", "--model", "runs/x", "--tiny-layers", "2"],
+            "--tiny-layers describe the tiny model")
+    refused(["train", "sft", "--model", "tiny", "--tiny", "depth=2"], "--tiny: unknown key(s) depth")
+    refused(["data", "--out", "w", "--kw", "hops=7"], "hops must be ints in 1..4")
 
 
 def run_py(code: str) -> subprocess.CompletedProcess:
@@ -278,8 +281,8 @@ def test_a_missing_extra_is_listed_and_names_what_to_install(blocked, argv, extr
                   "from hopgym.cli import main, build_parser\n"
                   f"assert {argv[0]!r} in build_parser().format_help()\n"
                   f"sys.exit(main({[*argv, *out]!r}))")
-    assert proc.returncode == 2, proc.stderr
-    assert f"pip install 'hopgym[{extra}]'" in proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert f"pip install 'hopgym[{extra}]'" in proc.stderr and ": error: " in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

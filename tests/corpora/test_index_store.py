@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -181,7 +182,11 @@ def parser() -> argparse.ArgumentParser:  # the hopgym command's (index, serve .
 
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SystemExit as exc:  # a command's one-line error: "hopgym index build: error: ..."
+        print(exc, file=sys.stderr)
+        return 2
 
 
 def test_index_build_and_info_commands(tmp_path, capsys):
