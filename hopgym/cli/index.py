@@ -18,6 +18,7 @@ from typing import Any
 
 from hopgym.cli._common import CommandError, command_parser
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
+from hopgym.corpora.datasets.registry import REGISTRY
 from hopgym.corpora.dense import INDEX_TYPES
 from hopgym.corpora.index_store import RETRIEVER_KINDS, build_index
 from hopgym.corpora.retrievers import RetrieverSpec
@@ -26,8 +27,9 @@ __all__ = ["CORPUS_FORMATS", "IndexBuildConfig", "IndexInfoConfig", "RETRIEVER",
            "run_build", "run_info"]
 
 _BUILD = inspect.signature(build_index).parameters
-#: Layouts ``--format`` accepts: a corpus file, or a QA file whose paragraphs are pooled.
-CORPUS_FORMATS = ("auto", "corpus", "hotpotqa", "2wiki", "musique")
+#: Layouts ``--format`` accepts: a corpus file, or a QA file whose paragraphs are pooled (every
+#: registered dataset format that carries paragraphs).
+CORPUS_FORMATS = ("auto", "corpus", *(name for name, fmt in REGISTRY.items() if fmt.has_paragraphs))
 
 #: The retriever to build: a RetrieverSpec, less what only a remote (http) retriever uses.
 RETRIEVER = ConfigSpec(
