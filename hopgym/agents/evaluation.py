@@ -91,7 +91,7 @@ def evaluate(
     *,
     trajectories: str | Path | None = None,
     agent_name: str | None = None,
-    progress: bool | Callable[[int], None] = False,
+    progress: bool | str | Callable[[int], None] = False,
 ) -> dict[str, Any]:
     """Run ``agent`` for ``episodes`` episodes and return aggregate metrics.
 
@@ -107,7 +107,9 @@ def evaluate(
             every turn (the format of :mod:`hopgym.agents.trajectories`; ``hopgym view`` reads it).
         agent_name: what the trajectory file's header records as the agent (default: the
             agent's class name).
-        progress: ``True`` for a progress bar, or a callback called with the episode count.
+        progress: ``True`` or a label (``"Synthetic-v0 iterative"``) for a progress bar on a
+            terminal's stderr (none when stderr is not a terminal), or a callback called with
+            the episode count.
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -128,11 +130,15 @@ def evaluate(
             header = trajectory_header(env, agent, seed=seed, agent_name=agent_name)
             writer = stack.enter_context(TrajectoryWriter(trajectories, header))
         bar = None
-        if progress is True:
+        if progress is True or isinstance(progress, str):
+            from rich.console import Console
             from rich.progress import Progress
 
-            bar = stack.enter_context(Progress(transient=True))
-            task_id = bar.add_task("episodes", total=episodes)
+            err = Console(stderr=True)
+            if err.is_terminal:  # piped, a transient bar would only leave a blank line behind
+                bar = stack.enter_context(Progress(console=err, transient=True))
+                task_id = bar.add_task(progress if isinstance(progress, str) else "episodes",
+                                       total=episodes)
         for i in range(episodes):
             res = run_episode(env, agent, seed=seed + i,
                               options={"index": int(order[i % n])}, record=writer is not None)
