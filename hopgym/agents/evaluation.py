@@ -10,6 +10,7 @@ turns / all turns), ``answered`` (share of episodes with an answer), ``reward`` 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -61,24 +62,25 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if episodes < 1:
         raise ValueError("aggregate needs at least one episode")
     steps = sum(r["steps"] for r in results)
-    by_source: dict[str, float] = defaultdict(float)
-    terms: dict[str, float] = defaultdict(float)
+    # Sum first, divide once: adding v / episodes per episode leaves float noise (3.0000000000000027).
+    by_source: dict[str, list[float]] = defaultdict(list)
+    terms: dict[str, list[float]] = defaultdict(list)
     for r in results:
         for k, v in r["searches_by_source"].items():
-            by_source[k] += v / episodes
+            by_source[k].append(v)
         for k, v in r["reward_terms"].items():
-            terms[k] += v / episodes
+            terms[k].append(v)
     return {
         "em": float(np.mean([r["em"] for r in results])),
         "f1": float(np.mean([r["f1"] for r in results])),
         "support_recall": float(np.mean([r["support_recall"] for r in results])),
         "avg_steps": steps / episodes,
         "avg_searches": float(np.mean([r["searches"] for r in results])),
-        "searches_by_source": dict(by_source),
+        "searches_by_source": {k: math.fsum(v) / episodes for k, v in by_source.items()},
         "invalid_rate": sum(r["invalid"] for r in results) / max(steps, 1),
         "answered": float(np.mean([r["prediction"] is not None for r in results])),
         "reward": float(np.mean([r["return"] for r in results])),
-        "reward_terms": dict(terms),
+        "reward_terms": {k: math.fsum(v) / episodes for k, v in terms.items()},
         "episodes": episodes,
     }
 
