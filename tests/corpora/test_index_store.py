@@ -3,12 +3,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hopgym.corpora.commands import add_commands
+from hopgym.cli import build_parser
 from hopgym.corpora.index_store import (
     FORMAT_VERSION,
     SAMPLE_BLOCK,
@@ -292,15 +293,17 @@ def test_an_old_manifest_without_checksums_loads_with_a_warning(tmp_path):
 
 
 # --------------------------------------------------------------------------------- commands
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hopgym")
-    add_commands(p.add_subparsers(dest="command"))
-    return p
+def parser() -> argparse.ArgumentParser:  # the hopgym command's (index, serve ...)
+    return build_parser()
 
 
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SystemExit as exc:  # a command's one-line error: "hopgym index build: error: ..."
+        print(exc, file=sys.stderr)
+        return 2
 
 
 def test_index_build_and_info_commands(tmp_path, capsys):
@@ -333,3 +336,20 @@ def test_serve_command_options():
     args = parser().parse_args(["serve", "--index", "idx", "--port", "8123"])
     assert (args.index, args.host, args.port, args.topk) == ("idx", "127.0.0.1", 8123, 3)
     assert run(["serve", "--index", "/nonexistent/index"]) == 2
+
+
+def test_index_verify_command(tmp_path, capsys):
+    out = tmp_path / "idx"
+    build_index(CORPUS_FILE, out)
+    assert run(["index", "verify", str(out)]) == 0
+    assert "5 files" in capsys.readouterr().out
+    garble(out / "bm25" / "indices.csc.index.npy", offset=200, length=8)
+    assert run(["index", "verify", str(out), "--verify", "size"]) == 0  # sizes cannot see it
+    capsys.readouterr()
+    assert run(["index", "verify", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "hopgym index verify: error:" in err and "indices.csc.index.npy" in err
+    assert "--force" in err
+    (out / "manifest.json").unlink()
+    assert run(["serve", "--index", str(out)]) == 2
+    assert "--rebuild" in capsys.readouterr().err

@@ -1,9 +1,15 @@
-"""The retrieval app on Ray Serve: two replicas on a local Ray (num_cpus=2), one Ray per file."""
+"""The retrieval app on Ray Serve, started as users start it: ``hopgym serve --ray --replicas 2``
+in a child process, which starts a local Ray (one per test file: Ray starts slowly on 2 cores);
+the tests join that Ray to find and kill replicas."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -19,10 +25,12 @@ pytest.importorskip("uvicorn")
 from hopgym.corpora.http import HTTPRetriever  # noqa: E402
 from hopgym.corpora.hybrid import scored_search_batch  # noqa: E402
 from hopgym.corpora.index_store import build_index, load_index  # noqa: E402
-from hopgym.corpora.serving import RetrievalServer, ServeConfig  # noqa: E402
-from hopgym.corpora.serving.ray_serve import APP_NAME, deploy, undeploy  # noqa: E402
+from hopgym.corpora.retrieval import RetrievalError  # noqa: E402
+from hopgym.corpora.serving import RetrievalServer  # noqa: E402
+from hopgym.corpora.serving.ray_serve import APP_NAME  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
 QUERIES = ["Tolva River Kaldor", "music school Halden", "Corvin Institute founded", "Orsk River",
            "Brenna Observatory", "zzzz", "Mara Corvin geologist", "capital of Vandria"]
 
@@ -41,14 +49,40 @@ def index(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def ray_url(index):
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+def server(index):
+    """``hopgym serve --ray --replicas 2`` in a child process; this process joins its Ray."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hopgym.cli", "serve", "--index", str(index), "--ray",
+         "--replicas", "2", "--port", str(port), "--max-wait-ms", "1"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    client = HTTPRetriever(url, timeout=5, retries=0)
+    deadline = time.monotonic() + 300
     try:
-        url = deploy(ServeConfig(index=str(index), ray=True, replicas=2, port=free_port(),
-                                 max_wait_ms=1.0))
-        yield url
+        while True:
+            try:
+                if client.health()["server"] == "ray-serve":
+                    break
+            except RetrievalError:
+                pass
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "Ray Serve did not start"
+            time.sleep(0.5)
+        ray.init(address="auto", log_to_driver=False)
+        yield proc, url
     finally:
-        undeploy(shutdown=True)
+        if ray.is_initialized():
+            ray.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture
+def ray_url(server):
+    return server[1]
 
 
 def replicas() -> list[str]:
@@ -120,3 +154,16 @@ def test_killing_a_replica_mid_load_loses_no_retried_request(ray_url, index):
     while (victim in replicas() or len(replicas()) < 2) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert victim not in replicas() and len(replicas()) == 2
+
+
+def test_sigterm_deletes_the_deployment_and_stops_ray(server):
+    proc, url = server
+    ray.shutdown()  # this process leaves the cluster the command is about to stop
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    assert time.monotonic() - t0 < 30
+    assert "on Ray Serve with 2 replica(s)" in out
+    with pytest.raises(RetrievalError):
+        HTTPRetriever(url, timeout=2, retries=0).health()
