@@ -374,6 +374,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--seconds", type=float, default=6.0, help="per row")
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="engine threads (FAISS and torch) of the uvicorn servers")
     parser.add_argument("--workdir", default="/tmp/hopgym_serve_load",
                         help="where the indexes are built (and reused by later runs)")
     args = parser.parse_args()
@@ -394,7 +396,8 @@ def main() -> None:
         if kind not in args.only:
             continue
         console.print(f"[bold]uvicorn[/] {kind}")
-        server = Server(ServeConfig(index=str(paths[kind]), port=free_port()))
+        server = Server(ServeConfig(index=str(paths[kind]), port=free_port(),
+                                    threads=args.threads))
         try:
             label = f"{kind} {size}" + (" (MiniLM queries)" if kind == "dense" else "")
             concurrency_rows(report, server, "uvicorn", label, reqs, args.clients, args.seconds)
