@@ -9,8 +9,7 @@ Routes: ``POST /retrieve`` (Search-R1's contract, see :mod:`~hopgym.corpora.serv
 "limits": {...}}``), ``GET /metrics`` (Prometheus text, see
 :mod:`~hopgym.corpora.serving.metrics`). Every other path is a JSON 404.
 
-What uvicorn and the app enforce (the :class:`~hopgym.corpora.serving.config.ServeConfig` field
-in brackets):
+What the server enforces (each a :class:`~hopgym.corpora.serving.config.ServeConfig` field):
 
 - a request's line and headers must arrive within ``read_timeout`` seconds of the connection
   opening (or of the first byte after a kept-alive pause), else ``408`` and the connection is
@@ -23,8 +22,8 @@ in brackets):
   :func:`~hopgym.corpora.serving.protocol.parse_retrieve`.
 - more than ``max_pending`` queries waiting: ``503`` with ``Retry-After: 1``; no answer within
   ``request_timeout``: ``503``.
-- the kernel queues ``backlog`` connections (uvicorn's default listen backlog, 2048; the
-  standard library's ``http.server`` listens with 5).
+- the socket listens with a backlog of ``backlog`` connections (2048, capped by the kernel's
+  ``net.core.somaxconn``; the standard library's ``http.server`` listens with 5).
 - SIGINT / SIGTERM (``hopgym serve``): the listening socket closes (new connections are refused),
   idle connections close, in-flight requests are answered (the engine keeps running until they
   are), and the process exits 0; requests still open after ``shutdown_timeout`` are cut.
@@ -189,7 +188,7 @@ def build_app(engine: Any, cfg: ServeConfig, metrics: ServerMetrics,
         return _json_response(status, error_json(f"{what} {request.url.path!r}: {routes}"))
 
     async def crash(request: Request, exc: Exception) -> Response:
-        metrics.error("engine_error")
+        metrics.error("internal_error")
         return _json_response(500, error_json(f"{type(exc).__name__}: {exc}"))
 
     routes = [Route("/retrieve", retrieve, methods=["POST"]),
@@ -461,13 +460,13 @@ def _raise_open_files_limit() -> None:
         pass
 
 
-def load_served_index(cfg: ServeConfig, verify: str | None = None) -> tuple[Retriever, Any]:
-    """The retriever and manifest of ``cfg.index``, verified (``cfg.verify``, or ``verify``) and
-    rebuilt when ``cfg.rebuild`` says so (see :func:`~hopgym.corpora.index_store.load_index`)."""
+def load_served_index(cfg: ServeConfig) -> tuple[Retriever, Any]:
+    """The retriever and manifest of ``cfg.index``, verified (``cfg.verify``) and rebuilt when
+    ``cfg.rebuild`` says so (see :func:`~hopgym.corpora.index_store.load_index`)."""
     from hopgym.corpora.index_store import load_index, read_manifest
 
     retriever = load_index(cfg.index, corpus=cfg.corpus, model=cfg.model, retriever=cfg.retriever,
-                           threads=cfg.threads, verify=verify or cfg.verify, rebuild=cfg.rebuild)
+                           threads=cfg.threads, verify=cfg.verify, rebuild=cfg.rebuild)
     return retriever, read_manifest(cfg.index)
 
 

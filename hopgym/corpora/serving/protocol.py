@@ -50,6 +50,7 @@ ERROR_KINDS: dict[str, int] = {
     "query_too_long": 413,
     "headers_too_large": 431,
     "engine_error": 500,
+    "internal_error": 500,
     "overloaded": 503,
     "request_timeout": 503,
     "shutting_down": 503,
