@@ -63,7 +63,7 @@ from hopgym.corpora.index_store import (  # noqa: E402
 )
 from hopgym.corpora.serving import ServeConfig  # noqa: E402
 
-console = Console(width=150)
+console = Console(width=160)
 
 _SERVER = """
 import json, sys
@@ -289,10 +289,11 @@ def load(server: Server, reqs: list[bytes], clients: int, keep_alive: bool, seco
 # ------------------------------------------------------------------------------------ rows
 class Report:
     def __init__(self) -> None:
+        self.notes: list[str] = []
         self.table = Table(title="hopgym serve under load (POST /retrieve, one query per request, "
                                  "top-3; clients on loopback)")
         for col in ("server", "index", "load", "conn", "q/s", "p50 ms", "p99 ms", "max ms",
-                    "errors", "avg batch", "server CPU ms/q", "client CPU ms/q", "vs 1 client"):
+                    "errors", "avg batch", "server CPU ms/q", "client CPU ms/q", "vs 1"):
             self.table.add_column(col, justify="left" if col in ("server", "load", "conn")
                                   else "right")
 
@@ -340,8 +341,9 @@ def abuse_rows(report: Report, server: Server, index: str, reqs: list[bytes], se
         except OSError:
             pass
         s.close()
-    report.row("uvicorn", index, f"1 client + 300 idle sockets ({closed} closed by "
-               "read_timeout)", "keep-alive", r)
+    report.row("uvicorn", index, "1 client + 300 idle sockets", "keep-alive", r)
+    report.notes.append(f"300 idle sockets (150 silent, 150 slow-loris): {closed} answered 408 and "
+                        "closed by the server (read_timeout)")
     # One client sending 2 MB queries beside 8 normal clients.
     huge = json.dumps({"queries": ["lorem " * 350_000], "topk": 3}).encode()
     stop = threading.Event()
@@ -360,9 +362,10 @@ def abuse_rows(report: Report, server: Server, index: str, reqs: list[bytes], se
     stop.set()
     t.join(60)
     codes = sorted(set(huge_status))
-    report.row("uvicorn", index, f"8 clients + 2 MB queries ({len(huge_status)} sent, HTTP "
-               f"{'/'.join(map(str, codes))} in {np.median(huge_lat) * 1000:.0f} ms)",
-               "keep-alive", r)
+    report.row("uvicorn", index, "8 clients + 2 MB queries", "keep-alive", r)
+    report.notes.append(f"2 MB queries sent back to back beside the 8 clients: {len(huge_status)}, "
+                        f"each answered HTTP {'/'.join(map(str, codes))} in "
+                        f"{np.median(huge_lat) * 1000:.0f} ms (median)")
 
 
 # ------------------------------------------------------------------------------------ main
@@ -399,7 +402,7 @@ def main() -> None:
         server = Server(ServeConfig(index=str(paths[kind]), port=free_port(),
                                     threads=args.threads))
         try:
-            label = f"{kind} {size}" + (" (MiniLM queries)" if kind == "dense" else "")
+            label = f"{kind} {size}"
             concurrency_rows(report, server, "uvicorn", label, reqs, args.clients, args.seconds)
             if kind == "bm25" and "abuse" in args.only:
                 abuse_rows(report, server, f"bm25 {size}", reqs, args.seconds,
@@ -431,10 +434,11 @@ def main() -> None:
             finally:
                 server.stop()
     console.print(report.table)
-    console.print(f"  {os.cpu_count()} CPUs; rows took {time.perf_counter() - t_all:.0f} s; "
-                  "avg batch = queries per engine call (not shown for Ray: each replica counts "
-                  "its own)")
-    for note in notes:
+    console.print(f"  {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; rows took "
+                  f"{time.perf_counter() - t_all:.0f} s; dense = MiniLM query encoder + FAISS flat; "
+                  "avg batch = queries per engine call, server CPU = the server process's (neither "
+                  "shown for Ray: its replicas are other processes)")
+    for note in report.notes + notes:
         console.print(f"  {note}")
 
 
