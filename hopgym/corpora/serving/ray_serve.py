@@ -152,9 +152,10 @@ def _check_index(cfg: ServeConfig) -> Any:
 def deploy(config: ServeConfig | None = None, **options: Any) -> str:
     """Deploy the index of ``config`` on Ray Serve and return the HTTP URL that serves it.
 
-    Joins the Ray cluster at ``ray_address`` (or the one this process already joined, or starts
-    a local one). Replicas load the index with ``verify`` (after the driver has checked it, or
-    rebuilt it with ``rebuild``).
+    Joins the Ray cluster at ``ray_address``, or the one this process already joined; without
+    either it starts a new local Ray (``address="local"``: never a cluster some other process
+    started on this machine). Replicas load the index with ``verify`` (after the driver has
+    checked it, or rebuilt it with ``rebuild``).
     """
     cfg = config or ServeConfig(ray=True)
     cfg = cfg.updated(**options) if options else cfg
@@ -164,7 +165,7 @@ def deploy(config: ServeConfig | None = None, **options: Any) -> str:
     ray, serve = _ray()
     _check_index(cfg)
     if not ray.is_initialized():
-        ray.init(address=cfg.ray_address, log_to_driver=cfg.verbose)
+        ray.init(address=cfg.ray_address or "local", log_to_driver=cfg.verbose)
     serve.start(http_options={"host": cfg.host, "port": cfg.port})
     deployment = replica_class().options(
         name="RetrievalReplica", num_replicas=cfg.replicas,
@@ -204,8 +205,9 @@ def serve_ray(cfg: ServeConfig) -> None:
     stop = threading.Event()
     old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        where = ray.get_runtime_context().gcs_address
         print(f"hopgym: serving {cfg.index} on Ray Serve with {cfg.replicas} replica(s) at "
-              f"{url}/retrieve (Ctrl-C or SIGTERM to stop)", flush=True)
+              f"{url}/retrieve, Ray at {where} (Ctrl-C or SIGTERM to stop)", flush=True)
         while not stop.wait(0.5):
             pass
     finally:
