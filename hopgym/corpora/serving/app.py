@@ -119,7 +119,11 @@ async def _read_body(request: Any, cfg: ServeConfig) -> bytes:
         return b"".join(parts)
 
     try:
-        return await asyncio.wait_for(read(), cfg.read_timeout)
+        timeout = getattr(asyncio, "timeout", None)  # Python 3.11+: no task per request
+        if timeout is None:
+            return await asyncio.wait_for(read(), cfg.read_timeout)
+        async with timeout(cfg.read_timeout):
+            return await read()
     except asyncio.TimeoutError:
         raise RequestError("read_timeout", f"the body did not arrive within {cfg.read_timeout} s "
                                            "(--read-timeout)", "read_timeout"
