@@ -206,6 +206,12 @@ class Batcher:
                 hits = await loop.run_in_executor(
                     self._executor, answer_jobs, self.retriever,
                     [(j.queries, j.topk) for j in batch])
+            except asyncio.CancelledError:  # stopped mid-call: its requests are told
+                for j in batch:
+                    if not j.future.done():
+                        j.future.set_exception(RequestError(
+                            "shutting_down", "the retrieval server is shutting down"))
+                raise
             except Exception as exc:  # noqa: BLE001 - every waiting request is told
                 err = RequestError("engine_error", f"the engine failed: {type(exc).__name__}: "
                                                    f"{exc}")
