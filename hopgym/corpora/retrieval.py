@@ -83,13 +83,17 @@ class BatchScoredRetriever:
 
     #: The top ``k`` is a prefix of the top ``k + 1`` (one cache entry serves every shorter k).
     prefix_exact: bool = False
-    #: The hits reference the retriever's own passage objects (the cache does not count them).
-    shared_passages: bool = True
     _query_cache: QueryCache | None = None
 
     def search_batch_scored(self, queries: Sequence[str], k: int) -> list[list[SearchHit]]:
         """Top ``k`` hits with scores for each query, uncached (the subclass's primitive)."""
         raise NotImplementedError
+
+    @property
+    def shared_passages(self) -> bool:
+        """Whether hits reference the retriever's own passages (an in-process corpus, whose text
+        the cache does not count) rather than new objects (a server's answers)."""
+        return hasattr(self, "passages")
 
     # ------------------------------------------------------------------ the cache
     def cache_key(self, query: str) -> Hashable:
