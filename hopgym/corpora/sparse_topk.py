@@ -57,6 +57,26 @@ __all__ = ["SparseTopK"]
 # The float32 sum of m positive terms is at most (1 + 2**-24)**m times their real sum; this
 # factor per term (twice that) covers it for any query length hopgym accepts.
 _F32_MARGIN = 2.0**-23
+# Candidate sets up to this size are ranked with one stable sort, larger ones by partition.
+_SMALL = 512
+
+
+def _union(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The sorted distinct values of the arrays (``np.union1d`` of many, without its overhead)."""
+    out = np.concatenate(parts)
+    out.sort()
+    if len(out) > 1:
+        keep = np.empty(len(out), dtype=bool)
+        keep[0] = True
+        np.not_equal(out[1:], out[:-1], out=keep[1:])
+        out = out[keep]
+    return out
+
+
+def _beats(kth: float, bound: float, n_terms: int) -> bool:
+    """Whether a candidate scoring ``kth`` beats every passage whose terms' score bounds sum
+    to ``bound`` (``n_terms`` float32 additions of slack)."""
+    return kth > bound * (1.0 + (n_terms + 1) * _F32_MARGIN)
 
 
 def top_k_indices(scores: np.ndarray, k: int) -> np.ndarray:
@@ -128,11 +148,12 @@ class SparseTopK:
 
     # ------------------------------------------------------------------ per-term data
     def _column(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        s, e = int(self.indptr[t]), int(self.indptr[t + 1])
+        s, e = self.indptr[t:t + 2].tolist()
         return self.indices[s:e], self.data[s:e]
 
     def _df(self, t: int) -> int:
-        return int(self.indptr[t + 1] - self.indptr[t])
+        s, e = self.indptr[t:t + 2].tolist()
+        return e - s
 
     def _sorted(self, t: int) -> bool:
         state = self._checked[t]
@@ -170,8 +191,11 @@ class SparseTopK:
         return got
 
     # ------------------------------------------------------------------ scoring
-    def _exact(self, terms: Sequence[int], cand: np.ndarray) -> np.ndarray:
-        """bm25s' float32 score of each candidate (sorted passage indices), as float64."""
+    def _exact(self, terms: Sequence[int], cand: np.ndarray, inside: set[int]) -> np.ndarray:
+        """bm25s' float32 score of each candidate (sorted passage indices), as float64.
+
+        ``inside``: terms whose every passage is a candidate.
+        """
         n = len(cand)
         contrib: dict[int, np.ndarray] = {}
         acc: np.ndarray | None = None
@@ -179,21 +203,21 @@ class SparseTopK:
             c = contrib.get(t)
             if c is None:
                 docs, vals = self._column(t)
-                c = np.zeros(n, dtype=np.float32)
-                if len(docs) <= n:  # place the column's passages among the candidates
+                if t in inside:  # place the column's passages among the candidates
+                    c = np.zeros(n, dtype=np.float32)
+                    c[np.searchsorted(cand, docs)] = vals
+                elif len(docs) <= n:  # the same, for the passages that are candidates
+                    c = np.zeros(n, dtype=np.float32)
                     pos = np.searchsorted(cand, docs)
-                    inside = pos < n
-                    pos, hit_vals, hit_docs = pos[inside], vals[inside], docs[inside]
-                    match = cand[pos] == hit_docs
-                    c[pos[match]] = hit_vals[match]
+                    match = cand.take(pos, mode="clip") == docs
+                    c[pos[match]] = vals[match]
                 else:  # look the candidates up in the column
                     pos = np.searchsorted(docs, cand)
-                    pos[pos == len(docs)] = 0
-                    match = docs[pos] == cand
-                    c[match] = vals[pos[match]]
+                    match = docs.take(pos, mode="clip") == cand
+                    c = np.where(match, vals.take(pos, mode="clip"), np.float32(0))
                 contrib[t] = c
             # bm25s starts from float32 zeros and adds each query term in turn: 0 + x == x.
-            acc = c.copy() if acc is None else acc + c
+            acc = c if acc is None else acc + c
         assert acc is not None
         return acc.astype(np.float64)
 
@@ -205,7 +229,23 @@ class SparseTopK:
         if len(scores) < k:
             return False
         kth = -np.partition(-scores, k - 1)[k - 1]
-        return bool(kth > bound * (1.0 + (n_terms + 1) * _F32_MARGIN))
+        return _beats(float(kth), bound, n_terms)
+
+    @classmethod
+    def _top_if_proved(cls, cand: np.ndarray, scores: np.ndarray, k: int, bound: float,
+                       n_terms: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The candidates' top ``k`` when it is the corpus' top ``k`` (see :meth:`_proved`)."""
+        if len(scores) <= _SMALL:  # one stable sort: ties keep corpus order
+            pick = np.argsort(-scores, kind="stable")[:k]
+            if bound > 0.0 and (len(pick) < k or not _beats(float(scores[pick[-1]]), bound,
+                                                            n_terms)):
+                return None
+            pick = pick[scores[pick] > 0]
+        elif cls._proved(scores, k, bound, n_terms):
+            pick = top_k_indices(scores, k)
+        else:
+            return None
+        return cand[pick].astype(np.int64), scores[pick]
 
     def top_k(self, terms: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The ``k`` best passages for a query of term ids, in query order.
@@ -233,16 +273,17 @@ class SparseTopK:
         i = 0
         while i < len(order) and df[order[i]] <= self.full_df:
             docs = self._column(order[i])[0]
-            cand = docs if i == 0 else np.union1d(cand, docs)
+            cand = docs if i == 0 else _union([cand, docs])
             i += 1
             if len(cand) < k and i < len(order):
                 continue  # too few candidates to prove anything yet
-            scores = self._exact(terms, cand)
+            scores = self._exact(terms, cand, set(order[:i]))
             rest = sum(self._col_max(t) * mult[t] for t in order[i:])
-            if self._proved(scores, k, rest, m):
-                return self._select(cand, scores, k)
+            got = self._top_if_proved(cand, scores, k, rest, m)
+            if got is not None:
+                return got
         # Step 2: the remaining (common) terms in impact order, deeper until proved.
-        common = order[i:]
+        common, expanded = order[i:], set(order[:i])
         depth = max(self.depth, 4 * k)
         while True:
             parts = [cand]
@@ -252,13 +293,9 @@ class SparseTopK:
                 parts.append(docs[:depth])
                 if depth < len(docs):
                     bound += float(vals[depth]) * mult[t]
-            pool = np.unique(np.concatenate(parts))
-            scores = self._exact(terms, pool)
-            if self._proved(scores, k, bound, m):
-                return self._select(pool, scores, k)
+            pool = _union(parts)
+            scores = self._exact(terms, pool, expanded)
+            got = self._top_if_proved(pool, scores, k, bound, m)
+            if got is not None:
+                return got
             depth *= 4
-
-    @staticmethod
-    def _select(cand: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        pick = top_k_indices(scores, k)
-        return cand[pick].astype(np.int64), scores[pick]
