@@ -242,6 +242,9 @@ class BM25Retriever(BatchScoredRetriever):
     """
 
     kind = "bm25"
+    #: Below this many passages the ``sparse`` backend scores densely, which is faster there
+    #: (the results are the same).
+    sparse_min_passages: int = 2048
 
     def __init__(
         self,
@@ -384,7 +387,9 @@ class BM25Retriever(BatchScoredRetriever):
     def _top_k(self, terms: list[Any], k: int) -> list[SearchHit]:
         if not terms:
             return []
-        got = self._sparse().top_k(terms, k) if self.backend == "sparse" else None
+        got = None
+        if self.backend == "sparse" and len(self.passages) >= self.sparse_min_passages:
+            got = self._sparse().top_k(terms, k)
         if got is None:  # the reference path (also for what SparseTopK cannot prove)
             scores = self._dense_scores(terms)
             pick = top_k_indices(scores, k)

@@ -156,6 +156,7 @@ def test_bm25_batch_equals_a_loop_of_single_searches(backend):
     qs = [" ".join(rng.choice(words, size=int(rng.integers(0, 5)))) for _ in range(60)]
     qs += qs[:10]
     r = BM25Retriever(TINY_PASSAGES, backend=backend, cache_entries=0)
+    r.sparse_min_passages = 0
     for k in (1, 4, 30):
         assert r.search_batch_scored(qs, k) == [r.search_scored(q, k) for q in qs]
         assert r.search_batch(qs, k) == [r.search(q, k) for q in qs]
@@ -181,6 +182,7 @@ def test_dense_and_hybrid_batches_equal_loops_and_key_by_string_and_k():
 
 def test_threads_share_one_cache_safely():
     r = BM25Retriever(TINY_PASSAGES, cache_entries=5)  # small: entries come and go meanwhile
+    r.sparse_min_passages = 0
     words = sorted({w for p in TINY_PASSAGES for w in p.contents.split()})[:12]
     queries = [f"{a} {b}" for a in words for b in words[:4]]
     expected = {q: BM25Retriever(TINY_PASSAGES, cache_entries=0).search(q, 4) for q in queries}

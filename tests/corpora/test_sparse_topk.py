@@ -8,6 +8,7 @@ scores left out). Scores are compared bit for bit, so a changed summation order 
 from __future__ import annotations
 
 import pickle
+import threading
 
 import bm25s
 import numpy as np
@@ -59,6 +60,7 @@ def test_sparse_top_k_equals_the_dense_reference(docs, query, k, full_df, depth)
 def test_backends_return_the_same_hits_for_any_text(docs, text, k):
     passages = [Passage(f"d{i}", "", " ".join(d)) for i, d in enumerate(docs)]
     fast = BM25Retriever(passages, cache_entries=0)
+    fast.sparse_min_passages = 0  # small corpora are scored densely otherwise
     slow = BM25Retriever(passages, backend="numpy", cache_entries=0)
     assert fast.backend == "sparse"
     assert fast.search_scored(text, k) == slow.search_scored(text, k)
@@ -88,6 +90,7 @@ def test_ties_break_by_corpus_position_and_k_beyond_the_matches():
     passages = [Passage(f"d{i}", "", "alpha beta") for i in range(8)]
     passages += [Passage(f"x{i}", "", f"gamma {i} delta") for i in range(20)]
     r = BM25Retriever(passages)
+    r.sparse_min_passages = 0
     assert [p.doc_id for p in r.search("alpha", 3)] == ["d0", "d1", "d2"]
     assert [p.doc_id for p in r.search("beta alpha", 100)] == [f"d{i}" for i in range(8)]
     assert r.search("", 3) == [] and r.search("unknown words", 3) == []
@@ -125,6 +128,7 @@ def test_what_it_cannot_prove_falls_back_to_dense_scoring():
 def test_a_retriever_whose_index_cannot_be_proved_still_ranks_exactly():
     passages = [Passage(str(i), "", t) for i, t in enumerate(["a1 b1", "b1 c1", "b1", "c1 a1"])]
     r = BM25Retriever(passages)
+    r.sparse_min_passages = 0
     model = r.bm25s_model
     t = r._vocab["b1"]
     s, e = model.scores["indptr"][t], model.scores["indptr"][t + 1]
@@ -140,6 +144,7 @@ def test_loaded_memory_mapped_index_uses_the_sparse_path(tmp_path):
     index_store.save_index(r, tmp_path / "ix")
     loaded = index_store.load_index(tmp_path / "ix", passages=TINY_PASSAGES, mmap=True)
     assert isinstance(loaded, BM25Retriever) and loaded.backend == "sparse"
+    loaded.sparse_min_passages = 0
     assert isinstance(loaded.bm25s_model.scores["data"], np.memmap)
     ref = BM25Retriever(TINY_PASSAGES, backend="numpy")
     for q in ["Qelvor Dynamics founder", "Sefa Quill father", "capital of Brenmark", "born"]:
@@ -150,6 +155,7 @@ def test_loaded_memory_mapped_index_uses_the_sparse_path(tmp_path):
 
 def test_retriever_pickles_without_its_search_state():
     r = BM25Retriever(TINY_PASSAGES)
+    r.sparse_min_passages = 0
     before = r.search_scored("Qelvor Dynamics", 3)
     assert "_topk" in r.__dict__
     clone = pickle.loads(pickle.dumps(r))
@@ -167,3 +173,30 @@ def test_the_proof_needs_a_strict_margin_over_the_bound():
     assert not proved(scores, 2, 2.0 * (1 - 2.0**-22), 2)
     assert proved(scores[:1], 2, 0.0, 2)  # nothing else can score at all
     assert not proved(scores[:1], 2, 1.0, 2)  # fewer than k candidates
+
+
+def test_threads_share_the_impact_orders_safely():
+    rng = np.random.default_rng(4)
+    docs = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 9)))) for _ in range(400)]
+    r = BM25Retriever([Passage(str(i), "", d) for i, d in enumerate(docs)], backend="numpy",
+                      cache_entries=0)
+    # Every term read in impact order, and room for about two of them: constant eviction.
+    topk = SparseTopK(r.bm25s_model, full_df=0, depth=1, impact_bytes=2400)
+    queries = [[r._vocab[w] for w in rng.choice(WORDS, size=int(rng.integers(1, 5)))]
+               for _ in range(60)]
+    expected = [reference(r, q, 5) for q in queries]
+    errors: list[int] = []
+
+    def work(seed: int) -> None:
+        order = np.random.default_rng(seed).permutation(len(queries))
+        for i in order.tolist() * 3:
+            if sparse(topk, queries[i], 5) != expected[i]:
+                errors.append(i)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert topk._impact_used <= 2400 + 8 * 400 and len(topk._impact) >= 1
