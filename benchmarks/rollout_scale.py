@@ -194,81 +194,63 @@ def numba_exact_kernel(cache_dir: str) -> tuple[Callable[..., Any], float, float
 
 
 # ------------------------------------------------------------------------------------ section e
-def section_e(args: argparse.Namespace, out: dict[str, Any]) -> None:
-    table = Table(title="(e) oracle agent, one core, query cache off: BM25 engines on the same "
-                        "index and queries")
-    for col in ("passages", "engine", "per query", "oracle steps/s", "vs numpy", "vs rank-bm25",
-                "how"):
-        table.add_column(col, justify="right")
-    checks = []
-    for size in args.sizes:
-        config = WorldConfig(n_entities=size, n_questions=1000)
-        t = time.perf_counter()
-        generate_world(config)
-        gen_s = time.perf_counter() - t
-        t = time.perf_counter()
-        task = build_task(config)
-        build_s = time.perf_counter() - t
-        base = task.sources["local"].retriever
-        console.print(f"{size:,} passages: world {gen_s:.0f} s, index and query checks "
-                      f"{build_s:.0f} s")
-        sparse, numpy_r = wrap(base, "sparse", False), wrap(base, "numpy", False)
+E_COLUMNS = ("passages", "engine", "per query", "oracle steps/s", "vs numpy", "vs rank-bm25",
+             "how")
+B_COLUMNS = ("passages", "engine", "noise", "cache", "steps/s", "speed-up", "hit rate",
+             "transcripts")
 
-        # The oracle's own searches, for per-query timings.
-        rec = Recording(sparse)
-        oracle_episodes(make_task_env(task_with(task, rec)), 100, seed=7)()
-        asked = rec.asked
-        sample = asked[: args.rank_sample]
 
-        rates: dict[str, float] = {}
-        per_q: dict[str, float] = {}
-        per_step: dict[str, tuple[float, float]] = {}
-        for name, r in (("sparse", sparse), ("numpy", numpy_r)):
-            env = make_task_env(task_with(task, r))
-            oracle_episodes(env, 20, seed=1)()  # warm-up
-            cpu, steps, searches = cpu_run(env, oracle_episodes(env, args.episodes, seed=0))
-            rates[name] = steps / cpu
-            per_step[name] = (cpu / steps, searches / steps)
-            per_q[name] = per_query_cpu(r.search, asked, repeats=3 if name == "sparse" else 1)
-        t = time.perf_counter()
-        rank = BM25Retriever(base.passages, engine="rank_bm25", cache_entries=0)
-        rank_build = time.perf_counter() - t
-        per_q["rank_bm25"] = per_query_cpu(rank.search, sample)
-        del rank
-        gc.collect()
-        cpu_step, searches_step = per_step["sparse"]
+def section_e(args: argparse.Namespace, task: QATask, table: Table, notes: list[str],
+              out: dict[str, Any]) -> None:
+    base = task.sources["local"].retriever
+    size = len(base)
+    sparse, numpy_r = wrap(base, "sparse", False), wrap(base, "numpy", False)
 
-        def estimate(name: str, cpu_step: float = cpu_step, per_step: float = searches_step,
-                     per_q: dict[str, float] = per_q) -> float:
-            return 1.0 / (cpu_step + per_step * (per_q[name] - per_q["sparse"]))
+    # The oracle's own searches, for per-query timings.
+    rec = Recording(sparse)
+    oracle_episodes(make_task_env(task_with(task, rec)), 100, seed=7)()
+    asked = rec.asked
+    sample = asked[: args.rank_sample]
 
-        rates["rank_bm25"] = estimate("rank_bm25")
-        rows = [("sparse (default)", "sparse", "measured"),
-                ("numpy (before)", "numpy", f"measured; estimated {estimate('numpy'):,.0f}"),
-                ("rank-bm25", "rank_bm25", f"estimated from {len(sample)} queries "
-                                           f"(index {rank_build:.0f} s)")]
-        extra = {}
-        if args.numba:
-            extra = numba_rows(base, asked, per_q)
-            for name in extra:
-                rates[name] = estimate(name)
-                rows.append((name, name, extra[name]))
-        for label, name, how in rows:
-            table.add_row(f"{len(base):,}", label, f"{per_q[name] * 1e6:,.0f} µs",
-                          f"{rates[name]:,.0f}", f"{rates[name] / rates['numpy']:.1f}x",
-                          f"{rates[name] / rates['rank_bm25']:,.0f}x", how)
-        out.setdefault("e", {})[str(size)] = {
-            "world_s": gen_s, "build_s": build_s, "steps_per_cpu_s": rates,
-            "per_query_cpu_s": per_q, "searches_per_step": searches_step,
-            "queries_sampled_for_rank_bm25": len(sample)}
-        if args.check:
-            checks.append(check_exact(size, task, sparse, numpy_r))
-        clear_caches()
-        del task, base, sparse, numpy_r
-        gc.collect()
-    console.print(table)
-    for line in checks:
-        console.print(line)
+    rates: dict[str, float] = {}
+    per_q: dict[str, float] = {}
+    per_step: dict[str, tuple[float, float]] = {}
+    for name, r in (("sparse", sparse), ("numpy", numpy_r)):
+        env = make_task_env(task_with(task, r))
+        oracle_episodes(env, 20, seed=1)()  # warm-up
+        cpu, steps, searches = cpu_run(env, oracle_episodes(env, args.episodes, seed=0))
+        rates[name] = steps / cpu
+        per_step[name] = (cpu / steps, searches / steps)
+        per_q[name] = per_query_cpu(r.search, asked, repeats=3 if name == "sparse" else 1)
+    t = time.perf_counter()
+    rank = BM25Retriever(base.passages, engine="rank_bm25", cache_entries=0)
+    rank_build = time.perf_counter() - t
+    per_q["rank_bm25"] = per_query_cpu(rank.search, sample)
+    del rank
+    gc.collect()
+    cpu_step, searches_step = per_step["sparse"]
+
+    def estimate(name: str) -> float:
+        return 1.0 / (cpu_step + searches_step * (per_q[name] - per_q["sparse"]))
+
+    rates["rank_bm25"] = estimate("rank_bm25")
+    rows = [("sparse (default)", "sparse", "measured"),
+            ("numpy (before)", "numpy", f"measured; estimated {estimate('numpy'):,.0f}"),
+            ("rank-bm25", "rank_bm25", f"estimated from {len(sample)} queries "
+                                       f"(index {rank_build:.0f} s)")]
+    if args.numba:
+        for name, how in numba_rows(base, asked, per_q).items():
+            rates[name] = estimate(name)
+            rows.append((name, name, how))
+    for label, name, how in rows:
+        table.add_row(f"{size:,}", label, f"{per_q[name] * 1e6:,.0f} µs", f"{rates[name]:,.0f}",
+                      f"{rates[name] / rates['numpy']:.1f}x",
+                      f"{rates[name] / rates['rank_bm25']:,.0f}x", how)
+    out.setdefault("e", {})[str(size)] = {
+        "steps_per_cpu_s": rates, "per_query_cpu_s": per_q, "searches_per_step": searches_step,
+        "queries_sampled_for_rank_bm25": len(sample)}
+    if args.check:
+        notes.append(check_exact(size, task, sparse, numpy_r))
 
 
 def numba_rows(base: BM25Retriever, asked: Sequence[tuple[str, int]],
@@ -371,40 +353,31 @@ def grpo_run(env: gym.Env, batches: int, questions: int, group: int, noise: floa
     return time.process_time() - t, steps, transcripts
 
 
-def section_b(args: argparse.Namespace, out: dict[str, Any]) -> None:
-    table = Table(title=f"(b) GRPO-shaped: {args.batches} batches x {args.questions} questions x "
-                        f"G={args.group}, noisy oracle (noise {args.noise}), one core")
-    for col in ("passages", "engine", "cache", "steps/s", "speed-up", "hit rate", "transcripts"):
-        table.add_column(col, justify="right")
-    for size in args.sizes:
-        task = build_task(WorldConfig(n_entities=size, n_questions=1000))
-        base = task.sources["local"].retriever
-        for backend in ("sparse", "numpy"):
+def section_b(args: argparse.Namespace, task: QATask, table: Table, out: dict[str, Any]) -> None:
+    base = task.sources["local"].retriever
+    for backend in ("sparse", "numpy"):
+        for noise in args.noise:
             results = {}
             for cache in (False, True):
                 r = wrap(base, backend, cache)
                 env = make_task_env(task_with(task, r))
-                grpo_run(env, 1, 4, 2, args.noise, seed=99)  # warm-up, other questions
+                grpo_run(env, 1, 4, 2, noise, seed=99)  # warm-up, on other questions
                 r.cache_clear()
-                cpu, steps, transcripts = grpo_run(env, args.batches, args.questions, args.group,
-                                                   args.noise, seed=0)
+                cpu, steps, transcripts = grpo_run(env, args.batches, args.questions,
+                                                   args.group, noise, seed=0)
                 results[cache] = (steps / cpu, r.cache_info(), transcripts)
             same = results[False][2] == results[True][2]
             for cache in (False, True):
                 rate, info, _ = results[cache]
                 table.add_row(f"{len(base):,}", backend + (" (default)" if backend == "sparse"
                                                             else " (before)"),
-                              "on" if cache else "off", f"{rate:,.0f}",
+                              f"{noise:.0%}", "on" if cache else "off", f"{rate:,.0f}",
                               f"{rate / results[False][0]:.2f}x",
                               f"{info.hit_rate:.0%}" if cache else "-",
                               "identical" if same else "DIFFER")
-            out.setdefault("b", {}).setdefault(str(size), {})[backend] = {
+            out.setdefault("b", {}).setdefault(str(len(base)), {})[f"{backend} {noise}"] = {
                 "steps_per_cpu_s_off": results[False][0], "steps_per_cpu_s_on": results[True][0],
                 "hit_rate": results[True][1].hit_rate, "transcripts_identical": same}
-        clear_caches()
-        del task, base
-        gc.collect()
-    console.print(table)
 
 
 def main() -> None:
@@ -422,14 +395,42 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4, help="(b) GRPO batches")
     parser.add_argument("--questions", type=int, default=16, help="(b) questions per batch")
     parser.add_argument("--group", type=int, default=8, help="(b) rollouts per question (G)")
-    parser.add_argument("--noise", type=float, default=0.3, help="(b) share of noisy searches")
+    parser.add_argument("--noise", type=float, nargs="+", default=[0.1, 0.3],
+                        help="(b) shares of noisy searches")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     out: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "json"}}
-    if "e" in args.only:
-        section_e(args, out)
-    if "b" in args.only:
-        section_b(args, out)
+    e_table = Table(title="(e) oracle agent, one core, query cache off: BM25 engines on the same "
+                          "index and queries")
+    b_table = Table(title=f"(b) GRPO-shaped: {args.batches} batches x {args.questions} questions "
+                          f"x G={args.group}, noisy oracle, one core")
+    for table, columns in ((e_table, E_COLUMNS), (b_table, B_COLUMNS)):
+        for col in columns:
+            table.add_column(col, justify="right")
+    notes: list[str] = []
+    for size in args.sizes:  # one world and index per size, for both sections
+        config = WorldConfig(n_entities=size, n_questions=1000)
+        t = time.perf_counter()
+        generate_world(config)
+        gen_s = time.perf_counter() - t
+        t = time.perf_counter()
+        task = build_task(config)
+        build_s = time.perf_counter() - t
+        notes.append(f"{size:,} passages: world {gen_s:.0f} s, index and query checks "
+                     f"{build_s:.0f} s")
+        console.print(notes[-1])
+        if "e" in args.only:
+            section_e(args, task, e_table, notes, out)
+        if "b" in args.only:
+            section_b(args, task, b_table, out)
+        clear_caches()
+        del task
+        gc.collect()
+    for table, section in ((e_table, "e"), (b_table, "b")):
+        if section in args.only:
+            console.print(table)
+    for line in notes:
+        console.print(line)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, default=str) + "\n")
 
