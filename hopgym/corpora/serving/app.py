@@ -82,20 +82,9 @@ def _json_response(status: int, payload: Any, headers: dict[str, str] | None = N
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def _error_response(err: RequestError) -> Any:
-    headers: dict[str, str] = {}
-    if err.kind in ("body_too_large", "read_timeout"):
-        headers["Connection"] = "close"  # the body was not read to its end
-    if err.status == 503:
-        headers["Retry-After"] = "1"
-    return _json_response(err.status, error_json(err.message, err.limit), headers)
-
-
-async def _read_body(request: Any, cfg: ServeConfig) -> bytes:
-    """The body, within ``max_body_bytes`` and ``read_timeout``."""
-    from starlette.requests import ClientDisconnect
-
-    length = request.headers.get("content-length")
+async def _read_body(scope: Any, receive: Any, cfg: ServeConfig) -> bytes:
+    """The body of an ASGI request, within ``max_body_bytes`` and ``read_timeout``."""
+    length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
     if length is not None:
         try:
             n = int(length)
@@ -109,14 +98,19 @@ async def _read_body(request: Any, cfg: ServeConfig) -> bytes:
 
     async def read() -> bytes:
         parts, size = [], 0
-        async for chunk in request.stream():
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestError("bad_request", "the client closed the connection mid-body")
+            chunk = message.get("body", b"")
             size += len(chunk)
             if size > cfg.max_body_bytes:
                 raise RequestError("body_too_large", f"the body has more than "
                                                      f"{cfg.max_body_bytes:,} bytes (--max-body-bytes)",
                                    "max_body_bytes")
             parts.append(chunk)
-        return b"".join(parts)
+            if not message.get("more_body", False):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
 
     try:
         timeout = getattr(asyncio, "timeout", None)  # Python 3.11+: no task per request
@@ -128,8 +122,24 @@ async def _read_body(request: Any, cfg: ServeConfig) -> bytes:
         raise RequestError("read_timeout", f"the body did not arrive within {cfg.read_timeout} s "
                                            "(--read-timeout)", "read_timeout"
                            ) from None
-    except ClientDisconnect:
-        raise RequestError("bad_request", "the client closed the connection mid-body") from None
+
+
+async def _send_json(send: Any, status: int, payload: Any,
+                     headers: dict[str, str] | None = None) -> None:
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _error_headers(err: RequestError) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if err.kind in ("body_too_large", "read_timeout"):
+        headers["Connection"] = "close"  # the body was not read to its end
+    if err.status == 503:
+        headers["Retry-After"] = "1"
+    return headers
 
 
 def build_app(engine: Any, cfg: ServeConfig, metrics: ServerMetrics,
@@ -155,26 +165,30 @@ def build_app(engine: Any, cfg: ServeConfig, metrics: ServerMetrics,
 
     limits = {name: getattr(cfg, name) for name in LIMIT_FIELDS}
 
-    async def retrieve(request: Request) -> Response:
+    async def retrieve(scope: Any, receive: Any, send: Any) -> None:
+        # A plain ASGI endpoint: the hot path skips Starlette's Request and Response objects.
         started = time.perf_counter()
         engine.receiving += 1
         try:
-            raw = await _read_body(request, cfg)
+            raw = await _read_body(scope, receive, cfg)
             req = parse_retrieve(raw, cfg)
         except RequestError as err:
             metrics.reply(err.status, err.kind)
-            return _error_response(err)
+            await _send_json(send, err.status, error_json(err.message, err.limit),
+                             _error_headers(err))
+            return
         finally:
             engine.receiving -= 1
         try:
             hits = await engine.search(req.queries, req.topk)
         except RequestError as err:
             metrics.reply(err.status, err.kind)
-            return _error_response(err)
-        response = _json_response(200, result_json(hits, req.return_scores))
+            await _send_json(send, err.status, error_json(err.message, err.limit),
+                             _error_headers(err))
+            return
+        await _send_json(send, 200, result_json(hits, req.return_scores))
         metrics.latency.observe(time.perf_counter() - started)
         metrics.reply(200)
-        return response
 
     async def health(request: Request) -> Response:
         return _json_response(200, {"status": "ok", **info(), "stats": metrics.snapshot(),
@@ -195,12 +209,23 @@ def build_app(engine: Any, cfg: ServeConfig, metrics: ServerMetrics,
         metrics.error("internal_error")
         return _json_response(500, error_json(f"{type(exc).__name__}: {exc}"))
 
-    routes = [Route("/retrieve", retrieve, methods=["POST"]),
+    routes = [Route("/retrieve", _ASGI(retrieve), methods=["POST"]),
               Route("/health", health, methods=["GET"]),
               Route("/", health, methods=["GET"]),
               Route("/metrics", prometheus, methods=["GET"])]
     return Starlette(routes=routes, lifespan=lifespan,
                      exception_handlers={HTTPException: http_error, Exception: crash})
+
+
+class _ASGI:
+    """An ASGI callable Starlette routes to as is (a function would be wrapped as a
+    request/response endpoint)."""
+
+    def __init__(self, fn: Callable[[Any, Any, Any], Any]) -> None:
+        self.fn = fn
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.fn(scope, receive, send)
 
 
 def _raw_reply(status: int, reason: str, message: str, limit: str) -> bytes:

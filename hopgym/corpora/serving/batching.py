@@ -145,14 +145,24 @@ class Batcher:
         self._pending += len(queries)
         self.metrics.pending.set(self._pending)
         self._wake.set()
+        # One timer for the request instead of wait_for and gather (a task and a future more
+        # per request): it fails the jobs still waiting, which the worker then skips.
+        timer = loop.call_later(cfg.request_timeout, self._expire, jobs)
         try:
-            done = await asyncio.wait_for(asyncio.gather(*(j.future for j in jobs)),
-                                          cfg.request_timeout)
-        except asyncio.TimeoutError:
-            raise RequestError("request_timeout", f"no answer from the engine within "
-                                                  f"{cfg.request_timeout} s (--request-timeout)",
-                               "request_timeout") from None
+            if len(jobs) == 1:
+                return await jobs[0].future
+            done = [await j.future for j in jobs]
+        finally:
+            timer.cancel()
         return [hits for part in done for hits in part]
+
+    def _expire(self, jobs: list[Job]) -> None:
+        err = RequestError("request_timeout", f"no answer from the engine within "
+                                              f"{self.cfg.request_timeout} s (--request-timeout)",
+                           "request_timeout")
+        for j in jobs:
+            if not j.future.done():
+                j.future.set_exception(err)
 
     def _take(self, room: int) -> list[Job]:
         """Jobs from the queue while they fit in ``room`` queries (the first always fits)."""

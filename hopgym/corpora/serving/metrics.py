@@ -75,13 +75,17 @@ class ServerMetrics:
                              "engine", **reg)
         self.passages = Gauge("hopgym_retrieval_passages", "Passages in the index", **reg)
         self.passages.set(passages)
+        self._by_status: dict[int, Any] = {}
         self._lock = threading.Lock()
         self.stats: dict[str, int] = {"requests": 0, "queries": 0, "batches": 0, "errors": 0,
                                       "max_batch_queries": 0, "max_batch_requests": 0}
 
     def reply(self, status: int, kind: str | None = None) -> None:
         """Count a ``POST /retrieve`` reply (and its error ``kind``, if it is one)."""
-        self.requests.labels(status=str(status)).inc()
+        child = self._by_status.get(status)
+        if child is None:
+            child = self._by_status[status] = self.requests.labels(status=str(status))
+        child.inc()
         with self._lock:
             self.stats["requests"] += 1
         if kind is not None:
