@@ -288,10 +288,11 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
     if spec.index is not None:
         if index_store.index_exists(spec.index):
             # An unnamed kind or model means: whatever the saved index holds.
+            placed = {"device": r.device, "index_backend": r.index_backend}
             if ds.passages:
                 return index_store.load_index(spec.index, passages=ds.passages, retriever=r.kind,
-                                              model=r.model)
-            return index_store.load_index(spec.index, retriever=r.kind, model=r.model)
+                                              model=r.model, **placed)
+            return index_store.load_index(spec.index, retriever=r.kind, model=r.model, **placed)
         if not ds.passages:
             raise ValueError(f"{spec.path} has questions only and there is no index at "
                              f"{spec.index}: pass corpus=<corpus jsonl> to build one")
