@@ -42,6 +42,7 @@ from hopgym.corpora.devices import (
     flat_vectors,
     resolve_device,
 )
+from hopgym.corpora.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES
 from hopgym.corpora.retrieval import (
     BatchScoredRetriever,
     DependencyNotInstalled,
@@ -399,6 +400,8 @@ class DenseRetriever(BatchScoredRetriever):
             name given as ``embedder``) and, where it can, the index run (:func:`place_index`).
         index_backend: ``"auto"``, ``"faiss"`` or ``"torch"``
             (:func:`~hopgym.corpora.devices.choose_index_backend`).
+        cache_entries, cache_bytes: bounds of the query cache (:mod:`hopgym.corpora.query_cache`;
+            0: off), keyed by the exact query string and ``k``.
 
     Attributes:
         index: what is searched: a CPU FAISS index, a FAISS GPU index, or a
@@ -444,10 +447,13 @@ class DenseRetriever(BatchScoredRetriever):
         seed: int = 0,
         device: str = "cpu",
         index_backend: str = "auto",
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if not passages:
             raise ValueError("cannot build a dense index over an empty corpus")
         self.device, self.index_backend = place_index(index_type, device, index_backend)
+        self.configure_cache(cache_entries, cache_bytes)
         self.passages: list[Passage] = list(passages)
         self.embedder: Embedder = make_embedder(embedder, device=self.device)
         faiss = None
