@@ -19,6 +19,7 @@ Classes defined here (and re-exported where they were first defined):
 
 Defined beside the code that raises them, on the same root: ``IndexStoreError``,
 ``StaleIndexError``, ``ForeignIndexError`` (:mod:`hopgym.corpora.index_store`),
+``DeviceUnavailableError`` (:mod:`hopgym.corpora.devices`),
 ``DatasetFormatError``, ``DatasetUnavailableError`` (:mod:`hopgym.corpora.datasets`),
 ``TrajectoryFormatError`` (:mod:`hopgym.agents.trajectories`).
 

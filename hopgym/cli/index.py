@@ -20,7 +20,7 @@ from typing import Any
 from hopgym.cli._common import CommandError, command_parser
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
 from hopgym.corpora.datasets.registry import REGISTRY
-from hopgym.corpora.dense import INDEX_TYPES
+from hopgym.corpora.dense import INDEX_BACKENDS, INDEX_TYPES
 from hopgym.corpora.index_store import RETRIEVER_KINDS, VERIFY_MODES, build_index
 from hopgym.corpora.retrievers import RetrieverSpec
 
@@ -36,7 +36,8 @@ CORPUS_FORMATS = ("auto", "corpus", *(name for name, fmt in REGISTRY.items() if 
 RETRIEVER = ConfigSpec(
     RetrieverSpec, title="retriever (RetrieverSpec)", aliases={"kind": ("--retriever",)},
     exclude=frozenset({"urls", "timeout", "retries", "backoff", "show_progress"}),
-    metadata={"kind": {"choices": RETRIEVER_KINDS}, "index_type": {"choices": INDEX_TYPES}})
+    metadata={"kind": {"choices": RETRIEVER_KINDS}, "index_type": {"choices": INDEX_TYPES},
+              "index_backend": {"choices": INDEX_BACKENDS}})
 
 
 @dataclass

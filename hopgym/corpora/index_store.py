@@ -391,7 +391,7 @@ def _save_dense(r: Any, out: Path) -> dict[str, Any]:
     from hopgym.corpora.dense import import_faiss
 
     faiss = import_faiss()
-    faiss.write_index(r.index, str(out))
+    faiss.write_index(r.to_faiss(), str(out))  # a CPU FAISS file, whatever the backend
     return dict(r.params)
 
 
@@ -597,6 +597,7 @@ def load_index(
     threads: int | None = 1,
     blas_min_queries: int | None = 4,
     device: str = "cpu",
+    index_backend: str = "auto",
     verify: str = "sample",
     rebuild: bool = False,
 ) -> Retriever:
@@ -613,7 +614,11 @@ def load_index(
         mmap: memory-map the index files where the engine allows.
         threads, blas_min_queries: FAISS settings
             (see :func:`~hopgym.corpora.dense.configure_threads`).
-        device: for the embedder.
+        device: where the embedder and, where it can, the dense index run (``"cpu"``,
+            ``"cuda"``, ``"cuda:N"``, ``"auto"``; see :func:`~hopgym.corpora.dense.place_index`).
+        index_backend: ``"auto"``, ``"faiss"`` or ``"torch"``: the file is the same FAISS file
+            for all three; the torch index reads a flat one's rows without copying them on the
+            CPU (memory-mapped with ``mmap``) and copies them to a GPU.
         verify: how the files are checked against the manifest first: ``"sample"`` (default),
             ``"full"``, ``"size"`` or ``"none"`` (see the module docstring).
         rebuild: when the index cannot be used as it is (no index, no manifest, a corrupted
@@ -632,7 +637,7 @@ def load_index(
         raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
     settings = {"passages": passages, "corpus": corpus, "retriever": retriever, "model": model,
                 "mmap": mmap, "threads": threads, "blas_min_queries": blas_min_queries,
-                "device": device}
+                "device": device, "index_backend": index_backend}
     try:
         return _load_index(path, verify, **settings)
     except ForeignIndexError:
@@ -686,6 +691,7 @@ def _load_index(
     threads: int | None,
     blas_min_queries: int | None,
     device: str,
+    index_backend: str,
 ) -> Retriever:
     root = Path(path)
     where = os.fspath(path)
@@ -698,6 +704,11 @@ def _load_index(
         raise IndexStoreError(f"{where}: unknown retriever kind {manifest.retriever!r}")
     embedder = None
     if manifest.retriever != "bm25":
+        from hopgym.corpora.dense import place_index
+
+        # Before any model or corpus is read: a missing GPU or library fails at once.
+        place_index(manifest.params.get("dense", {}).get("index_type", "flat"), device,
+                    index_backend)
         embedder = _embedder_for(manifest, model, where, device)
     if passages is None:
         passages = _read_corpus(root, manifest, corpus)
@@ -726,7 +737,8 @@ def _load_index(
         passages, embedder=embedder, index=index, index_type=dp.get("index_type", "flat"),
         hnsw_m=dp.get("hnsw_m", 32), ef_construction=dp.get("ef_construction", 80),
         ef_search=dp.get("ef_search", 64), nprobe=dp.get("nprobe", 8), seed=dp.get("seed", 0),
-        threads=threads, blas_min_queries=blas_min_queries)
+        threads=threads, blas_min_queries=blas_min_queries, device=device,
+        index_backend=index_backend)
     if manifest.retriever == "dense":
         return dense
     from hopgym.corpora.hybrid import HybridRetriever

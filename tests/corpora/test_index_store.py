@@ -353,3 +353,32 @@ def test_index_verify_command(tmp_path, capsys):
     (out / "manifest.json").unlink()
     assert run(["serve", "--index", str(out)]) == 2
     assert "--rebuild" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_the_torch_index_loads_and_saves_the_same_faiss_file(tmp_path, kind):
+    pytest.importorskip("faiss")
+    pytest.importorskip("torch")
+    from hopgym.corpora.devices import TorchFlatIndex
+
+    fresh = build_retriever(CORPUS, kind, model="hashing-64")
+    build_index(CORPUS, tmp_path / "f", retriever=kind, model="hashing-64")
+    loaded = load_index(tmp_path / "f", index_backend="torch", mmap=True)
+    dense = loaded if kind == "dense" else loaded.retrievers[1]
+    assert isinstance(dense.index, TorchFlatIndex) and dense.index_backend == "torch"
+    # The torch tensor reads the memory-mapped FAISS file's rows: no copy.
+    assert np.shares_memory(dense.index.x.numpy(), dense.index.host)
+    assert results(loaded) == results(fresh)
+    # Built with the torch index, saved as the same FAISS flat file, read back by either backend.
+    build_index(CORPUS, tmp_path / "t", retriever=kind, model="hashing-64", index_backend="torch")
+    name = "dense.faiss"
+    assert (tmp_path / "t" / name).read_bytes() == (tmp_path / "f" / name).read_bytes()
+    assert results(load_index(tmp_path / "t")) == results(fresh)
+    assert results(load_index(tmp_path / "t", index_backend="torch", mmap=False)) == results(fresh)
+
+
+def test_the_torch_index_refuses_a_saved_hnsw_index(tmp_path):
+    pytest.importorskip("faiss")
+    build_index(CORPUS, tmp_path / "h", retriever="dense", model="hashing-64", index_type="hnsw")
+    with pytest.raises(ValueError, match="index_type must be 'flat', got 'hnsw'"):
+        load_index(tmp_path / "h", index_backend="torch")

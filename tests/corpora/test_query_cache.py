@@ -295,3 +295,12 @@ def test_env_cache_info_names_each_source():
     info = env.unwrapped.retrieval_cache_info()
     assert set(info) == {"local", "web"} and all(isinstance(i, CacheInfo) for i in info.values())
     env.step(Answer("x"))
+
+
+def test_synthetic_world_starts_with_an_empty_cache():
+    """The world's hop-query checks are not the agents' searches: counters start at zero."""
+    import gymnasium as gym
+
+    env = gym.make("hopgym/Synthetic-v0", n_entities=300, n_questions=20, seed=11)
+    info = env.unwrapped.retrieval_cache_info()["local"]
+    assert (info.hits, info.misses) == (0, 0)

@@ -495,7 +495,9 @@ def load_served_index(cfg: ServeConfig) -> tuple[Retriever, Any]:
     from hopgym.corpora.index_store import load_index, read_manifest
 
     retriever = load_index(cfg.index, corpus=cfg.corpus, model=cfg.model, retriever=cfg.retriever,
-                           threads=cfg.threads, verify=cfg.verify, rebuild=cfg.rebuild)
+                           threads=cfg.threads, device=cfg.device,
+                           index_backend=cfg.index_backend, verify=cfg.verify,
+                           rebuild=cfg.rebuild)
     return retriever, read_manifest(cfg.index)
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from hopgym.corpora.devices import INDEX_BACKENDS, check_device
 from hopgym.corpora.index_store import RETRIEVER_KINDS, VERIFY_MODES
 
 __all__ = ["ServeConfig"]
@@ -48,6 +49,10 @@ class ServeConfig:
     model: str | None = _opt(None, "Embedder for a dense or hybrid index (default: the index's "
                                    "own).")
     threads: int | None = _opt(1, "FAISS and torch threads of the engine (none: leave them).")
+    device: str = _opt("cpu", "Where a dense or hybrid index's encoder and index run: cpu, cuda, "
+                              "cuda:N or auto.")
+    index_backend: str = _opt("auto", "The dense index's engine: auto, faiss or torch (the same "
+                                      "FAISS file).", choices=INDEX_BACKENDS)
     verify: str = _opt(
         "sample", "How the index files are checked against the manifest's checksums when "
                   "loaded: sample (size and up to 16 MiB of each file), full (every byte), size, "
@@ -135,6 +140,10 @@ class ServeConfig:
         seconds("max_wait_ms", inclusive=True)
         for name in ("read_timeout", "keep_alive", "request_timeout", "shutdown_timeout"):
             seconds(name)
+        check_device(self.device)
+        if self.index_backend not in INDEX_BACKENDS:
+            raise ValueError(f"index_backend must be one of {INDEX_BACKENDS}, got "
+                             f"{self.index_backend!r}")
         if self.verify not in VERIFY_MODES:
             raise ValueError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
         if self.retriever is not None and self.retriever not in RETRIEVER_KINDS:

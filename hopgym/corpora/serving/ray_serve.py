@@ -169,7 +169,8 @@ def deploy(config: ServeConfig | None = None, **options: Any) -> str:
     serve.start(http_options={"host": cfg.host, "port": cfg.port})
     deployment = replica_class().options(
         name="RetrievalReplica", num_replicas=cfg.replicas,
-        ray_actor_options={"num_cpus": cfg.threads or 1},
+        ray_actor_options={"num_cpus": cfg.threads or 1,
+                           "num_gpus": 1 if cfg.device.startswith("cuda") else 0},
         max_ongoing_requests=max(2 * cfg.max_batch, 8), max_queued_requests=cfg.max_pending,
         graceful_shutdown_timeout_s=cfg.shutdown_timeout)
     replica_cfg = asdict(replace(cfg, rebuild=False))
