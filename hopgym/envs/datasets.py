@@ -269,8 +269,11 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
             # index files without a manifest is refused there, unless rebuild=True.
             placed = {"device": r.device, "index_backend": r.index_backend}
             try:
-                return index_store.load_index(spec.index, passages=ds.passages or None,
-                                              retriever=r.kind, model=r.model, **placed)
+                loaded = index_store.load_index(spec.index, passages=ds.passages or None,
+                                                retriever=r.kind, model=r.model, **placed)
+                if hasattr(loaded, "configure_cache"):  # the spec's cache bounds, as if built
+                    loaded.configure_cache(*r.cache_bounds())
+                return loaded
             except index_store.ForeignIndexError:
                 raise
             except index_store.IndexStoreError as exc:

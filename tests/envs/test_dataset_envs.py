@@ -267,3 +267,16 @@ def test_old_factory_names_still_work():
     assert env.unwrapped.top_k == 2
     for name in ("make_hotpotqa", "make_musique", "make_bamboogle", "make_multihopqa"):
         assert callable(getattr(datasets, name))
+
+
+def test_a_loaded_index_takes_the_specs_cache_bounds(tmp_path):
+    idx = tmp_path / "idx"
+    gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    clear_task_cache()
+    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                   retriever={"cache_entries": 7})
+    assert env.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 7
+    clear_task_cache()
+    off = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                   retriever={"cache_entries": 0})
+    assert off.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 0
