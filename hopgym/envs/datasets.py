@@ -4,7 +4,8 @@ and :func:`load_task`.
 One entry point serves ``hopgym/HotpotQA-v0``, ``hopgym/2WikiMultiHopQA-v0``,
 ``hopgym/MuSiQue-v0``, ``hopgym/Bamboogle-v0`` and ``hopgym/MultiHopQA-v0``, registered with
 ``kwargs={"dataset": ...}`` (as Gymnasium registers ``LunarLanderContinuous-v3`` on the
-``LunarLander`` entry point); what differs between the datasets is one row of :data:`DATASETS`::
+``LunarLander`` entry point); what differs between the datasets is their format in the
+registry of :mod:`hopgym.corpora.datasets`::
 
     gym.make("hopgym/HotpotQA-v0", path="hotpot_dev_distractor_v1.json")            # distractor
     gym.make("hopgym/MuSiQue-v0", path="musique_ans_v1.0_dev.jsonl", mode="open",
@@ -17,7 +18,7 @@ One entry point serves ``hopgym/HotpotQA-v0``, ``hopgym/2WikiMultiHopQA-v0``,
 Keyword arguments are of three kinds, and a misspelt one is refused with the closest name:
 
 - the task (:class:`TaskSpec`): ``path``, ``mode``, ``corpus``, ``retriever``, ``index``,
-  ``limit``, ``lenient``, ``web``, ``web_cost``;
+  ``rebuild``, ``limit``, ``lenient``, ``web``, ``web_cost``;
 - the env options (:class:`~hopgym.envs.options.EnvOptions`): ``protocol``, ``top_k``, ...;
 - shorthands for three retriever settings: ``model``, ``index_type``, ``engine`` (the same as
   ``retriever={"model": ...}``; giving a setting both ways with different values is an error).
@@ -26,8 +27,10 @@ Search (``retriever``): anything :meth:`~hopgym.corpora.retrievers.RetrieverSpec
 ``"bm25"`` (default), ``"dense"``, ``"hybrid"`` or another registered kind in process, the URL of a
 retrieval server (``hopgym serve``, or Search-R1's), or a dict / ``RetrieverSpec`` with every
 setting, e.g. a server's ``timeout``, ``retries`` and ``backoff``. ``index`` names a saved index
-directory: it is loaded (and refused if stale or foreign) when it exists, and built and saved
-there when it does not. ``web`` adds a second source, ``web``, from a URL or an index directory.
+directory: it is loaded (its files checked against the manifest's checksums; refused if
+corrupted, stale or foreign) when it exists, and built and saved there when it does not. A
+directory of index files without a manifest is refused too, unless ``rebuild=True``, which also
+rebuilds a corrupted or stale index. ``web`` adds a second source, ``web``, from a URL or an index directory.
 
 Everything is checked before a file is read. Loaded tasks are cached per :class:`TaskSpec` (which
 includes file size and time), so the envs of a vector env share one corpus and one index; a task
@@ -39,8 +42,8 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -48,14 +51,13 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym._kwargs import unknown_name_error
-from hopgym.corpora.loaders import (
+from hopgym.corpora.datasets import (
+    REGISTRY,
     PerSampleIndex,
     QADataset,
-    is_hub_name,
-    load_2wiki,
-    load_bamboogle,
-    load_hotpotqa,
-    load_musique,
+    get_format,
+    load_dataset,
+    resolve_format,
 )
 from hopgym.corpora.retrieval import Retriever
 from hopgym.corpora.retrievers import RetrieverBuilder, RetrieverSpec, make_retriever, retriever_kind
@@ -65,7 +67,6 @@ from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions, Unpack
 __all__ = [
     "TaskSpec",
     "DATASETS",
-    "DatasetEntry",
     "DatasetKwargs",
     "load_task",
     "clear_task_cache",
@@ -83,45 +84,11 @@ _LOCK = threading.Lock()
 _MODES = ("distractor", "open")
 
 
-def _load_any(path: str, *, mode: str | None = None, **kw: Any) -> QADataset:
-    """A FlashRAG QA jsonl, or a HotpotQA / 2Wiki / MuSiQue file, by its first record."""
-    from hopgym.corpora.loaders import detect_format, load_flashrag_qa, load_qa
-
-    fmt = "flashrag" if is_hub_name(path) else detect_format(path)
-    if fmt == "flashrag":
-        return load_flashrag_qa(path, **kw)
-    return load_qa(path, format=fmt, mode=None if kw.get("corpus") else mode, **kw)
-
-
-@dataclass(frozen=True)
-class DatasetEntry:
-    """A row of :data:`DATASETS`: what differs between the dataset ids.
-
-    Attributes:
-        load: ``load(path, [mode=], corpus=, lenient=, limit=) -> QADataset``.
-        default_path: used when ``path`` is not given (a hub name), or ``None``.
-        download: what to download when ``path`` is missing and there is no default.
-        modes: the file has paragraphs, so ``mode`` (distractor / open) applies.
-    """
-
-    load: Callable[..., QADataset]
-    default_path: str | None = None
-    download: str = ""
-    modes: bool = True
-
-
-#: The datasets behind the registered ids, by the ``dataset`` keyword.
-DATASETS: dict[str, DatasetEntry] = {
-    "hotpotqa": DatasetEntry(load_hotpotqa, default_path="hotpotqa/hotpot_qa"),
-    "2wiki": DatasetEntry(load_2wiki, download="dev.json of 2WikiMultihopQA "
-                                          "(https://github.com/Alab-NII/2wikimultihop)"),
-    "musique": DatasetEntry(load_musique, download="musique_ans_v1.0_dev.jsonl "
-                                              "(https://github.com/StonyBrookNLP/musique)"),
-    "bamboogle": DatasetEntry(load_bamboogle, download="bamboogle's test.jsonl from FlashRAG_datasets",
-                         modes=False),
-    "auto": DatasetEntry(_load_any, download="a FlashRAG-format QA jsonl ({id, question, "
-                                        "golden_answers}) or a HotpotQA / 2Wiki / MuSiQue file"),
-}
+#: The ``dataset`` keyword of the registered ids: formats of :data:`hopgym.corpora.datasets.REGISTRY`
+#: (which says where each comes from and whether it has paragraphs), and ``"auto"``, detected
+#: from the file. ``make_dataset_env`` also takes any other registered format.
+DATASETS: tuple[str, ...] = ("hotpotqa", "2wiki", "musique", "bamboogle", "auto")
+_AUTO_HINT = "a QA file of a registered format (HotpotQA, 2Wiki, MuSiQue, FlashRAG QA jsonl)"
 
 
 def _file_key(path: str | None) -> tuple[int, int]:
@@ -163,7 +130,8 @@ class TaskSpec:
         RetrieverSpec(kind='dense')
     """
 
-    dataset: str = _task("auto", f"which benchmark: one of {list(DATASETS)}")
+    dataset: str = _task("auto", "which benchmark: a registered dataset format "
+                                 f"({', '.join(DATASETS)}, ...) or auto")
     path: str | None = _task(None, "the QA file (JSON array or jsonl), or a hub name")
     mode: str | None = _task(
         None, "distractor (each question searches its own paragraphs; the default without "
@@ -175,6 +143,9 @@ class TaskSpec:
                          "RetrieverSpec fields or a RetrieverSpec")
     index: str | None = _task(None, "a saved index directory: loaded (checked) if present, else "
                                     "built and saved there")
+    rebuild: bool = _task(False, "rebuild the index at index= when it cannot be used as it is (no "
+                                 "manifest, a corrupted file, a changed corpus) instead of "
+                                 "raising")
     limit: int | None = _task(None, "use only the first N questions")
     lenient: bool = _task(False, "skip malformed records instead of raising")
     web: str | None = _task(None, "a second source, web: a server URL or an index directory")
@@ -186,13 +157,15 @@ class TaskSpec:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
-        entry = DATASETS.get(self.dataset) if isinstance(self.dataset, str) else None
-        if entry is None:
-            raise ValueError(f"dataset must be one of {list(DATASETS)}, got {self.dataset!r}")
-        path = entry.default_path if self.path is None else self.path
+        if self.dataset != "auto" and (not isinstance(self.dataset, str)
+                                       or self.dataset not in REGISTRY):
+            raise ValueError(f"dataset must be one of {['auto', *REGISTRY]} (the registered "
+                             f"dataset formats), got {self.dataset!r}")
+        fmt = None if self.dataset == "auto" else get_format(self.dataset)
+        path = fmt.default_hub_name if self.path is None and fmt is not None else self.path
         if path is None:
-            raise ValueError(f"this env needs path=<file>: download {entry.download} and pass its "
-                             "path")
+            hint = _AUTO_HINT if fmt is None else fmt.download_hint
+            raise ValueError(f"this env needs path=<file>: download {hint} and pass its path")
         path = os.fspath(path)
         put("path", str(Path(path).resolve()) if os.path.exists(path) else path)
         put("corpus", _resolved(self.corpus))
@@ -200,7 +173,7 @@ class TaskSpec:
         put("web", None if self.web is None else os.fspath(self.web))
         put("retriever", RetrieverSpec.coerce(self.retriever))
         if self.mode is not None:
-            if not entry.modes:
+            if fmt is not None and not fmt.has_paragraphs:
                 raise ValueError(f"mode does not apply to {self.dataset!r} (questions only): "
                                  "search needs corpus=, index= or a server URL as retriever")
             if self.mode not in _MODES:
@@ -214,6 +187,10 @@ class TaskSpec:
             raise ValueError(f"limit must be None or an int >= 1, got {self.limit!r}")
         if not isinstance(self.lenient, bool):
             raise ValueError(f"lenient must be True or False, got {self.lenient!r}")
+        if not isinstance(self.rebuild, bool):
+            raise ValueError(f"rebuild must be True or False, got {self.rebuild!r}")
+        if self.rebuild and self.index is None:
+            raise ValueError("rebuild=True rebuilds a saved index: give index=<dir> too")
         if (not isinstance(self.web_cost, (int, float)) or isinstance(self.web_cost, bool)
                 or not self.web_cost >= 0):
             raise ValueError(f"web_cost must be a number >= 0, got {self.web_cost!r}")
@@ -242,6 +219,7 @@ class DatasetKwargs(EnvKwargs, total=False):
     corpus: str | os.PathLike[str] | None
     retriever: Any
     index: str | os.PathLike[str] | None
+    rebuild: bool
     limit: int | None
     lenient: bool
     web: str | os.PathLike[str] | None
@@ -273,11 +251,11 @@ def load_task(spec: TaskSpec) -> QATask:
 
 
 def _load_dataset(spec: TaskSpec, mode: str | None) -> QADataset:
-    entry = DATASETS[spec.dataset]
-    kw: dict[str, Any] = {"corpus": spec.corpus, "lenient": spec.lenient, "limit": spec.limit}
-    if entry.modes:
-        kw["mode"] = mode
-    return entry.load(spec.path, **kw)
+    fmt = resolve_format(spec.dataset, spec.path)  # "auto": detected from the file
+    if not fmt.has_paragraphs or (spec.dataset == "auto" and spec.corpus is not None):
+        mode = None  # questions only, or auto with corpus=: the mode follows from corpus=
+    return load_dataset(fmt, spec.path, mode=mode, corpus=spec.corpus, lenient=spec.lenient,
+                        limit=spec.limit)
 
 
 def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
@@ -286,24 +264,36 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
 
     r = spec.retriever
     if spec.index is not None:
-        if index_store.index_exists(spec.index):
-            # An unnamed kind or model means: whatever the saved index holds.
-            if ds.passages:
-                return index_store.load_index(spec.index, passages=ds.passages, retriever=r.kind,
-                                              model=r.model)
-            return index_store.load_index(spec.index, retriever=r.kind, model=r.model)
+        if index_store.index_exists(spec.index) or index_store.holds_index_files(spec.index):
+            # An unnamed kind or model means: whatever the saved index holds. A directory of
+            # index files without a manifest is refused there, unless rebuild=True.
+            placed = {"device": r.device, "index_backend": r.index_backend}
+            try:
+                loaded = index_store.load_index(spec.index, passages=ds.passages or None,
+                                                retriever=r.kind, model=r.model, **placed)
+                if hasattr(loaded, "configure_cache"):  # the spec's cache bounds, as if built
+                    loaded.configure_cache(*r.cache_bounds())
+                return loaded
+            except index_store.ForeignIndexError:
+                raise
+            except index_store.IndexStoreError as exc:
+                if not spec.rebuild:
+                    raise
+                warnings.warn(f"rebuilding the index at {spec.index} because: {exc}",
+                              index_store.IndexIntegrityWarning, stacklevel=2)
         if not ds.passages:
             raise ValueError(f"{spec.path} has questions only and there is no index at "
                              f"{spec.index}: pass corpus=<corpus jsonl> to build one")
         built = make_retriever(r, ds.passages)
         if ds.mode == "corpus":
             index_store.save_index(built, spec.index, corpus_path=ds.corpus_path,
-                                   corpus_format="corpus")
+                                   corpus_format="corpus", overwrite=spec.rebuild)
         else:
             # The index records the QA file to re-pool it later (hopgym serve); a partial load
             # (limit, skipped records) cannot be re-read that way, so its passages are stored.
             whole = spec.limit is None and ds.skipped == 0
-            index_store.save_index(built, spec.index, corpus_path=spec.path if whole else None)
+            index_store.save_index(built, spec.index, corpus_path=spec.path if whole else None,
+                                   overwrite=spec.rebuild)
         return built
     if not ds.passages:
         raise ValueError(
@@ -376,10 +366,11 @@ def make_dataset_env(dataset: str = "auto", path: str | os.PathLike[str] | None 
     """A benchmark file as an env: the entry point of every dataset id.
 
     Args:
-        dataset: a key of :data:`DATASETS` (the registered ids set it).
+        dataset: a registered dataset format, or ``"auto"`` (the registered ids set it).
         path: the QA file (``hotpotqa`` defaults to its hub name, read through ``datasets``).
         **kwargs: :class:`TaskSpec` fields (``mode``, ``corpus``, ``retriever``, ``index``,
-            ``limit``, ``lenient``, ``web``, ``web_cost``), the retriever shorthands ``model``,
+            ``rebuild``, ``limit``, ``lenient``, ``web``, ``web_cost``), the retriever shorthands
+            ``model``,
             ``index_type``, ``engine``, and the env options
             (:class:`~hopgym.envs.options.EnvOptions`).
 

@@ -423,3 +423,36 @@ def test_verified_hop_queries_are_unchanged():
     queries = "\n".join(h.query for s in task.samples for h in s.decomposition)
     assert hashlib.sha256(queries.encode()).hexdigest() == (
         "4f68ae87180b659dda021079352653721a04d7348fa0a5a02b38d2b29d0b85fd")
+
+
+def test_build_task_takes_a_retriever_spec():
+    """Each source is indexed by make_retriever(spec): a dense world checks its hop queries against
+    the dense index, pickles as its recipe with the spec, and a server kind is refused."""
+    from hopgym.corpora.retrievers import RetrieverSpec
+
+    cfg = WorldConfig(n_entities=300, n_questions=20)
+    dense = build_task(cfg, retriever={"kind": "dense", "model": "hashing-64"})
+    assert dense.retriever_spec == RetrieverSpec(kind="dense", model="hashing-64")
+    assert getattr(dense.sources["local"].retriever, "kind", None) == "dense"
+    assert dense is not build_task(cfg)
+    assert pickle.loads(pickle.dumps(dense)) is dense
+    assert build_task(cfg, "rank_bm25").retriever_spec.engine == "rank_bm25"
+    with pytest.raises(ValueError, match="export the world"):
+        build_task(cfg, retriever="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="given twice"):
+        build_task(cfg, engine="bm25s", retriever={"engine": "rank_bm25"})
+
+
+def test_synthetic_and_tiny_envs_take_retriever():
+    import gymnasium as gym
+
+    from hopgym.agents import OracleAgent
+    from hopgym.agents.evaluation import evaluate
+
+    env = gym.make("hopgym/Tiny-v0", retriever="hybrid", reward=None)
+    assert evaluate(env, OracleAgent(env), episodes=6)["support_recall"] == 1.0
+    env = gym.make("hopgym/Synthetic-v0", n_entities=300, n_questions=20,
+                   retriever={"kind": "dense", "model": "hashing-64"})
+    assert evaluate(env, OracleAgent(env), episodes=20)["em"] == 1.0
+    with pytest.raises(ValueError, match="retriever must be one of"):
+        gym.make("hopgym/Synthetic-v0", retriever="bm52")

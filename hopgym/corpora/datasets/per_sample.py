@@ -6,20 +6,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hopgym.corpora.retrieval import BM25Retriever, Retriever
+from hopgym.corpora.retrieval import Retriever
+from hopgym.corpora.retrievers import RetrieverBuilder
 from hopgym.corpora.types import Passage, QASample
 
 __all__ = ["PerSampleIndex"]
-
-
-class _BM25Build:
-    """Picklable default builder: BM25 over a question's paragraphs."""
-
-    def __init__(self, engine: str = "bm25s") -> None:
-        self.engine = engine
-
-    def __call__(self, passages: Sequence[Passage]) -> Retriever:
-        return BM25Retriever(passages, engine=self.engine)
 
 
 class PerSampleIndex:
@@ -30,7 +21,8 @@ class PerSampleIndex:
 
     Args:
         by_sample: each question's passages, by question id (:attr:`QADataset.by_sample`).
-        build: ``passages -> Retriever``; BM25 (bm25s) by default. Must pickle for vector envs.
+        build: ``passages -> Retriever``; BM25 (bm25s) by default (a
+            :class:`~hopgym.corpora.retrievers.RetrieverBuilder`). Must pickle for vector envs.
         maxsize: questions kept in the cache.
 
     Example:
@@ -46,7 +38,7 @@ class PerSampleIndex:
         if maxsize < 1:
             raise ValueError(f"maxsize must be at least 1, got {maxsize}")
         self.by_sample = by_sample
-        self.build = build if build is not None else _BM25Build()
+        self.build = build if build is not None else RetrieverBuilder()
         self.maxsize = maxsize
         self._cache: OrderedDict[str, Retriever] = OrderedDict()
 

@@ -1,5 +1,5 @@
-"""Synthetic worlds as tasks: :func:`build_task` (a :class:`SyntheticTask` with one BM25 index
-per source, cached per process), :func:`export_flashrag` and :func:`clear_caches`."""
+"""Synthetic worlds as tasks: :func:`build_task` (a :class:`SyntheticTask` with one index per
+source, BM25 by default, cached per process), :func:`export_flashrag` and :func:`clear_caches`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hopgym.corpora.retrievers import RetrieverSpec, make_retriever, retriever_kind
 from hopgym.corpora.sources import QATask, Source
 from hopgym.corpora.synthetic.config import WorldConfig
 from hopgym.corpora.synthetic.tables import LOCAL_COST, WEB_COST
@@ -21,29 +22,36 @@ __all__ = ["SyntheticTask", "build_task", "export_flashrag", "clear_caches"]
 class SyntheticTask(QATask):
     """A :class:`QATask` over a synthetic world that pickles as its recipe.
 
-    Pickling stores only ``(config, engine, split)``; unpickling calls :func:`build_task`, which
+    Pickling stores only ``(config, retriever spec, split)``; unpickling calls :func:`build_task`, which
     returns the cached task in the same process and rebuilds the world elsewhere (an
     ``AsyncVectorEnv`` worker), so env factories pickle in microseconds.
     """
 
     config: WorldConfig | None = None
-    engine: str = "bm25s"
+    retriever_spec: RetrieverSpec = RetrieverSpec()
     split_name: str | None = None
+
+    @property
+    def engine(self) -> str:
+        """The BM25 engine of the spec (kept for code written against hopgym 0.1)."""
+        return self.retriever_spec.engine
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.config is None:
             raise TypeError("a SyntheticTask pickles as its recipe: build it with build_task()")
-        return (build_task, (self.config, self.engine, self.split_name))
+        return (_rebuild, (self.config, self.retriever_spec, self.split_name))
+
+
+def _rebuild(config: WorldConfig, spec: RetrieverSpec, split: str | None) -> SyntheticTask:
+    return build_task(config, split=split, retriever=spec)
 
 
 @functools.lru_cache(maxsize=8)
-def _sources(config: WorldConfig, engine: str) -> dict[str, Source]:
-    from hopgym.corpora.retrieval import BM25Retriever
-
+def _sources(config: WorldConfig, spec: RetrieverSpec) -> dict[str, Source]:
     world = generate_world(config)
     out: dict[str, Source] = {}
     for name in config.sources:
-        out[name] = Source(name, BM25Retriever(world.source_passages(name), engine=engine),
+        out[name] = Source(name, make_retriever(spec, world.source_passages(name)),
                            cost=WEB_COST if name == "web" else LOCAL_COST,
                            description=world.source_description(name))
     return out
@@ -70,14 +78,14 @@ def _refine_query(hop: Hop, retriever: Any, passage: Passage, k: int = 3) -> str
 
 
 @functools.lru_cache(maxsize=8)
-def _verified_samples(config: WorldConfig, engine: str) -> tuple[list[QASample], int]:
+def _verified_samples(config: WorldConfig, spec: RetrieverSpec) -> tuple[list[QASample], int]:
     """The world's questions with every hop query checked against its source's index.
 
     Returns the samples and how many hop queries had to be refined (a handful per thousand:
     a near-namesake or a mirror page can push the target below the top 3).
     """
     world = generate_world(config)
-    sources = _sources(config, engine)
+    sources = _sources(config, spec)
     out: list[QASample] = []
     refined = 0
     for s in world.samples:
@@ -90,15 +98,19 @@ def _verified_samples(config: WorldConfig, engine: str) -> tuple[list[QASample],
                 hop = replace(hop, query=q)
             hops.append(hop)
         out.append(s if tuple(hops) == s.decomposition else replace(s, decomposition=tuple(hops)))
+    for src in sources.values():  # the checks above are not the agents' searches: start counting anew
+        clear = getattr(src.retriever, "cache_clear", None)
+        if clear is not None:
+            clear()
     return out, refined
 
 
-def build_task(config: WorldConfig | None = None, engine: str = "bm25s",
-               split: str | None = None) -> SyntheticTask:
-    """The synthetic world for ``config`` as a :class:`QATask`, with one BM25 index per source.
+def build_task(config: WorldConfig | None = None, engine: str | None = None,
+               split: str | None = None, *, retriever: Any = None) -> SyntheticTask:
+    """The synthetic world for ``config`` as a :class:`QATask`, with one index per source.
 
-    Cached per ``(config, engine, split)``: every env in a process shares one world and one index
-    per source; the train and test splits of a world share its indexes.
+    Cached per ``(config, retriever spec, split)``: every env in a process shares one world and
+    one index per source; the train and test splits of a world share its indexes.
 
     Every hop's query is checked against its source's index: the few (about 1 in 500) that do
     not rank the hop's passage in the top 3 get a few distinctive words of that passage added
@@ -107,8 +119,14 @@ def build_task(config: WorldConfig | None = None, engine: str = "bm25s",
 
     Args:
         config: the world (default: ``WorldConfig()``).
-        engine: BM25 engine, ``"bm25s"`` or ``"rank_bm25"``.
+        engine: BM25 engine, ``"bm25s"`` or ``"rank_bm25"`` (a shorthand for the spec's
+            ``engine``).
         split: ``None`` (all questions), ``"train"`` or ``"test"``.
+        retriever: what to index each source with: a kind (``"bm25"``, the default, ``"dense"``,
+            ``"hybrid"``), a dict of settings or a
+            :class:`~hopgym.corpora.retrievers.RetrieverSpec`. Hop queries are checked against
+            that index. A retrieval server cannot index the world's passages: export the world
+            (``hopgym data``) and serve it instead.
 
     Example:
         >>> task = build_task(WorldConfig(n_entities=300, n_questions=20))
@@ -121,24 +139,28 @@ def build_task(config: WorldConfig | None = None, engine: str = "bm25s",
     config = WorldConfig() if config is None else config
     if not isinstance(config, WorldConfig):
         raise TypeError(f"config must be a WorldConfig, got {type(config).__name__}")
-    if engine not in ("bm25s", "rank_bm25"):
-        raise ValueError(f"engine must be 'bm25s' or 'rank_bm25', got {engine!r}")
+    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
+    if retriever_kind(spec.resolved_kind).remote:
+        raise ValueError(f"retriever kind {spec.resolved_kind!r} searches a server's corpus, but a "
+                         "synthetic task indexes its own world: export the world (`hopgym data "
+                         "--out DIR`), serve it (`hopgym index build` + `hopgym serve`) and use "
+                         "hopgym/MultiHopQA-v0 with retriever=URL")
     if split not in (None, "train", "test"):
         raise ValueError(f"split must be None, 'train' or 'test', got {split!r}")
-    return _build_task(config, engine, split)
+    return _build_task(config, spec, split)
 
 
 @functools.lru_cache(maxsize=16)
-def _build_task(config: WorldConfig, engine: str, split: str | None) -> SyntheticTask:
+def _build_task(config: WorldConfig, spec: RetrieverSpec, split: str | None) -> SyntheticTask:
     world = generate_world(config)
-    verified, _ = _verified_samples(config, engine)
+    verified, _ = _verified_samples(config, spec)
     samples = [s for s in verified if split is None or s.metadata["split"] == split]
     name = "synthetic" if split is None else f"synthetic-{split}"
     if not samples:
         raise ValueError(f"the {split!r} split of this world is empty: raise n_questions or "
                          "test_fraction")
-    task = SyntheticTask(name, samples, _sources(config, engine), world.documents)
-    task.config, task.engine, task.split_name = config, engine, split
+    task = SyntheticTask(name, samples, _sources(config, spec), world.documents)
+    task.config, task.retriever_spec, task.split_name = config, spec, split
     return task
 
 
