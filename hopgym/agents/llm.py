@@ -259,7 +259,7 @@ def make_llm_agent(
     protocol: str = "tags",
     base_url: str | None = None,
     temperature: float = 0.0,
-    max_new_tokens: int = 128,
+    max_new_tokens: int = SamplingParams.max_new_tokens,
     seed: int = 0,
     *,
     top_p: float = 1.0,

@@ -33,25 +33,34 @@ __all__ = ["SYSTEM_PROMPTS", "CONTINUE_MESSAGE", "default_system_prompt", "chat_
            "continuation_parts", "plain_head", "cut_at_stop", "close_open_tag", "stop_is_kept"]
 
 #: Default system prompts, by protocol name. The env's first observation already holds the full
-#: instructions; the system prompt restates the one-step-per-reply contract with an example.
+#: instructions; the system prompt restates the one-step-per-reply contract with an example of a
+#: search and of a short answer span (Search-R1's template: "For example, <answer> Beijing
+#: </answer>.").
 SYSTEM_PROMPTS: dict[str, str] = {
     "tags": (
         "You are a careful research assistant who answers questions by searching a document "
         "collection. Write exactly one step per reply: your reasoning inside <think> and </think>, "
-        "then exactly one of <search>query</search>, <route>source</route> or "
-        "<answer>short answer</answer>, and stop. Never write <information> yourself: the search "
-        "results come in the next message.\n"
-        "Example reply: <think>I need the founder of Acme first.</think><search>Acme founder"
-        "</search>"
+        "then exactly one of <search> query </search>, <route> source </route> or "
+        "<answer> answer </answer>, and stop. Never write <information> yourself: the search "
+        "results come in the next message. Keep your reasoning short. The answer is a short "
+        "span, such as a name, a place, a year, yes or no, without explanation.\n"
+        "Example replies:\n"
+        "<think>I need the founder of Acme first.</think><search> Acme founder </search>\n"
+        "<think>Acme was founded by Jo Lee, who was born in Beijing.</think>"
+        "<answer> Beijing </answer>"
     ),
     "r3": (
         "You are a careful research assistant who answers questions by searching a document "
         "collection. Write exactly one step per reply: a line 'The problem analysis: ...' and then "
-        "either a line 'The retrieval query: ...' or a line 'The final answer: ...' (a short "
-        "answer), and stop. Never write 'The retrieval documents:' yourself: they come in the "
-        "next message.\n"
-        "Example reply:\nThe problem analysis: I need the founder of Acme first.\n"
-        "The retrieval query: Acme founder"
+        "either a line 'The retrieval query: ...' or a line 'The final answer: ...', and stop. "
+        "Never write 'The retrieval documents:' yourself: they come in the next message. Keep "
+        "the analysis short. The final answer is a short span, such as a name, a place, a year, "
+        "yes or no, without explanation.\n"
+        "Example replies:\n"
+        "The problem analysis: I need the founder of Acme first.\n"
+        "The retrieval query: Acme founder\n\n"
+        "The problem analysis: Acme was founded by Jo Lee, who was born in Beijing.\n"
+        "The final answer: Beijing"
     ),
 }
 
