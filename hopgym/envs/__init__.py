@@ -17,6 +17,7 @@ Every text env takes the options of :class:`~hopgym.envs.options.EnvOptions` as 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from gymnasium.envs.registration import register, registry
@@ -49,13 +50,19 @@ _IDS: dict[str, tuple[str, dict[str, Any]]] = {
 
 #: Ids that need no files: the conformance tests run over these.
 BUILTIN_IDS = ("hopgym/Synthetic-v0", "hopgym/SyntheticRouting-v0", "hopgym/Tiny-v0")
+#: Ids whose ``gym.make_vec`` builds a BatchedSearchVectorEnv (the text envs).
+_BATCHED_IDS = tuple(i for i in _IDS if i != "hopgym/SyntheticFeaturized-v0")
 
 
 def register_envs() -> None:
     """Register every hopgym id with Gymnasium (idempotent)."""
+    from hopgym.envs.vector import vector_entry_point
+
     for env_id, (entry_point, kwargs) in _IDS.items():
         if env_id not in registry:
-            register(id=env_id, entry_point=entry_point, kwargs=kwargs)
+            vector = partial(vector_entry_point, env_id) if env_id in _BATCHED_IDS else None
+            register(id=env_id, entry_point=entry_point, kwargs=kwargs,
+                     vector_entry_point=vector)
 
 
 register_envs()
