@@ -138,3 +138,44 @@ def test_workers_that_cannot_start_say_why():
         RayVectorEnv([broken], timeout=60)
     with pytest.raises(ValueError, match="workers"):
         RayVectorEnv([broken], workers=2)
+
+
+def test_the_rollout_collector_on_ray_workers_collects_the_same_trajectories():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from hopgym.agents.rollout import RolloutCollector, RolloutConfig
+    from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts
+
+    def env_fn():
+        return gym.make("hopgym/Tiny-v0", reward="searchr1")
+
+    task = env_fn().unwrapped.task
+    tok = build_tokenizer(task_texts(task))
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64, max_positions=512),
+                        tok, seed=0)
+    qids = [s.id for s in task.samples][:3]
+    turns = ["<search> Sefa Quill father</search>", "<search> Lorn</search>",
+             "<answer> Emery Quill</answer>"]
+
+    def scripted(contexts, budgets, *_):
+        # Turn k of every episode in flight: a search, another, then an answer; the
+        # log-probs are the model's, as the sampler would give.
+        k = scripted.calls
+        scripted.calls += 1
+        ids = [tok.encode(turns[min(k, 2)], add_special_tokens=False) for _ in contexts]
+        return ids, [[-0.5] * len(x) for x in ids]
+
+    out = {}
+    for workers in (0, 2):
+        cfg = RolloutConfig(temperature=1.0, max_new_tokens=10, max_completion_tokens=400,
+                            batch_size=4, env_workers=workers)
+        col = RolloutCollector(model, tok, env_fn, cfg)
+        out[workers] = col.collect(qids, group_size=2, seed=7)  # the sampler, not scripted
+        col._sample, scripted.calls = scripted, 0
+        out[workers] += col.collect(["tiny-6", qids[0]], group_size=2, seed=8)
+        if workers:
+            assert col._vector.num_envs == 4 and len(col._vector.workers) == 2
+        col.close()
+    assert [vars(t) for t in out[2]] == [vars(t) for t in out[0]]
+    assert [t.searches for t in out[0][-4:]] == [2] * 4
+    assert [t.em for t in out[0][-4:]] == [1.0, 1.0, 0.0, 0.0]
