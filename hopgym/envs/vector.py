@@ -114,11 +114,13 @@ def _search_batch(retriever: Retriever, queries: list[str], k: int) -> list[list
     return [retriever.search(q, k) for q in queries]
 
 
-def _wants_duplicates(retriever: Retriever) -> bool:
-    # A retriever with a query cache answers a repeated query from it and counts it as a hit (the
-    # hit rate in the env's stats stays what it is for single searches); others get each once.
+def _count_duplicates(retriever: Retriever, duplicates: int) -> None:
+    # Each query is sent once; a retriever's query cache counts the repeats as hits, as it does
+    # for a repeat within one search_batch call, so the hit rate in the env's stats keeps its
+    # meaning (searches answered without running).
     cache = getattr(retriever, "query_cache", None)
-    return cache is not None and bool(getattr(cache, "enabled", False))
+    if duplicates and cache is not None and getattr(cache, "enabled", False):
+        cache.record(hits=duplicates)
 
 
 def prefetch_searches(envs: Sequence[gym.Env], actions: Sequence[Any],
@@ -155,20 +157,18 @@ def prefetch_searches(envs: Sequence[gym.Env], actions: Sequence[Any],
         else:
             for member in members:
                 calls.setdefault(member[1].k, []).append(member)
-        keep_duplicates = _wants_duplicates(retriever)
         for k, group in calls.items():
-            queries = [r.query for _, r in group]
-            if not keep_duplicates:
-                queries = list(dict.fromkeys(queries))
+            queries = list(dict.fromkeys(r.query for _, r in group))
             try:
                 found = _search_batch(retriever, queries, k)
             except Exception:  # noqa: BLE001 - each env then searches, and reports, on its own
                 continue
             if len(found) != len(queries):
                 continue  # a retriever that breaks its contract: let each env search alone
+            _count_duplicates(retriever, len(group) - len(queries))
             if stats is not None:
                 stats.calls += 1
-                stats.queries += len(set(queries))
+                stats.queries += len(queries)
             by_query = dict(zip(queries, found, strict=True))
             for base, request in group:
                 hits = by_query[request.query]
@@ -341,6 +341,87 @@ class BatchVectorEnvBase(VectorEnv):
         self._truncations = np.zeros((num_envs,), dtype=np.bool_)
         self._autoreset_envs = np.zeros((num_envs,), dtype=np.bool_)
 
+    # ------------------------------------------------------------------ info layout
+    def _merge_infos(self, entries: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+        """The vector info of ``entries`` (sub-env index, info), as ``_add_info`` called on each
+        in turn builds it, key by key: the same keys, arrays, types (a key's array takes the
+        type of the first value it gets) and masks, at a fraction of the cost."""
+        columns: dict[str, list[tuple[int, Any]]] = {}
+        for i, info in entries:
+            for key, value in info.items():
+                column = columns.get(key)
+                if column is None:
+                    columns[key] = [(i, value)]
+                else:
+                    column.append((i, value))
+        dicts = {key: [isinstance(v, dict) for _, v in column]
+                 for key, column in columns.items()}
+        if any(key[:1] == "_" for key in columns) or any(
+                key != "final_obs" and any(flags) and not all(flags)
+                for key, flags in dicts.items()):
+            # A key that looks like a mask, or dicts mixed with other values under one key:
+            # build it the step-by-step way.
+            out: dict[str, Any] = {}
+            for i, info in entries:
+                out = self._add_info(out, info, i)
+            return out
+        n = self.num_envs
+        out = {}
+        for key, column in columns.items():
+            first = column[0][1]
+            mask = np.zeros(n, dtype=np.bool_)
+            if key != "final_obs" and isinstance(first, dict):
+                array: Any = self._merge_infos(column)
+                for i, _ in column:
+                    mask[i] = True
+            else:
+                if key == "final_obs" or not (_numeric(first) or isinstance(first, np.ndarray)):
+                    array = np.full(n, fill_value=None, dtype=object)
+                elif isinstance(first, np.ndarray):
+                    array = np.zeros((n, *first.shape), dtype=first.dtype)
+                else:
+                    array = np.zeros(n, dtype=type(first))
+                for i, value in column:
+                    array[i] = value
+                    mask[i] = True
+            out[key] = array
+            out["_" + key] = mask
+        return out
+
+    def _add_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any],
+                  env_num: int) -> dict[str, Any]:
+        """``VectorEnv._add_info``, with its exact layout and types (a key's array takes the type
+        of the first value it gets), but allocating a key's arrays once per step instead of a
+        mask for every sub-env and key: it is most of a vector step's own cost."""
+        n = self.num_envs
+        for key, value in env_info.items():
+            mask = vector_infos.get("_" + key)
+            if key == "final_obs":
+                array = vector_infos.get(key)
+                if array is None:
+                    array = np.full(n, fill_value=None, dtype=object)
+                array[env_num] = value
+            elif isinstance(value, dict):
+                array = self._add_info(vector_infos.get(key, {}), value, env_num)
+            else:
+                array = vector_infos.get(key) if mask is not None else None
+                if array is None:
+                    kind = type(value)
+                    if kind is int or kind is float or kind is bool or \
+                            issubclass(kind, np.number):
+                        array = np.zeros(n, dtype=kind)
+                    elif isinstance(value, np.ndarray):
+                        array = np.zeros((n, *value.shape), dtype=value.dtype)
+                    else:
+                        array = np.full(n, fill_value=None, dtype=object)
+                array[env_num] = value
+            if mask is None:
+                mask = np.zeros(n, dtype=np.bool_)
+            mask[env_num] = True
+            vector_infos[key] = array
+            vector_infos["_" + key] = mask
+        return vector_infos
+
     # ------------------------------------------------------------------ backend (override)
     def _backend_reset(self, indices: list[int], seeds: list[int | None],
                        options: list[dict[str, Any] | None]) -> list[ResetResult]:
@@ -405,14 +486,14 @@ class BatchVectorEnvBase(VectorEnv):
             if not chosen:
                 raise ValueError("options selects no sub-env to reset (every entry is None)")
         results = self._backend_reset(chosen, [seeds[i] for i in chosen], given)
-        infos: dict[str, Any] = {}
-        for i, (obs, info) in zip(chosen, results, strict=True):
+        for i, (obs, _) in zip(chosen, results, strict=True):
             self._env_obs[i] = obs
             self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
-            infos = self._add_info(infos, info, i)
+        infos = self._merge_infos([(i, info) for i, (_, info) in zip(chosen, results,
+                                                                       strict=True)])
         self._observations = concatenate(self.single_observation_space, self._env_obs,
                                          self._observations)
-        return (deepcopy(self._observations) if self.copy else self._observations), infos
+        return self._observations_out(), infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray,
                                           dict[str, Any]]:
@@ -439,27 +520,33 @@ class BatchVectorEnvBase(VectorEnv):
         results, resets = self._backend_step(stepped, [acts[i] for i in stepped], reset_first,
                                              mode == AutoresetMode.SAME_STEP)
         by_index = dict(zip(stepped, results, strict=True))
-        infos: dict[str, Any] = {}
+        entries: list[tuple[int, dict[str, Any]]] = []
         for i in range(n):
             if i in by_index:
                 obs, reward, terminated, truncated, info = by_index[i]
                 self._rewards[i] = reward
                 self._terminations[i], self._truncations[i] = terminated, truncated
                 if mode == AutoresetMode.SAME_STEP and (terminated or truncated):
-                    infos = self._add_info(infos, {"final_obs": obs, "final_info": info}, i)
+                    entries.append((i, {"final_obs": obs, "final_info": info}))
                     obs, info = resets[i]
             else:
                 obs, info = resets[i]
                 self._rewards[i] = 0.0
                 self._terminations[i] = self._truncations[i] = False
             self._env_obs[i] = obs
-            infos = self._add_info(infos, info, i)
+            entries.append((i, info))
+        infos = self._merge_infos(entries)
         self._observations = concatenate(self.single_observation_space, self._env_obs,
                                          self._observations)
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
-        return ((deepcopy(self._observations) if self.copy else self._observations),
-                np.copy(self._rewards), np.copy(self._terminations), np.copy(self._truncations),
-                infos)
+        return (self._observations_out(), np.copy(self._rewards), np.copy(self._terminations),
+                np.copy(self._truncations), infos)
+
+    def _observations_out(self) -> Any:
+        obs = self._observations
+        if not self.copy or (type(obs) is tuple and all(type(o) is str for o in obs)):
+            return obs  # a tuple of strings cannot change: a copy would be the same object
+        return deepcopy(obs)
 
     def step_subset(self, indices: Sequence[int], actions: Sequence[Any]) -> list[StepResult]:
         """Step only the sub-envs at ``indices`` (searches batched), and return each one's own
@@ -530,6 +617,11 @@ class BatchVectorEnvBase(VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         """Close the sub-envs."""
         self._backend_close()
+
+
+def _numeric(value: Any) -> bool:
+    kind = type(value)
+    return kind is int or kind is float or kind is bool or issubclass(kind, np.number)
 
 
 def _check_mask(mask: Any, n: int) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
@@ -199,3 +200,25 @@ def test_step_batched_is_the_envs_own_steps():
 
 def test_the_facade_exposes_vector():
     assert hopgym.vector.make_vec is make_vec
+
+
+@pytest.mark.parametrize("entries", [
+    [(0, {"a": 1, "b": "x", "c": {"d": 1.5}}), (2, {"a": 2.7, "c": {"d": 2, "e": None}})],
+    [(1, {"v": np.arange(3), "f": True}), (0, {"v": np.ones(3), "f": False, "g": [1]})],
+    [(0, {"final_obs": "o", "final_info": {"x": 1}}), (0, {"x": 2}), (1, {"x": np.int8(3)})],
+    [(0, {"m": {"a": 1}}), (1, {"m": 5})],             # a dict and a number under one key
+    [(0, {"_x": 1, "x": 2}), (1, {"x": 3})],           # a key shaped like a mask
+    [(2, {"k": None}), (2, {"k": "again"})],           # the same sub-env twice
+])
+def test_the_info_merge_is_gymnasiums(entries):
+    from gymnasium.vector import VectorEnv
+
+    venv = BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v0")] * 3)
+    expected: dict = {}
+    for i, info in entries:
+        expected = VectorEnv._add_info(venv, expected, info, i)
+    got = venv._merge_infos(entries)
+    assert list(got) == list(expected) and data_equivalence(got, expected)
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            assert got[key].dtype == value.dtype, key
