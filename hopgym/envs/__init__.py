@@ -12,7 +12,9 @@ Ids (``gym.make(id, **kwargs)``):
   ``hopgym/Bamboogle-v0``, ``hopgym/MultiHopQA-v0``: real benchmark files (need ``path=``), all
   on one entry point, :func:`hopgym.envs.datasets.make_dataset_env`.
 
-Every text env takes the options of :class:`~hopgym.envs.options.EnvOptions` as keywords.
+Every text env takes the options of :class:`~hopgym.envs.options.EnvOptions` as keywords, and
+``gym.make_vec(id, num_envs=n)`` on a text id builds a
+:class:`~hopgym.envs.vector.BatchedSearchVectorEnv` (see :mod:`hopgym.vector`).
 """
 
 from __future__ import annotations

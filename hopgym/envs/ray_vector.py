@@ -416,6 +416,6 @@ class RayVectorEnv(BatchVectorEnvBase):
     def _backend_close(self) -> None:
         refs = {w: a.close.remote() for w, a in enumerate(self.workers)}
         try:
-            self._get(refs)
+            self._get(refs, min(self.timeout, 10.0))  # a hung worker is killed, not waited for
         finally:
             self._kill_all()

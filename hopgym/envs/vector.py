@@ -29,13 +29,16 @@ many queries share a call) every observation, reward, flag and info is the same 
 retriever encodes a batch of queries with padding and FAISS switches to BLAS from a few queries
 on, so a batched score can differ from the single query's in the last float bits; ranks are
 taken on scores rounded to 1e-5 (ties by corpus position), so a result can differ only where two
-passages' scores lie within float noise of such a rounding boundary. The query cache's counters
-count what reached the retriever, so they differ too (duplicates within a step are searched once).
+passages' scores lie within float noise of such a rounding boundary. A query repeated within a
+step is searched once and counted as a query-cache hit (as ``search_batch`` counts repeats); the
+cache's counters can still differ from ``SyncVectorEnv``'s (one search at the largest ``k`` where
+``SyncVectorEnv`` searched again for a longer list).
 
 **Order.** A step runs the autoresets of the sub-envs (``NEXT_STEP``) first, in index order, then
 the steps, then (``SAME_STEP``) the resets of the sub-envs that finished, in index order;
-``SyncVectorEnv`` interleaves them per sub-env. Sub-envs share nothing but their retrievers
-(whose results do not depend on the order), so the results are the same.
+``SyncVectorEnv`` interleaves them per sub-env. The steps keep their order among themselves and
+so do the resets, and hopgym's sub-envs share nothing but their retrievers (whose results do not
+depend on the order), so the results are the same.
 
 Example:
     >>> import hopgym
@@ -158,6 +161,11 @@ def prefetch_searches(envs: Sequence[gym.Env], actions: Sequence[Any],
             for member in members:
                 calls.setdefault(member[1].k, []).append(member)
         for k, group in calls.items():
+            if len(group) == 1:  # nothing to share: the env searches as it would alone
+                if stats is not None:
+                    stats.calls += 1
+                    stats.queries += 1
+                continue
             queries = list(dict.fromkeys(r.query for _, r in group))
             try:
                 found = _search_batch(retriever, queries, k)
@@ -346,6 +354,11 @@ class BatchVectorEnvBase(VectorEnv):
         """The vector info of ``entries`` (sub-env index, info), as ``_add_info`` called on each
         in turn builds it, key by key: the same keys, arrays, types (a key's array takes the
         type of the first value it gets) and masks, at a fraction of the cost."""
+        if len(entries) <= 8:  # few infos: key by key costs more than it saves
+            out: dict[str, Any] = {}
+            for i, info in entries:
+                out = self._add_info(out, info, i)
+            return out
         columns: dict[str, list[tuple[int, Any]]] = {}
         for i, info in entries:
             for key, value in info.items():
@@ -361,7 +374,7 @@ class BatchVectorEnvBase(VectorEnv):
                 for key, flags in dicts.items()):
             # A key that looks like a mask, or dicts mixed with other values under one key:
             # build it the step-by-step way.
-            out: dict[str, Any] = {}
+            out = {}
             for i, info in entries:
                 out = self._add_info(out, info, i)
             return out
@@ -376,7 +389,7 @@ class BatchVectorEnvBase(VectorEnv):
                     mask[i] = True
             else:
                 if key == "final_obs" or not (_numeric(first) or isinstance(first, np.ndarray)):
-                    array = np.full(n, fill_value=None, dtype=object)
+                    array = np.empty(n, dtype=object)  # None-filled
                 elif isinstance(first, np.ndarray):
                     array = np.zeros((n, *first.shape), dtype=first.dtype)
                 else:
@@ -399,7 +412,7 @@ class BatchVectorEnvBase(VectorEnv):
             if key == "final_obs":
                 array = vector_infos.get(key)
                 if array is None:
-                    array = np.full(n, fill_value=None, dtype=object)
+                    array = np.empty(n, dtype=object)  # None-filled
                 array[env_num] = value
             elif isinstance(value, dict):
                 array = self._add_info(vector_infos.get(key, {}), value, env_num)
@@ -413,7 +426,7 @@ class BatchVectorEnvBase(VectorEnv):
                     elif isinstance(value, np.ndarray):
                         array = np.zeros((n, *value.shape), dtype=value.dtype)
                     else:
-                        array = np.full(n, fill_value=None, dtype=object)
+                        array = np.empty(n, dtype=object)  # None-filled
                 array[env_num] = value
             if mask is None:
                 mask = np.zeros(n, dtype=np.bool_)

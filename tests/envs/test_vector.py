@@ -213,12 +213,14 @@ def test_the_facade_exposes_vector():
 def test_the_info_merge_is_gymnasiums(entries):
     from gymnasium.vector import VectorEnv
 
-    venv = BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v0")] * 3)
-    expected: dict = {}
-    for i, info in entries:
-        expected = VectorEnv._add_info(venv, expected, info, i)
-    got = venv._merge_infos(entries)
-    assert list(got) == list(expected) and data_equivalence(got, expected)
-    for key, value in expected.items():
-        if isinstance(value, np.ndarray):
-            assert got[key].dtype == value.dtype, key
+    venv = BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v0")] * 12)
+    # A few infos are merged one by one, more (here 12-18) key by key: both as Gymnasium does.
+    for batch in (entries, [(i + 4 * j, info) for j in range(3) for i, info in entries]):
+        expected: dict = {}
+        for i, info in batch:
+            expected = VectorEnv._add_info(venv, expected, info, i)
+        got = venv._merge_infos(batch)
+        assert list(got) == list(expected) and data_equivalence(got, expected)
+        for key, value in expected.items():
+            if isinstance(value, np.ndarray):
+                assert got[key].dtype == value.dtype, key
