@@ -10,7 +10,7 @@ observation (hashed bag of words, step/budget/source features, per-candidate evi
 ``Discrete`` action over a per-state candidate list (search the question, search a candidate with
 the relation to follow, route, answer a candidate). Rewards come from hopgym's reward wrappers.
 The script trains on the world's train questions, then evaluates the greedy policy with
-``hopgym.evaluate`` on held-out test questions next to a random policy over the same actions.
+``hopgym.agents.evaluate`` on held-out test questions next to a random policy over the same actions.
 About 2-4 minutes on one CPU thread for 40k steps.
 """
 

@@ -26,31 +26,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hopgym.backends.stops import close_open_tag, cut_at_stop, stop_is_kept  # re-exported
 from hopgym.envs.protocols import Protocol, get_protocol
 
 __all__ = ["SYSTEM_PROMPTS", "CONTINUE_MESSAGE", "default_system_prompt", "chat_messages",
            "continuation_parts", "plain_head", "cut_at_stop", "close_open_tag", "stop_is_kept"]
 
 #: Default system prompts, by protocol name. The env's first observation already holds the full
-#: instructions; the system prompt restates the one-step-per-reply contract with an example.
+#: instructions; the system prompt restates the one-step-per-reply contract with an example of a
+#: search and of a short answer span (Search-R1's template: "For example, <answer> Beijing
+#: </answer>.").
 SYSTEM_PROMPTS: dict[str, str] = {
     "tags": (
         "You are a careful research assistant who answers questions by searching a document "
         "collection. Write exactly one step per reply: your reasoning inside <think> and </think>, "
-        "then exactly one of <search>query</search>, <route>source</route> or "
-        "<answer>short answer</answer>, and stop. Never write <information> yourself: the search "
-        "results come in the next message.\n"
-        "Example reply: <think>I need the founder of Acme first.</think><search>Acme founder"
-        "</search>"
+        "then exactly one of <search> query </search>, <route> source </route> or "
+        "<answer> answer </answer>, and stop. Never write <information> yourself: the search "
+        "results come in the next message. Keep your reasoning short. The answer is a short "
+        "span, such as a name, a place, a year, yes or no, without explanation.\n"
+        "Example replies:\n"
+        "<think>I need the founder of Acme first.</think><search> Acme founder </search>\n"
+        "<think>Acme was founded by Jo Lee, who was born in Beijing.</think>"
+        "<answer> Beijing </answer>"
     ),
     "r3": (
         "You are a careful research assistant who answers questions by searching a document "
         "collection. Write exactly one step per reply: a line 'The problem analysis: ...' and then "
-        "either a line 'The retrieval query: ...' or a line 'The final answer: ...' (a short "
-        "answer), and stop. Never write 'The retrieval documents:' yourself: they come in the "
-        "next message.\n"
-        "Example reply:\nThe problem analysis: I need the founder of Acme first.\n"
-        "The retrieval query: Acme founder"
+        "either a line 'The retrieval query: ...' or a line 'The final answer: ...', and stop. "
+        "Never write 'The retrieval documents:' yourself: they come in the next message. Keep "
+        "the analysis short. The final answer is a short span, such as a name, a place, a year, "
+        "yes or no, without explanation.\n"
+        "Example replies:\n"
+        "The problem analysis: I need the founder of Acme first.\n"
+        "The retrieval query: Acme founder\n\n"
+        "The problem analysis: Acme was founded by Jo Lee, who was born in Beijing.\n"
+        "The final answer: Beijing"
     ),
 }
 
@@ -146,56 +156,3 @@ def plain_head(prompt: str, system_prompt: str | None = None) -> str:
         'Be brief.\\n\\nQuestion: X?\\n'
     """
     return f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
-
-
-def stop_is_kept(stop: str) -> bool:
-    """Whether a stop string belongs to the model's turn: closing tags do, the env's headers don't.
-
-    Example:
-        >>> stop_is_kept("</search>"), stop_is_kept("\\nStep ")
-        (True, False)
-    """
-    return stop.lstrip().startswith("</")
-
-
-def cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    """Cut ``text`` at the first stop string; keep it if :func:`stop_is_kept`, else drop it.
-
-    Example:
-        >>> cut_at_stop("<think>x</think><search>q</search><information>", ["</search>"])
-        '<think>x</think><search>q</search>'
-        >>> cut_at_stop("The final answer: Oslo\\nStep 3:", ["\\nStep "])
-        'The final answer: Oslo'
-    """
-    best: tuple[int, str] | None = None
-    for stop in stops:
-        if not stop:
-            continue
-        i = text.find(stop)
-        if i >= 0 and (best is None or i < best[0] or (i == best[0] and len(stop) > len(best[1]))):
-            best = (i, stop)
-    if best is None:
-        return text
-    i, stop = best
-    return text[: i + len(stop)] if stop_is_kept(stop) else text[:i]
-
-
-def close_open_tag(text: str, stops: Sequence[str]) -> str:
-    """Append the closing-tag stop that a server cut off (OpenAI-style APIs drop the stop string).
-
-    Only closing-tag stops (``</x>``) are restored, and only when ``<x>`` is open at the end.
-
-    Example:
-        >>> close_open_tag("<think>a</think><search>Acme founder", ["</search>", "</answer>"])
-        '<think>a</think><search>Acme founder</search>'
-        >>> close_open_tag("<think>a</think>", ["</search>"])
-        '<think>a</think>'
-    """
-    for stop in stops:
-        if not stop_is_kept(stop):
-            continue
-        close = stop.strip()
-        opening = "<" + close[2:]
-        if text.rfind(opening) > text.rfind(close):
-            return text + close
-    return text

@@ -61,7 +61,8 @@ __all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "trajectory
 class RFTRunConfig:
     """Settings of a rejection-sampling fine-tuning run."""
 
-    output_dir: str = field(default="runs/rft", metadata={"help": "Log and curve PNG."})
+    output_dir: str = field(default="runs/rft", metadata={
+        "help": "Where log.jsonl and curves.png go (and the model, from hopgym train rft)."})
     max_rounds: int = field(default=100, metadata={
         "help": "Rounds of sample -> filter -> SFT (GRPO's max_steps for the same episodes)."})
     questions_per_round: int = field(default=8, metadata={"help": "Questions per round (B)."})
@@ -82,7 +83,7 @@ class RFTRunConfig:
     time_limit_s: float | None = field(default=None, metadata={
         "help": "Stop after this many seconds (checked between rounds)."})
     time_limit_clock: str = field(default="process", metadata={
-        "help": "'wall' or 'process' (CPU seconds of this process)."})
+        "help": "'wall' or 'process' (CPU seconds of this process).", "choices": tuple(CLOCKS)})
     seed: int = field(default=0, metadata={"help": "Seed for question order and sampling."})
     bf16: bool | None = field(default=None, metadata={
         "help": "bf16 (None: when CUDA supports it)."})

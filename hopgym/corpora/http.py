@@ -1,21 +1,22 @@
-"""A retriever backed by a retrieval server over HTTP: :class:`HTTPRetriever`.
+"""A retriever backed by one or more retrieval servers over HTTP: :class:`HTTPRetriever`.
 
 It speaks Search-R1's ``POST /retrieve`` contract (``hopgym serve`` or Search-R1's own
 ``retrieval_server.py``), so an env's source (``local``, ``web``...) can live in another process
-or on another machine, shared by many rollout workers.
+or on other machines, shared by many rollout workers.
 
-Connections are kept alive and reused (one per thread: ``http.client`` connections are not
-thread-safe); every call has a timeout; failed calls are retried with exponential backoff; after
-the last attempt a :class:`~hopgym.corpora.retrieval.RetrievalError` says what went wrong. The
-env turns that error into an observation (``info["retrieval_error"]``), so a dead server never
-hangs or crashes a rollout. Standard library only.
+Requests go through :class:`~hopgym.httpclient.HTTPClient` (one per server): connections are
+kept alive and reused (one per thread and server), every attempt has a timeout, and what is
+retried, the jittered back-off and ``Retry-After`` are the client's policy, written there once.
+With several servers, calls are spread over them in turn, a failed attempt moves on to the next
+server at once, and a server that failed is tried last for ``cooldown`` seconds. When a call
+fails for good, a :class:`~hopgym.corpora.retrieval.RetrievalError` says what went wrong on each
+server; the env turns it into an observation (``info["retrieval_error"]``), so a dead or frozen
+server never hangs or crashes a rollout. Standard library only.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import socket
+import itertools
 import threading
 import time
 from collections.abc import Sequence
@@ -24,10 +25,9 @@ from urllib.parse import urlsplit
 
 from hopgym.corpora.retrieval import BatchScoredRetriever, RetrievalError, SearchHit
 from hopgym.corpora.types import Passage
+from hopgym.httpclient import HTTPClient, HTTPError
 
 __all__ = ["HTTPRetriever", "passage_from_json"]
-
-_RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 
 
 def passage_from_json(doc: Any) -> Passage:
@@ -52,133 +52,142 @@ def passage_from_json(doc: Any) -> Passage:
 
 
 class HTTPRetriever(BatchScoredRetriever):
-    """Search a remote index through ``POST /retrieve``.
+    """Search a remote index through ``POST /retrieve``, on one server or spread over several.
 
     Args:
-        url: the server, ``http://host:port`` (``/retrieve`` is added) or the full endpoint URL.
-        timeout: seconds for connecting and for each read.
+        url: the server, ``http://host:port`` (``/retrieve`` is added) or the full endpoint URL;
+            or a list of them (replicas of one index), over which calls are spread in turn.
+        timeout: seconds one attempt may take (connecting, sending, the whole reply).
         retries: further attempts after a failed one (connection refused or reset, timeout,
-            HTTP 429/5xx). A 4xx answer is not retried.
-        backoff: seconds before the first retry, doubled each time up to ``max_backoff``.
+            a :data:`~hopgym.httpclient.RETRYABLE_STATUS` reply), each on the next server.
+            Other 4xx answers are not retried.
+        backoff: the nominal wait before a retry on a server that already failed in this call,
+            doubled for each further round (jittered; a ``Retry-After`` header lengthens it), up
+            to ``max_backoff``. Moving on to a server not yet tried does not wait.
         max_backoff: the longest wait between attempts.
+        cooldown: seconds a server that failed is tried after the others.
+
+    A failed search returns within ``timeout * (retries + 1) + retries * max_backoff`` seconds,
+    however many servers there are (defaults: 10 × 3 + 2 × 2 = 34 s; set ``timeout``,
+    ``retries`` and ``backoff`` from ``gym.make`` with ``retriever={"urls": [...], "timeout":
+    2, "retries": 1}``).
 
     Example:
         >>> r = HTTPRetriever("http://127.0.0.1:8000", timeout=5.0)
         >>> r.endpoint
         'http://127.0.0.1:8000/retrieve'
+        >>> HTTPRetriever(["http://a:8000", "http://b:8000/v1"]).endpoints
+        ('http://a:8000/retrieve', 'http://b:8000/v1/retrieve')
     """
 
     kind = "http"
 
-    def __init__(self, url: str, *, timeout: float = 10.0, retries: int = 2, backoff: float = 0.1,
-                 max_backoff: float = 2.0) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"url must look like http://host:port, got {url!r}")
-        if timeout <= 0 or retries < 0 or backoff < 0:
-            raise ValueError("timeout must be positive, retries and backoff non-negative")
-        self.url = url
-        self.scheme = parts.scheme
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        path = parts.path.rstrip("/")
-        self.path = path if path.endswith("/retrieve") else path + "/retrieve"
-        self.timeout, self.retries = timeout, retries
-        self.backoff, self.max_backoff = backoff, max_backoff
-        self._local = threading.local()
+    def __init__(self, url: str | Sequence[str], *, timeout: float = 10.0, retries: int = 2,
+                 backoff: float = 0.1, max_backoff: float = 2.0, cooldown: float = 5.0) -> None:
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("url must be a server URL or a non-empty list of them")
+        self.urls = tuple(urls)
+        self.url = self.urls[0]
+        self.clients: list[HTTPClient] = []
+        self.paths: list[str] = []
+        for u in self.urls:
+            parts = urlsplit(u) if isinstance(u, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"url must look like http://host:port, got {u!r}")
+            path = parts.path.rstrip("/")
+            self.paths.append(path if path.endswith("/retrieve") else path + "/retrieve")
+            # The client checks timeout, retries and the waits.
+            self.clients.append(HTTPClient(f"{parts.scheme}://{parts.netloc}", timeout=timeout,
+                                           retries=retries, backoff=backoff,
+                                           max_backoff=max_backoff))
+        if not (isinstance(cooldown, (int, float)) and cooldown >= 0):
+            raise ValueError(f"cooldown must be a number of seconds >= 0, got {cooldown!r}")
+        self.cooldown = float(cooldown)
+        self._setup()
 
-    @property
-    def endpoint(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+    def _setup(self) -> None:
+        self._turn = itertools.count()
+        self._down_until = [0.0] * len(self.clients)
+        self._lock = threading.Lock()
 
-    # Connections are per thread and are not pickled (vector-env workers open their own).
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_local"]
+        for key in ("_turn", "_down_until", "_lock"):
+            del state[key]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._local = threading.local()
+        self._setup()
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn, True
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        conn = cls(self.host, self.port, timeout=self.timeout)
-        conn.connect()
-        # Small requests must not wait for delayed ACKs (Nagle): send each one at once.
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._local.conn = conn
-        return conn, False
+    # The connection settings live in the (first) client; these read them.
+    client = property(lambda self: self.clients[0])
+    scheme = property(lambda self: self.client.scheme)
+    host = property(lambda self: self.client.host)
+    port = property(lambda self: self.client.port)
+    timeout = property(lambda self: self.client.timeout)
+    retries = property(lambda self: self.client.retries)
+    backoff = property(lambda self: self.client.backoff)
+    max_backoff = property(lambda self: self.client.max_backoff)
+
+    @property
+    def endpoint(self) -> str:
+        """The (first) server's ``/retrieve`` URL."""
+        return self.endpoints[0]
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Every server's ``/retrieve`` URL."""
+        return tuple(c.url(p) for c, p in zip(self.clients, self.paths, strict=True))
+
+    def max_total_seconds(self) -> float:
+        """The longest a failing search can take (see the class docstring)."""
+        return self.client.max_total_seconds()
 
     def close(self) -> None:
-        """Close this thread's connection (a later call reconnects)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        """Close this thread's connections (a later call reconnects)."""
+        for c in self.clients:
+            c.close()
 
-    def _once(self, body: bytes) -> Any:
-        """One attempt; returns the decoded JSON or raises (_Retryable for transient failures)."""
-        reused = False
-        try:
-            conn, reused = self._connection()
-            conn.request("POST", self.path, body, {"Content-Type": "application/json",
-                                                   "Connection": "keep-alive"})
-            resp = conn.getresponse()
-            data = resp.read()
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
-            self.close()
-            if reused:  # the server closed an idle keep-alive connection: reconnect at once
-                raise _Stale(exc) from exc
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
-        except TimeoutError as exc:
-            self.close()
-            raise _Retryable(f"no answer within {self.timeout} s") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            self.close()
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
-        if resp.getheader("Connection", "").lower() == "close":
-            self.close()
-        if resp.status != 200:
-            try:
-                msg = json.loads(data).get("error", "")
-            except (ValueError, AttributeError):
-                msg = data[:200].decode("utf-8", "replace")
-            text = f"HTTP {resp.status}: {msg}"
-            if resp.status in _RETRYABLE_STATUS:
-                raise _Retryable(text)
-            raise RetrievalError(f"the retrieval server at {self.endpoint} refused the request: "
-                                 f"{text}")
-        try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise RetrievalError(f"the retrieval server at {self.endpoint} sent invalid JSON: "
-                                 f"{exc}") from None
+    def _order(self) -> list[int]:
+        """Servers for this call: the next in turn first, those in cool-down last."""
+        n = len(self.clients)
+        first = next(self._turn) % n
+        now = time.monotonic()
+        turn = [(first + i) % n for i in range(n)]
+        return sorted(turn, key=lambda i: max(0.0, self._down_until[i] - now))
 
     def _post(self, payload: dict[str, Any]) -> Any:
-        body = json.dumps(payload).encode("utf-8")
-        last = ""
-        attempt = 0
-        stale_retries = 0
-        while True:
+        order = self._order()
+        failures: dict[int, str] = {}
+        retry_after = None
+        for attempt in range(self.retries + 1):
+            i = order[attempt % len(order)]
+            if i in failures:  # every server failed once in this call: back off, then go round
+                time.sleep(self.clients[i].backoff_delay(attempt // len(order), retry_after))
             try:
-                return self._once(body)
-            except _Stale:
-                stale_retries += 1
-                if stale_retries <= 1:
-                    continue  # does not count as an attempt
-                last = "connection closed by the server"
-            except _Retryable as exc:
-                last = str(exc)
-            if attempt >= self.retries:
-                raise RetrievalError(
-                    f"the retrieval server at {self.endpoint} failed after {attempt + 1} "
-                    f"attempt(s): {last}. Is `hopgym serve` running there?")
-            time.sleep(min(self.max_backoff, self.backoff * (2 ** attempt)))
-            attempt += 1
+                data = self.clients[i].post_json(self.paths[i], payload, retries=0)
+            except HTTPError as exc:
+                if not exc.transient:
+                    endpoint = self.endpoints[i]
+                    if exc.status is not None and not 200 <= exc.status < 300:
+                        raise RetrievalError(f"the retrieval server at {endpoint} refused the "
+                                             f"request: {exc.cause}") from exc
+                    raise RetrievalError(f"the retrieval server at {endpoint} sent invalid "
+                                         f"JSON: {exc}") from None
+                failures[i] = exc.cause
+                retry_after = exc.retry_after
+                with self._lock:
+                    self._down_until[i] = time.monotonic() + self.cooldown
+                continue
+            if self._down_until[i]:
+                with self._lock:
+                    self._down_until[i] = 0.0
+            return data
+        where = "; ".join(f"{self.endpoints[i]}: {cause}" for i, cause in failures.items())
+        raise RetrievalError(f"the retrieval server failed after {self.retries + 1} attempt(s) "
+                             f"({where}). Is `hopgym serve` running there?")
 
     def search_batch_scored(self, queries: Sequence[str], k: int) -> list[list[SearchHit]]:
         """Top ``k`` hits with the server's scores for each query, in one request."""
@@ -207,26 +216,15 @@ class HTTPRetriever(BatchScoredRetriever):
             out.append(hits)
         return out
 
-
     def health(self) -> dict[str, Any]:
-        """``GET /health`` of the server (raises :class:`RetrievalError` when it is down)."""
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        conn = cls(self.host, self.port, timeout=self.timeout)
-        try:
-            conn.request("GET", self.path.rsplit("/retrieve", 1)[0] + "/health")
-            resp = conn.getresponse()
-            data = json.loads(resp.read())
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            raise RetrievalError(f"the retrieval server at {self.endpoint} is not answering: "
-                                 f"{type(exc).__name__}: {exc}") from None
-        finally:
-            conn.close()
-        return data if isinstance(data, dict) else {}
-
-
-class _Retryable(Exception):
-    """A transient failure: try again after a backoff."""
-
-
-class _Stale(Exception):
-    """A reused keep-alive connection had been closed by the server: reconnect and retry now."""
+        """``GET /health`` of the first server that answers, each tried once (raises
+        :class:`RetrievalError` when none does)."""
+        causes = []
+        for client, path, endpoint in zip(self.clients, self.paths, self.endpoints, strict=True):
+            try:
+                data = client.get_json(path.rsplit("/retrieve", 1)[0] + "/health", retries=0)
+            except HTTPError as exc:
+                causes.append(f"{endpoint}: {exc.cause or exc}")
+                continue
+            return data if isinstance(data, dict) else {}
+        raise RetrievalError(f"the retrieval server at {'; '.join(causes)} is not answering")

@@ -1,56 +1,76 @@
-"""Env factories for real benchmarks: :func:`make_hotpotqa`, :func:`make_2wiki`,
-:func:`make_musique`, :func:`make_bamboogle`, :func:`make_multihopqa`; and :func:`load_task`.
+"""Env factory for real benchmarks: :func:`make_dataset_env`; the task recipe :class:`TaskSpec`
+and :func:`load_task`.
 
-They sit behind ``hopgym/HotpotQA-v0``, ``hopgym/2WikiMultiHopQA-v0``, ``hopgym/MuSiQue-v0``,
-``hopgym/Bamboogle-v0`` and ``hopgym/MultiHopQA-v0``::
+One entry point serves ``hopgym/HotpotQA-v0``, ``hopgym/2WikiMultiHopQA-v0``,
+``hopgym/MuSiQue-v0``, ``hopgym/Bamboogle-v0`` and ``hopgym/MultiHopQA-v0``, registered with
+``kwargs={"dataset": ...}`` (as Gymnasium registers ``LunarLanderContinuous-v3`` on the
+``LunarLander`` entry point); what differs between the datasets is their format in the
+registry of :mod:`hopgym.corpora.datasets`::
 
     gym.make("hopgym/HotpotQA-v0", path="hotpot_dev_distractor_v1.json")            # distractor
     gym.make("hopgym/MuSiQue-v0", path="musique_ans_v1.0_dev.jsonl", mode="open",
              retriever="hybrid", index="idx/musique")      # built on first use, then reused
     gym.make("hopgym/Bamboogle-v0", path="bamboogle.jsonl", corpus="wiki18.jsonl",
              retriever="dense")
-    gym.make("hopgym/Bamboogle-v0", path="bamboogle.jsonl", retriever="http://127.0.0.1:8000")
+    gym.make("hopgym/Bamboogle-v0", path="bamboogle.jsonl",
+             retriever={"url": "http://127.0.0.1:8000", "timeout": 30, "retries": 5})
 
-Search (``retriever``): ``"bm25"`` (default), ``"dense"``, ``"hybrid"`` in process, or the URL of a
-retrieval server (``hopgym serve``, or Search-R1's). ``index`` names a saved index directory: it
-is loaded (and refused if stale or foreign) when it exists, and built and saved there when it
-does not. ``web`` adds a second source, ``web``, from a URL or an index directory.
+Keyword arguments are of three kinds, and a misspelt one is refused with the closest name:
 
-Loaded tasks are cached per arguments (and file size and time), so the envs of a vector env
-share one corpus and one index; a task pickles as its recipe, so ``AsyncVectorEnv`` workers
-rebuild it (or find it in their own cache) rather than receive it through a pipe.
+- the task (:class:`TaskSpec`): ``path``, ``mode``, ``corpus``, ``retriever``, ``index``,
+  ``rebuild``, ``limit``, ``lenient``, ``web``, ``web_cost``;
+- the env options (:class:`~hopgym.envs.options.EnvOptions`): ``protocol``, ``top_k``, ...;
+- shorthands for three retriever settings: ``model``, ``index_type``, ``engine`` (the same as
+  ``retriever={"model": ...}``; giving a setting both ways with different values is an error).
+
+Search (``retriever``): anything :meth:`~hopgym.corpora.retrievers.RetrieverSpec.coerce` takes:
+``"bm25"`` (default), ``"dense"``, ``"hybrid"`` or another registered kind in process, the URL of a
+retrieval server (``hopgym serve``, or Search-R1's), or a dict / ``RetrieverSpec`` with every
+setting, e.g. a server's ``timeout``, ``retries`` and ``backoff``. ``index`` names a saved index
+directory: it is loaded (its files checked against the manifest's checksums; refused if
+corrupted, stale or foreign) when it exists, and built and saved there when it does not. A
+directory of index files without a manifest is refused too, unless ``rebuild=True``, which also
+rebuilds a corrupted or stale index. ``web`` adds a second source, ``web``, from a URL or an index directory.
+
+Everything is checked before a file is read. Loaded tasks are cached per :class:`TaskSpec` (which
+includes file size and time), so the envs of a vector env share one corpus and one index; a task
+pickles as its recipe, so ``AsyncVectorEnv`` workers rebuild it (or find it in their own cache)
+rather than receive it through a pipe.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from hopgym.corpora.loaders import (
+from hopgym._kwargs import unknown_name_error
+from hopgym.corpora.datasets import (
+    REGISTRY,
     PerSampleIndex,
     QADataset,
-    is_hub_name,
-    load_2wiki,
-    load_bamboogle,
-    load_flashrag_qa,
-    load_hotpotqa,
-    load_musique,
-    load_qa,
+    get_format,
+    load_dataset,
+    resolve_format,
 )
-from hopgym.corpora.retrieval import BM25Retriever, Retriever
+from hopgym.corpora.retrieval import Retriever
+from hopgym.corpora.retrievers import RetrieverBuilder, RetrieverSpec, make_retriever, retriever_kind
 from hopgym.corpora.sources import QATask, Source
-from hopgym.corpora.types import Passage
+from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions, Unpack
 
 __all__ = [
     "TaskSpec",
+    "DATASETS",
+    "DatasetKwargs",
     "load_task",
     "clear_task_cache",
+    "make_dataset_env",
     "make_hotpotqa",
     "make_2wiki",
     "make_musique",
@@ -61,17 +81,14 @@ __all__ = [
 _CACHE: OrderedDict[TaskSpec, QATask] = OrderedDict()
 _CACHE_SIZE = 8
 _LOCK = threading.Lock()
-
-_NEEDS_PATH = {
-    "2wiki": "dev.json of 2WikiMultihopQA (https://github.com/Alab-NII/2wikimultihop)",
-    "musique": "musique_ans_v1.0_dev.jsonl (https://github.com/StonyBrookNLP/musique)",
-    "bamboogle": "bamboogle's test.jsonl from FlashRAG_datasets",
-    "flashrag": "a FlashRAG-format QA jsonl ({id, question, golden_answers})",
-}
+_MODES = ("distractor", "open")
 
 
-def _is_url(s: str | None) -> bool:
-    return isinstance(s, str) and s.startswith(("http://", "https://"))
+#: The ``dataset`` keyword of the registered ids: formats of :data:`hopgym.corpora.datasets.REGISTRY`
+#: (which says where each comes from and whether it has paragraphs), and ``"auto"``, detected
+#: from the file. ``make_dataset_env`` also takes any other registered format.
+DATASETS: tuple[str, ...] = ("hotpotqa", "2wiki", "musique", "bamboogle", "auto")
+_AUTO_HINT = "a QA file of a registered format (HotpotQA, 2Wiki, MuSiQue, FlashRAG QA jsonl)"
 
 
 def _file_key(path: str | None) -> tuple[int, int]:
@@ -81,25 +98,135 @@ def _file_key(path: str | None) -> tuple[int, int]:
     return (st.st_size, st.st_mtime_ns)
 
 
+def _is_url(s: Any) -> bool:
+    return isinstance(s, str) and s.startswith(("http://", "https://"))
+
+
+def _resolved(path: Any) -> str | None:
+    return None if path is None else str(Path(os.fspath(path)).resolve())
+
+
+def _task(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class TaskSpec:
-    """Everything that determines a dataset task (the cache key and the pickled recipe)."""
+    """Everything that determines a dataset task: the cache key and the pickled recipe.
 
-    dataset: str
-    path: str
-    mode: str | None = None
-    corpus: str | None = None
-    retriever: str | None = None
-    index: str | None = None
-    model: str | None = None
-    index_type: str = "flat"
-    engine: str = "bm25s"
-    limit: int | None = None
-    lenient: bool = False
-    web: str | None = None
-    web_cost: float = 1.0
-    path_key: tuple[int, int] = (-1, -1)
-    corpus_key: tuple[int, int] = (-1, -1)
+    Paths are made absolute, and the sizes and times of ``path`` and ``corpus`` are recorded, so
+    an edited file is read again.
+
+    Raises:
+        ValueError: an unknown dataset, a missing path (the message says what to download) or a
+            bad value; the message names the field.
+
+    Example:
+        >>> TaskSpec(dataset="musique")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+            ...
+        ValueError: this env needs path=<file>: download musique_ans_v1.0_dev.jsonl ...
+        >>> TaskSpec(dataset="hotpotqa", retriever="dense").retriever
+        RetrieverSpec(kind='dense')
+    """
+
+    dataset: str = _task("auto", "which benchmark: a registered dataset format "
+                                 f"({', '.join(DATASETS)}, ...) or auto")
+    path: str | None = _task(None, "the QA file (JSON array or jsonl), or a hub name")
+    mode: str | None = _task(
+        None, "distractor (each question searches its own paragraphs; the default without "
+              "corpus) or open (all paragraphs of the file pooled)")
+    corpus: str | None = _task(None, "an external corpus jsonl (FlashRAG layout, e.g. wiki-18) "
+                                     "to search instead")
+    retriever: RetrieverSpec = _task(
+        RetrieverSpec(), "how to search: a kind (bm25, dense, hybrid), a server URL, a dict of "
+                         "RetrieverSpec fields or a RetrieverSpec")
+    index: str | None = _task(None, "a saved index directory: loaded (checked) if present, else "
+                                    "built and saved there")
+    rebuild: bool = _task(False, "rebuild the index at index= when it cannot be used as it is (no "
+                                 "manifest, a corrupted file, a changed corpus) instead of "
+                                 "raising")
+    limit: int | None = _task(None, "use only the first N questions")
+    lenient: bool = _task(False, "skip malformed records instead of raising")
+    web: str | None = _task(None, "a second source, web: a server URL or an index directory")
+    web_cost: float = _task(1.0, "the web source's cost per search (read by cost rewards)")
+    path_key: tuple[int, int] = field(default=(-1, -1), init=False, repr=False)
+    corpus_key: tuple[int, int] = field(default=(-1, -1), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        if self.dataset != "auto" and (not isinstance(self.dataset, str)
+                                       or self.dataset not in REGISTRY):
+            raise ValueError(f"dataset must be one of {['auto', *REGISTRY]} (the registered "
+                             f"dataset formats), got {self.dataset!r}")
+        fmt = None if self.dataset == "auto" else get_format(self.dataset)
+        path = fmt.default_hub_name if self.path is None and fmt is not None else self.path
+        if path is None:
+            hint = _AUTO_HINT if fmt is None else fmt.download_hint
+            raise ValueError(f"this env needs path=<file>: download {hint} and pass its path")
+        path = os.fspath(path)
+        put("path", str(Path(path).resolve()) if os.path.exists(path) else path)
+        put("corpus", _resolved(self.corpus))
+        put("index", _resolved(self.index))
+        put("web", None if self.web is None else os.fspath(self.web))
+        put("retriever", RetrieverSpec.coerce(self.retriever))
+        if self.mode is not None:
+            if fmt is not None and not fmt.has_paragraphs:
+                raise ValueError(f"mode does not apply to {self.dataset!r} (questions only): "
+                                 "search needs corpus=, index= or a server URL as retriever")
+            if self.mode not in _MODES:
+                raise ValueError(f"mode must be 'distractor' or 'open' (corpus= implies the "
+                                 f"external corpus), got {self.mode!r}")
+        if self.mode == "distractor" and (self.remote or self.index is not None):
+            raise ValueError("mode='distractor' searches each question's own paragraphs in "
+                             "memory: it takes no index= or server URL (use mode='open')")
+        if self.limit is not None and (not isinstance(self.limit, int)
+                                       or isinstance(self.limit, bool) or self.limit < 1):
+            raise ValueError(f"limit must be None or an int >= 1, got {self.limit!r}")
+        if not isinstance(self.lenient, bool):
+            raise ValueError(f"lenient must be True or False, got {self.lenient!r}")
+        if not isinstance(self.rebuild, bool):
+            raise ValueError(f"rebuild must be True or False, got {self.rebuild!r}")
+        if self.rebuild and self.index is None:
+            raise ValueError("rebuild=True rebuilds a saved index: give index=<dir> too")
+        if (not isinstance(self.web_cost, (int, float)) or isinstance(self.web_cost, bool)
+                or not self.web_cost >= 0):
+            raise ValueError(f"web_cost must be a number >= 0, got {self.web_cost!r}")
+        put("path_key", _file_key(self.path))
+        put("corpus_key", _file_key(self.corpus))
+
+    @property
+    def remote(self) -> bool:
+        """The ``local`` source is a retrieval server."""
+        return self.retriever.kind is not None and retriever_kind(self.retriever.kind).remote
+
+
+#: The keywords :class:`TaskSpec` takes from ``gym.make`` (``dataset`` comes from the id, ``path``
+#: is :func:`make_dataset_env`'s own).
+TASK_ARGS: tuple[str, ...] = tuple(f.name for f in fields(TaskSpec)
+                                   if f.init and f.name not in ("dataset", "path"))
+#: Keyword shorthands for retriever settings, kept from the first release.
+RETRIEVER_SHORTHANDS: tuple[str, ...] = ("model", "index_type", "engine")
+
+
+class DatasetKwargs(EnvKwargs, total=False):
+    """The keywords of the dataset envs (:class:`TaskSpec` fields, the retriever shorthands and
+    the env options), for ``**kwargs: Unpack[DatasetKwargs]``; a test keeps them in step."""
+
+    mode: str | None
+    corpus: str | os.PathLike[str] | None
+    retriever: Any
+    index: str | os.PathLike[str] | None
+    rebuild: bool
+    limit: int | None
+    lenient: bool
+    web: str | os.PathLike[str] | None
+    web_cost: float
+    model: Any
+    index_type: str
+    engine: str
 
 
 def clear_task_cache() -> None:
@@ -124,90 +251,61 @@ def load_task(spec: TaskSpec) -> QATask:
 
 
 def _load_dataset(spec: TaskSpec, mode: str | None) -> QADataset:
-    kw: dict[str, Any] = {"corpus": spec.corpus, "lenient": spec.lenient, "limit": spec.limit}
-    if spec.dataset == "hotpotqa":
-        return load_hotpotqa(spec.path, mode=mode, **kw)
-    if spec.dataset == "2wiki":
-        return load_2wiki(spec.path, mode=mode, **kw)
-    if spec.dataset == "musique":
-        return load_musique(spec.path, mode=mode, **kw)
-    if spec.dataset == "bamboogle":
-        return load_bamboogle(spec.path, **kw)
-    if spec.dataset == "flashrag":
-        from hopgym.corpora.loaders import detect_format
-
-        fmt = "flashrag" if is_hub_name(spec.path) else detect_format(spec.path)
-        if fmt == "flashrag":
-            return load_flashrag_qa(spec.path, **kw)
-        return load_qa(spec.path, format=fmt, mode=None if spec.corpus else mode, **kw)
-    raise ValueError(f"unknown dataset {spec.dataset!r}")
+    fmt = resolve_format(spec.dataset, spec.path)  # "auto": detected from the file
+    if not fmt.has_paragraphs or (spec.dataset == "auto" and spec.corpus is not None):
+        mode = None  # questions only, or auto with corpus=: the mode follows from corpus=
+    return load_dataset(fmt, spec.path, mode=mode, corpus=spec.corpus, lenient=spec.lenient,
+                        limit=spec.limit)
 
 
-class _Build:
-    """Picklable ``passages -> Retriever`` for distractor mode's per-question indexes."""
-
-    def __init__(self, kind: str, model: str | None, engine: str) -> None:
-        self.kind, self.model, self.engine = kind, model, engine
-        self._embedder: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"kind": self.kind, "model": self.model, "engine": self.engine}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["kind"], state["model"], state["engine"])  # type: ignore[misc]
-
-    def __call__(self, passages: list[Passage]) -> Retriever:
-        if self.kind == "bm25":
-            return BM25Retriever(passages, engine=self.engine)
-        from hopgym.corpora.dense import DenseRetriever, make_embedder
-        from hopgym.corpora.hybrid import HybridRetriever
-
-        if self._embedder is None:  # one model for all questions
-            self._embedder = make_embedder(self.model or "default")
-        dense = DenseRetriever(passages, embedder=self._embedder)
-        if self.kind == "dense":
-            return dense
-        return HybridRetriever([BM25Retriever(passages, engine=self.engine), dense])
-
-
-def _source_backend(spec: TaskSpec, ds: QADataset, kind: str | None) -> Retriever:
+def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
     """The retriever of the ``local`` source in open / corpus mode."""
     from hopgym.corpora import index_store
 
+    r = spec.retriever
     if spec.index is not None:
-        if index_store.index_exists(spec.index):
-            if ds.passages:
-                return index_store.load_index(spec.index, passages=ds.passages, retriever=kind,
-                                              model=spec.model)
-            return index_store.load_index(spec.index, retriever=kind, model=spec.model)
+        if index_store.index_exists(spec.index) or index_store.holds_index_files(spec.index):
+            # An unnamed kind or model means: whatever the saved index holds. A directory of
+            # index files without a manifest is refused there, unless rebuild=True.
+            placed = {"device": r.device, "index_backend": r.index_backend}
+            try:
+                loaded = index_store.load_index(spec.index, passages=ds.passages or None,
+                                                retriever=r.kind, model=r.model, **placed)
+                if hasattr(loaded, "configure_cache"):  # the spec's cache bounds, as if built
+                    loaded.configure_cache(*r.cache_bounds())
+                return loaded
+            except index_store.ForeignIndexError:
+                raise
+            except index_store.IndexStoreError as exc:
+                if not spec.rebuild:
+                    raise
+                warnings.warn(f"rebuilding the index at {spec.index} because: {exc}",
+                              index_store.IndexIntegrityWarning, stacklevel=2)
         if not ds.passages:
             raise ValueError(f"{spec.path} has questions only and there is no index at "
                              f"{spec.index}: pass corpus=<corpus jsonl> to build one")
-        r = index_store.build_retriever(ds.passages, kind or "bm25", model=spec.model or "default",
-                                        index_type=spec.index_type, engine=spec.engine)
+        built = make_retriever(r, ds.passages)
         if ds.mode == "corpus":
-            index_store.save_index(r, spec.index, corpus_path=ds.corpus_path,
-                                   corpus_format="corpus")
+            index_store.save_index(built, spec.index, corpus_path=ds.corpus_path,
+                                   corpus_format="corpus", overwrite=spec.rebuild)
         else:
             # The index records the QA file to re-pool it later (hopgym serve); a partial load
             # (limit, skipped records) cannot be re-read that way, so its passages are stored.
             whole = spec.limit is None and ds.skipped == 0
-            index_store.save_index(r, spec.index, corpus_path=spec.path if whole else None)
-        return r
+            index_store.save_index(built, spec.index, corpus_path=spec.path if whole else None,
+                                   overwrite=spec.rebuild)
+        return built
     if not ds.passages:
         raise ValueError(
             f"{spec.path} has questions only (no paragraphs): pass corpus=<corpus jsonl, e.g. "
             "wiki-18>, index=<saved index dir>, or retriever='http://host:port' (hopgym serve)")
-    return index_store.build_retriever(ds.passages, kind or "bm25", model=spec.model or "default",
-                                       index_type=spec.index_type, engine=spec.engine)
+    return make_retriever(r, ds.passages)
 
 
 def _web_source(spec: TaskSpec) -> Source:
     assert spec.web is not None
     if _is_url(spec.web):
-        from hopgym.corpora.http import HTTPRetriever
-
-        r: Retriever = HTTPRetriever(spec.web)
+        r: Retriever = make_retriever(spec.web)
         desc = "a remote search service; more coverage, costs more"
     else:
         from hopgym.corpora.index_store import load_index
@@ -218,262 +316,109 @@ def _web_source(spec: TaskSpec) -> Source:
 
 
 def _build_task(spec: TaskSpec) -> QATask:
-    url = spec.retriever if _is_url(spec.retriever) else None
-    kind = None if url else spec.retriever
-    if kind not in (None, "bm25", "dense", "hybrid"):
-        raise ValueError(f"retriever must be 'bm25', 'dense', 'hybrid' or an http:// URL, "
-                         f"got {spec.retriever!r}")
     mode = spec.mode
-    if url is not None or spec.index is not None:
-        if mode == "distractor":
-            raise ValueError("mode='distractor' searches each question's own paragraphs in "
-                             "memory: it takes no index= or server URL (use mode='open')")
-        if mode is None and spec.corpus is None:
-            mode = "open"  # a server or index built on this file's pooled paragraphs fits
+    if (spec.remote or spec.index is not None) and mode is None and spec.corpus is None:
+        mode = "open"  # a server or index built on this file's pooled paragraphs fits
+    check = retriever_kind(spec.retriever.resolved_kind).check
+    if check is not None:
+        check(spec.retriever)  # a missing dependency fails now, not after the file is read
     ds = _load_dataset(spec, mode)
-    name = ds.name
     if ds.mode == "distractor":
-        if kind in ("dense", "hybrid"):
-            from hopgym.corpora.dense import import_faiss
-
-            import_faiss()  # fail now, not at the first search
         local = Source("local", retriever_factory=PerSampleIndex(
-            ds.by_sample, _Build(kind or "bm25", spec.model, spec.engine)),
+            ds.by_sample, RetrieverBuilder(spec.retriever)),
             description="the question's own paragraphs")
-    elif url is not None:
-        from hopgym.corpora.http import HTTPRetriever
-
-        local = Source("local", HTTPRetriever(url), description="the retrieval server's corpus")
+    elif spec.remote:
+        local = Source("local", make_retriever(spec.retriever),
+                       description="the retrieval server's corpus")
     else:
-        local = Source("local", _source_backend(spec, ds, kind),
+        local = Source("local", _source_backend(spec, ds),
                        description="Wikipedia paragraphs" if ds.mode == "corpus"
-                       else f"the {name} paragraphs")
+                       else f"the {ds.name} paragraphs")
     sources = {"local": local}
     if spec.web is not None:
         sources["web"] = _web_source(spec)
     docs = ds.documents if ds.passages else None
-    return QATask(name, ds.samples, sources, docs or None, recipe=(load_task, (spec,)))
+    return QATask(ds.name, ds.samples, sources, docs or None, recipe=(load_task, (spec,)))
 
 
-def _spec(dataset: str, path: str | os.PathLike[str] | None, mode: str | None,
-          corpus: str | os.PathLike[str] | None, retriever: str | None,
-          index: str | os.PathLike[str] | None, model: str | None, index_type: str, engine: str,
-          limit: int | None, lenient: bool, web: str | os.PathLike[str] | None,
-          web_cost: float) -> TaskSpec:
-    if path is None:
-        raise ValueError(f"this env needs path=<file>: download {_NEEDS_PATH[dataset]} and pass "
-                         "its path")
-    p = os.fspath(path)
-    if os.path.exists(p):
-        p = str(Path(p).resolve())
-    c = str(Path(corpus).resolve()) if corpus is not None else None
-    if index_type not in ("flat", "hnsw", "ivf"):
-        raise ValueError(f"index_type must be 'flat', 'hnsw' or 'ivf', got {index_type!r}")
-    if mode is not None and mode not in ("distractor", "open"):
-        raise ValueError(f"mode must be 'distractor' or 'open' (corpus= implies the external "
-                         f"corpus), got {mode!r}")
-    return TaskSpec(dataset, p, mode, c, retriever,
-                    str(Path(index).resolve()) if index is not None else None, model, index_type,
-                    engine, limit, lenient,
-                    os.fspath(web) if web is not None else None, web_cost,
-                    _file_key(p), _file_key(c))
+def _split_kwargs(dataset: str, path: Any, kwargs: dict[str, Any]) -> tuple[TaskSpec, EnvOptions]:
+    """The task and the env options from ``gym.make``'s keywords, all checked, nothing read."""
+    task_kw: dict[str, Any] = {}
+    shorthand: dict[str, Any] = {}
+    option_kw: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key in TASK_ARGS:
+            task_kw[key] = value
+        elif key in RETRIEVER_SHORTHANDS:
+            shorthand[key] = value
+        elif key in OPTION_NAMES:
+            option_kw[key] = value
+        else:
+            raise unknown_name_error(key, ("dataset", "path", *TASK_ARGS, *RETRIEVER_SHORTHANDS,
+                                           *OPTION_NAMES))
+    options = EnvOptions.from_kwargs(option_kw)
+    task_kw["retriever"] = RetrieverSpec.coerce(task_kw.get("retriever")).updated(**shorthand)
+    return TaskSpec(dataset=dataset, path=path, **task_kw), options
 
 
-def _env(spec: TaskSpec, reward: str | None, max_turns: int, protocol: Any, top_k: int,
-         dedup: bool, max_docs: int | None, doc_chars: int | None, background_k: int,
-         max_action_chars: int, render_mode: str | None) -> gym.Env:
-    from hopgym.envs.registration import make_task_env
-
-    return make_task_env(load_task(spec), reward=reward, max_turns=max_turns, protocol=protocol,
-                         top_k=top_k, dedup=dedup, max_docs=max_docs, doc_chars=doc_chars,
-                         background_k=background_k, max_action_chars=max_action_chars,
-                         render_mode=render_mode)
-
-
-def make_hotpotqa(
-    path: str | os.PathLike[str] = "hotpotqa/hotpot_qa",
-    *,
-    mode: str | None = None,
-    corpus: str | os.PathLike[str] | None = None,
-    retriever: str | None = None,
-    index: str | os.PathLike[str] | None = None,
-    model: str | None = None,
-    index_type: str = "flat",
-    engine: str = "bm25s",
-    limit: int | None = None,
-    lenient: bool = False,
-    web: str | os.PathLike[str] | None = None,
-    web_cost: float = 1.0,
-    reward: str | None = "default",
-    max_turns: int = 8,
-    protocol: str = "tags",
-    top_k: int = 3,
-    dedup: bool = True,
-    max_docs: int | None = None,
-    doc_chars: int | None = None,
-    background_k: int = 0,
-    max_action_chars: int = 8192,
-    render_mode: str | None = None,
-) -> gym.Env:
-    """HotpotQA as an env (``hopgym/HotpotQA-v0``).
+def make_dataset_env(dataset: str = "auto", path: str | os.PathLike[str] | None = None,
+                     **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+    """A benchmark file as an env: the entry point of every dataset id.
 
     Args:
-        path: the dev/train file (JSON array or jsonl), or a hub name (needs ``datasets``, online).
-        mode: ``"distractor"`` (default without ``corpus``: each question searches its own ten
-            paragraphs) or ``"open"`` (all paragraphs of the file pooled).
-        corpus: an external corpus jsonl (FlashRAG layout, e.g. wiki-18) to search instead.
-        retriever: ``"bm25"`` (default), ``"dense"``, ``"hybrid"``, or a server URL.
-        index: a saved index directory: loaded (checked) if present, else built and saved there.
-        model: embedder for dense/hybrid (``None``: the packaged all-MiniLM-L6-v2, or the index's).
-        index_type: FAISS index for dense/hybrid: ``flat``, ``hnsw`` or ``ivf``.
-        engine: BM25 engine, ``bm25s`` or ``rank_bm25``.
-        limit: use only the first N questions.
-        lenient: skip malformed records instead of raising.
-        web: a second source ``web``: a server URL or an index directory.
-        web_cost: the ``web`` source's cost per search (read by cost rewards).
-        reward, max_turns, protocol, top_k, dedup, max_docs, doc_chars, background_k,
-            max_action_chars, render_mode: see :func:`hopgym.envs.registration.make_task_env`.
+        dataset: a registered dataset format, or ``"auto"`` (the registered ids set it).
+        path: the QA file (``hotpotqa`` defaults to its hub name, read through ``datasets``).
+        **kwargs: :class:`TaskSpec` fields (``mode``, ``corpus``, ``retriever``, ``index``,
+            ``rebuild``, ``limit``, ``lenient``, ``web``, ``web_cost``), the retriever shorthands
+            ``model``,
+            ``index_type``, ``engine``, and the env options
+            (:class:`~hopgym.envs.options.EnvOptions`).
+
+    Raises:
+        TypeError: an unknown keyword (the closest known one is suggested).
+        ValueError: a bad value, before any file is read.
     """
-    spec = _spec("hotpotqa", path, mode, corpus, retriever, index, model, index_type, engine,
-                 limit, lenient, web, web_cost)
-    return _env(spec, reward, max_turns, protocol, top_k, dedup, max_docs, doc_chars,
-                background_k, max_action_chars, render_mode)
+    from hopgym.envs.registration import make_task_env
+
+    spec, options = _split_kwargs(dataset, path, dict(kwargs))
+    return make_task_env(load_task(spec), options)
 
 
-def make_2wiki(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    mode: str | None = None,
-    corpus: str | os.PathLike[str] | None = None,
-    retriever: str | None = None,
-    index: str | os.PathLike[str] | None = None,
-    model: str | None = None,
-    index_type: str = "flat",
-    engine: str = "bm25s",
-    limit: int | None = None,
-    lenient: bool = False,
-    web: str | os.PathLike[str] | None = None,
-    web_cost: float = 1.0,
-    reward: str | None = "default",
-    max_turns: int = 8,
-    protocol: str = "tags",
-    top_k: int = 3,
-    dedup: bool = True,
-    max_docs: int | None = None,
-    doc_chars: int | None = None,
-    background_k: int = 0,
-    max_action_chars: int = 8192,
-    render_mode: str | None = None,
-) -> gym.Env:
-    """2WikiMultihopQA as an env (``hopgym/2WikiMultiHopQA-v0``); arguments as
-    :func:`make_hotpotqa` (``path`` is required)."""
-    spec = _spec("2wiki", path, mode, corpus, retriever, index, model, index_type, engine,
-                 limit, lenient, web, web_cost)
-    return _env(spec, reward, max_turns, protocol, top_k, dedup, max_docs, doc_chars,
-                background_k, max_action_chars, render_mode)
+def make_hotpotqa(path: str | os.PathLike[str] | None = None,
+                  **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+    """HotpotQA as an env (``hopgym/HotpotQA-v0``): ``make_dataset_env("hotpotqa", ...)``."""
+    return make_dataset_env("hotpotqa", path, **kwargs)
 
 
-def make_musique(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    mode: str | None = None,
-    corpus: str | os.PathLike[str] | None = None,
-    retriever: str | None = None,
-    index: str | os.PathLike[str] | None = None,
-    model: str | None = None,
-    index_type: str = "flat",
-    engine: str = "bm25s",
-    limit: int | None = None,
-    lenient: bool = False,
-    web: str | os.PathLike[str] | None = None,
-    web_cost: float = 1.0,
-    reward: str | None = "default",
-    max_turns: int = 8,
-    protocol: str = "tags",
-    top_k: int = 3,
-    dedup: bool = True,
-    max_docs: int | None = None,
-    doc_chars: int | None = None,
-    background_k: int = 0,
-    max_action_chars: int = 8192,
-    render_mode: str | None = None,
-) -> gym.Env:
-    """MuSiQue (answerable) as an env (``hopgym/MuSiQue-v0``); arguments as
-    :func:`make_hotpotqa` (``path`` is required; distractor mode has twenty paragraphs)."""
-    spec = _spec("musique", path, mode, corpus, retriever, index, model, index_type, engine,
-                 limit, lenient, web, web_cost)
-    return _env(spec, reward, max_turns, protocol, top_k, dedup, max_docs, doc_chars,
-                background_k, max_action_chars, render_mode)
+def make_2wiki(path: str | os.PathLike[str] | None = None,
+               **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+    """2WikiMultihopQA as an env (``hopgym/2WikiMultiHopQA-v0``): ``make_dataset_env("2wiki", ...)``."""
+    return make_dataset_env("2wiki", path, **kwargs)
 
 
-def make_bamboogle(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    corpus: str | os.PathLike[str] | None = None,
-    retriever: str | None = None,
-    index: str | os.PathLike[str] | None = None,
-    model: str | None = None,
-    index_type: str = "flat",
-    engine: str = "bm25s",
-    limit: int | None = None,
-    lenient: bool = False,
-    web: str | os.PathLike[str] | None = None,
-    web_cost: float = 1.0,
-    reward: str | None = "default",
-    max_turns: int = 8,
-    protocol: str = "tags",
-    top_k: int = 3,
-    dedup: bool = True,
-    max_docs: int | None = None,
-    doc_chars: int | None = None,
-    background_k: int = 0,
-    max_action_chars: int = 8192,
-    render_mode: str | None = None,
-) -> gym.Env:
-    """Bamboogle (FlashRAG layout) as an env (``hopgym/Bamboogle-v0``).
+def make_musique(path: str | os.PathLike[str] | None = None,
+                 **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+    """MuSiQue (answerable) as an env (``hopgym/MuSiQue-v0``): ``make_dataset_env("musique", ...)``."""
+    return make_dataset_env("musique", path, **kwargs)
+
+
+def make_bamboogle(path: str | os.PathLike[str] | None = None,
+                   **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+    """Bamboogle as an env (``hopgym/Bamboogle-v0``): ``make_dataset_env("bamboogle", ...)``.
 
     Bamboogle has questions and answers only, so search needs ``corpus=`` (e.g. wiki-18),
     ``index=`` (a saved index; its corpus is read from its manifest) or a server URL as
-    ``retriever``. Other arguments as :func:`make_hotpotqa`.
+    ``retriever``.
     """
-    spec = _spec("bamboogle", path, None, corpus, retriever, index, model, index_type, engine,
-                 limit, lenient, web, web_cost)
-    return _env(spec, reward, max_turns, protocol, top_k, dedup, max_docs, doc_chars,
-                background_k, max_action_chars, render_mode)
+    return make_dataset_env("bamboogle", path, **kwargs)
 
 
-def make_multihopqa(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    mode: str | None = None,
-    corpus: str | os.PathLike[str] | None = None,
-    retriever: str | None = None,
-    index: str | os.PathLike[str] | None = None,
-    model: str | None = None,
-    index_type: str = "flat",
-    engine: str = "bm25s",
-    limit: int | None = None,
-    lenient: bool = False,
-    web: str | os.PathLike[str] | None = None,
-    web_cost: float = 1.0,
-    reward: str | None = "default",
-    max_turns: int = 8,
-    protocol: str = "tags",
-    top_k: int = 3,
-    dedup: bool = True,
-    max_docs: int | None = None,
-    doc_chars: int | None = None,
-    background_k: int = 0,
-    max_action_chars: int = 8192,
-    render_mode: str | None = None,
-) -> gym.Env:
-    """Any supported QA file as an env (``hopgym/MultiHopQA-v0``).
+def make_multihopqa(path: str | os.PathLike[str] | None = None,
+                    **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+    """Any supported QA file as an env (``hopgym/MultiHopQA-v0``): ``make_dataset_env("auto", ...)``.
 
     The layout is detected from the first record: a FlashRAG QA jsonl (``{id, question,
     golden_answers}``, needs ``corpus``/``index``/a server like Bamboogle), or a HotpotQA, 2Wiki
-    or MuSiQue file (modes as :func:`make_hotpotqa`).
+    or MuSiQue file.
     """
-    spec = _spec("flashrag", path, mode, corpus, retriever, index, model, index_type, engine,
-                 limit, lenient, web, web_cost)
-    return _env(spec, reward, max_turns, protocol, top_k, dedup, max_docs, doc_chars,
-                background_k, max_action_chars, render_mode)
+    return make_dataset_env("auto", path, **kwargs)

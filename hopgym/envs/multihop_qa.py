@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import gymnasium as gym
@@ -11,12 +12,37 @@ from hopgym.corpora.retrieval import Retriever
 from hopgym.corpora.sources import QATask
 from hopgym.corpora.types import Passage, QASample
 from hopgym.envs.actions import Answer, ParsedTurn, Route, Search, Think
-from hopgym.envs.protocols import Protocol, get_protocol
+from hopgym.envs.options import RENDER_MODES, EnvKwargs, EnvOptions, Unpack
+from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
+from hopgym.rewards.scoring import query_key
 
-__all__ = ["MultiHopQAEnv"]
+__all__ = ["MultiHopQAEnv", "SearchRequest"]
 
 _OBS_MAX = 1 << 22
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SearchRequest:
+    """The search an env's next ``step`` will run (see :meth:`MultiHopQAEnv.prepare_step`).
+
+    Attributes:
+        retriever: the retriever of the current source (for the current question).
+        query: the query as the env will send it.
+        k: how many results the env will ask for (``top_k``, plus the documents seen so far
+            under de-duplication).
+    """
+
+    retriever: Retriever
+    query: str
+    k: int
+
+
+def _option(name: str) -> property:
+    """A read-only attribute that reads ``self.options.<name>``."""
+    help_text = next(f.metadata["help"] for f in fields(EnvOptions) if f.name == name)
+    return property(lambda self: getattr(self.options, name),
+                    doc=f"``options.{name}`` (read-only): {help_text}.")
 
 
 class MultiHopQAEnv(gym.Env[str, str]):
@@ -35,14 +61,28 @@ class MultiHopQAEnv(gym.Env[str, str]):
     step). Under ``r3`` it is ``The problem analysis: …`` then ``The retrieval query: …`` or
     ``The final answer: …`` (``The retrieval source: …`` routes). Structured actions
     (:class:`~hopgym.envs.actions.Search` and friends) are rendered to the protocol's text first.
-    Any other input — a non-string, an empty or over-long turn, two actions, nested or unbalanced
-    tags, an unknown source — is an *invalid* turn: it never raises, the agent sees a short
+    Any other input — a non-string, an empty or over-long turn, no complete action block, two
+    different actions, an action inside a closed ``<think>`` or another tag, an ``<information>``
+    tag, an unknown source — is an *invalid* turn: it never raises, the agent sees a short
     corrective observation and ``info["invalid_action"]`` says what was wrong.
+
+    The ``parse`` option says how strictly turns are read (see :mod:`hopgym.envs.protocols`). In
+    ``lenient`` mode (the default) the action comes from the first complete action block, as in
+    Search-R1, and flaws read past — an unclosed ``<think>``, text outside the tags, spaces inside
+    a tag — are *format issues* (``info["format_issues"]``), which a ``FormatReward`` can charge.
+    In ``strict`` mode every unbalanced or stray tag makes the turn invalid.
 
     ## Observation Space
     :class:`~hopgym.envs.spaces.FreeText`. ``reset`` returns the prompt (instructions, sources,
     question and, with ``background_k``, documents retrieved for the raw question). ``step`` returns
     only the new text; the whole transcript is :attr:`transcript` and ``render()`` in ``ansi`` mode.
+
+    Two notices, each an option (on by default, off under the papers' reward presets): with
+    ``repeat_notice``, a search whose query repeats one of the episode (the same words in any
+    order, :func:`~hopgym.rewards.scoring.query_key`) is answered with "You already searched for
+    this; here are the next results." before the documents (with ``dedup``; without it, "the same
+    results again"); with ``last_turn_notice``, the observation that leaves one turn asks for the
+    answer now. The protocol writes both (:meth:`Protocol.repeat_note`, :meth:`Protocol.last_turn`).
 
     ## Rewards
     The bare env's reward is always 0. ``gym.make`` applies a reward preset (``reward="default"``:
@@ -58,26 +98,40 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``max_turns`` steps that ``gym.make`` puts under the reward wrappers; ``terminated`` and
     ``truncated`` are never both true.
 
+    A ``step`` after the end (after an answer, or beyond ``max_turns``) without ``reset`` is
+    refused the way a malformed turn is: it never raises, the agent sees "the episode is over: call
+    reset()", ``info["action_type"]`` is ``"invalid"``, the flags repeat how the episode ended, and
+    nothing is recorded (the :attr:`transcript`, the turn count and the search counts stay as they
+    were). Gymnasium leaves such steps undefined and its ``OrderEnforcing`` only refuses a step
+    before the first ``reset``, which this env does too (``ResetNeeded``); raising after the end
+    would break the promise that no action raises, so the step is answered and memory stays bounded
+    (the transcript never holds more than ``max_turns`` turns).
+
     ## Info
     Every step: ``turn``, ``turns_left``, ``action_type`` (think/search/route/answer/invalid),
     ``invalid_action`` (reason or ``None``), ``think``, ``query``, ``source`` (the current source),
     ``routed_to``, ``retrieved_ids`` (the retriever's result), ``new_ids`` (documents shown after
     de-duplication and the cap), ``documents`` (the shown :class:`Passage` objects), ``answer``,
-    ``retrieval_error``, ``question_id``, ``searches`` and ``searches_by_source`` (cumulative).
-    ``reset`` gives ``question_id``, ``question``, ``source``, ``sources``, ``turn`` = 0,
-    ``max_turns`` and, with background retrieval, ``retrieved_ids``/``new_ids``/``documents``.
+    ``retrieval_error``, ``question_id``, ``searches`` and ``searches_by_source`` (cumulative),
+    ``format_issues`` (the :class:`~hopgym.envs.actions.FormatIssue` list of a valid turn: codes
+    such as ``unclosed_think`` and what was found), ``truncated_turn`` (an invalid turn that ends
+    inside an open ``<think>``/action tag with no complete action — how a turn cut at the model's
+    token limit looks to the env, which cannot see token limits; for ``r3``, an analysis that
+    stops mid-sentence with no action line) and ``repeated_query`` (a search whose query was
+    issued before in the episode). ``reset`` gives ``question_id``, ``question``, ``source``,
+    ``sources``, ``turn`` = 0, ``max_turns`` and, with background retrieval,
+    ``retrieved_ids``/``new_ids``/``documents``.
 
     ## Arguments
     - ``task``: a :class:`~hopgym.corpora.sources.QATask` (questions and sources).
-    - ``protocol``: ``"tags"`` (default) or ``"r3"``, or a :class:`Protocol` instance.
-    - ``top_k``: documents shown per search.
-    - ``dedup``: drop documents already seen in this trajectory and fill up with the next ones (R3-RAG).
-    - ``max_docs``: cap on documents shown per trajectory (``None``: no cap).
-    - ``doc_chars``: cut the joined documents of one observation to this many characters.
-    - ``background_k``: documents retrieved for the raw question and shown in the prompt (RDRA).
-    - ``max_turns``: the budget the prompt announces; ``gym.make`` enforces it with ``TimeLimit``.
-    - ``max_action_chars``: longer turns are invalid.
-    - ``render_mode``: ``None`` or ``"ansi"``.
+    - ``options``: an :class:`~hopgym.envs.options.EnvOptions` (or a mapping of its fields); keyword
+      arguments override single fields: ``MultiHopQAEnv(task, top_k=2)``. The fields: ``protocol``
+      (``"tags"``, ``"r3"`` or a protocol instance), ``top_k``, ``dedup``, ``max_docs``,
+      ``doc_chars``, ``background_k``, ``max_turns`` (the budget the prompt announces),
+      ``max_action_chars``, ``reward`` (applied by ``gym.make``, not by this class),
+      ``render_mode``, ``parse``, ``repeat_notice`` and ``last_turn_notice``; see
+      :class:`~hopgym.envs.options.EnvOptions` for their meaning and defaults. :attr:`options`
+      holds them resolved (:meth:`~hopgym.envs.options.EnvOptions.resolved`).
 
     >>> import gymnasium as gym, hopgym
     >>> env = gym.make("hopgym/Synthetic-v0")
@@ -86,48 +140,46 @@ class MultiHopQAEnv(gym.Env[str, str]):
     True
 
     ## Version History
-    - v0: initial release.
+    - v0: initial release. Within v0 (undefined behaviour before): steps after the end are
+      refused without being recorded, and options are one :class:`EnvOptions`. The ``lenient``
+      parse is the default (``parse="strict"`` keeps the earlier rules); ``format_issues``,
+      ``truncated_turn`` and ``repeated_query`` in ``info``; the repeated-query and last-turn
+      notices (``repeat_notice``, ``last_turn_notice``).
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
 
     def __init__(
         self,
         task: QATask,
-        *,
-        protocol: str | Protocol = "tags",
-        top_k: int = 3,
-        dedup: bool = True,
-        max_docs: int | None = None,
-        doc_chars: int | None = None,
-        background_k: int = 0,
-        max_turns: int = 8,
-        max_action_chars: int = 8192,
-        render_mode: str | None = None,
+        options: EnvOptions | Mapping[str, Any] | None = None,
+        **kwargs: Unpack[EnvKwargs],
     ) -> None:
         if not isinstance(task, QATask):
             raise TypeError(f"task must be a hopgym.corpora.QATask, got {type(task).__name__}")
-        for name, value, low in (("top_k", top_k, 1), ("background_k", background_k, 0),
-                                 ("max_turns", max_turns, 1), ("max_action_chars", max_action_chars, 1)):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if max_docs is not None and (not isinstance(max_docs, int) or max_docs < 1):
-            raise ValueError(f"max_docs must be None or an int >= 1, got {max_docs!r}")
-        if doc_chars is not None and (not isinstance(doc_chars, int) or doc_chars < 1):
-            raise ValueError(f"doc_chars must be None or an int >= 1, got {doc_chars!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        #: The env's :class:`~hopgym.envs.options.EnvOptions` (``options`` updated by ``kwargs``),
+        #: resolved: ``parse`` and the notices hold what they mean for this env, never ``None``.
+        self.options = EnvOptions.from_kwargs(kwargs, base=options).resolved()
         self.task = task
-        self.protocol = get_protocol(protocol)
-        self.top_k, self.dedup, self.max_docs = top_k, dedup, max_docs
-        self.doc_chars, self.background_k = doc_chars, background_k
-        self.max_turns, self.max_action_chars = max_turns, max_action_chars
-        self.render_mode = render_mode
-        self.action_space = FreeText(max_action_chars * 4)
+        self.protocol = get_protocol(self.options.protocol, parse=self.options.parse)
+        self.action_space = FreeText(self.options.max_action_chars * 4)
         self.observation_space = FreeText(_OBS_MAX)
         self.sample: QASample | None = None
         self.transcript: list[dict[str, str]] = []
         self._reset_state()
+
+    # The options, read-only: they are :attr:`options`, never a copy that could drift from it.
+    top_k = _option("top_k")
+    dedup = _option("dedup")
+    max_docs = _option("max_docs")
+    doc_chars = _option("doc_chars")
+    background_k = _option("background_k")
+    max_turns = _option("max_turns")
+    max_action_chars = _option("max_action_chars")
+    render_mode = _option("render_mode")  # type: ignore[assignment]
+    parse = _option("parse")
+    repeat_notice = _option("repeat_notice")
+    last_turn_notice = _option("last_turn_notice")
 
     # ------------------------------------------------------------------ state
     def _reset_state(self) -> None:
@@ -139,6 +191,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.searches_by_source = dict.fromkeys(self.task.sources, 0)
         self.done = False
         self._retrievers: dict[str, Retriever] = {}
+        self._queries: set[frozenset[str]] = set()
+        self._prepared: tuple[Any, str, ParsedTurn] | None = None
+        self._supplied: tuple[SearchRequest, list[Passage]] | None = None
 
     def _retriever(self, name: str) -> Retriever:
         if name not in self._retrievers:
@@ -150,12 +205,28 @@ class MultiHopQAEnv(gym.Env[str, str]):
         # Per-question retrievers are rebuilt on demand; pickling them would copy whole indexes.
         state = self.__dict__.copy()
         state["_retrievers"] = {}
+        state["_prepared"] = state["_supplied"] = None
         return state
 
     @property
     def source_names(self) -> tuple[str, ...]:
         """The names of the task's sources, the default first."""
         return tuple(self.task.sources)
+
+    def retrieval_cache_info(self) -> dict[str, Any]:
+        """Each source's query-cache counters (``hits``, ``misses``, ``hit_rate``, sizes: a
+        :class:`~hopgym.corpora.query_cache.CacheInfo`), for sources whose retriever has one.
+
+        A retriever and its cache are shared by every env of the process that searches it, so
+        the counters are the process's, not this env's.
+        """
+        out: dict[str, Any] = {}
+        for name, source in self.task.sources.items():
+            retriever = source.retriever or self._retrievers.get(name)
+            info = getattr(retriever, "cache_info", None)
+            if callable(info):
+                out[name] = info()
+        return out
 
     # ------------------------------------------------------------------ API
     def reset(self, *, seed: int | None = None,
@@ -193,17 +264,21 @@ class MultiHopQAEnv(gym.Env[str, str]):
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.sample is None:
             raise gym.error.ResetNeeded("call reset() before step()")
+        prepared, self._prepared = self._prepared, None
+        opts = self.options
+        if self.done or self.turn >= opts.max_turns:
+            self._supplied = None
+            return self._after_end()
         self.turn += 1
-        text, parsed = self._read(action)
+        if prepared is not None and prepared[0] is action:
+            text, parsed = prepared[1], prepared[2]
+        else:
+            text, parsed = self._read(action)
         self.transcript.append({"role": "assistant", "content": text})
         info = self._blank_info(parsed)
         terminated = False
         act = parsed.action
-        if self.done:
-            parsed = ParsedTurn(None, error="the episode is over: call reset()")
-            info.update(action_type="invalid", invalid_action=parsed.error)
-            obs, terminated = self.protocol.format_error(parsed.error, self.turn), True
-        elif act is None:
+        if act is None:
             obs = self.protocol.format_error(parsed.error or "invalid turn", self.turn)
         elif isinstance(act, Think):
             obs = self.protocol.format_think(self.turn)
@@ -220,11 +295,63 @@ class MultiHopQAEnv(gym.Env[str, str]):
             info["answer"] = act.text
             terminated = self.done = True
             obs = ""
+        self._supplied = None
+        if opts.last_turn_notice and not terminated and self.turn == opts.max_turns - 1:
+            obs = self.protocol.last_turn(obs, self.turn)
         if obs:
             self.transcript.append({"role": "user", "content": obs})
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
         return obs, 0.0, terminated, False, info
+
+    # ------------------------------------------------------------------ batched searches
+    def prepare_step(self, action: Any) -> SearchRequest | None:
+        """Read ``action`` ahead of :meth:`step` and say which search that step will run.
+
+        A vector env that batches the searches of its sub-envs
+        (:class:`~hopgym.envs.vector.BatchedSearchVectorEnv`) calls this on every sub-env, answers
+        the requests of each retriever with one ``search_batch`` call, hands each env its
+        results with :meth:`supply_search`, and then steps the envs as usual, through their
+        wrappers. The step reuses the parse of this very ``action`` object and uses the supplied
+        results only for the exact request (retriever, query and ``k``) it makes; any other
+        step — a wrapper that changed the action, a step after the end — reads and searches as
+        it always does. So a step returns the same whether or not it was prepared.
+
+        Changes nothing the agent can observe.
+
+        Returns:
+            The search the step will run, or ``None`` (no search, or none that reaches the
+            retriever).
+        """
+        self._prepared = self._supplied = None
+        if self.sample is None or self.done or self.turn >= self.options.max_turns:
+            return None
+        text, parsed = self._read(action)
+        self._prepared = (action, text, parsed)
+        act = parsed.action
+        if not isinstance(act, Search):
+            return None
+        max_docs = self.options.max_docs
+        if max_docs is not None and self.shown >= max_docs:
+            return None
+        try:
+            return self._request(act.query, self.options.top_k)
+        except Exception:  # noqa: BLE001 - the step itself reports a failing retriever factory
+            return None
+
+    def supply_search(self, request: SearchRequest, hits: Sequence[Passage]) -> None:
+        """Hand the next :meth:`step` the results of ``request`` (from :meth:`prepare_step`),
+        searched by someone else: ``request.retriever.search(request.query, request.k)``."""
+        self._supplied = (request, list(hits))
+
+    def _after_end(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The answer to a step after the end: corrective, repeats the end flags, records nothing."""
+        error = "the episode is over: call reset()"
+        info = self._blank_info(ParsedTurn(None, error=error))
+        info["searches"] = self.searches
+        info["searches_by_source"] = dict(self.searches_by_source)
+        answered = self.done
+        return self.protocol.format_error(error, self.turn), 0.0, answered, not answered, info
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":
@@ -244,16 +371,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
                                                  f"{type(action).__name__} {shown}")
         if not text.strip():
             return text, ParsedTurn(None, error="empty turn")
-        if len(text) > self.max_action_chars:
-            return text[: self.max_action_chars], ParsedTurn(
-                None, error=f"turn too long ({len(text)} > {self.max_action_chars} characters)")
+        limit = self.options.max_action_chars
+        if len(text) > limit:
+            return text[:limit], ParsedTurn(
+                None, error=f"turn too long ({len(text)} > {limit} characters)")
         return text, self.protocol.parse(text, self.source_names)
 
     def _blank_info(self, parsed: ParsedTurn) -> dict[str, Any]:
         act = parsed.action
         return {
             "turn": self.turn,
-            "turns_left": max(self.max_turns - self.turn, 0),
+            "turns_left": max(self.options.max_turns - self.turn, 0),
             "action_type": parsed.kind,
             "invalid_action": parsed.error,
             "think": parsed.think or None,
@@ -266,17 +394,37 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "answer": None,
             "retrieval_error": None,
             "question_id": self.sample.id if self.sample else None,
+            "format_issues": list(parsed.issues),
+            "truncated_turn": parsed.truncated,
+            "repeated_query": False,
         }
+
+    def _budget(self, k: int) -> int:
+        max_docs = self.options.max_docs
+        return k if max_docs is None else min(k, max_docs - self.shown)
+
+    def _request(self, query: str, k: int) -> SearchRequest | None:
+        """The search :meth:`_search` runs for ``query`` (``None``: none, the cap is reached)."""
+        if self._budget(k) <= 0:
+            return None
+        # With de-duplication, ask for enough results that ``k`` unseen ones can remain.
+        ask = k + len(self.seen_ids) if self.options.dedup else k
+        return SearchRequest(self._retriever(self.source), query, ask)
 
     def _search(self, query: str, k: int) -> tuple[list[Passage], list[str], str | None]:
         """Search the current source; returns (shown docs, raw ids, error)."""
-        budget = k if self.max_docs is None else min(k, self.max_docs - self.shown)
+        budget = self._budget(k)
         if budget <= 0:
             return [], [], None
-        # With de-duplication, ask for enough results that ``k`` unseen ones can remain.
-        ask = k + len(self.seen_ids) if self.dedup else k
+        supplied, self._supplied = self._supplied, None
         try:
-            hits = self._retriever(self.source).search(query, ask)
+            request = self._request(query, k)
+            assert request is not None
+            if supplied is not None and supplied[0].retriever is request.retriever and \
+                    supplied[0].query == query and supplied[0].k == request.k:
+                hits = supplied[1]
+            else:
+                hits = request.retriever.search(query, request.k)
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes an observation
             return [], [], f"{type(exc).__name__}: {exc}"
         raw = [p.doc_id for p in hits]
@@ -293,6 +441,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
     def _do_search(self, query: str, info: dict[str, Any]) -> str:
         self.searches += 1
         self.searches_by_source[self.source] += 1
+        key = query_key(query)
+        repeated = info["repeated_query"] = key in self._queries
+        self._queries.add(key)
+        note = self.protocol.repeat_note(self.dedup) if repeated and self.repeat_notice else ""
         if self.max_docs is not None and self.shown >= self.max_docs:
             return self.protocol.format_notice(
                 f"Document limit reached ({self.max_docs} per episode): answer now.", self.turn)
@@ -303,6 +455,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
             return self.protocol.format_notice(
                 f"Search failed ({error}). Try again, route elsewhere or answer.", self.turn)
         if not docs:
+            if note:
+                return self.protocol.format_notice(
+                    self.protocol.repeat_note(self.dedup, exhausted=True), self.turn)
             what = "No new documents found" if raw else "No documents found"
             return self.protocol.format_notice(f"{what} for this query.", self.turn)
-        return self.protocol.format_documents(docs, self.doc_chars, self.turn)
+        return self.protocol.format_documents(docs, self.doc_chars, self.turn, note=note)

@@ -1,18 +1,26 @@
-"""Env factories behind the registered ids: :func:`make_task_env`, :func:`make_tiny`.
+"""Env factories behind the registered ids: :func:`make_task_env`, :func:`make_tiny`,
+:func:`make_synthetic`.
 
-``gym.make("hopgym/<Name>-v0", reward=..., max_turns=..., ...)`` calls one of these. Each builds the
-bare :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv`, puts the step budget on it with ``TimeLimit``
-and the reward preset on top, so that reward wrappers see the truncation at the budget (R3-RAG
-scales process rewards by whether an answer came before the step cap).
+``gym.make("hopgym/<Name>-v0", reward=..., max_turns=..., ...)`` calls one of these. Each takes
+the env options through one type, :class:`~hopgym.envs.options.EnvOptions` (as keyword arguments
+typed by :class:`~hopgym.envs.options.EnvKwargs`), checks them *before* building a world or an
+index, builds the bare :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv`, puts the step budget on it
+with ``TimeLimit`` and the reward preset on top, so that reward wrappers see the truncation at the
+budget (R3-RAG scales process rewards by whether an answer came before the step cap).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
 import gymnasium as gym
 
+from hopgym.corpora.retrievers import RetrieverSpec
 from hopgym.corpora.sources import QATask
 from hopgym.envs.multihop_qa import MultiHopQAEnv
-from hopgym.envs.protocols import Protocol
+from hopgym.envs.options import EnvKwargs, EnvOptions, Unpack
 from hopgym.envs.wrappers import StepBudget
 
 __all__ = ["make_task_env", "make_tiny", "make_synthetic"]
@@ -20,61 +28,54 @@ __all__ = ["make_task_env", "make_tiny", "make_synthetic"]
 
 def make_task_env(
     task: QATask,
-    *,
-    reward: str | None = "default",
-    max_turns: int = 8,
-    protocol: str | Protocol = "tags",
-    top_k: int = 3,
-    dedup: bool = True,
-    max_docs: int | None = None,
-    doc_chars: int | None = None,
-    background_k: int = 0,
-    max_action_chars: int = 8192,
-    render_mode: str | None = None,
+    options: EnvOptions | Mapping[str, Any] | None = None,
+    **kwargs: Unpack[EnvKwargs],
 ) -> gym.Env:
-    """``preset(StepBudget(MultiHopQAEnv(task, ...), max_turns), reward)``.
+    """``preset(StepBudget(MultiHopQAEnv(task, options), options.max_turns), options.reward)``.
 
     Args:
         task: questions and sources.
-        reward: a preset name from :mod:`hopgym.rewards.presets`, or ``None`` for the bare env
-            (reward 0).
-        max_turns: the step budget.
-        protocol, top_k, dedup, max_docs, doc_chars, background_k, max_action_chars, render_mode:
-            passed to :class:`MultiHopQAEnv`.
+        options: the env options (an :class:`EnvOptions` or a mapping of its fields; ``None``:
+            the defaults); keyword arguments override single fields.
     """
-    env: gym.Env = MultiHopQAEnv(
-        task, protocol=protocol, top_k=top_k, dedup=dedup, max_docs=max_docs,
-        doc_chars=doc_chars, background_k=background_k, max_turns=max_turns,
-        max_action_chars=max_action_chars, render_mode=render_mode)
-    env = StepBudget(env, max_episode_steps=max_turns)
-    if reward is not None:
+    opts = EnvOptions.from_kwargs(kwargs, base=options)
+    env: gym.Env = MultiHopQAEnv(task, opts)
+    env = StepBudget(env, max_episode_steps=opts.max_turns)
+    if opts.reward is not None:
         from hopgym.rewards.presets import preset
 
-        env = preset(env, reward)
+        env = preset(env, opts.reward)
     return env
+
+
+def _own_args(factory: Any) -> tuple[str, ...]:
+    """A factory's own keyword names (suggested, with the options, for a misspelt keyword)."""
+    return tuple(n for n, p in inspect.signature(factory).parameters.items()
+                 if p.kind is not inspect.Parameter.VAR_KEYWORD)
 
 
 def make_tiny(
     *,
     sources: tuple[str, ...] = ("local",),
-    engine: str = "bm25s",
-    reward: str | None = "default",
-    max_turns: int = 8,
-    protocol: str | Protocol = "tags",
-    top_k: int = 3,
-    dedup: bool = True,
-    max_docs: int | None = None,
-    doc_chars: int | None = None,
-    background_k: int = 0,
-    render_mode: str | None = None,
+    retriever: Any = None,
+    engine: str | None = None,
+    **options: Unpack[EnvKwargs],
 ) -> gym.Env:
-    """The hand-written tiny corpus (:mod:`hopgym.corpora.tiny`) as an env: ``hopgym/Tiny-v0``."""
+    """The hand-written tiny corpus (:mod:`hopgym.corpora.tiny`) as an env: ``hopgym/Tiny-v0``.
+
+    Args:
+        sources: ``("local",)`` or ``("local", "web")``.
+        retriever: how each source is indexed: a kind (``"bm25"``, the default, ``"dense"``,
+            ``"hybrid"``), a dict of settings or a
+            :class:`~hopgym.corpora.retrievers.RetrieverSpec`.
+        engine: shorthand for the BM25 engine, ``bm25s`` or ``rank_bm25``.
+        **options: the env options (:class:`~hopgym.envs.options.EnvOptions`).
+    """
+    opts = EnvOptions.from_kwargs(options, also=_own_args(make_tiny))
+    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
     from hopgym.corpora.tiny import tiny_task
 
-    return make_task_env(
-        tiny_task(tuple(sources), engine), reward=reward, max_turns=max_turns, protocol=protocol,
-        top_k=top_k, dedup=dedup, max_docs=max_docs, doc_chars=doc_chars,
-        background_k=background_k, render_mode=render_mode)
+    return make_task_env(tiny_task(tuple(sources), retriever=spec), opts)
 
 
 def make_synthetic(
@@ -92,25 +93,23 @@ def make_synthetic(
     web_noise: float = 0.3,
     test_fraction: float = 0.2,
     split: str | None = None,
-    engine: str = "bm25s",
-    reward: str | None = "default",
-    max_turns: int = 8,
-    protocol: str | Protocol = "tags",
-    top_k: int = 3,
-    dedup: bool = True,
-    max_docs: int | None = None,
-    doc_chars: int | None = None,
-    background_k: int = 0,
-    max_action_chars: int = 8192,
-    render_mode: str | None = None,
+    retriever: Any = None,
+    engine: str | None = None,
+    **options: Unpack[EnvKwargs],
 ) -> gym.Env:
     """The synthetic world as an env: ``hopgym/Synthetic-v0`` and ``hopgym/SyntheticRouting-v0``.
 
     World arguments (``seed`` … ``test_fraction``) are those of
     :class:`~hopgym.corpora.synthetic.WorldConfig`; ``seed`` is the *world's* seed (the question
     order comes from ``reset(seed=...)``). ``split`` picks ``"train"`` or ``"test"`` questions
-    (``None``: all). The world and its BM25 indexes are built once per process and shared.
+    (``None``: all). ``retriever`` says how each source is indexed (a kind — ``"bm25"``, the
+    default, ``"dense"``, ``"hybrid"`` —, a dict of settings or a
+    :class:`~hopgym.corpora.retrievers.RetrieverSpec`); ``engine`` is a shorthand for its BM25
+    engine. The world and its indexes are built once per process and shared. ``**options`` are the env options
+    (:class:`~hopgym.envs.options.EnvOptions`), checked before the world is built.
     """
+    opts = EnvOptions.from_kwargs(options, also=_own_args(make_synthetic))
+    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
     from hopgym.corpora.synthetic import KINDS, WorldConfig, build_task
 
     config = WorldConfig(
@@ -118,7 +117,4 @@ def make_synthetic(
         n_questions=n_questions, distractors=distractors, passages_per_doc=passages_per_doc,
         phrasing_variety=phrasing_variety, sources=tuple(sources), local_coverage=local_coverage,
         web_noise=web_noise, test_fraction=test_fraction)
-    return make_task_env(
-        build_task(config, engine, split), reward=reward, max_turns=max_turns, protocol=protocol,
-        top_k=top_k, dedup=dedup, max_docs=max_docs, doc_chars=doc_chars,
-        background_k=background_k, max_action_chars=max_action_chars, render_mode=render_mode)
+    return make_task_env(build_task(config, split=split, retriever=spec), opts)

@@ -11,7 +11,8 @@ sum, whatever the stacking order):
 - :class:`RedundancyReward` — repeated queries, re-retrieved documents, repeated answers (STIE).
 
 Also :func:`preset` (``default``, ``em``, ``f1``, ``searchr1``, ``r3rag``, ``kunlun``), the
-judges (:class:`CallableJudge`, :class:`OpenAIJudge`, :class:`TransformersJudge`), the scoring
+judges (:class:`CallableJudge`, :class:`PromptJudge` on any :mod:`hopgym.backends` backend,
+:class:`OpenAIJudge`, :class:`TransformersJudge`), the scoring
 functions (:mod:`hopgym.rewards.scoring`) and the TRL reward functions (:mod:`hopgym.rewards.trl`).
 
 Example:
@@ -37,7 +38,14 @@ from hopgym.rewards.base import (
 )
 from hopgym.rewards.cost_reward import RedundancyReward, SearchCostReward
 from hopgym.rewards.format_reward import FormatReward
-from hopgym.rewards.judges import CallableJudge, Judge, JudgeError, OpenAIJudge, TransformersJudge
+from hopgym.rewards.judges import (
+    CallableJudge,
+    Judge,
+    JudgeError,
+    OpenAIJudge,
+    PromptJudge,
+    TransformersJudge,
+)
 from hopgym.rewards.presets import PRESETS, preset
 from hopgym.rewards.process_reward import RelevanceReward
 from hopgym.rewards.scoring import (
@@ -67,6 +75,7 @@ __all__ = [
     "Judge",
     "JudgeError",
     "CallableJudge",
+    "PromptJudge",
     "OpenAIJudge",
     "TransformersJudge",
     "normalize_answer",

@@ -27,18 +27,12 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.errors import RewardArgumentError, RewardTermError  # defined there, re-exported here
+
 __all__ = ["RewardTermWrapper", "RewardTermError", "RewardArgumentError", "reward_terms_of"]
 
 TERMS_KEY = "reward_terms"
 UNATTRIBUTED = "unattributed"
-
-
-class RewardTermError(ValueError):
-    """Two reward wrappers in one stack want the same term name."""
-
-
-class RewardArgumentError(ValueError):
-    """A reward wrapper got an argument it cannot use (the message says which and why)."""
 
 
 def reward_terms_of(env: gym.Env) -> list[str]:

@@ -1,8 +1,10 @@
 """Judges: models (or functions) that decide answer correctness and score document relevance.
 
 Classes: :class:`Judge` (the protocol), :class:`CallableJudge` (any functions),
-:class:`OpenAIJudge` (an OpenAI-compatible ``/v1/chat/completions`` endpoint: vLLM, SGLang,
-llama.cpp, OpenAI), :class:`TransformersJudge` (a local causal LM), :class:`JudgeError`.
+:class:`PromptJudge` (a language model behind any :class:`~hopgym.backends.Backend`),
+:class:`OpenAIJudge` (a :class:`PromptJudge` on an OpenAI-compatible ``/v1/chat/completions``
+endpoint: vLLM, SGLang, llama.cpp, OpenAI), :class:`TransformersJudge` (a :class:`PromptJudge` on
+a local causal LM), :class:`JudgeError`.
 Functions: :func:`as_score`, :func:`judge_answers`, :func:`judge_relevances`,
 :func:`answer_prompt`, :func:`relevance_prompt`, :func:`parse_verdict`, :func:`parse_relevance`.
 
@@ -14,7 +16,7 @@ A judge answers two questions:
   documents to the question, the reasoning so far and the query? A score in ``[0, 1]`` (R3-RAG's
   process reward uses the grid ``0, 0.1, ..., 1``).
 
-Model-backed judges (:class:`OpenAIJudge`, :class:`TransformersJudge`) share one behaviour,
+Model-backed judges (:class:`PromptJudge` and its two constructors) share one behaviour,
 set by ``on_error``: when the model cannot be reached after the retries, or its reply cannot be
 parsed, ``on_error="raise"`` raises :class:`JudgeError`, and a number ``x`` in ``[0, 1]`` makes the
 judge return ``x`` instead (counted in :attr:`failures`, with one warning per judge). Failures are
@@ -24,23 +26,23 @@ twice, by the outcome and the process reward for example, costs one call.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import threading
-import time
-import urllib.error
-import urllib.request
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
+from hopgym.backends import Backend, Message, OpenAIBackend, SamplingParams
+from hopgym.errors import BackendError, DependencyNotInstalled, HTTPError, JudgeError
+
 __all__ = [
     "Judge",
     "JudgeError",
     "CallableJudge",
+    "PromptJudge",
     "OpenAIJudge",
     "TransformersJudge",
     "as_score",
@@ -54,10 +56,6 @@ __all__ = [
 
 AnswerItem = tuple[str, str, Sequence[str]]
 RelevanceItem = tuple[str, str, str, Sequence[str]]
-
-
-class JudgeError(RuntimeError):
-    """A judge could not give a verdict (unreachable endpoint, bad reply, missing function)."""
 
 
 @runtime_checkable
@@ -239,20 +237,56 @@ def parse_relevance(text: str) -> float:
 
 
 # ----------------------------------------------------------------------------- model judges
-class _PromptJudge:
-    """Shared machinery of model-backed judges: prompts, parsing, cache, batching, errors."""
+class PromptJudge:
+    """A judge that asks a language model, through any :class:`~hopgym.backends.Backend`.
 
-    def __init__(self, *, on_error: str | float, cache_size: int, max_workers: int) -> None:
-        if isinstance(on_error, str):
-            if on_error != "raise":
-                raise ValueError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
-        elif isinstance(on_error, bool) or not isinstance(on_error, (int, float)) \
-                or not 0.0 <= float(on_error) <= 1.0:
-            raise ValueError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
-        if not isinstance(cache_size, int) or cache_size < 0:
-            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
-        if not isinstance(max_workers, int) or max_workers < 1:
-            raise ValueError(f"max_workers must be an int >= 1, got {max_workers!r}")
+    It formats the question as :func:`answer_prompt` or :func:`relevance_prompt`, sends it as one
+    user chat message (or as raw text and a newline to a backend without chat support), calls
+    ``backend.generate([prompt], params)`` and reads the reply with :func:`parse_verdict` or
+    :func:`parse_relevance`. Replies are cached (LRU by prompt); batches
+    (:meth:`judge_answers`, :meth:`judge_relevances`) ask each distinct prompt once, on up to
+    ``max_workers`` threads; ``on_error`` decides what a failure gives (see the module docstring).
+
+    Args:
+        backend: the model (:class:`~hopgym.backends.OpenAIBackend`,
+            :class:`~hopgym.backends.TransformersBackend`, or any object with ``generate`` and
+            ``supports_chat``).
+        params: how to sample a verdict; default greedy, 16 new tokens, seed 0.
+        on_error: ``"raise"`` (raise :class:`JudgeError`) or a fallback score in ``[0, 1]``.
+        cache_size: replies kept (LRU, keyed by prompt); 0 disables the cache.
+        max_workers: threads for batches. Keep 1 for a local model; an HTTP backend serves
+            several requests at once.
+
+    Example:
+        >>> class Always:  # any object with generate() and supports_chat works
+        ...     supports_chat = True
+        ...     def generate(self, prompts, params):
+        ...         return ["Yes." if "Gold" in p[0]["content"] else "7" for p in prompts]
+        >>> judge = PromptJudge(Always())
+        >>> judge.judge_answer("Who?", "Ann", ["Ann"]), judge.judge_relevance("Q?", "", "q", ["d"])
+        (1.0, 0.7)
+    """
+
+    # pickling / deepcopy: locks (and, in subclasses, loaded models) stay behind
+    _transient: tuple[str, ...] = ("_lock",)
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        params: SamplingParams | None = None,
+        on_error: str | float = "raise",
+        cache_size: int = 4096,
+        max_workers: int = 1,
+    ) -> None:
+        self._check(on_error, cache_size, max_workers)
+        if not callable(getattr(backend, "generate", None)):
+            raise TypeError(f"backend must have a generate(prompts, params) method, got "
+                            f"{type(backend).__name__}")
+        if params is not None and not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+        self.backend = backend
+        self.params = params if params is not None else SamplingParams(max_new_tokens=16)
         self.on_error = on_error
         self.cache_size = cache_size
         self.max_workers = max_workers
@@ -263,8 +297,18 @@ class _PromptJudge:
         self._lock = threading.Lock()
         self._warned = False
 
-    # pickling / deepcopy: locks, clients and loaded models stay behind
-    _transient: tuple[str, ...] = ("_lock",)
+    @staticmethod
+    def _check(on_error: str | float, cache_size: int, max_workers: int) -> None:
+        if isinstance(on_error, str):
+            if on_error != "raise":
+                raise ValueError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
+        elif isinstance(on_error, bool) or not isinstance(on_error, (int, float)) \
+                or not 0.0 <= float(on_error) <= 1.0:
+            raise ValueError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
+        if not isinstance(cache_size, int) or cache_size < 0:
+            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
+        if not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers must be an int >= 1, got {max_workers!r}")
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -277,8 +321,16 @@ class _PromptJudge:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def _complete(self, prompt: str) -> str:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _complete(self, prompt: str) -> str:
+        """The model's reply to one prompt."""
+        backend = self.backend
+        message: str | list[Message] = ([{"role": "user", "content": prompt}]
+                                         if getattr(backend, "supports_chat", False)
+                                         else prompt + "\n")
+        texts = backend.generate([message], self.params)
+        if len(texts) != 1 or not isinstance(texts[0], str):
+            raise JudgeError(f"the backend returned {texts!r:.80} for one prompt, not one text")
+        return texts[0]
 
     def _cached(self, prompt: str) -> str:
         with self._lock:
@@ -314,7 +366,8 @@ class _PromptJudge:
     def _score(self, prompt: str, parse: Callable[[str], float]) -> float:
         try:
             return parse(self._cached(prompt))
-        except (JudgeError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        except (JudgeError, BackendError, HTTPError, OSError, ValueError, KeyError, IndexError,
+                TypeError) as exc:
             return self._fail(exc)
 
     def _score_many(self, prompts: Sequence[str], parse: Callable[[str], float]) -> list[float]:
@@ -328,10 +381,12 @@ class _PromptJudge:
         return [scores[p] for p in prompts]
 
     def judge_answer(self, question: str, prediction: str, golds: Sequence[str]) -> float:
+        """1.0 when the model says the prediction is correct, 0.0 when it says it is not."""
         return self._score(answer_prompt(question, prediction, golds), parse_verdict)
 
     def judge_relevance(self, question: str, reasoning: str, query: str,
                         documents: Sequence[str]) -> float:
+        """The model's 0-10 relevance score on the grid ``0, 0.1, ..., 1``."""
         return self._score(relevance_prompt(question, reasoning, query, documents), parse_relevance)
 
     def judge_answers(self, items: Sequence[AnswerItem]) -> list[float]:
@@ -344,34 +399,58 @@ class _PromptJudge:
                                 parse_relevance)
 
 
-_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_UNSET: Any = object()
 
 
-class OpenAIJudge(_PromptJudge):
-    """A judge behind an OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp, OpenAI, ...).
+def _renamed(old: str, old_value: Any, new: str, new_value: Any, default: Any) -> Any:
+    """The value of a renamed argument: the old name still works, with a DeprecationWarning."""
+    if old_value is _UNSET:
+        return new_value
+    warnings.warn(f"OpenAIJudge({old}=) is deprecated and will be removed in hopgym 0.3: use "
+                  f"{new}=", DeprecationWarning, stacklevel=3)
+    if new_value != default:
+        raise ValueError(f"pass {new}= only ({old}= is its deprecated name)")
+    return old_value
 
-    Posts ``{"model", "messages", "temperature", "max_tokens"}`` to ``{base_url}/chat/completions``
-    with :mod:`urllib` (no client library needed) and reads ``choices[0].message.content``.
+
+class OpenAIJudge(PromptJudge):
+    """A :class:`PromptJudge` on an OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp,
+    OpenAI, ...), through :class:`~hopgym.backends.OpenAIBackend`.
+
+    Posts ``{"model", "messages", "temperature", "max_tokens", ...}`` to
+    ``{base_url}/chat/completions`` with the standard library and reads
+    ``choices[0].message.content``. Requests go through :class:`~hopgym.httpclient.HTTPClient`,
+    whose retry policy (what is retried, the jittered back-off, ``Retry-After``, the time bound)
+    is written there.
 
     Args:
-        base_url: the API root, e.g. ``"http://localhost:8000/v1"``.
+        base_url: the API root, e.g. ``"http://localhost:8000/v1"`` (a URL without a path gets
+            ``/v1``).
         model: the model name the server expects.
         api_key: sent as ``Authorization: Bearer``; ``None`` sends no header (local servers).
-        timeout: seconds per HTTP attempt.
-        max_retries: extra attempts after a connection error, a timeout, HTTP 408/409/425/429/5xx
-            or a malformed JSON reply, with exponential back-off. Other HTTP errors fail at once.
-        retry_backoff: seconds before the first retry; doubles each time.
+        timeout: seconds one HTTP attempt may take.
+        retries: further attempts after a connection error, a timeout or HTTP 408/429/5xx.
+            Other HTTP errors and malformed replies fail at once.
+        backoff: the nominal wait before the first retry in seconds; doubles each time.
+        max_backoff: the longest wait between two attempts.
         max_workers: threads for :meth:`judge_answers` / :meth:`judge_relevances`.
         cache_size: replies kept (LRU, keyed by prompt); 0 disables the cache.
         on_error: ``"raise"`` (raise :class:`JudgeError`) or a fallback score in ``[0, 1]``.
         temperature: sampling temperature (0 for reproducible verdicts).
         max_tokens: reply length; verdicts are one word or one number.
         headers: extra HTTP headers.
+        max_retries: deprecated name of ``retries`` (removed in 0.3).
+        retry_backoff: deprecated name of ``backoff`` (removed in 0.3).
 
     Example:
         >>> judge = OpenAIJudge("http://localhost:8000/v1", "qwen2.5-7b-instruct", on_error=0.0)
         >>> judge.url
         'http://localhost:8000/v1/chat/completions'
+
+    Change logs:
+        0.2: runs on :class:`~hopgym.backends.OpenAIBackend`; ``max_retries``/``retry_backoff``
+        renamed ``retries``/``backoff``; ``max_backoff`` added; ``Retry-After`` honoured; 409
+        and 425 are no longer retried.
     """
 
     def __init__(
@@ -381,79 +460,117 @@ class OpenAIJudge(_PromptJudge):
         *,
         api_key: str | None = None,
         timeout: float = 30.0,
-        max_retries: int = 2,
-        retry_backoff: float = 0.5,
+        retries: int = 2,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
         max_workers: int = 8,
         cache_size: int = 4096,
         on_error: str | float = "raise",
         temperature: float = 0.0,
         max_tokens: int = 16,
         headers: Mapping[str, str] | None = None,
+        max_retries: int = _UNSET,
+        retry_backoff: float = _UNSET,
     ) -> None:
-        super().__init__(on_error=on_error, cache_size=cache_size, max_workers=max_workers)
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if retry_backoff < 0:
-            raise ValueError(f"retry_backoff must be >= 0, got {retry_backoff}")
-        self.base_url = base_url.rstrip("/")
-        self.url = f"{self.base_url}/chat/completions"
-        self.model = model
-        self.api_key = api_key
-        self.timeout = float(timeout)
-        self.max_retries = max_retries
-        self.retry_backoff = float(retry_backoff)
-        self.temperature = float(temperature)
-        self.max_tokens = int(max_tokens)
-        self.headers = dict(headers or {})
+        if max_retries is not _UNSET and (isinstance(max_retries, bool)
+                                          or not isinstance(max_retries, int) or max_retries < 0):
+            raise ValueError(f"max_retries (now retries=) must be an int >= 0, got {max_retries!r}")
+        self._check(on_error, cache_size, max_workers)
+        retries = _renamed("max_retries", max_retries, "retries", retries, 2)
+        backoff = _renamed("retry_backoff", retry_backoff, "backoff", backoff, 0.5)
+        backend = OpenAIBackend(base_url, model, api_key=api_key, timeout=timeout, retries=retries,
+                                backoff=backoff, max_backoff=max_backoff,
+                                max_concurrency=max_workers, headers=headers)
+        super().__init__(backend, params=SamplingParams(temperature=temperature,
+                                                        max_new_tokens=max_tokens),
+                         on_error=on_error, cache_size=cache_size, max_workers=max_workers)
+
+    # The settings live in the backend and the sampling parameters; these read them.
+    base_url = property(lambda self: self.backend.base_url, doc="The API root.")
+    model = property(lambda self: self.backend.model, doc="The served model's name.")
+    api_key = property(lambda self: self.backend.api_key, doc="The API key (or None).")
+    url = property(lambda self: self.backend.base_url + "/chat/completions",
+                   doc="The chat completions endpoint.")
+    timeout = property(lambda self: self.backend.timeout, doc="Seconds one attempt may take.")
+    retries = property(lambda self: self.backend.retries, doc="Further attempts after a failure.")
+    backoff = property(lambda self: self.backend.backoff, doc="The first nominal wait (seconds).")
+    temperature = property(lambda self: self.params.temperature, doc="Sampling temperature.")
+    max_tokens = property(lambda self: self.params.max_new_tokens, doc="Reply length.")
+
+    @property
+    def max_retries(self) -> int:
+        """Deprecated name of :attr:`retries` (removed in 0.3)."""
+        warnings.warn("OpenAIJudge.max_retries is deprecated: use .retries", DeprecationWarning,
+                      stacklevel=2)
+        return self.retries
+
+    @property
+    def retry_backoff(self) -> float:
+        """Deprecated name of :attr:`backoff` (removed in 0.3)."""
+        warnings.warn("OpenAIJudge.retry_backoff is deprecated: use .backoff", DeprecationWarning,
+                      stacklevel=2)
+        return self.backoff
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIJudge({self.base_url!r}, {self.model!r}, on_error={self.on_error!r})"
 
-    def _complete(self, prompt: str) -> str:
-        body = json.dumps({
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-        }).encode()
-        headers = {"Content-Type": "application/json", **self.headers}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last: Exception | None = None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self.retry_backoff * 2 ** (attempt - 1))
-            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    payload = json.loads(response.read().decode("utf-8"))
-            except urllib.error.HTTPError as exc:
-                last = exc
-                if exc.code in _RETRY_STATUS:
-                    continue
-                raise JudgeError(f"judge endpoint {self.url} answered HTTP {exc.code}: "
-                                 f"{exc.reason}") from exc
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:  # URLError, timeouts
-                last = exc
-                continue
-            try:
-                content = payload["choices"][0]["message"]["content"]
-            except (KeyError, IndexError, TypeError):
-                raise JudgeError(f"judge endpoint {self.url} sent no choices[0].message.content: "
-                                 f"{str(payload)[:200]}") from None
-            if not isinstance(content, str):
-                raise JudgeError(f"judge endpoint {self.url} sent non-text content {content!r}")
-            return content
-        raise JudgeError(f"judge endpoint {self.url} failed after {self.max_retries + 1} "
-                         f"attempt(s): {type(last).__name__}: {last}")
+
+class _LazyTransformersBackend:
+    """A :class:`~hopgym.backends.TransformersBackend` loaded on first use, from local files by
+    default; a pickled copy leaves the model behind and loads its own."""
+
+    def __init__(self, model_path: str, device: str, local_files_only: bool) -> None:
+        self.model_path, self.device, self.local_files_only = model_path, device, local_files_only
+        self._backend: Any = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "device": self.device,
+                "local_files_only": self.local_files_only}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)
+
+    @property
+    def loaded(self) -> bool:
+        return self._backend is not None
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._backend is None:
+                try:
+                    import torch  # noqa: F401
+                    from transformers import AutoModelForCausalLM, AutoTokenizer
+                except ImportError:
+                    raise DependencyNotInstalled.for_extra("transformers", "train") from None
+                from hopgym.backends import TransformersBackend
+
+                tokenizer = AutoTokenizer.from_pretrained(
+                    self.model_path, local_files_only=self.local_files_only)
+                model = AutoModelForCausalLM.from_pretrained(
+                    self.model_path, local_files_only=self.local_files_only)
+                self._backend = TransformersBackend(model, tokenizer, device=self.device)
+            return self._backend
+
+    @property
+    def supports_chat(self) -> bool:
+        return self.get().supports_chat
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self.get().has_chat_template
+
+    def apply_chat_template(self, messages: Sequence[Message], *,
+                            add_generation_prompt: bool = True) -> str:
+        return self.get().apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+
+    def generate(self, prompts: Sequence[Any], params: SamplingParams) -> list[str]:
+        return self.get().generate(prompts, params)
 
 
-class TransformersJudge(_PromptJudge):
-    """A judge run by a local causal LM with transformers (greedy decoding, loaded on first use).
+class TransformersJudge(PromptJudge):
+    """A :class:`PromptJudge` on a local causal LM (a
+    :class:`~hopgym.backends.TransformersBackend`, greedy, loaded on first use).
 
     Args:
         model_path: a local model directory (or a hub id already in the local cache).
@@ -467,8 +584,6 @@ class TransformersJudge(_PromptJudge):
     The chat template is used when the tokenizer has one.
     """
 
-    _transient = ("_lock", "_model", "_tokenizer")
-
     def __init__(
         self,
         model_path: str,
@@ -479,49 +594,19 @@ class TransformersJudge(_PromptJudge):
         cache_size: int = 4096,
         on_error: str | float = "raise",
     ) -> None:
-        super().__init__(on_error=on_error, cache_size=cache_size, max_workers=1)
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-        self.model_path = str(model_path)
-        self.device = device
-        self.max_new_tokens = max_new_tokens
-        self.local_files_only = local_files_only
-        self._model: Any = None
-        self._tokenizer: Any = None
+        super().__init__(_LazyTransformersBackend(str(model_path), device, local_files_only),
+                         params=SamplingParams(max_new_tokens=max_new_tokens), on_error=on_error,
+                         cache_size=cache_size, max_workers=1)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._model = self._tokenizer = None
+    model_path = property(lambda self: self.backend.model_path, doc="The model directory.")
+    device = property(lambda self: self.backend.device, doc="The torch device.")
+    local_files_only = property(lambda self: self.backend.local_files_only,
+                                doc="Whether the hub is never asked.")
+    max_new_tokens = property(lambda self: self.params.max_new_tokens, doc="Reply length.")
 
-    def _load(self) -> None:
-        try:
-            import torch  # noqa: F401
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError:
-            from hopgym.corpora.retrieval import DependencyNotInstalled
-
-            raise DependencyNotInstalled.for_extra("transformers", "train") from None
-        self._tokenizer = AutoTokenizer.from_pretrained(
-            self.model_path, local_files_only=self.local_files_only)
-        model = AutoModelForCausalLM.from_pretrained(
-            self.model_path, local_files_only=self.local_files_only)
-        self._model = model.to(self.device).eval()
-
-    def _complete(self, prompt: str) -> str:
-        import torch
-
-        with self._lock:
-            if self._model is None:
-                self._load()
-        tok = self._tokenizer
-        if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                           add_generation_prompt=True)
-        else:
-            text = prompt + "\n"
-        enc = tok(text, return_tensors="pt").to(self.device)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        with torch.no_grad():
-            out = self._model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                       pad_token_id=pad)
-        return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded (it is, on the first verdict)."""
+        return self.backend.loaded

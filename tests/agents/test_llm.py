@@ -528,13 +528,14 @@ def test_llm_eval_example_runs_batched_episodes(tmp_path, model, tokenizer):
                            "--trajectories", str(tmp_path / "t.jsonl")])
     assert metrics["episodes"] == 3
     assert json.loads((tmp_path / "m.json").read_text())["episodes"] == 3
-    lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    header, *lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    assert json.loads(header)["format"] == "hopgym-trajectories"
     assert len(lines) == 3 and len({json.loads(x)["question_id"] for x in lines}) == 3
     assert all(1 <= json.loads(x)["steps"] <= 2 for x in lines)
 
 
 def test_gguf_paths_resolve_to_directory_and_file(tmp_path):
-    from hopgym.agents.llm import _resolve_gguf
+    from hopgym.backends.transformers_backend import _resolve_gguf
 
     (tmp_path / "m.Q4.gguf").write_bytes(b"")
     assert _resolve_gguf(str(tmp_path), None) == (str(tmp_path), "m.Q4.gguf")

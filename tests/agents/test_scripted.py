@@ -52,8 +52,8 @@ def test_evaluate_writes_trajectories(tmp_path):
     env = gym.make("hopgym/Tiny-v0")
     path = tmp_path / "traj.jsonl"
     evaluate(env, OracleAgent(env), episodes=3, seed=0, trajectories=path)
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert len(lines) == 3
+    header, *lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert header["format"] == "hopgym-trajectories" and len(lines) == 3
     assert lines[0]["turns"][-1]["action_type"] == "answer"
     assert lines[0]["turns"][0]["action"].startswith("<think>")
     assert lines[0]["em"] == 1.0
@@ -75,5 +75,17 @@ def test_make_agent_names():
         make_agent("smart", env)
 
 
-def test_top_level_evaluate_is_the_harness():
-    assert hopgym.evaluate is evaluate
+def test_top_level_evaluate_is_the_harness_and_deprecated():
+    with pytest.warns(DeprecationWarning, match="hopgym.agents.evaluate"):
+        assert hopgym.evaluate is evaluate
+
+
+def test_aggregate_means_carry_no_float_noise():
+    from hopgym.agents.evaluation import aggregate
+
+    one = {"em": 0.0, "f1": 0.0, "support_recall": 1.0, "steps": 4, "searches": 3,
+           "searches_by_source": {"local": 3}, "invalid": 0, "prediction": None, "return": 0.1,
+           "reward_terms": {"cost": 0.1}}
+    m = aggregate([one] * 10)
+    assert m["searches_by_source"] == {"local": 3.0}
+    assert m["reward_terms"]["cost"] == 0.1

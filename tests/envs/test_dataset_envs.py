@@ -11,7 +11,8 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
-import hopgym
+import hopgym  # noqa: F401  (registers the ids)
+from hopgym.agents.evaluation import evaluate
 from hopgym.agents.scripted import make_agent
 from hopgym.corpora.index_store import StaleIndexError, read_manifest
 from hopgym.corpora.loaders import DatasetUnavailableError
@@ -36,7 +37,7 @@ DISTRACTOR = [
 @pytest.mark.parametrize("env_id,path", DISTRACTOR, ids=[d[0] for d in DISTRACTOR])
 def test_oracle_solves_every_question_in_distractor_mode(env_id, path):
     env = gym.make(env_id, path=path)
-    m = hopgym.evaluate(env, make_agent("oracle", env), episodes=len(env.unwrapped.task.samples))
+    m = evaluate(env, make_agent("oracle", env), episodes=len(env.unwrapped.task.samples))
     assert m["em"] == 1.0 and m["support_recall"] == 1.0
 
 
@@ -117,6 +118,25 @@ def test_index_is_built_once_then_reused_and_checked(tmp_path):
     assert env3.step(Search("Brenna Observatory"))[4]["documents"][0].doc_id == "0"
 
 
+def test_an_index_without_its_manifest_is_refused_unless_rebuild(tmp_path):
+    from hopgym.corpora.index_store import IndexIntegrityWarning, IndexStoreError
+
+    idx = tmp_path / "idx"
+    gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    (idx / "manifest.json").unlink()
+    clear_task_cache()
+    with pytest.raises(IndexStoreError, match="no manifest.json.*rebuild=True"):
+        gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    with pytest.warns(IndexIntegrityWarning, match="rebuilding"):
+        env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                       rebuild=True)
+    assert read_manifest(idx).corpus_format == "musique"
+    env.reset(seed=0)
+    assert env.step(Search("Van Hook Township"))[4]["new_ids"]
+    with pytest.raises(ValueError, match="rebuild=True rebuilds a saved index"):
+        gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", rebuild=True)
+
+
 def test_pickled_env_rebuilds_its_task_from_the_cache():
     env = gym.make("hopgym/2WikiMultiHopQA-v0", path=WIKI2)
     env.reset(seed=1)
@@ -187,3 +207,76 @@ def test_missing_path_and_offline_hub(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", mod)
     with pytest.raises(DatasetUnavailableError, match="pass path="):
         gym.make("hopgym/HotpotQA-v0")  # the default path is the hub name
+
+
+def test_retriever_settings_reach_the_client_from_gym_make():
+    from hopgym.corpora.http import HTTPRetriever
+
+    env = gym.make("hopgym/Bamboogle-v0", path=BAMBOOGLE, reward=None,
+                   retriever={"url": "http://127.0.0.1:9", "timeout": 0.5, "retries": 0},
+                   web="http://127.0.0.1:9")
+    local = env.unwrapped.task.sources["local"].retriever
+    assert isinstance(local, HTTPRetriever) and (local.timeout, local.retries) == (0.5, 0)
+    assert isinstance(env.unwrapped.task.sources["web"].retriever, HTTPRetriever)
+    env.reset(seed=0)
+    info = env.step(Search("anything"))[4]  # nothing listens on port 9: reported, not raised
+    assert "RetrievalError" in info["retrieval_error"]
+    clone = pickle.loads(pickle.dumps(env))  # the spec is part of the recipe
+    assert clone.unwrapped.task is env.unwrapped.task
+
+
+def test_shorthand_keywords_merge_into_the_retriever_spec():
+    from hopgym.corpora.retrievers import RetrieverSpec
+
+    pytest.importorskip("faiss")
+    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", retriever="dense",
+                   model="hashing-128", index_type="hnsw", reward=None)
+    spec = env.unwrapped.task.recipe[1][0].retriever
+    assert spec == RetrieverSpec(kind="dense", model="hashing-128", index_type="hnsw")
+    assert env.unwrapped.task.sources["local"].retriever.index_type == "hnsw"
+    with pytest.raises(ValueError, match="model is given twice"):
+        gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, retriever={"kind": "dense", "model": "a"},
+                 model="b")
+
+
+def test_task_spec_is_built_by_keyword_and_checked():
+    from hopgym.envs.datasets import TaskSpec
+
+    spec = TaskSpec(dataset="hotpotqa", path=HOTPOT, retriever="bm25", limit=2)
+    assert spec.path == HOTPOT and spec.path_key[0] > 0 and spec.retriever.kind == "bm25"
+    assert TaskSpec(dataset="hotpotqa").path == "hotpotqa/hotpot_qa"  # the hub name by default
+    assert spec == TaskSpec(dataset="hotpotqa", path=HOTPOT, retriever={"kind": "bm25"}, limit=2)
+    for kwargs, match in [
+        ({"dataset": "squad", "path": HOTPOT}, "dataset must be one of"),
+        ({"dataset": "bamboogle", "path": BAMBOOGLE, "mode": "open"}, "mode does not apply"),
+        ({"dataset": "hotpotqa", "path": HOTPOT, "limit": 0}, "limit must be None or an int"),
+        ({"dataset": "hotpotqa", "path": HOTPOT, "lenient": "yes"}, "lenient must be"),
+        ({"dataset": "hotpotqa", "path": HOTPOT, "web_cost": -1}, "web_cost must be"),
+        ({"dataset": "hotpotqa", "path": HOTPOT, "mode": "distractor",
+          "retriever": "http://127.0.0.1:9"}, "distractor"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            TaskSpec(**kwargs)
+
+
+def test_old_factory_names_still_work():
+    from hopgym.envs import datasets
+
+    env = datasets.make_2wiki(WIKI2, top_k=2, reward=None)
+    assert env.unwrapped.task is gym.make("hopgym/2WikiMultiHopQA-v0", path=WIKI2).unwrapped.task
+    assert env.unwrapped.top_k == 2
+    for name in ("make_hotpotqa", "make_musique", "make_bamboogle", "make_multihopqa"):
+        assert callable(getattr(datasets, name))
+
+
+def test_a_loaded_index_takes_the_specs_cache_bounds(tmp_path):
+    idx = tmp_path / "idx"
+    gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    clear_task_cache()
+    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                   retriever={"cache_entries": 7})
+    assert env.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 7
+    clear_task_cache()
+    off = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                   retriever={"cache_entries": 0})
+    assert off.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 0

@@ -13,11 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from hopgym.backends import BackendError, SamplingParams
 from hopgym.rewards.judges import (
     CallableJudge,
     Judge,
     JudgeError,
     OpenAIJudge,
+    PromptJudge,
     TransformersJudge,
     answer_prompt,
     as_score,
@@ -83,6 +85,103 @@ def test_callable_judge_and_batch_helpers():
         CallableJudge(answer_fn="yes")
 
 
+# ----------------------------------------------------------------------------- PromptJudge
+class ScriptedBackend:
+    """A real backend object: answers from the prompt's text, records what it was asked."""
+
+    def __init__(self, *, chat: bool = True, fail_on: str | None = None, delay: float = 0.0):
+        self.supports_chat = self.has_chat_template = chat
+        self.fail_on, self.delay = fail_on, delay
+        self.calls: list[tuple[list, SamplingParams]] = []
+        self.lock = threading.Lock()
+
+    def __getstate__(self):  # picklable, as backends of judges held by envs must be
+        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, lock=threading.Lock())
+
+    def apply_chat_template(self, messages, *, add_generation_prompt=True):
+        return "".join(m["content"] for m in messages)
+
+    def generate(self, prompts, params):
+        with self.lock:
+            self.calls.append((list(prompts), params))
+        time.sleep(self.delay)
+        out = []
+        for p in prompts:
+            text = p[-1]["content"] if isinstance(p, list) else p
+            if self.fail_on and self.fail_on in text:
+                raise BackendError(f"server said no to {self.fail_on}")
+            out.append("7" if "Search query:" in text
+                       else "<think>checking</think>yes" if "<<<Cardell>>>" in text else "no")
+        return out
+
+
+def test_prompt_judge_formats_prompts_and_parses_verdicts():
+    backend = ScriptedBackend()
+    judge = PromptJudge(backend)
+    assert isinstance(judge, Judge)
+    assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
+    assert judge.judge_answer("Where?", "Lorn", ["Cardell"]) == 0.0
+    assert judge.judge_relevance("Where?", "r", "q", ["doc"]) == 0.7
+    (prompts, params), *_ = backend.calls
+    assert prompts == [[{"role": "user", "content": answer_prompt("Where?", "Cardell",
+                                                                  ["Cardell"])}]]
+    assert params == SamplingParams(max_new_tokens=16) and params.greedy
+
+
+def test_prompt_judge_sends_raw_text_to_a_backend_without_chat():
+    backend = ScriptedBackend(chat=False)
+    judge = PromptJudge(backend, params=SamplingParams(max_new_tokens=4, seed=3))
+    assert judge.judge_relevance("Q?", "", "q", ["d"]) == 0.7
+    (prompts, params), = backend.calls
+    assert prompts == [relevance_prompt("Q?", "", "q", ["d"]) + "\n"]
+    assert params.max_new_tokens == 4 and params.seed == 3
+
+
+def test_prompt_judge_caches_and_batches_distinct_prompts_on_threads():
+    backend = ScriptedBackend(delay=0.2)
+    judge = PromptJudge(backend, max_workers=4, cache_size=8)
+    items = [("Where?", p, ["Cardell"]) for p in ("Cardell", "Lorn", "Halvik", "Vashti")] * 2
+    t0 = time.perf_counter()
+    assert judge.judge_answers(items) == [1.0, 0.0, 0.0, 0.0] * 2
+    assert time.perf_counter() - t0 < 0.6          # 4 x 0.2 s one after another would be 0.8 s
+    assert len(backend.calls) == 4 and judge.calls == 4
+    assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
+    assert len(backend.calls) == 4 and judge.cache_hits == 1
+    serial = PromptJudge(ScriptedBackend())
+    assert serial.judge_relevances([("q", "r", "s", ["d"])] * 3) == [0.7] * 3
+    assert serial.calls == 1
+
+
+def test_prompt_judge_backend_errors_raise_or_fall_back_and_are_not_cached():
+    strict = PromptJudge(ScriptedBackend(fail_on="Halvik"))
+    with pytest.raises(JudgeError, match="BackendError: server said no to Halvik"):
+        strict.judge_answer("Where?", "Halvik", ["Cardell"])
+    lenient = PromptJudge(ScriptedBackend(fail_on="Halvik"), on_error=0.5)
+    with pytest.warns(RuntimeWarning, match="scoring 0.5 instead"):
+        assert lenient.judge_answers([("Where?", "Halvik", ["C"]), ("Where?", "Cardell",
+                                                                      ["Cardell"])]) == [0.5, 1.0]
+    assert lenient.failures == 1 and len(lenient._cache) == 1
+
+
+def test_prompt_judge_pickles_with_its_backend_and_cache():
+    judge = PromptJudge(ScriptedBackend(chat=False))
+    judge.judge_answer("Where?", "Cardell", ["Cardell"])
+    clone = pickle.loads(pickle.dumps(judge))
+    assert clone.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0 and clone.cache_hits == 1
+
+
+def test_prompt_judge_checks_its_arguments():
+    with pytest.raises(TypeError, match="generate"):
+        PromptJudge(object())
+    with pytest.raises(TypeError, match="SamplingParams"):
+        PromptJudge(ScriptedBackend(), params={"temperature": 0})
+    with pytest.raises(ValueError, match="max_workers"):
+        PromptJudge(ScriptedBackend(), max_workers=0)
+
+
 # ----------------------------------------------------------------------------- stub server
 class Stub:
     """A local OpenAI-compatible server with scripted failures."""
@@ -94,6 +193,7 @@ class Stub:
         self.reply = lambda prompt: ("7" if "Search query:" in prompt
                                      else "yes" if "<<<Cardell>>>" in prompt else "no")
         self.raw: bytes | None = None
+        self.retry_after: str | None = None
         self.active = 0
         self.max_active = 0
         self.lock = threading.Lock()
@@ -115,6 +215,8 @@ class Stub:
                     time.sleep(stub.delay)
                     if status != 200:
                         self.send_response(status)
+                        if stub.retry_after is not None:
+                            self.send_header("Retry-After", stub.retry_after)
                         self.end_headers()
                         return
                     content = stub.raw if stub.raw is not None else json.dumps({"choices": [
@@ -151,7 +253,7 @@ def stub():
 
 
 def judge_for(stub: Stub, **kw) -> OpenAIJudge:
-    kw.setdefault("retry_backoff", 0.0)
+    kw.setdefault("backoff", 0.0)
     kw.setdefault("timeout", 5.0)
     return OpenAIJudge(stub.url, "tiny-judge", **kw)
 
@@ -196,21 +298,44 @@ def test_openai_judge_batches_on_threads_and_dedupes(stub):
 
 def test_openai_judge_retries_transient_errors(stub):
     stub.statuses = [503, 429]
-    judge = judge_for(stub, max_retries=2)
+    judge = judge_for(stub, retries=2)
     assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
     assert len(stub.requests) == 3
 
 
 def test_openai_judge_gives_up_after_retries_and_raises(stub):
     stub.statuses = [500, 500, 500]
-    judge = judge_for(stub, max_retries=2)
+    judge = judge_for(stub, retries=2)
     with pytest.raises(JudgeError, match="failed after 3 attempt"):
         judge.judge_answer("Where?", "Cardell", ["Cardell"])
 
 
+def test_openai_judge_old_retry_names_still_work_with_a_warning(stub):
+    stub.statuses = [503]
+    with pytest.warns(DeprecationWarning, match=r"max_retries=\) is deprecated"):
+        judge = OpenAIJudge(stub.url, "m", max_retries=1, backoff=0.0)
+    assert judge.retries == 1 and judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
+    assert len(stub.requests) == 2
+    with pytest.warns(DeprecationWarning, match="retry_backoff"):
+        assert OpenAIJudge(stub.url, "m", retry_backoff=0.25).backoff == 0.25
+    with pytest.warns(DeprecationWarning, match="use .retries"):
+        assert judge.max_retries == 1
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="pass retries= only"):
+        OpenAIJudge(stub.url, "m", max_retries=1, retries=3)
+
+
+def test_openai_judge_honours_retry_after(stub):
+    stub.statuses = [429]
+    stub.retry_after = "0.2"
+    judge = judge_for(stub, retries=1)
+    t0 = time.perf_counter()
+    assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
+    assert time.perf_counter() - t0 >= 0.2 and len(stub.requests) == 2
+
+
 def test_openai_judge_does_not_retry_client_errors(stub):
     stub.statuses = [400]
-    judge = judge_for(stub, max_retries=3)
+    judge = judge_for(stub, retries=3)
     with pytest.raises(JudgeError, match="HTTP 400"):
         judge.judge_answer("Where?", "Cardell", ["Cardell"])
     assert len(stub.requests) == 1
@@ -218,14 +343,14 @@ def test_openai_judge_does_not_retry_client_errors(stub):
 
 def test_openai_judge_timeout_then_fallback_score(stub):
     stub.delay = 0.5
-    judge = judge_for(stub, timeout=0.1, max_retries=1, on_error=0.25)
+    judge = judge_for(stub, timeout=0.1, retries=1, on_error=0.25)
     with pytest.warns(RuntimeWarning, match="scoring 0.25 instead"):
         assert judge.judge_relevance("q", "r", "s", ["d"]) == 0.25
     assert judge.failures == 1 and len(judge._cache) == 0      # failures are not cached
 
 
 def test_openai_judge_unreachable_endpoint():
-    judge = OpenAIJudge("http://127.0.0.1:9/v1", "m", timeout=0.5, max_retries=0)
+    judge = OpenAIJudge("http://127.0.0.1:9/v1", "m", timeout=0.5, retries=0)
     with pytest.raises(JudgeError, match="failed after 1 attempt"):
         judge.judge_answer("q", "a", ["b"])
 
@@ -255,7 +380,7 @@ def test_openai_judge_pickles_and_deepcopies_with_its_cache(stub):
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"on_error": "ignore"}, "on_error"), ({"on_error": 2.0}, "on_error"),
-    ({"timeout": 0}, "timeout"), ({"max_retries": -1}, "max_retries"),
+    ({"timeout": 0}, "timeout"), ({"retries": -1}, "retries"), ({"max_retries": -1}, "max_retries"),
     ({"max_workers": 0}, "max_workers"), ({"cache_size": -1}, "cache_size")])
 def test_openai_judge_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -292,15 +417,30 @@ def tiny_lm_dir(tmp_path_factory):
 @pytest.mark.filterwarnings("ignore:TransformersJudge failed:RuntimeWarning")
 def test_transformers_judge_on_a_local_tiny_model(tiny_lm_dir):
     judge = TransformersJudge(tiny_lm_dir, max_new_tokens=3, on_error=0.5)
-    assert judge._model is None                            # loaded lazily
+    assert not judge.loaded                                # loaded lazily
     # A random tiny model's reply is noise: either a parsed verdict or the fallback.
     v = judge.judge_answer("Where?", "Cardell", ["Cardell"])
-    assert v in (0.0, 0.5, 1.0) and judge._model is not None
+    assert v in (0.0, 0.5, 1.0) and judge.loaded
     assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == v and judge.cache_hits == 1
     clone = pickle.loads(pickle.dumps(judge))
-    assert clone._model is None and clone.judge_answer("Where?", "Cardell", ["Cardell"]) == v
+    assert not clone.loaded and clone.judge_answer("Where?", "Cardell", ["Cardell"]) == v
     judge._complete = lambda prompt: "9"                   # the parsing path, deterministically
     assert judge.judge_relevance("q", "r", "s", ["d"]) == 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:TransformersJudge failed:RuntimeWarning")
+def test_transformers_judge_runs_on_the_transformers_backend(tiny_lm_dir):
+    from hopgym.backends import TransformersBackend
+
+    judge = TransformersJudge(tiny_lm_dir, max_new_tokens=3, on_error=0.5)
+    judge.judge_answer("Where?", "Cardell", ["Cardell"])
+    backend = judge.backend.get()
+    assert isinstance(backend, TransformersBackend)
+    prompt = answer_prompt("Where?", "Cardell", ["Cardell"])
+    message = [{"role": "user", "content": prompt}] if backend.supports_chat else prompt + "\n"
+    # The judge's cached reply is exactly what the shared backend generates for its prompt.
+    assert judge._cache[prompt] == backend.generate([message], SamplingParams(max_new_tokens=3))[0]
 
 
 @pytest.mark.slow

@@ -1,0 +1,155 @@
+"""An OpenAI-compatible HTTP server as a backend: :class:`OpenAIBackend` (standard library only)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from hopgym.backends.base import (
+    BackendError,
+    Message,
+    Prompt,
+    SamplingParams,
+    _render_template,
+    _transformers,
+)
+from hopgym.backends.stops import close_open_tag, cut_at_stop
+from hopgym.httpclient import HTTPClient, HTTPError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["OpenAIBackend"]
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible server (``vllm serve``, SGLang, llama.cpp's ``llama-server``, …).
+
+    Chat prompts go to ``POST {base_url}/chat/completions``, raw text to ``{base_url}/completions``,
+    one request per prompt, up to ``max_concurrency`` at a time (the server batches them).
+    Requests go through :class:`~hopgym.httpclient.HTTPClient` (keep-alive connections, the
+    retry policy and the time bound are described there); only the standard library is used.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``; a URL without a path
+            (``http://127.0.0.1:8000``) gets ``/v1``, any other is used as given.
+        model: the served model's name.
+        api_key: sent as ``Authorization: Bearer …`` when given.
+        timeout: seconds one attempt may take (connecting, sending, the whole reply).
+        retries: further attempts after a connection error, a timeout or a
+            :data:`~hopgym.httpclient.RETRYABLE_STATUS` reply (408, 429, 5xx).
+        backoff: the nominal wait before the first retry in seconds, doubled for each further
+            one, jittered, lengthened to the server's ``Retry-After``.
+        max_backoff: the longest wait between two attempts.
+        max_concurrency: requests in flight at once.
+        tokenizer: optional local tokenizer (object, id or path) used only to render a chat
+            template locally (``LLMAgent(mode="continuation")`` with a template).
+        headers: extra HTTP headers sent with every request.
+
+    Servers drop the stop string from the reply; for closing-tag stops (``</search>``) it is
+    put back (:func:`~hopgym.backends.stops.close_open_tag`) so that the turn parses.
+
+    Example:
+        >>> OpenAIBackend("http://127.0.0.1:8000", "m").base_url
+        'http://127.0.0.1:8000/v1'
+        >>> OpenAIBackend("https://example.org/v1beta/openai/", "m").base_url
+        'https://example.org/v1beta/openai'
+    """
+
+    supports_chat = True
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        max_concurrency: int = 8,
+        tokenizer: str | PreTrainedTokenizerBase | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
+        base = base_url.rstrip("/")
+        self.base_url = base if urlsplit(base).path else base + "/v1"
+        self.model, self.api_key = model, api_key
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # The client checks timeout, retries and the waits, with one set of messages.
+        self._http = HTTPClient(self.base_url, timeout=timeout, retries=retries, backoff=backoff,
+                                max_backoff=max_backoff, headers={**(headers or {}), **auth})
+        self.max_concurrency = max_concurrency
+        if isinstance(tokenizer, str):
+            tokenizer = _transformers().AutoTokenizer.from_pretrained(tokenizer)
+        self.tokenizer = tokenizer
+        self.has_chat_template = bool(tokenizer is not None
+                                      and getattr(tokenizer, "chat_template", None))
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIBackend({self.base_url!r}, {self.model!r})"
+
+    # The retry policy lives in the client; these read it.
+    timeout = property(lambda self: self._http.timeout, doc="Seconds one attempt may take.")
+    retries = property(lambda self: self._http.retries, doc="Further attempts after a failure.")
+    backoff = property(lambda self: self._http.backoff, doc="The first nominal wait (seconds).")
+    max_backoff = property(lambda self: self._http.max_backoff, doc="The longest wait (seconds).")
+
+    def apply_chat_template(self, messages: Sequence[Message], *,
+                            add_generation_prompt: bool = True) -> str:
+        if self.tokenizer is None:
+            raise ValueError("OpenAIBackend renders chat templates on the server; pass "
+                             "tokenizer= to render one locally (mode='continuation')")
+        return _render_template(self.tokenizer, messages, add_generation_prompt)
+
+    # -------------------------------------------------------------- requests
+    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self._http.post_json(path, payload)
+        except HTTPError as exc:
+            hint = " Check that the server is up, or raise timeout=/retries=." if exc.transient \
+                else ""
+            raise BackendError(f"{exc}.{hint}") from exc
+
+    def _one(self, prompt: Prompt, params: SamplingParams, seed: int | None) -> str:
+        payload: dict[str, Any] = {"model": self.model, "max_tokens": params.max_new_tokens,
+                                   "temperature": float(params.temperature),
+                                   "top_p": float(params.top_p), "n": 1}
+        if seed is not None:
+            payload["seed"] = seed
+        if params.stop:
+            payload["stop"] = list(params.stop)
+        if isinstance(prompt, str):
+            payload["prompt"] = prompt
+            reply = self._post("/completions", payload)
+        else:
+            payload["messages"] = list(prompt)
+            reply = self._post("/chat/completions", payload)
+        try:
+            choice = reply["choices"][0]
+            text = choice["text"] if isinstance(prompt, str) else choice["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            field = "text" if isinstance(prompt, str) else "message.content"
+            raise BackendError(f"unexpected reply from {self.base_url}: no choices[0].{field} in "
+                               f"{json.dumps(reply)[:300]}") from None
+        text = text or ""
+        if choice.get("finish_reason") == "stop" and params.stop:
+            text = close_open_tag(text, params.stop)
+        return cut_at_stop(text, params.stop)
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]:
+        prompts = list(prompts)
+        seeds = [None if params.seed is None else params.seed + i for i in range(len(prompts))]
+        if len(prompts) <= 1 or self.max_concurrency == 1:
+            return [self._one(p, params, s) for p, s in zip(prompts, seeds, strict=True)]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
+            jobs = [pool.submit(self._one, p, params, s)
+                    for p, s in zip(prompts, seeds, strict=True)]
+            return [job.result() for job in jobs]

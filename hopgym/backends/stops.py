@@ -1,0 +1,68 @@
+"""Stop strings: where a model's turn ends, and what of the stop string the turn keeps.
+
+Functions: :func:`stop_is_kept`, :func:`cut_at_stop`, :func:`close_open_tag` (also re-exported by
+:mod:`hopgym.agents.prompts`).
+
+A protocol's ``stop`` strings end one model turn. Those that close a tag (``</search>``) belong to
+the turn and are kept; the others (``r3``'s ``"\\nThe retrieval documents:"``, ``"\\nStep "``) are
+where the model starts writing the env's part, and are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["stop_is_kept", "cut_at_stop", "close_open_tag"]
+
+
+def stop_is_kept(stop: str) -> bool:
+    """Whether a stop string belongs to the model's turn: closing tags do, the env's headers don't.
+
+    Example:
+        >>> stop_is_kept("</search>"), stop_is_kept("\\nStep ")
+        (True, False)
+    """
+    return stop.lstrip().startswith("</")
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    """Cut ``text`` at the first stop string; keep it if :func:`stop_is_kept`, else drop it.
+
+    Example:
+        >>> cut_at_stop("<think>x</think><search>q</search><information>", ["</search>"])
+        '<think>x</think><search>q</search>'
+        >>> cut_at_stop("The final answer: Oslo\\nStep 3:", ["\\nStep "])
+        'The final answer: Oslo'
+    """
+    best: tuple[int, str] | None = None
+    for stop in stops:
+        if not stop:
+            continue
+        i = text.find(stop)
+        if i >= 0 and (best is None or i < best[0] or (i == best[0] and len(stop) > len(best[1]))):
+            best = (i, stop)
+    if best is None:
+        return text
+    i, stop = best
+    return text[: i + len(stop)] if stop_is_kept(stop) else text[:i]
+
+
+def close_open_tag(text: str, stops: Sequence[str]) -> str:
+    """Append the closing-tag stop that a server cut off (OpenAI-style APIs drop the stop string).
+
+    Only closing-tag stops (``</x>``) are restored, and only when ``<x>`` is open at the end.
+
+    Example:
+        >>> close_open_tag("<think>a</think><search>Acme founder", ["</search>", "</answer>"])
+        '<think>a</think><search>Acme founder</search>'
+        >>> close_open_tag("<think>a</think>", ["</search>"])
+        '<think>a</think>'
+    """
+    for stop in stops:
+        if not stop_is_kept(stop):
+            continue
+        close = stop.strip()
+        opening = "<" + close[2:]
+        if text.rfind(opening) > text.rfind(close):
+            return text + close
+    return text
