@@ -146,12 +146,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(sft_steps=3, grpo_steps=2, questions_per_step=2, group_size=2, n_eval=4,
                   brief_prompt=True, tiny=dict(layers=1, hidden=32, heads=2, ffn=64,
                                                 max_positions=512)),
-    # One GPU: cpu-small's question at a larger size (a bigger world, a wider and deeper
-    # student, twice the questions per step, more GRPO steps, more held-out questions).
+    # One GPU: cpu-small's question and settings at a larger size (a 10x world, a wider and
+    # deeper student, twice the questions per step, more held-out questions); sized for
+    # benchmarks/gpu_grpo.sh's 7 minutes with GRPO and continue-SFT.
     "gpu-small": {**_CPU_SMALL,
                   "world": {**_CPU_SMALL["world"], "n_entities": 3000, "n_questions": 8000},
                   "tiny": dict(layers=6, hidden=256, heads=8, ffn=1024, max_positions=512),
-                  "questions_per_step": 16, "grpo_steps": 100, "n_eval": 500},
+                  "questions_per_step": 16, "n_eval": 500},
 }
 
 
