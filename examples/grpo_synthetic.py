@@ -24,6 +24,8 @@ Run (one CPU thread)::
     OMP_NUM_THREADS=1 python examples/grpo_synthetic.py --preset cpu-small --seeds 0 1 2 \\
         --json runs/grpo_synthetic/result.json
 
+Seeds can run side by side in separate processes (``--seeds 1 --out A --json a.json``, ...) and
+be merged afterwards: ``--merge a.json b.json --json result.json`` (summary and targets over all).
 ``--methods grpo`` runs GRPO alone (a sweep; the SFT checkpoint is cached per seed and settings
 under ``--out``). ``--set KEY=VALUE`` overrides any field of :class:`Args` (``--set grpo_lr=3e-4
 tiny.layers=2``). On a GPU: ``--preset gpu-small``. Output: ``{"summary", "runs", "targets"}``;
@@ -456,6 +458,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets",
                    help="override Args fields, e.g. grpo_lr=3e-4 loss_type=grpo tiny.layers=2")
     p.add_argument("--json", default=None, help="write the result here")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="run nothing: merge the runs of these result files (one seed each, run "
+                        "side by side) into one result, with the summary and targets over all")
     ns = p.parse_args(argv)
     sets = _parse_sets(ns.sets)
     if ns.methods:
@@ -465,24 +470,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = make_args(ns.preset, sets)
     start, c_start = time.perf_counter(), time.process_time()
     runs: list[dict[str, Any]] = []
+    parts = [json.loads(Path(f).read_text()) for f in ns.merge or ()]
+    for f, part in zip(ns.merge or (), parts, strict=True):
+        if part["args"] != parts[0]["args"] | {"out": part["args"]["out"]}:
+            raise SystemExit(f"{f}: its settings differ from {ns.merge[0]}'s; merge runs of one "
+                             f"configuration only")
 
     def stats(k: str) -> dict[str, float]:
         xs = [r[k]["em"] for r in runs]
         return {"mean": statistics.fmean(xs), "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0,
                 "per_seed": xs}
 
-    for s in ns.seeds:  # the JSON is rewritten after every seed (a long run keeps what it has)
-        runs.append(run(a, s))
+    def finish() -> dict[str, Any]:
         keys = [k for k in ("untrained", "sft", "grpo", "rft", "continue_sft", "filtered_sft")
                 if all(k in r for r in runs)]
         result = {
-            "preset": ns.preset, "seeds": [r["seed"] for r in runs], "args": asdict(a),
-            "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - c_start,
+            "preset": parts[0]["preset"] if parts else ns.preset,
+            "seeds": [r["seed"] for r in runs], "args": parts[0]["args"] if parts else asdict(a),
+            "seconds": sum(p["seconds"] for p in parts) or time.perf_counter() - start,
+            "cpu_seconds": sum(p["cpu_seconds"] for p in parts) or time.process_time() - c_start,
             "summary": {k: stats(k) for k in keys}, "targets": targets(runs), "runs": runs,
         }
         if ns.json:
             Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
             Path(ns.json).write_text(json.dumps(result, indent=1, default=str))
+        return result
+
+    if parts:
+        runs = sorted((r for p in parts for r in p["runs"]), key=lambda r: r["seed"])
+        result = finish()
+    for s in () if parts else ns.seeds:  # the JSON is rewritten after every seed
+        runs.append(run(a, s))
+        result = finish()
+    keys = list(result["summary"])
     for k in keys:
         s = result["summary"][k]
         print(f"EM {k:>13}: {s['mean']:.3f} ± {s['std']:.3f}  per seed "
