@@ -363,9 +363,19 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     cbs = [curve, *callbacks]
     if config.time_limit_s is not None:
         cbs.append(TimeLimitCallback.make(config.time_limit_s))
-    trainer = GRPOTrainer(model=model, reward_funcs=[EnvReward()], args=args,
-                          train_dataset=dataset, processing_class=tokenizer,
-                          rollout_func=rollout, callbacks=cbs)
+    # With beta > 0, TRL builds its KL reference by loading ``model.config._name_or_path``: a
+    # model built in memory has none, and a loaded one may have trained since. The reference is
+    # the starting weights, saved for TRL to load (then the name is put back).
+    name_or_path = getattr(model.config, "_name_or_path", "")
+    if config.beta > 0:
+        model.save_pretrained(out / "kl_reference")
+        model.config._name_or_path = str(out / "kl_reference")
+    try:
+        trainer = GRPOTrainer(model=model, reward_funcs=[EnvReward()], args=args,
+                              train_dataset=dataset, processing_class=tokenizer,
+                              rollout_func=rollout, callbacks=cbs)
+    finally:
+        model.config._name_or_path = name_or_path
     trainer.train()
     trainer.hopgym_history = curve.history
     trainer.hopgym_rollout = rollout

@@ -146,6 +146,26 @@ def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path):
     assert any("env/searches_per_episode" in h and "env/reward_terms/length" in h for h in hist)
 
 
+def test_grpo_kl_reference_is_the_starting_model(tmp_path: Path):
+    # beta > 0 with a model built in memory (no path for TRL to load a reference from).
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    before = snapshot(model)
+    trainer = train_grpo(
+        model, tok, lambda: LengthReward(make_env(None)),
+        [s.id for s in env.unwrapped.task.samples],
+        GRPORunConfig(output_dir=str(tmp_path), max_steps=2, questions_per_step=2, group_size=2,
+                      learning_rate=1e-2, beta=0.5, max_new_tokens=8, max_completion_tokens=120,
+                      plot=False))
+    assert changed(before, model) > 0
+    ref = dict(trainer.ref_model.named_parameters())
+    assert all(torch.equal(ref[name], b) for (name, _), b in
+               zip(model.named_parameters(), before, strict=True))
+    assert model.config._name_or_path == ""
+    assert any(h.get("kl", 0) > 0 for h in trainer.state.log_history)
+
+
 def test_env_reward_and_config_checks():
     assert EnvReward()(prompts=["a", "b"], completions=["x", "y"], env_reward=[1, 0.5]) == [1.0,
                                                                                             0.5]
