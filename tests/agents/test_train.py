@@ -7,6 +7,7 @@ rises (``examples/grpo_synthetic.py`` measures learning).
 from __future__ import annotations
 
 import json
+import sys
 import types
 from pathlib import Path
 
@@ -459,3 +460,35 @@ def test_entity_renamer_redraws_facts_consistently():
     with pytest.raises(ValueError, match="documents"):
         EntityRenamer(tok, types.SimpleNamespace(documents={}, samples=[]))
     assert np.all(np.sort(ren.pool) == ren.pool)
+
+
+# ---------------------------------------------------------------- the learning example, end to end
+
+
+@pytest.mark.slow
+def test_grpo_example_smoke_preset_and_merge(tmp_path: Path, capsys, monkeypatch):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "grpo_synthetic.py"
+    spec = importlib.util.spec_from_file_location("grpo_synthetic_example", path)
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, example)  # dataclasses look their module up
+    spec.loader.exec_module(example)
+    result = example.main(["--preset", "smoke", "--out", str(tmp_path / "run"),
+                           "--json", str(tmp_path / "s0.json")])
+    run = result["runs"][0]
+    for method in ("sft", "grpo", "rft", "continue_sft", "filtered_sft"):
+        assert 0.0 <= run[method]["em"] <= 1.0
+    assert run["grpo_budget"]["episodes"] == run["rft_budget"]["episodes"] == 2 * 2 * 2
+    assert (tmp_path / "run" / "seed0" / "curves.png").exists()
+    # Seeds run in separate processes merge into one result; other settings do not.
+    other = json.loads((tmp_path / "s0.json").read_text())
+    other["runs"][0]["seed"] = 1
+    (tmp_path / "s1.json").write_text(json.dumps(other))
+    merged = example.main(["--merge", str(tmp_path / "s0.json"), str(tmp_path / "s1.json")])
+    assert merged["seeds"] == [0, 1] and len(merged["targets"]["per_seed"]) == 2
+    other["args"]["grpo_lr"] = 1.0
+    (tmp_path / "s2.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="settings differ"):
+        example.main(["--merge", str(tmp_path / "s0.json"), str(tmp_path / "s2.json")])
+    capsys.readouterr()
