@@ -7,6 +7,7 @@ import pytest
 
 import hopgym
 from hopgym.agents import (
+    AGENTS,
     DirectAgent,
     OracleAgent,
     RandomAgent,
@@ -89,3 +90,47 @@ def test_aggregate_means_carry_no_float_noise():
     m = aggregate([one] * 10)
     assert m["searches_by_source"] == {"local": 3.0}
     assert m["reward_terms"]["cost"] == 0.1
+
+
+class _Searcher:
+    """A user's agent: searches the question once, then answers what the first title says."""
+
+    def __init__(self, env, seed=None):
+        self.seed = seed
+
+    def reset(self):
+        self.turn = 0
+
+    def act(self, observation, info):
+        self.turn += 1
+        return "<search>Cardell</search>" if self.turn == 1 else "<answer>Cardell</answer>"
+
+
+def test_a_registered_agent_is_made_by_name_and_by_module_path():
+    from hopgym.agents import agent_names, register_agent
+
+    register_agent("test-searcher", _Searcher)
+    try:
+        env = gym.make("hopgym/Tiny-v1")
+        agent = make_agent("test-searcher", env, seed=3)
+        assert isinstance(agent, _Searcher) and agent.seed == 3
+        assert "test-searcher" in agent_names() and "test-searcher" not in AGENTS
+        with pytest.raises(ValueError, match="already registered"):
+            register_agent("test-searcher", _Searcher)
+        register_agent("test-searcher", lambda env, seed: _Searcher(env, 7), override=True)
+        assert make_agent("test-searcher", env).seed == 7
+        # module:attribute reaches an agent no one registered (what `hopgym eval --agent` takes).
+        by_path = make_agent(f"{__name__}:_Searcher", env, seed=5)
+        assert isinstance(by_path, _Searcher) and by_path.seed == 5
+        assert evaluate(env, by_path, episodes=2, seed=0)["episodes"] == 2
+    finally:
+        from hopgym.agents import scripted
+
+        scripted._FACTORIES.pop("test-searcher", None)
+    for bad in ("", "a:b"):
+        with pytest.raises(ValueError, match="non-empty string"):
+            register_agent(bad, _Searcher)
+    with pytest.raises(ValueError, match="cannot load agent 'nope_module:X'"):
+        make_agent("nope_module:X", env)
+    with pytest.raises(ValueError, match="unknown agent 'nope'.*oracle"):
+        make_agent("nope", env)
