@@ -265,6 +265,12 @@ class TagsProtocol(Protocol):
 
     # ------------------------------------------------------------------ lenient
     def _parse_lenient(self, text: str, sources: Sequence[str]) -> ParsedTurn:
+        """Search-R1's reading: the first complete action block, everything else a format issue.
+
+        Longer than most functions on purpose: it is one pass over the tags in order, a small
+        state machine (the open ``<think>``, the end of the last tag handled, the spans covered),
+        and each branch's effect on that state reads best in one place.
+        """
         tags = _tags(text)
         if any(t.name == "information" for t in tags):
             return ParsedTurn(None, error=_INFO_ERROR)
