@@ -31,6 +31,22 @@ def local_ray():
         ray.shutdown()
 
 
+def kill(actor) -> None:
+    """``ray.kill``, then wait until the actor is gone: the kill is asynchronous, and a call sent
+    before it lands is still answered (the tests are about a dead worker, not that race)."""
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.pid.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.05)
+    raise AssertionError("the killed Ray actor still answers after 30 s")
+
+
 def synthetic(**kwargs):
     return lambda: gym.make("hopgym/SyntheticRouting-v1", **WORLD, **kwargs)
 
@@ -69,7 +85,7 @@ def test_a_killed_worker_ends_its_episodes_and_is_replaced():
     act = ["<think>first</think>"] * 4
     assert np.array_equal(venv.step(act)[0], ref.step(act)[0])
     old = venv.pids()
-    ray.kill(venv.workers[0])
+    kill(venv.workers[0])
     obs, rewards, terminated, truncated, infos = venv.step(["<search>Brenmark</search>"] * 4)
     assert list(truncated) == [True, True, False, False] and not terminated.any()
     assert list(infos["_final_info"]) == [True, True, False, False]
@@ -89,7 +105,7 @@ def test_a_killed_worker_ends_its_episodes_and_is_replaced():
     again = RayVectorEnv(fns, workers=2, autoreset_mode=AutoresetMode.SAME_STEP)
     again.reset(seed=11)
     again.step(act)
-    ray.kill(again.workers[0])
+    kill(again.workers[0])
     assert again.step(["<search>Brenmark</search>"] * 4)[0] == obs
     again.close()
 
@@ -123,7 +139,7 @@ def test_step_subset_and_per_env_options_for_collectors():
     assert [r[2] for r in out] == [True, False] and out[1][4]["query"] == "Lorn"
     venv.set_attr("note", ["a", "b", "c"])
     assert venv.get_attr("note") == ("a", "b", "c")
-    ray.kill(venv.workers[1])
+    kill(venv.workers[1])
     with pytest.raises(WorkerError, match="worker 1 died"):
         venv.get_attr("note")
     assert venv.get_attr("max_turns") == (8, 8, 8)
