@@ -64,6 +64,8 @@ WORLD: dict[str, Any] = dict(n_entities=300, hops=2, kinds="bridge", n_questions
 class Args:
     """Settings of one run (a preset fills them; ``--set`` overrides)."""
 
+    # -v0: 0.1's turn handling (no repeated-query or last-turn notices), what the README's
+    # measurements used; -v1 adds the notices to the observations.
     env: str = field(default="hopgym/Synthetic-v0", metadata={"help": "Env id."})
     world: dict[str, Any] = field(default_factory=lambda: dict(WORLD), metadata={
         "help": "WorldConfig arguments of the synthetic world."})
@@ -158,8 +160,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def brief_protocol() -> Any:
-    """The tags protocol with a first observation of only ``Question: ...``."""
+def brief_protocol(env_id: str) -> Any:
+    """The tags protocol with a first observation of only ``Question: ...``, reading turns in
+    the parse mode that ``env_id`` registers (``-v0``: strict, 0.1's turn handling)."""
+    import gymnasium as gym
+
     from hopgym.envs.protocols import TagsProtocol
 
     class BriefTags(TagsProtocol):
@@ -167,7 +172,8 @@ def brief_protocol() -> Any:
                    background: str = "") -> str:
             return f"Question: {question}\n"
 
-    return BriefTags()
+    parse = gym.spec(env_id).kwargs.get("parse")
+    return BriefTags(parse) if parse else BriefTags()
 
 
 def evaluate_em(model: Any, tok: Any, env_fn: Any, qids: list[str], a: Args) -> dict[str, float]:
@@ -214,7 +220,7 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    extra = {"protocol": brief_protocol()} if a.brief_prompt else {}
+    extra = {"protocol": brief_protocol(a.env)} if a.brief_prompt else {}
 
     def env_fn(split: str | None, reward: str | None) -> Any:
         return lambda: gym.make(a.env, split=split, reward=reward, top_k=a.top_k, **extra,

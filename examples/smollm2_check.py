@@ -14,7 +14,7 @@ The first run de-quantizes the GGUF weights to float32 (about a minute) and save
 transformers copy in ``--model-dir`` (``runs/smollm2-135m-instruct``), which later runs load
 directly (``--gguf-dir`` is then not needed). Everything runs offline.
 
-What it does: builds the synthetic world (``hopgym/Synthetic-v0``, 2-hop questions), lets the model
+What it does: builds the synthetic world (``hopgym/Synthetic-v1``, 2-hop questions), lets the model
 act greedily on ``--episodes`` held-out test questions (all episodes batched through
 ``LLMAgent.act_batch``), fine-tunes it for ``--sft-steps`` steps on oracle trajectories from the
 train split (chat format, loss on the model's turns only, plain PyTorch loop), acts again on the
@@ -129,7 +129,7 @@ def load(cfg: Config):
 
 
 def make_env(cfg: Config, split: str) -> gym.Env:
-    return gym.make("hopgym/Synthetic-v0", seed=cfg.seed, n_entities=300, n_questions=200,
+    return gym.make("hopgym/Synthetic-v1", seed=cfg.seed, n_entities=300, n_questions=200,
                     hops=2, split=split, top_k=2, max_turns=cfg.max_turns, reward=None,
                     protocol=cfg.protocol)
 

@@ -109,14 +109,14 @@ def evaluate(
             every turn (the format of :mod:`hopgym.agents.trajectories`; ``hopgym view`` reads it).
         agent_name: what the trajectory file's header records as the agent (default: the
             agent's class name).
-        progress: ``True`` or a label (``"Synthetic-v0 iterative"``) for a progress bar on a
+        progress: ``True`` or a label (``"Synthetic-v1 iterative"``) for a progress bar on a
             terminal's stderr (none when stderr is not a terminal), or a callback called with
             the episode count.
 
     Example:
         >>> import gymnasium as gym, hopgym
         >>> from hopgym.agents import OracleAgent
-        >>> env = gym.make("hopgym/Tiny-v0")
+        >>> env = gym.make("hopgym/Tiny-v1")
         >>> evaluate(env, OracleAgent(env), episodes=6)["em"]
         1.0
     """

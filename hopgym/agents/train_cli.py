@@ -2,9 +2,9 @@
 
 ::
 
-    hopgym train sft  --env hopgym/Synthetic-v0 --model tiny --out runs/sft
-    hopgym train grpo --env hopgym/Synthetic-v0 --model runs/sft --reward r3rag --out runs/grpo
-    hopgym train rft  --env hopgym/Synthetic-v0 --model runs/sft --out runs/rft
+    hopgym train sft  --env hopgym/Synthetic-v1 --model tiny --out runs/sft
+    hopgym train grpo --env hopgym/Synthetic-v1 --model runs/sft --reward r3rag --out runs/grpo
+    hopgym train rft  --env hopgym/Synthetic-v1 --model runs/sft --out runs/rft
 
 Classes: :class:`TrainConfig` (the env, its questions and the policy, shared by every command),
 :class:`SFTDataConfig` (the teacher data of ``train sft``). Functions: :func:`load_policy`,
@@ -53,7 +53,7 @@ class TrainConfig:
     model: str = field(metadata={
         "help": "tiny (a small Llama built from scratch, see --tiny-*), or a local folder or "
                 "hub id.", "metavar": "ID"})
-    env: str = field(default="hopgym/Synthetic-v0", metadata={"help": "Env id.",
+    env: str = field(default="hopgym/Synthetic-v1", metadata={"help": "Env id.",
                                                               "metavar": "ID"})
     kw: dict[str, Any] = field(default_factory=dict, metadata={
         "help": "Env keyword arguments, e.g. --kw hops=2 kinds=bridge; repeat to add more."})

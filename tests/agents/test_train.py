@@ -46,7 +46,7 @@ TINY_ARGS = ["--tiny", "layers=1", "hidden=32", "heads=2", "ffn=64", "max_positi
 
 
 def make_env(reward: str | None = "searchr1") -> gym.Env:
-    return gym.make("hopgym/Tiny-v0", reward=reward)
+    return gym.make("hopgym/Tiny-v1", reward=reward)
 
 
 class LengthReward(gym.Wrapper):
@@ -71,14 +71,14 @@ def changed(before, model) -> int:
 @pytest.mark.slow
 def test_cli_train_sft_then_grpo(tmp_path: Path, capsys):
     sft_out, grpo_out = tmp_path / "sft", tmp_path / "grpo"
-    assert main(["train", "sft", "--env", "hopgym/Tiny-v0", "--model", "tiny", *TINY_ARGS,
+    assert main(["train", "sft", "--env", "hopgym/Tiny-v1", "--model", "tiny", *TINY_ARGS,
                  "--out", str(sft_out), "--split", "none", "--steps", "3", "--batch-size", "4",
                  "--max-length", "400", "--logging-steps", "1"]) == 0
     summary = json.loads((sft_out / "hopgym_train.json").read_text())["summary"]
     assert summary["steps"] == 3 and summary["changed_tensors"] > 0
     assert summary["teacher_em"] == 1.0
     assert (sft_out / "tokenizer.json").exists() and (sft_out / "config.json").exists()
-    assert main(["train", "grpo", "--env", "hopgym/Tiny-v0", "--model", str(sft_out),
+    assert main(["train", "grpo", "--env", "hopgym/Tiny-v1", "--model", str(sft_out),
                  "--out", str(grpo_out), "--split", "none", "--reward", "kunlun",
                  "--steps", "2", "--questions-per-step", "2", "--group-size", "2",
                  "--max-length", "200", "--max-new-tokens", "12", "--logging-steps", "1",
@@ -210,7 +210,7 @@ def test_rft_keeps_only_passing_episodes_and_accounts_its_budget(tmp_path: Path)
     model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
     rounds: list[list[Trajectory]] = []
     cfg = RFTRunConfig(output_dir=str(tmp_path), max_rounds=3, questions_per_round=2,
-                       group_size=3, min_reward=1.0, batch_size=2, epochs=2,
+                       group_size=3, min_reward=1.3, batch_size=2, epochs=2,
                        learning_rate=1e-2, max_new_tokens=8, max_completion_tokens=120)
     before = snapshot(model)
     res = train_rft(model, tok, lambda: LengthReward(make_env(None)),
@@ -222,7 +222,7 @@ def test_rft_keeps_only_passing_episodes_and_accounts_its_budget(tmp_path: Path)
         for g in range(0, len(trajs), 3):
             assert len({t.question_id for t in trajs[g:g + 3]}) == 1
     # Kept: exactly the episodes whose return reaches min_reward; SFT steps follow from them.
-    kept = [[t for t in trajs if t.reward >= 1.0] for trajs in rounds]
+    kept = [[t for t in trajs if t.reward >= cfg.min_reward] for trajs in rounds]
     assert [h["rft/kept"] for h in res.history] == [len(k) for k in kept]
     assert 0 < res.kept == sum(len(k) for k in kept) < res.episodes
     assert res.optimizer_steps == sum(-(-len(k) * 2 // 2) for k in kept if k)

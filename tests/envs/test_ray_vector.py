@@ -31,8 +31,24 @@ def local_ray():
         ray.shutdown()
 
 
+def kill(actor) -> None:
+    """``ray.kill``, then wait until the actor is gone: the kill is asynchronous, and a call sent
+    before it lands is still answered (the tests are about a dead worker, not that race)."""
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.pid.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.05)
+    raise AssertionError("the killed Ray actor still answers after 30 s")
+
+
 def synthetic(**kwargs):
-    return lambda: gym.make("hopgym/SyntheticRouting-v0", **WORLD, **kwargs)
+    return lambda: gym.make("hopgym/SyntheticRouting-v1", **WORLD, **kwargs)
 
 
 class SlowOnCue(gym.Wrapper):
@@ -69,7 +85,7 @@ def test_a_killed_worker_ends_its_episodes_and_is_replaced():
     act = ["<think>first</think>"] * 4
     assert np.array_equal(venv.step(act)[0], ref.step(act)[0])
     old = venv.pids()
-    ray.kill(venv.workers[0])
+    kill(venv.workers[0])
     obs, rewards, terminated, truncated, infos = venv.step(["<search>Brenmark</search>"] * 4)
     assert list(truncated) == [True, True, False, False] and not terminated.any()
     assert list(infos["_final_info"]) == [True, True, False, False]
@@ -89,13 +105,13 @@ def test_a_killed_worker_ends_its_episodes_and_is_replaced():
     again = RayVectorEnv(fns, workers=2, autoreset_mode=AutoresetMode.SAME_STEP)
     again.reset(seed=11)
     again.step(act)
-    ray.kill(again.workers[0])
+    kill(again.workers[0])
     assert again.step(["<search>Brenmark</search>"] * 4)[0] == obs
     again.close()
 
 
 def test_a_hung_worker_times_out_and_next_step_resets_it():
-    fns = [lambda: SlowOnCue(gym.make("hopgym/Tiny-v0"))] * 2
+    fns = [lambda: SlowOnCue(gym.make("hopgym/Tiny-v1"))] * 2
     venv = RayVectorEnv(fns, workers=2, timeout=3)  # NEXT_STEP
     venv.reset(seed=0)
     t = time.monotonic()
@@ -112,9 +128,9 @@ def test_a_hung_worker_times_out_and_next_step_resets_it():
 
 
 def test_step_subset_and_per_env_options_for_collectors():
-    venv = make_vec("hopgym/Tiny-v0", 3, vectorization_mode="ray", workers=2,
+    venv = make_vec("hopgym/Tiny-v1", 3, vectorization_mode="ray", workers=2,
                     autoreset_mode="Disabled")
-    assert repr(venv) == "RayVectorEnv(hopgym/Tiny-v0, num_envs=3, workers=2)"
+    assert repr(venv) == "RayVectorEnv(hopgym/Tiny-v1, num_envs=3, workers=2)"
     ids = [s.id for s in venv.get_attr("task")[0].samples]
     _, infos = venv.reset(seed=[1, 2, 3], options=[{"question_id": ids[4]}, None,
                                                     {"question_id": ids[1]}])
@@ -123,7 +139,7 @@ def test_step_subset_and_per_env_options_for_collectors():
     assert [r[2] for r in out] == [True, False] and out[1][4]["query"] == "Lorn"
     venv.set_attr("note", ["a", "b", "c"])
     assert venv.get_attr("note") == ("a", "b", "c")
-    ray.kill(venv.workers[1])
+    kill(venv.workers[1])
     with pytest.raises(WorkerError, match="worker 1 died"):
         venv.get_attr("note")
     assert venv.get_attr("max_turns") == (8, 8, 8)
@@ -147,7 +163,7 @@ def test_the_rollout_collector_on_ray_workers_collects_the_same_trajectories():
     from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts
 
     def env_fn():
-        return gym.make("hopgym/Tiny-v0", reward="searchr1")
+        return gym.make("hopgym/Tiny-v1", reward="searchr1")
 
     task = env_fn().unwrapped.task
     tok = build_tokenizer(task_texts(task))
