@@ -5,7 +5,7 @@ the given texts plus the protocol tags), :func:`task_texts` (the texts of a task
 prompts, documents, notices), :func:`build_model` (a randomly initialised causal LM from a
 :class:`TinyLMConfig`). Class: :class:`TinyLMConfig`.
 
-No pretrained weights can be downloaded in some workplaces, so learning is shown with a model
+Tests and the default path download no pretrained weights, so learning is shown with a model
 trained from nothing. A word-level vocabulary makes every name, year and tag one token, so copying
 an answer out of a retrieved document is a token-level operation that a tiny model can learn.
 
