@@ -92,6 +92,9 @@ class GRPORunConfig:
         "help": "Longest trajectory after the prompt (model + env tokens)."})
     rollout_batch_size: int = field(default=64, metadata={
         "help": "Episodes sampled at once."})
+    env_workers: int = field(default=0, metadata={
+        "help": "Ray workers that step the rollouts' envs (0: in this process; needs "
+                "hopgym[ray])."})
     logging_steps: int = field(default=1, metadata={"help": "Log every N steps."})
     save_steps: int = field(default=0, metadata={
         "help": "Checkpoint every N steps (0: only the final model)."})
@@ -126,6 +129,9 @@ class GRPORunConfig:
             raise ValueError("questions_per_step and max_steps must be >= 1")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
+                self.env_workers < 0:
+            raise ValueError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
         if self.max_completion_tokens < self.max_new_tokens:
             raise ValueError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
                              f"max_new_tokens ({self.max_new_tokens})")
@@ -334,7 +340,7 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
         RolloutConfig(temperature=config.temperature, top_k=config.top_k,
                       max_new_tokens=config.max_new_tokens,
                       max_completion_tokens=config.max_completion_tokens,
-                      batch_size=config.rollout_batch_size),
+                      batch_size=config.rollout_batch_size, env_workers=config.env_workers),
         seed=config.seed, on_trajectories=on_trajectories, ref_model=ref_model)
     dataset = Dataset.from_list([{"prompt": str(q)} for q in question_ids])
     out = Path(config.output_dir)

@@ -80,6 +80,9 @@ class RFTRunConfig:
     max_completion_tokens: int = field(default=1024, metadata={
         "help": "Longest trajectory after the prompt (model + env tokens)."})
     rollout_batch_size: int = field(default=64, metadata={"help": "Episodes sampled at once."})
+    env_workers: int = field(default=0, metadata={
+        "help": "Ray workers that step the rollouts' envs (0: in this process; needs "
+                "hopgym[ray])."})
     time_limit_s: float | None = field(default=None, metadata={
         "help": "Stop after this many seconds (checked between rounds)."})
     time_limit_clock: str = field(default="process", metadata={
@@ -98,6 +101,9 @@ class RFTRunConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
+                self.env_workers < 0:
+            raise ValueError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0: rejection sampling needs diverse "
                              f"samples, got {self.temperature}")
@@ -223,7 +229,7 @@ def train_rft(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     rollout_cfg = RolloutConfig(
         temperature=config.temperature, top_k=config.top_k, max_new_tokens=config.max_new_tokens,
         max_completion_tokens=config.max_completion_tokens,
-        batch_size=config.rollout_batch_size)
+        batch_size=config.rollout_batch_size, env_workers=config.env_workers)
     collector = RolloutCollector(model, tokenizer, env_fn, rollout_cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)

@@ -201,6 +201,43 @@ def test_keep_correct_and_trajectory_examples():
         RFTRunConfig(temperature=0.0)
     with pytest.raises(ValueError, match="time_limit_clock"):
         RFTRunConfig(time_limit_clock="cpu")
+    with pytest.raises(ValueError, match="env_workers"):
+        RFTRunConfig(env_workers=-1)
+
+
+def test_env_workers_reach_the_rollout_collector(monkeypatch, tmp_path: Path):
+    """``env_workers`` of the GRPO and RFT configs is the collector's (Ray envs there are tested
+    in tests/envs/test_ray_vector.py); the runs stop at the collector here."""
+    from hopgym.agents import grpo, rft
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def collector(model, tok, env_fn, config, *args, **kwargs):
+        seen.append(config.env_workers)
+        raise Stop
+
+    def rollout_func(env_fn, tok, config, *args, **kwargs):
+        seen.append(config.env_workers)
+        raise Stop
+
+    monkeypatch.setattr(rft, "RolloutCollector", collector)
+    monkeypatch.setattr(grpo, "EnvRolloutFunc", rollout_func)
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    with pytest.raises(Stop):
+        train_rft(model, tok, lambda: make_env("default"), ["tiny-1"],
+                  RFTRunConfig(output_dir=str(tmp_path), env_workers=3, max_new_tokens=8,
+                               max_completion_tokens=64))
+    with pytest.raises(Stop):
+        train_grpo(model, tok, lambda: make_env("default"), ["tiny-1"],
+                   GRPORunConfig(output_dir=str(tmp_path), env_workers=2, plot=False))
+    assert seen == [3, 2]
+    with pytest.raises(ValueError, match="env_workers"):
+        GRPORunConfig(env_workers=-1)
 
 
 @pytest.mark.slow
