@@ -228,7 +228,7 @@ def test_backend_without_template_rejects_chat(model, tokenizer):
 def test_llm_agent_episode_runs_and_mirrors_env_transcript(backend, tokenizer, protocol, mode):
     env = _env(protocol, max_turns=3)
     agent = LLMAgent(backend, protocol=protocol, sampling=SamplingParams(max_new_tokens=10),
-                     mode=mode)
+                     mode=mode, force_answer="never")
     agent.reset()
     obs, info = env.reset(seed=0)
     done, steps = False, 0
