@@ -42,7 +42,7 @@ _SAMPLE_KEY = "eval_sample"
 def _turn_info(agent: Any, slot: int) -> dict[str, Any] | None:
     info = getattr(agent, "turn_info", None)
     if isinstance(info, list) and slot < len(info) and isinstance(info[slot], dict):
-        return dict(info[slot])
+        return {k: v for k, v in info[slot].items() if k != "token_ids"}
     return None
 
 

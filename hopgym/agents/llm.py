@@ -170,7 +170,8 @@ class LLMAgent:
     server returns apart from the text goes back in front of it as the protocol's thought.
     :attr:`turn_info` records, per conversation, how the last turn was made: ``finish_reason``,
     ``truncated`` (cut at ``max_new_tokens``), ``closed`` (the closing tag added, or ``None``),
-    ``forced`` (the answer was prefilled or asked for) and the backend's token counts.
+    ``forced`` (the answer was prefilled or asked for), the backend's token counts and the
+    generated ``token_ids`` (local models).
 
     Example:
         >>> class Fixed:
@@ -352,7 +353,7 @@ class LLMAgent:
                 "finish_reason": res.finish_reason, "truncated": res.truncated,
                 "closed": closed[len(text):] or None, "forced": self._forced(slot),
                 "prompt_tokens": res.prompt_tokens, "cached_tokens": res.cached_tokens,
-                "completion_tokens": res.completion_tokens}
+                "completion_tokens": res.completion_tokens, "token_ids": res.token_ids}
             self.transcripts[slot].append({"role": "assistant", "content": closed})
             texts.append(closed)
         return texts

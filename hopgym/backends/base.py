@@ -92,6 +92,8 @@ class Completion:
         cached_tokens: prompt tokens whose KV states were reused rather than computed (a
             prefix cache), if known; ``prompt_tokens - cached_tokens`` were prefilled.
         completion_tokens: tokens generated, if known.
+        token_ids: the generated token ids (before the text was cut at a stop string), when the
+            backend has them (local models).
 
     Example:
         >>> Completion("<answer>Oslo", finish_reason="length").truncated
@@ -104,6 +106,7 @@ class Completion:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
+    token_ids: tuple[int, ...] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -151,7 +154,7 @@ def complete(backend: Any, prompts: Sequence[Prompt], params: SamplingParams) ->
         ...         return [p.upper() for p in prompts]
         >>> complete(Echo(), ["a"], SamplingParams())
         [Completion(text='A', finish_reason=None, reasoning=None, prompt_tokens=None, \
-cached_tokens=None, completion_tokens=None)]
+cached_tokens=None, completion_tokens=None, token_ids=None)]
     """
     prompts = list(prompts)
     method = getattr(backend, "complete", None)

@@ -385,7 +385,7 @@ class TransformersBackend:
             count = len(toks) if end is None else end + (0 if by_stop else 1)
             result.append(Completion(cut, finish_reason="stop" if done else "length",
                                      prompt_tokens=len(row), cached_tokens=n,
-                                     completion_tokens=count))
+                                     completion_tokens=count, token_ids=tuple(toks[:count])))
         self.stats["calls"] += 1
         self.stats["prompt_tokens"] += sum(len(row) for row in ids)
         self.stats["cached_tokens"] += sum(n for _, n in matches)
