@@ -11,7 +11,8 @@
 one batched call (``LLMAgent.act_batch``), and an env that finishes takes the next question.
 Questions are a seeded permutation of the task's, as in ``hopgym.agents.evaluate``. Prints EM,
 F1, the share of valid turns, searches per episode and speed; ``--json PATH`` writes them,
-``--trajectories PATH.jsonl`` every episode's transcript.
+``--trajectories PATH.jsonl`` every episode, in the format of ``hopgym eval --trajectories``
+(``hopgym view PATH.jsonl`` shows it).
 """
 
 # /// script
@@ -32,7 +33,7 @@ import numpy as np
 
 import hopgym  # noqa: F401  (registers the ids)
 from hopgym.agents.llm import LLMAgent, make_llm_agent
-from hopgym.rewards.scoring import exact_match, token_f1
+from hopgym.agents.trajectories import EpisodeRecorder, TrajectoryWriter, trajectory_header
 
 
 def evaluate_batched(envs: Sequence[gym.Env], agent: LLMAgent, episodes: int,
@@ -42,11 +43,13 @@ def evaluate_batched(envs: Sequence[gym.Env], agent: LLMAgent, episodes: int,
     order = [int(i) for i in np.random.default_rng(seed).permutation(n_questions)]
     queue = list(range(episodes))
     results: list[dict[str, Any]] = []
-    slots: list[dict[str, Any] | None] = [None] * len(envs)
+    slots: list[EpisodeRecorder | None] = [None] * len(envs)
     obs: list[str] = [""] * len(envs)
     infos: list[dict[str, Any]] = [{} for _ in envs]
     agent.reset()
-    out = open(trajectories, "w", encoding="utf-8") if trajectories else None  # noqa: SIM115
+    # The file `hopgym eval --trajectories` writes, so `hopgym view` reads it.
+    out = (TrajectoryWriter(trajectories, trajectory_header(envs[0], agent, seed=seed))
+           if trajectories else None)
     start = time.perf_counter()
 
     def start_episode(i: int) -> None:
@@ -56,7 +59,8 @@ def evaluate_batched(envs: Sequence[gym.Env], agent: LLMAgent, episodes: int,
         k = queue.pop(0)
         obs[i], infos[i] = envs[i].reset(seed=seed + k,
                                          options={"index": order[k % n_questions]})
-        slots[i] = {"answer": None, "steps": 0, "searches": 0, "invalid": 0}
+        slots[i] = EpisodeRecorder(envs[i], turns=out is not None)
+        slots[i].start(infos[i], seed=seed + k)
 
     for i in range(len(envs)):
         start_episode(i)
@@ -68,26 +72,13 @@ def evaluate_batched(envs: Sequence[gym.Env], agent: LLMAgent, episodes: int,
                 slot = slots[i]
                 if slot is None:
                     continue
-                obs[i], _, term, trunc, infos[i] = env.step(actions[i])
-                slot["steps"] += 1
-                slot["searches"] += infos[i]["action_type"] == "search"
-                slot["invalid"] += infos[i]["action_type"] == "invalid"
-                if infos[i]["answer"] is not None:
-                    slot["answer"] = infos[i]["answer"]
+                obs[i], reward, term, trunc, infos[i] = env.step(actions[i])
+                slot.step(obs[i], reward, term, trunc, infos[i])
                 if term or trunc:
-                    sample = env.unwrapped.sample
-                    golds = list(sample.answers)
-                    ans = slot["answer"]
-                    res = {"question_id": sample.id, "question": sample.question,
-                           "answers": golds, "prediction": ans,
-                           "em": exact_match(ans, golds) if ans is not None else 0.0,
-                           "f1": token_f1(ans, golds) if ans is not None else 0.0,
-                           "steps": slot["steps"], "searches": slot["searches"],
-                           "invalid": slot["invalid"]}
-                    results.append(res)
+                    res = slot.result()
                     if out is not None:
-                        out.write(json.dumps({**res, "transcript": env.unwrapped.transcript},
-                                             ensure_ascii=False) + "\n")
+                        out.write(res)
+                    results.append(res)
                     start_episode(i)
     finally:
         if out is not None:

@@ -57,7 +57,7 @@ def rule_searcher(core: FeaturizedEnv) -> Policy:
 
 def rule_answerer(core: FeaturizedEnv) -> Policy:
     """Answer the first candidate that completes the chain (or the decided option / yes-no)."""
-    team_budget = core.max_turns
+    team_budget = core.unwrapped.max_turns
 
     def act(agent: str, info: dict[str, Any]) -> int:
         wait = len(info["action_mask"]) - 1

@@ -1,4 +1,4 @@
-"""The ``hopgym`` command: ``eval``, ``bench``, ``play``, ``data`` and the commands of the extras
+"""The ``hopgym`` command: ``eval``, ``bench``, ``play``, ``view``, ``data`` and the commands of the extras
 (``index``, ``serve``, ``train``, ``bench-rl``).
 
 Run ``hopgym COMMAND --help`` for each command's options.
@@ -110,12 +110,24 @@ def _terms_table(metrics: dict[str, Any]) -> Any:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    import tempfile
+
     from hopgym.agents.evaluation import evaluate
 
     env = _make_env(args.env, parse_kwargs(args.kw), args.reward)
     agent = _make_agent(args, env)
-    metrics = evaluate(env, agent, episodes=args.episodes, seed=args.seed,
-                       trajectories=args.trajectories, progress=args.episodes >= 50)
+    agent_name = f"llm:{args.model}" if args.agent == "llm" else args.agent
+    with tempfile.TemporaryDirectory() as tmp:
+        # The report is built from a trajectory file; without --trajectories it is a temporary one.
+        trajectories = args.trajectories or (str(Path(tmp) / "run.jsonl") if args.report else None)
+        metrics = evaluate(env, agent, episodes=args.episodes, seed=args.seed,
+                           trajectories=trajectories, agent_name=agent_name,
+                           progress=args.episodes >= 50)
+        if args.report:
+            from hopgym.viewer import write_report
+
+            report = write_report(trajectories, args.report,
+                                  title=f"hopgym: {args.agent} on {args.env}")
     console = _console()
     console.print(_table(f"{args.env}  seed={args.seed}", [(args.agent, metrics)]))
     if metrics["reward_terms"]:
@@ -123,6 +135,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(metrics, indent=2) + "\n")
+    if args.report:
+        console.print(f"report: {report}")
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    """Write the HTML report of one trajectory file, or the comparison of two."""
+    from hopgym.agents.trajectories import TrajectoryFormatError
+    from hopgym.viewer import write_report
+
+    if len(args.runs) > 2:
+        raise SystemExit(f"hopgym view: give one trajectory file, or two to compare; got "
+                         f"{len(args.runs)}")
+    try:
+        path = write_report(args.runs, args.out)
+    except (FileNotFoundError, TrajectoryFormatError) as exc:
+        raise SystemExit(f"hopgym view: {exc}") from None
+    print(path)
     return 0
 
 
@@ -216,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--json", default=None, help="write the metrics here")
     p.add_argument("--trajectories", default=None, help="write every episode here (.jsonl)")
+    p.add_argument("--report", default=None, metavar="HTML",
+                   help="write the HTML report of the run here (see `hopgym view`)")
     p.add_argument("--model", default=None, help="llm agent: model path or hub id")
     p.add_argument("--backend", default="transformers", help="llm agent: transformers, vllm, openai")
     p.add_argument("--base-url", default=None, help="llm agent: OpenAI-compatible server URL")
@@ -233,6 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("play", help="play an episode yourself in the terminal")
     env_args(p)
     p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser("view", help="HTML report of a trajectory file (two: compare them)")
+    p.add_argument("runs", nargs="+", metavar="RUN.jsonl",
+                   help="trajectory file(s) of `hopgym eval --trajectories`; a second one is "
+                        "compared with the first")
+    p.add_argument("-o", "--out", default=None, metavar="HTML",
+                   help="output file (default: RUN.html, or A-vs-B.html, beside the first file)")
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("data", help="export the synthetic world as FlashRAG jsonl files")
     p.add_argument("--out", required=True, help="output folder")

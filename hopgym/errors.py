@@ -19,7 +19,8 @@ Classes defined here (and re-exported where they were first defined):
 
 Defined beside the code that raises them, on the same root: ``IndexStoreError``,
 ``StaleIndexError``, ``ForeignIndexError`` (:mod:`hopgym.corpora.index_store`),
-``DatasetFormatError``, ``DatasetUnavailableError`` (:mod:`hopgym.corpora.loaders`).
+``DatasetFormatError``, ``DatasetUnavailableError`` (:mod:`hopgym.corpora.datasets`),
+``TrajectoryFormatError`` (:mod:`hopgym.agents.trajectories`).
 
 This module is on the lowest floor: it imports nothing from hopgym.
 

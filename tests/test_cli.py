@@ -21,7 +21,7 @@ def test_eval_writes_metrics_json(tmp_path, capsys):
                 "episodes", "episodes_per_s"):
         assert key in metrics
     assert metrics["em"] == 1.0 and metrics["episodes"] == 6
-    assert len(traj.read_text().splitlines()) == 6
+    assert len(traj.read_text().splitlines()) == 1 + 6  # the header, then one line per episode
     assert "oracle" in capsys.readouterr().out
 
 

@@ -1,28 +1,28 @@
 """The evaluation harness: :func:`evaluate` runs an agent for N episodes and returns metrics.
 
-Functions: :func:`evaluate`, :func:`run_episode`, :func:`make_vector_env` (the vector env that
-batched evaluation acts through).
+Functions: :func:`evaluate`, :func:`run_episode`, :func:`aggregate`, :func:`make_vector_env` (the
+vector env that batched evaluation acts through).
 
 Metrics (keys of the returned dict): ``em``, ``f1``, ``support_recall``, ``avg_steps``,
 ``avg_searches``, ``searches_by_source`` (mean per episode, by source), ``invalid_rate`` (invalid
 turns / all turns), ``answered`` (share of episodes with an answer), ``reward`` (mean return),
 ``reward_terms`` (mean per-episode sum of each term in ``info["reward_terms"]``),
 ``format_issue_rate`` (turns with ``info["format_issues"]`` / all turns), ``truncated_rate``
-(turns the agent's model cut at its token limit, or the env reported as ``truncated_turn`` / all
-turns), ``episodes`` (finished), ``episodes_requested``, ``stopped`` (``None``, or
-``"time_limit"`` when the time cap ended the run early), ``seconds``, ``episodes_per_s``,
-``steps_per_s`` and, for agents that report token counts (:class:`~hopgym.agents.llm.LLMAgent`),
-``tokens`` (``prompt``, ``cached``, ``completion``: sums over all turns). With no finished
-episode the means are ``None``.
+(turns the agent's model cut at its token limit, or that the env reported as
+``truncated_turn``, / all turns), ``episodes`` (finished), ``episodes_requested``, ``stopped``
+(``None``, or ``"time_limit"`` when the time cap ended the run early), ``seconds``,
+``episodes_per_s``, ``steps_per_s`` and, for agents that report token counts
+(:class:`~hopgym.agents.llm.LLMAgent`), ``tokens`` (``prompt``, ``cached``, ``completion``: sums
+over all turns). With no finished episode the means are ``None``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,123 +30,138 @@ import gymnasium as gym
 import numpy as np
 
 from hopgym.agents.scripted import Agent
-from hopgym.rewards.scoring import exact_match, token_f1
+from hopgym.agents.trajectories import EpisodeRecorder, TrajectoryWriter, trajectory_header
 
-__all__ = ["evaluate", "run_episode", "make_vector_env"]
+__all__ = ["evaluate", "run_episode", "aggregate", "make_vector_env"]
 
-#: The info key through which a scheduled sub-env hands its gold sample to the harness (removed
-#: before the agent sees the info).
-_SAMPLE_KEY = "eval_sample"
+#: The info key through which a scheduled sub-env hands back a finished episode's record.
+_RESULT_KEY = "eval_result"
 
 
 def _turn_info(agent: Any, slot: int) -> dict[str, Any] | None:
+    """What the agent reports about its last turn in ``slot`` (LLM agents), token ids left out."""
     info = getattr(agent, "turn_info", None)
-    if isinstance(info, list) and slot < len(info) and isinstance(info[slot], dict):
+    if isinstance(info, list) and slot < len(info) and isinstance(info[slot], dict) and info[slot]:
         return {k: v for k, v in info[slot].items() if k != "token_ids"}
     return None
 
 
-class _Tally:
-    """One episode's outcome, turn by turn: what :func:`run_episode` returns."""
+class _TurnExtras:
+    """What an episode record gets beyond :class:`EpisodeRecorder`'s: format issues, turns cut
+    at the token limit, token counts and the agent's per-turn report."""
 
-    def __init__(self, sample: Any, reset_info: dict[str, Any], record: bool) -> None:
-        self.sample = sample
-        self.seen: set[str] = set(reset_info.get("new_ids") or ())
-        self.ret = 0.0
-        self.steps = self.searches = self.invalid = self.issues = self.truncated = 0
-        self.by_source: dict[str, int] = defaultdict(int)
-        self.terms: dict[str, float] = defaultdict(float)
+    def __init__(self) -> None:
+        self.issues = self.truncated = 0
         self.tokens: dict[str, int] = defaultdict(int)
-        self.answer: str | None = None
-        self.turns: list[dict[str, Any]] | None = [] if record else None
+        self.agent: list[dict[str, Any] | None] = []
 
-    def step(self, action: Any, obs: Any, reward: float, info: dict[str, Any],
-             agent_info: dict[str, Any] | None) -> None:
-        self.steps += 1
-        self.ret += float(reward)
-        self.seen.update(info.get("new_ids") or ())
-        for name, value in (info.get("reward_terms") or {}).items():
-            self.terms[name] += float(value)
-        kind = info.get("action_type")
-        if kind == "search":
-            self.searches += 1
-            self.by_source[info.get("source", "?")] += 1
-        elif kind == "invalid":
-            self.invalid += 1
+    def step(self, info: Mapping[str, Any], agent_info: dict[str, Any] | None) -> None:
         self.issues += bool(info.get("format_issues"))
-        cut = bool(info.get("truncated_turn")) or bool(agent_info and agent_info.get("truncated"))
-        self.truncated += cut
-        if agent_info:
-            for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
-                if isinstance(agent_info.get(key), int):
-                    self.tokens[key] += agent_info[key]
-        if info.get("answer") is not None:
-            self.answer = info["answer"]
-        if self.turns is not None:
-            turn = {"action": action, "action_type": kind, "observation": obs,
-                    "reward": float(reward), "new_ids": list(info.get("new_ids") or ()),
-                    "invalid_action": info.get("invalid_action")}
-            if info.get("format_issues"):
-                turn["format_issues"] = [list(i) if isinstance(i, tuple) else i
-                                         for i in info["format_issues"]]
-            if agent_info:
-                turn["agent"] = agent_info
-            self.turns.append(turn)
+        self.truncated += bool(info.get("truncated_turn")) or bool(
+            agent_info and agent_info.get("truncated"))
+        self.agent.append(agent_info)
+        for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+            value = (agent_info or {}).get(key)
+            if isinstance(value, int):
+                self.tokens[key.removesuffix("_tokens")] += value
 
-    def result(self) -> dict[str, Any]:
-        golds = list(self.sample.answers)
-        support = set(self.sample.supporting_ids)
-        answer = self.answer
-        out = {
-            "question_id": self.sample.id,
-            "question": self.sample.question,
-            "answers": golds,
-            "prediction": answer,
-            "em": exact_match(answer, golds) if answer is not None else 0.0,
-            "f1": token_f1(answer, golds) if answer is not None else 0.0,
-            "support_recall": len(support & self.seen) / len(support) if support else 1.0,
-            "steps": self.steps,
-            "searches": self.searches,
-            "searches_by_source": dict(self.by_source),
-            "invalid": self.invalid,
-            "format_issues": self.issues,
-            "truncated": self.truncated,
-            "return": self.ret,
-            "reward_terms": dict(self.terms),
-        }
+    def into(self, result: dict[str, Any]) -> dict[str, Any]:
+        result["format_issues"] = self.issues
+        result["truncated"] = self.truncated
         if self.tokens:
-            out["tokens"] = dict(self.tokens)
-        if self.turns is not None:
-            out["turns"] = self.turns
-        return out
+            result["tokens"] = dict(self.tokens)
+        for turn, info in zip(result.get("turns") or (), self.agent, strict=False):
+            if info:
+                turn["agent"] = info
+        return result
 
 
 def run_episode(env: gym.Env, agent: Agent, *, seed: int | None = None,
                 options: dict[str, Any] | None = None, record: bool = False,
                 deadline: float | None = None) -> dict[str, Any] | None:
-    """One episode; returns its outcome (and, with ``record``, every turn).
+    """One episode; returns its outcome (and, with ``record``, every turn and document shown).
 
-    With ``deadline`` (a :func:`time.perf_counter` value), the episode is abandoned and ``None``
-    returned when the deadline passes before a turn.
+    The result is an episode record of the trajectory format (:mod:`hopgym.agents.trajectories`),
+    with ``format_issues`` and ``truncated`` (turn counts), ``tokens`` (for agents that report
+    them) and, per recorded turn, what the agent reported as ``agent``. With ``deadline`` (a
+    :func:`time.perf_counter` value) the episode is abandoned, and ``None`` returned, when the
+    deadline passes before a turn.
     """
     agent.reset()
     obs, info = env.reset(seed=seed, options=options)
-    tally = _Tally(env.unwrapped.sample, info, record)
+    recorder = EpisodeRecorder(env, turns=record)
+    recorder.start(info, seed=seed)
+    extras = _TurnExtras()
     done = False
     while not done:
         if deadline is not None and time.perf_counter() >= deadline:
             return None
         action = agent.act(obs, info)
         obs, reward, terminated, truncated, info = env.step(action)
+        recorder.step(obs, reward, terminated, truncated, info)
+        extras.step(info, _turn_info(agent, 0))
         done = terminated or truncated
-        shown = env.unwrapped.transcript[-2 if obs else -1]["content"] if record else action
-        tally.step(shown, obs, reward, info, _turn_info(agent, 0))
-    return tally.result()
+    return extras.into(recorder.result())
+
+
+def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Means over episode results (of :func:`run_episode`, or read from a trajectory file).
+
+    Returns the metrics of :func:`evaluate` except the run's own (``episodes_requested``,
+    ``stopped``, the speeds): ``em``, ``f1``, ``support_recall``, ``avg_steps``,
+    ``avg_searches``, ``searches_by_source``, ``invalid_rate``, ``format_issue_rate``,
+    ``truncated_rate``, ``answered``, ``reward``, ``reward_terms``, ``episodes`` and, when the
+    records have them, ``tokens``.
+
+    Example:
+        >>> aggregate([{"em": 1.0, "f1": 1.0, "support_recall": 1.0, "steps": 3, "searches": 2,
+        ...             "searches_by_source": {"local": 2}, "invalid": 1, "prediction": "x",
+        ...             "return": 1.0, "reward_terms": {"outcome": 1.0}}])["invalid_rate"]
+        0.3333333333333333
+    """
+    episodes = len(results)
+    if episodes < 1:
+        raise ValueError("aggregate needs at least one episode")
+    steps = sum(r["steps"] for r in results)
+    by_source: dict[str, float] = defaultdict(float)
+    terms: dict[str, float] = defaultdict(float)
+    tokens: dict[str, int] = defaultdict(int)
+    for r in results:
+        for k, v in r["searches_by_source"].items():
+            by_source[k] += v / episodes
+        for k, v in r["reward_terms"].items():
+            terms[k] += v / episodes
+        for k, v in (r.get("tokens") or {}).items():
+            tokens[k] += v
+    out = {
+        "em": float(np.mean([r["em"] for r in results])),
+        "f1": float(np.mean([r["f1"] for r in results])),
+        "support_recall": float(np.mean([r["support_recall"] for r in results])),
+        "avg_steps": steps / episodes,
+        "avg_searches": float(np.mean([r["searches"] for r in results])),
+        "searches_by_source": dict(by_source),
+        "invalid_rate": sum(r["invalid"] for r in results) / max(steps, 1),
+        "format_issue_rate": sum(r.get("format_issues") or 0 for r in results) / max(steps, 1),
+        "truncated_rate": sum(r.get("truncated") or 0 for r in results) / max(steps, 1),
+        "answered": float(np.mean([r["prediction"] is not None for r in results])),
+        "reward": float(np.mean([r["return"] for r in results])),
+        "reward_terms": dict(terms),
+        "episodes": episodes,
+    }
+    if tokens:
+        out["tokens"] = dict(tokens)
+    return out
+
+
+_NO_EPISODES = {"em": None, "f1": None, "support_recall": None, "avg_steps": None,
+                "avg_searches": None, "searches_by_source": {}, "invalid_rate": None,
+                "format_issue_rate": None, "truncated_rate": None, "answered": None,
+                "reward": None, "reward_terms": {}, "episodes": 0}
 
 
 # ------------------------------------------------------------------------------ vector envs
 def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]]) -> gym.vector.VectorEnv:
-    """The vector env that batched evaluation acts through.
+    """The vector env that batched evaluation acts through (the one place that chooses it).
 
     Gymnasium's ``SyncVectorEnv`` with ``autoreset_mode=SAME_STEP``: a sub-env that finishes hands
     back the next episode's prompt in the same step (its last observation and info are in
@@ -158,7 +173,7 @@ def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]]) -> gym.vector.Vect
 
 class _Schedule:
     """The episodes to run, shared by the sub-envs: episode ``k`` asks question ``order[k % n]``
-    with reset seed ``seed + k``, exactly as the single-env loop does."""
+    with reset seed ``seed + k``, as the one-env loop does."""
 
     def __init__(self, order: np.ndarray, episodes: int, seed: int) -> None:
         self.order, self.episodes, self.seed = order, episodes, seed
@@ -172,31 +187,42 @@ class _Schedule:
 
 
 class _Scheduled(gym.Wrapper):
-    """A sub-env that takes its next question from a :class:`_Schedule` at every reset; once the
-    schedule is exhausted it runs spare episodes (``info["eval_episode"] == -1``) that do not
-    count."""
+    """A sub-env that takes its next episode from a :class:`_Schedule` at every reset and records
+    it; a finished episode's record comes back in ``info["eval_result"]`` (read from
+    ``final_info``). Once the schedule is exhausted it runs spare episodes
+    (``info["eval_episode"] == -1``) that are not recorded."""
 
-    def __init__(self, env: gym.Env, schedule: _Schedule) -> None:
+    def __init__(self, env: gym.Env, schedule: _Schedule, record: bool) -> None:
         super().__init__(env)
         self.schedule = schedule
+        self.recorder = EpisodeRecorder(env, turns=record)
+        self.episode: int | None = None
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        k = self.schedule.take()
+        self.episode = self.schedule.take()
+        k = self.episode or 0
         n = len(self.schedule.order)
-        index = int(self.schedule.order[(k or 0) % n])
-        obs, info = self.env.reset(seed=self.schedule.seed + (k or 0), options={"index": index})
-        info = dict(info)
-        info["eval_episode"] = -1 if k is None else k
-        info[_SAMPLE_KEY] = self.env.unwrapped.sample
-        return obs, info
+        episode_seed = self.schedule.seed + k
+        obs, info = self.env.reset(seed=episode_seed,
+                                   options={"index": int(self.schedule.order[k % n])})
+        self.recorder.start(info, seed=episode_seed)
+        return obs, {**info, "eval_episode": -1 if self.episode is None else self.episode}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.episode is not None:
+            self.recorder.step(obs, reward, terminated, truncated, info)
+            if terminated or truncated:
+                info = {**info, _RESULT_KEY: self.recorder.result()}
+        return obs, reward, terminated, truncated, info
 
 
-def _evaluate_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, episodes: int,
-                     seed: int, order: np.ndarray, emit: Callable[[dict[str, Any]], None],
-                     deadline: float | None, record: bool) -> bool:
-    """Run the episodes over ``num_envs`` sub-envs, acting with one ``act_batch`` per turn.
-    Returns whether the deadline stopped the run."""
+def _run_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, episodes: int,
+                seed: int, order: np.ndarray, emit: Callable[[dict[str, Any]], None],
+                deadline: float | None, record: bool) -> bool:
+    """Run the episodes over ``num_envs`` sub-envs, with one ``act_batch`` call per turn for all
+    of them. Returns whether the deadline stopped the run."""
     from hopgym.agents.llm import unbatch_infos
 
     if not callable(getattr(agent, "act_batch", None)):
@@ -204,54 +230,40 @@ def _evaluate_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, e
                          f"infos, active=...), which {type(agent).__name__} lacks (the LLM "
                          f"agents have it; use num_envs=1 for scripted agents)")
     schedule = _Schedule(order, episodes, seed)
-    venv = make_vector_env([lambda: _Scheduled(env_fn(), schedule) for _ in range(num_envs)])
+    venv = make_vector_env([lambda: _Scheduled(env_fn(), schedule, record)
+                            for _ in range(num_envs)])
     try:
         agent.reset()
         obs, infos = venv.reset(seed=seed)
         per = unbatch_infos(infos, num_envs)
-        tallies: list[_Tally | None] = [None] * num_envs
-
-        def start(i: int, info: dict[str, Any]) -> None:
-            sample = info.pop(_SAMPLE_KEY, None)
-            tallies[i] = _Tally(sample, info, record) if info.get("eval_episode", -1) >= 0 \
-                else None
-
-        for i in range(num_envs):
-            start(i, per[i])
+        extras: list[_TurnExtras | None] = [
+            _TurnExtras() if per[i]["eval_episode"] >= 0 else None for i in range(num_envs)]
         finished = 0
         while finished < episodes:
             if deadline is not None and time.perf_counter() >= deadline:
                 return True
-            active = [t is not None for t in tallies]
-            actions = agent.act_batch(list(obs), per, active=active)
-            obs, rewards, terms, truncs, infos = venv.step(actions)
+            actions = agent.act_batch(list(obs), per, active=[e is not None for e in extras])
+            obs, _, terms, truncs, infos = venv.step(actions)
             per = unbatch_infos(infos, num_envs)
             ends = unbatch_infos(infos["final_info"], num_envs) if "final_info" in infos else None
             for i in range(num_envs):
                 done = bool(terms[i] or truncs[i])
-                tally = tallies[i]
+                tally = extras[i]
                 if tally is not None:
-                    step_info = ends[i] if done and ends is not None else per[i]
-                    step_obs = infos["final_obs"][i] if done else obs[i]
-                    tally.step(actions[i], step_obs, float(rewards[i]), step_info,
+                    tally.step(ends[i] if done and ends is not None else per[i],
                                _turn_info(agent, i))
                     if done:
-                        emit(tally.result())
+                        assert ends is not None
+                        emit(tally.into(ends[i][_RESULT_KEY]))
                         finished += 1
                 if done:
-                    start(i, per[i])
-                else:
-                    per[i].pop(_SAMPLE_KEY, None)
+                    extras[i] = _TurnExtras() if per[i]["eval_episode"] >= 0 else None
         return False
     finally:
         venv.close()
 
 
 # ------------------------------------------------------------------------------ evaluate
-def _mean(values: Sequence[float]) -> float | None:
-    return float(np.mean(values)) if values else None
-
-
 def evaluate(
     env: gym.Env | Callable[[], gym.Env],
     agent: Agent,
@@ -259,6 +271,7 @@ def evaluate(
     seed: int = 0,
     *,
     trajectories: str | Path | None = None,
+    agent_name: str | None = None,
     progress: bool | Callable[[int], None] = False,
     time_limit: float | None = None,
     num_envs: int = 1,
@@ -272,19 +285,23 @@ def evaluate(
     Args:
         env: a hopgym env (wrapped or not), or a function that makes one.
         agent: anything with ``reset()`` and ``act(observation, info)``; with ``num_envs > 1``
-            also ``act_batch(observations, infos, active=...)`` (:class:`~hopgym.agents.llm.LLMAgent`).
+            also ``act_batch(observations, infos, active=...)``
+            (:class:`~hopgym.agents.llm.LLMAgent`).
         episodes: number of episodes.
         seed: seeds the question order and each episode's ``reset``.
-        trajectories: optional ``.jsonl`` path; one line per finished episode with every turn,
+        trajectories: optional ``.jsonl`` path: a header line, then one line per episode with
+            every turn (the format of :mod:`hopgym.agents.trajectories`; ``hopgym view`` reads it),
             written as each episode ends.
+        agent_name: what the trajectory file's header records as the agent (default: the
+            agent's class name).
         progress: ``True`` for a progress bar, or a callback called with the episode count.
-        time_limit: seconds (wall clock) after which the run stops before the next turn; the
+        time_limit: seconds (wall clock) after which the run stops before the next turn: the
             episodes finished so far are scored and written, unfinished ones are dropped, and
             ``metrics["stopped"]`` is ``"time_limit"``.
         num_envs: episodes acted on side by side through :func:`make_vector_env`, one
-            ``act_batch`` call per turn for all of them. The sub-envs are made with ``env``
-            when it is a function, else with ``gym.make(env.spec)`` (wrappers added by hand
-            after ``gym.make`` are not copied).
+            ``act_batch`` call per turn for all of them. The sub-envs are made by ``env`` when
+            it is a function, else by ``gym.make(env.spec)`` (wrappers added by hand after
+            ``gym.make`` are not copied).
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -293,7 +310,7 @@ def evaluate(
         >>> evaluate(env, OracleAgent(env), episodes=6)["em"]
         1.0
     """
-    if not isinstance(episodes, int) or episodes < 1:
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
         raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
@@ -302,105 +319,70 @@ def evaluate(
                                        and time_limit > 0 and math.isfinite(time_limit)):
         raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
     if isinstance(env, gym.Env):
-        env_fn: Callable[[], gym.Env] | None = None
-        first = env
+        first, env_fn = env, None
+    elif callable(env):
+        env_fn = env
+        first = env_fn()
     else:
-        if not callable(env):
-            raise TypeError(f"env must be a gymnasium Env or a function that makes one, got "
-                            f"{type(env).__name__}")
-        env_fn, first = env, env()
+        raise TypeError(f"env must be a gymnasium Env or a function that makes one, got "
+                        f"{type(env).__name__}")
     if num_envs > 1 and env_fn is None:
-        if env.spec is None:
+        spec = first.spec
+        if spec is None:
             raise ValueError("num_envs > 1 makes more envs: pass an env made by gym.make (its "
                              "spec is copied) or a function that makes one")
-        spec = env.spec
-        env_fn = lambda: gym.make(spec)  # noqa: E731 - one line, used once
+
+        def env_fn() -> gym.Env:
+            return gym.make(spec)
 
     n = len(first.unwrapped.task.samples)
     order = np.random.default_rng(seed).permutation(n)
     results: list[dict[str, Any]] = []
-    out_file = None
-    if trajectories is not None:
-        Path(trajectories).parent.mkdir(parents=True, exist_ok=True)
-        out_file = open(trajectories, "w", encoding="utf-8")  # noqa: SIM115 - closed below
-    bar = None
-    if progress is True:
-        from rich.progress import Progress
-
-        bar = Progress(transient=True)
-        bar.start()
-        task_id = bar.add_task("episodes", total=episodes)
-
-    def emit(res: dict[str, Any]) -> None:
-        results.append(res)
-        if out_file is not None:
-            out_file.write(json.dumps(res, ensure_ascii=False, default=str) + "\n")
-            out_file.flush()
-        if bar is not None:
-            bar.update(task_id, advance=1)
-        elif callable(progress):
-            progress(len(results))
-
     start = time.perf_counter()
     deadline = None if time_limit is None else start + float(time_limit)
     stopped = False
-    try:
+    with contextlib.ExitStack() as stack:
+        writer = None
+        if trajectories is not None:
+            header = trajectory_header(first, agent, seed=seed, agent_name=agent_name)
+            writer = stack.enter_context(TrajectoryWriter(trajectories, header))
+        bar = None
+        if progress is True:
+            from rich.progress import Progress
+
+            bar = stack.enter_context(Progress(transient=True))
+            task_id = bar.add_task("episodes", total=episodes)
+
+        def emit(res: dict[str, Any]) -> None:
+            if writer is not None:
+                writer.write(res)
+                # Keep only the numbers: 10k recorded episodes would otherwise stay in memory.
+                for key in ("turns", "documents", "background_ids"):
+                    res.pop(key, None)
+            results.append(res)
+            if bar is not None:
+                bar.update(task_id, advance=1)
+            elif callable(progress):
+                progress(len(results))
+
         if num_envs == 1:
             for i in range(episodes):
                 res = run_episode(first, agent, seed=seed + i,
                                   options={"index": int(order[i % n])},
-                                  record=out_file is not None, deadline=deadline)
+                                  record=writer is not None, deadline=deadline)
                 if res is None:
                     stopped = True
                     break
                 emit(res)
         else:
             assert env_fn is not None
-            stopped = _evaluate_vector(env_fn, agent, num_envs, episodes, seed, order, emit,
-                                       deadline, out_file is not None)
-    finally:
-        if bar is not None:
-            bar.stop()
-        if out_file is not None:
-            out_file.close()
+            stopped = _run_vector(env_fn, agent, num_envs, episodes, seed, order, emit,
+                                  deadline, writer is not None)
     elapsed = max(time.perf_counter() - start, 1e-9)
-    return _aggregate(results, episodes, elapsed, "time_limit" if stopped else None)
-
-
-def _aggregate(results: list[dict[str, Any]], requested: int, elapsed: float,
-               stopped: str | None) -> dict[str, Any]:
-    done = len(results)
-    steps = sum(r["steps"] for r in results)
-    by_source: dict[str, float] = defaultdict(float)
-    terms: dict[str, float] = defaultdict(float)
-    tokens: dict[str, int] = defaultdict(int)
-    for r in results:
-        for k, v in r["searches_by_source"].items():
-            by_source[k] += v / done
-        for k, v in r["reward_terms"].items():
-            terms[k] += v / done
-        for k, v in (r.get("tokens") or {}).items():
-            tokens[k.removesuffix("_tokens")] += v
-    out = {
-        "em": _mean([r["em"] for r in results]),
-        "f1": _mean([r["f1"] for r in results]),
-        "support_recall": _mean([r["support_recall"] for r in results]),
-        "avg_steps": steps / done if done else None,
-        "avg_searches": _mean([r["searches"] for r in results]),
-        "searches_by_source": dict(by_source),
-        "invalid_rate": sum(r["invalid"] for r in results) / steps if steps else None,
-        "format_issue_rate": sum(r["format_issues"] for r in results) / steps if steps else None,
-        "truncated_rate": sum(r["truncated"] for r in results) / steps if steps else None,
-        "answered": _mean([float(r["prediction"] is not None) for r in results]),
-        "reward": _mean([r["return"] for r in results]),
-        "reward_terms": dict(terms),
-        "episodes": done,
-        "episodes_requested": requested,
-        "stopped": stopped,
-        "seconds": elapsed,
-        "episodes_per_s": done / elapsed,
-        "steps_per_s": steps / elapsed,
-    }
-    if tokens:
-        out["tokens"] = dict(tokens)
-    return out
+    metrics = aggregate(results) if results else dict(_NO_EPISODES)
+    metrics["episodes_requested"] = episodes
+    metrics["stopped"] = "time_limit" if stopped else None
+    metrics["seconds"] = elapsed
+    metrics["episodes_per_s"] = len(results) / elapsed
+    metrics["steps_per_s"] = sum(r["steps"] for r in results) / elapsed
+    return metrics

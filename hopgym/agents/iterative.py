@@ -1,10 +1,12 @@
 """A rule-based, IRCoT-like reader for the synthetic world: :class:`IterativeAgent`.
 
-It really follows the hops through the env: it parses the question with the synthetic world's
-templates (:mod:`hopgym.corpora.synthetic`; never the gold sample or its decomposition), searches
-once per hop for "<entity> <relation word>", reads the returned passages with regexes built from the
-world's sentence templates, and carries each intermediate answer into the next hop. When a fact is
-not found and a ``web`` source exists, it routes there and retries; then it tries the bare name.
+It really follows the hops through the env: it reads the question with hopgym's question reader
+(:mod:`hopgym.corpora.questions`; its exact reading, :func:`~hopgym.corpora.questions.parse_question`,
+matches the synthetic world's templates; never the gold sample or its decomposition), searches
+once per hop for "<entity> <relation word>", reads the returned passages with regexes built from
+the world's sentence templates, and carries each intermediate answer into the next hop. When a
+fact is not found and a ``web`` source exists, it routes there and retries; then it tries the
+bare name.
 
 It is deliberately naive in one way a real reader often is: it trusts the *first* passage whose
 sentence matches the relation's pattern, without checking that the passage is about the entity it
@@ -17,22 +19,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from hopgym.corpora.synthetic import (
-    BRIDGE_COMPARISONS,
-    COMPARISONS,
-    INFERENCES,
-    NOUN_PHRASES,
-    QUESTIONS,
-    RELATION_SENTENCES,
-    SENTENCES,
-)
+from hopgym.corpora.questions import Plan, Side, parse_question
+from hopgym.corpora.synthetic import RELATION_SENTENCES, SENTENCES
 from hopgym.corpora.types import Passage
 from hopgym.envs.actions import Action, Answer, Route, Search
 
-__all__ = ["IterativeAgent", "parse_question", "Plan", "Side"]
+# Plan, Side and parse_question live in hopgym.corpora.questions (the one question reader); they
+# are re-exported here for the code that imported them from this module.
+__all__ = ["IterativeAgent", "extract", "parse_question", "Plan", "Side"]
 
 # The word the agent adds to an entity name when it searches for a relation (it does not know
 # which phrasing the document uses, so it takes the word from the relation's meaning).
@@ -71,99 +67,6 @@ _EXTRACTORS: dict[str, tuple[re.Pattern[str], ...]] = {
     rel: tuple(_sentence_regex(t, target) for key, target in pairs for t in SENTENCES[key])
     for rel, pairs in RELATION_SENTENCES.items()
 }
-
-
-def _template_regex(template: str) -> re.Pattern[str]:
-    """A question template as a regex: ``{}`` -> ``x``; ``{a}``/``{b}`` -> ``a``/``b``."""
-    out = []
-    for part in re.split(r"(\{\w*\})", template):
-        if part == "{}":
-            out.append("(?P<x>.+)")
-        elif part == "{a}":
-            out.append("(?P<a>.+?)")
-        elif part == "{b}":
-            out.append("(?P<b>.+)")
-        else:
-            out.append(re.escape(part))
-    return re.compile("^" + "".join(out) + "$")
-
-
-_NP_RES = [(rel, _template_regex(t)) for rel, ts in NOUN_PHRASES.items() for t in ts]
-_Q_RES = [(rel, _template_regex(t)) for rel, ts in QUESTIONS.items() for t in ts]
-_INF_RES = [(rels, _template_regex(t)) for rels, t in INFERENCES.items()]
-_CMP_RES = [(attr, mode, _template_regex(t)) for (attr, mode), (t, _) in COMPARISONS.items()]
-_BCMP_RES = [(bridge, attr, mode, hops, _template_regex(t))
-             for (bridge, attr, mode, hops), (t, _) in BRIDGE_COMPARISONS.items()]
-
-
-@dataclass
-class Side:
-    """An entity named by a noun phrase: a base name and the relations applied to it, innermost
-    first ("the birthplace of the founder of X" -> ``Side("X", ["founder", "birthplace"])``)."""
-
-    name: str
-    relations: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Plan:
-    """What a question asks.
-
-    ``kind`` is ``chain`` (resolve ``sides[0]`` then read ``target``), ``compare`` (read ``target``
-    for both sides; ``mode`` first/last/max/min picks one, ``same`` answers yes/no). With
-    ``answer_topic`` a comparison answers the side's base name, else the resolved entity.
-    """
-
-    kind: str
-    sides: list[Side]
-    target: str
-    mode: str = ""
-    answer_topic: bool = False
-
-
-def _parse_np(text: str) -> Side:
-    for rel, rx in _NP_RES:
-        m = rx.match(text)
-        if m:
-            inner = _parse_np(m.group("x"))
-            inner.relations.append(rel)
-            return inner
-    return Side(text.strip())
-
-
-def parse_question(question: str) -> Plan | None:
-    """Parse a synthetic-world question into a :class:`Plan`; ``None`` if no template fits.
-
-    Example:
-        >>> p = parse_question("Where was the founder of Qelvor Dynamics born?")
-        >>> p.kind, p.sides[0], p.target
-        ('chain', Side(name='Qelvor Dynamics', relations=['founder']), 'birthplace')
-        >>> parse_question("Which was founded first, A Labs or B Works?").mode
-        'first'
-    """
-    q = question.strip()
-    for bridge, attr, mode, hops, rx in _BCMP_RES:
-        m = rx.match(q)
-        if m:
-            a, b = m.group("a"), m.group("b")
-            if hops == 4:
-                return Plan("compare", [Side(a, [bridge]), Side(b, [bridge])], attr, mode,
-                            answer_topic=True)
-            return Plan("compare", [Side(a, [bridge]), _parse_np(b)], attr, mode)
-    for attr, mode, rx in _CMP_RES:
-        m = rx.match(q)
-        if m:
-            return Plan("compare", [_parse_np(m.group("a")), _parse_np(m.group("b"))], attr, mode)
-    for rels, rx in _INF_RES:
-        m = rx.match(q)
-        if m:
-            side = _parse_np(m.group("x"))
-            return Plan("chain", [Side(side.name, side.relations + list(rels[:-1]))], rels[-1])
-    for rel, rx in _Q_RES:
-        m = rx.match(q)
-        if m:
-            return Plan("chain", [_parse_np(m.group("x"))], rel)
-    return None
 
 
 def extract(relation: str, passages: Sequence[Passage]) -> str | None:
@@ -260,6 +163,8 @@ class IterativeAgent:
 
     # ----------------------------------------------------------------- the policy
     def _run(self, question: str) -> Generator[Action, tuple[str, dict[str, Any]], None]:
+        # read_question(question).plan, without the lexicon reading this agent does not use
+        # (it would cost ~30 us per question).
         plan = parse_question(question)
         if plan is None:
             yield Answer("unknown", think="the question fits no template")

@@ -89,11 +89,13 @@ def _import_sb3() -> Any:
 def _unwrap_featurized(env: gym.Env) -> Any:
     from hopgym.envs.featurized import FeaturizedEnv
 
-    base = env.unwrapped
-    if not isinstance(base, FeaturizedEnv):
-        raise TypeError(f"bench-rl needs a featurized env (e.g. {DEFAULT_ENV}); "
-                        f"{type(base).__name__} has text actions")
-    return base
+    layer = env  # the FeaturizedEnv wrapper, under gym.make's own wrappers
+    while not isinstance(layer, FeaturizedEnv):
+        if not isinstance(layer, gym.Wrapper):
+            raise TypeError(f"bench-rl needs a featurized env (e.g. {DEFAULT_ENV}); "
+                            f"{type(layer).__name__} has text actions")
+        layer = layer.env
+    return layer
 
 
 def make_model(algo: str, env: gym.Env, seed: int, *,

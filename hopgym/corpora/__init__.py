@@ -9,7 +9,9 @@
 - Tasks: :class:`Source` (a named search backend with a cost) and :class:`QATask` (questions plus
   sources).
 - Datasets: the synthetic world (:mod:`hopgym.corpora.synthetic`), the tiny hand-written corpus
-  (:mod:`hopgym.corpora.tiny`) and loaders for real benchmarks (:mod:`hopgym.corpora.loaders`).
+  (:mod:`hopgym.corpora.tiny`) and real benchmarks and corpora (:mod:`hopgym.corpora.datasets`:
+  a registry of formats and one :func:`~hopgym.corpora.datasets.load_dataset`;
+  :mod:`hopgym.corpora.loaders` keeps the older names).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ films out of the local source, so film questions need the web).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
-from hopgym.corpora.retrieval import BM25Retriever
+from hopgym.corpora.retrievers import RetrieverSpec, make_retriever
 from hopgym.corpora.sources import QATask, Source
 from hopgym.corpora.types import Hop, Passage, QASample
 
@@ -79,18 +80,25 @@ TINY_SAMPLES: tuple[QASample, ...] = (
 )
 
 
-@lru_cache(maxsize=8)
-def tiny_task(sources: tuple[str, ...] = ("local",), engine: str = "bm25s") -> QATask:
+def tiny_task(sources: tuple[str, ...] = ("local",), engine: str | None = None, *,
+              retriever: Any = None) -> QATask:
     """The tiny corpus as a task, with one source or with ``("local", "web")``.
 
     With two sources, ``local`` lacks the film documents and ``web`` has everything; gold hops name
-    the source that holds their document.
+    the source that holds their document. ``retriever`` (a kind, a dict of settings or a
+    :class:`~hopgym.corpora.retrievers.RetrieverSpec`; BM25 by default) indexes each source;
+    ``engine`` is a shorthand for its BM25 engine.
 
     Example:
         >>> task = tiny_task(("local", "web"))
         >>> sorted(task.sources), len(task.samples)
         (['local', 'web'], 6)
     """
+    return _tiny_task(tuple(sources), RetrieverSpec.coerce(retriever).updated(engine=engine))
+
+
+@lru_cache(maxsize=8)
+def _tiny_task(sources: tuple[str, ...], spec: RetrieverSpec) -> QATask:
     if sources not in (("local",), ("local", "web")):
         raise ValueError(f"sources must be ('local',) or ('local', 'web'), got {sources!r}")
     docs = {p.doc_id: p for p in TINY_PASSAGES}
@@ -100,14 +108,14 @@ def tiny_task(sources: tuple[str, ...] = ("local",), engine: str = "bm25s") -> Q
                      tuple(Hop(h.question, h.answer, h.doc_id, h.query, "local")
                            for h in s.decomposition))
             for s in TINY_SAMPLES)
-        srcs = {"local": Source("local", BM25Retriever(TINY_PASSAGES, engine=engine))}
+        srcs = {"local": Source("local", make_retriever(spec, TINY_PASSAGES))}
     else:
         samples = TINY_SAMPLES
         local = [p for p in TINY_PASSAGES if p.doc_id not in _FILMS]
         srcs = {
-            "local": Source("local", BM25Retriever(local, engine=engine), 0.0,
+            "local": Source("local", make_retriever(spec, local), 0.0,
                             "companies, people and places"),
-            "web": Source("web", BM25Retriever(TINY_PASSAGES, engine=engine), 1.0,
+            "web": Source("web", make_retriever(spec, TINY_PASSAGES), 1.0,
                           "everything, including films; costs more"),
         }
-    return QATask("tiny", samples, srcs, docs, recipe=(tiny_task, (sources, engine)))
+    return QATask("tiny", samples, srcs, docs, recipe=(_tiny_task, (sources, spec)))

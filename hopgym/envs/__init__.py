@@ -39,7 +39,7 @@ _IDS: dict[str, tuple[str, dict[str, Any]]] = {
     "hopgym/SyntheticRouting-v0": (
         "hopgym.envs.registration:make_synthetic", {"sources": ("local", "web")}),
     "hopgym/Tiny-v0": ("hopgym.envs.registration:make_tiny", {}),
-    "hopgym/SyntheticFeaturized-v0": ("hopgym.envs.featurized:make_featurized", {}),
+    "hopgym/SyntheticFeaturized-v0": ("hopgym.envs.featurized:make_featurized", {"max_turns": 6}),
     "hopgym/HotpotQA-v0": (_DATASET_ENTRY, {"dataset": "hotpotqa"}),
     "hopgym/2WikiMultiHopQA-v0": (_DATASET_ENTRY, {"dataset": "2wiki"}),
     "hopgym/MuSiQue-v0": (_DATASET_ENTRY, {"dataset": "musique"}),

@@ -4,7 +4,8 @@ and :func:`load_task`.
 One entry point serves ``hopgym/HotpotQA-v0``, ``hopgym/2WikiMultiHopQA-v0``,
 ``hopgym/MuSiQue-v0``, ``hopgym/Bamboogle-v0`` and ``hopgym/MultiHopQA-v0``, registered with
 ``kwargs={"dataset": ...}`` (as Gymnasium registers ``LunarLanderContinuous-v3`` on the
-``LunarLander`` entry point); what differs between the datasets is one row of :data:`DATASETS`::
+``LunarLander`` entry point); what differs between the datasets is their format in the
+registry of :mod:`hopgym.corpora.datasets`::
 
     gym.make("hopgym/HotpotQA-v0", path="hotpot_dev_distractor_v1.json")            # distractor
     gym.make("hopgym/MuSiQue-v0", path="musique_ans_v1.0_dev.jsonl", mode="open",
@@ -40,7 +41,6 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -48,14 +48,13 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym._kwargs import unknown_name_error
-from hopgym.corpora.loaders import (
+from hopgym.corpora.datasets import (
+    REGISTRY,
     PerSampleIndex,
     QADataset,
-    is_hub_name,
-    load_2wiki,
-    load_bamboogle,
-    load_hotpotqa,
-    load_musique,
+    get_format,
+    load_dataset,
+    resolve_format,
 )
 from hopgym.corpora.retrieval import Retriever
 from hopgym.corpora.retrievers import RetrieverBuilder, RetrieverSpec, make_retriever, retriever_kind
@@ -65,7 +64,6 @@ from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions, Unpack
 __all__ = [
     "TaskSpec",
     "DATASETS",
-    "DatasetEntry",
     "DatasetKwargs",
     "load_task",
     "clear_task_cache",
@@ -83,45 +81,11 @@ _LOCK = threading.Lock()
 _MODES = ("distractor", "open")
 
 
-def _load_any(path: str, *, mode: str | None = None, **kw: Any) -> QADataset:
-    """A FlashRAG QA jsonl, or a HotpotQA / 2Wiki / MuSiQue file, by its first record."""
-    from hopgym.corpora.loaders import detect_format, load_flashrag_qa, load_qa
-
-    fmt = "flashrag" if is_hub_name(path) else detect_format(path)
-    if fmt == "flashrag":
-        return load_flashrag_qa(path, **kw)
-    return load_qa(path, format=fmt, mode=None if kw.get("corpus") else mode, **kw)
-
-
-@dataclass(frozen=True)
-class DatasetEntry:
-    """A row of :data:`DATASETS`: what differs between the dataset ids.
-
-    Attributes:
-        load: ``load(path, [mode=], corpus=, lenient=, limit=) -> QADataset``.
-        default_path: used when ``path`` is not given (a hub name), or ``None``.
-        download: what to download when ``path`` is missing and there is no default.
-        modes: the file has paragraphs, so ``mode`` (distractor / open) applies.
-    """
-
-    load: Callable[..., QADataset]
-    default_path: str | None = None
-    download: str = ""
-    modes: bool = True
-
-
-#: The datasets behind the registered ids, by the ``dataset`` keyword.
-DATASETS: dict[str, DatasetEntry] = {
-    "hotpotqa": DatasetEntry(load_hotpotqa, default_path="hotpotqa/hotpot_qa"),
-    "2wiki": DatasetEntry(load_2wiki, download="dev.json of 2WikiMultihopQA "
-                                          "(https://github.com/Alab-NII/2wikimultihop)"),
-    "musique": DatasetEntry(load_musique, download="musique_ans_v1.0_dev.jsonl "
-                                              "(https://github.com/StonyBrookNLP/musique)"),
-    "bamboogle": DatasetEntry(load_bamboogle, download="bamboogle's test.jsonl from FlashRAG_datasets",
-                         modes=False),
-    "auto": DatasetEntry(_load_any, download="a FlashRAG-format QA jsonl ({id, question, "
-                                        "golden_answers}) or a HotpotQA / 2Wiki / MuSiQue file"),
-}
+#: The ``dataset`` keyword of the registered ids: formats of :data:`hopgym.corpora.datasets.REGISTRY`
+#: (which says where each comes from and whether it has paragraphs), and ``"auto"``, detected
+#: from the file. ``make_dataset_env`` also takes any other registered format.
+DATASETS: tuple[str, ...] = ("hotpotqa", "2wiki", "musique", "bamboogle", "auto")
+_AUTO_HINT = "a QA file of a registered format (HotpotQA, 2Wiki, MuSiQue, FlashRAG QA jsonl)"
 
 
 def _file_key(path: str | None) -> tuple[int, int]:
@@ -163,7 +127,8 @@ class TaskSpec:
         RetrieverSpec(kind='dense')
     """
 
-    dataset: str = _task("auto", f"which benchmark: one of {list(DATASETS)}")
+    dataset: str = _task("auto", "which benchmark: a registered dataset format "
+                                 f"({', '.join(DATASETS)}, ...) or auto")
     path: str | None = _task(None, "the QA file (JSON array or jsonl), or a hub name")
     mode: str | None = _task(
         None, "distractor (each question searches its own paragraphs; the default without "
@@ -188,13 +153,15 @@ class TaskSpec:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
-        entry = DATASETS.get(self.dataset) if isinstance(self.dataset, str) else None
-        if entry is None:
-            raise ValueError(f"dataset must be one of {list(DATASETS)}, got {self.dataset!r}")
-        path = entry.default_path if self.path is None else self.path
+        if self.dataset != "auto" and (not isinstance(self.dataset, str)
+                                       or self.dataset not in REGISTRY):
+            raise ValueError(f"dataset must be one of {['auto', *REGISTRY]} (the registered "
+                             f"dataset formats), got {self.dataset!r}")
+        fmt = None if self.dataset == "auto" else get_format(self.dataset)
+        path = fmt.default_hub_name if self.path is None and fmt is not None else self.path
         if path is None:
-            raise ValueError(f"this env needs path=<file>: download {entry.download} and pass its "
-                             "path")
+            hint = _AUTO_HINT if fmt is None else fmt.download_hint
+            raise ValueError(f"this env needs path=<file>: download {hint} and pass its path")
         path = os.fspath(path)
         put("path", str(Path(path).resolve()) if os.path.exists(path) else path)
         put("corpus", _resolved(self.corpus))
@@ -202,7 +169,7 @@ class TaskSpec:
         put("web", None if self.web is None else os.fspath(self.web))
         put("retriever", RetrieverSpec.coerce(self.retriever))
         if self.mode is not None:
-            if not entry.modes:
+            if fmt is not None and not fmt.has_paragraphs:
                 raise ValueError(f"mode does not apply to {self.dataset!r} (questions only): "
                                  "search needs corpus=, index= or a server URL as retriever")
             if self.mode not in _MODES:
@@ -278,12 +245,12 @@ def load_task(spec: TaskSpec) -> QATask:
 
 
 def _load_dataset(spec: TaskSpec, mode: str | None) -> QADataset:
-    entry = DATASETS[spec.dataset]
+    fmt = resolve_format(spec.dataset, spec.path)  # "auto": detected from the file
+    if not fmt.has_paragraphs or (spec.dataset == "auto" and spec.corpus is not None):
+        mode = None  # questions only, or auto with corpus=: the mode follows from corpus=
     read = None if spec.limit is None else spec.start + spec.limit
-    kw: dict[str, Any] = {"corpus": spec.corpus, "lenient": spec.lenient, "limit": read}
-    if entry.modes:
-        kw["mode"] = mode
-    ds = entry.load(spec.path, **kw)
+    ds = load_dataset(fmt, spec.path, mode=mode, corpus=spec.corpus, lenient=spec.lenient,
+                      limit=read)
     return _sliced(ds, spec) if spec.start else ds
 
 
@@ -400,7 +367,7 @@ def make_dataset_env(dataset: str = "auto", path: str | os.PathLike[str] | None 
     """A benchmark file as an env: the entry point of every dataset id.
 
     Args:
-        dataset: a key of :data:`DATASETS` (the registered ids set it).
+        dataset: a registered dataset format, or ``"auto"`` (the registered ids set it).
         path: the QA file (``hotpotqa`` defaults to its hub name, read through ``datasets``).
         **kwargs: :class:`TaskSpec` fields (``mode``, ``corpus``, ``retriever``, ``index``,
             ``start``, ``limit``, ``lenient``, ``web``, ``web_cost``), the retriever shorthands ``model``,

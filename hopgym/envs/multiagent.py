@@ -22,17 +22,16 @@ Requires the ``marl`` extra (``pip install 'hopgym[marl]'``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from hopgym.corpora.retrieval import DependencyNotInstalled
 from hopgym.envs.actions import Think
-from hopgym.envs.featurized import DEFAULT_REWARD, FeaturizedEnv
+from hopgym.envs.featurized import FeaturizedEnv, make_featurized
 from hopgym.envs.spaces import FreeText
+from hopgym.errors import DependencyNotInstalled
 
 try:
     from pettingzoo import ParallelEnv
@@ -47,6 +46,8 @@ __all__ = ["MultiHopTeamEnv", "parallel_env", "env", "MODES", "OBS_MODES"]
 MODES = ("cooperative", "competitive")
 OBS_MODES = ("featurized", "text")
 _TEXT_MAX = 1 << 20
+# Each trajectory is built like this id: its registered keyword arguments are the defaults.
+_TRAJECTORY_ID = "hopgym/SyntheticFeaturized-v0"
 
 
 class MultiHopTeamEnv(ParallelEnv):
@@ -57,16 +58,18 @@ class MultiHopTeamEnv(ParallelEnv):
             (``racer_0 …``).
         obs_mode: ``"featurized"`` (the :class:`FeaturizedEnv` vector) or ``"text"`` (the text
             env's observation followed by the agent's numbered action list).
-        base_id: the hopgym text env to play in.
-        base_kwargs: further keyword arguments for it.
-        reward: reward preset of each trajectory (the team reward in cooperative mode).
-        max_turns: step budget of each trajectory.
-        top_k: documents per search.
         n_racers: racers in competitive mode.
-        search_budget: searches all racers may issue together (competitive); default
-            ``max_turns``.
-        max_candidates, hash_dim: see :class:`FeaturizedEnv`.
+        search_budget: searches all racers may issue together (competitive); default: a
+            trajectory's step budget.
         render_mode: ``None`` or ``"ansi"``.
+        **trajectory: how to build each trajectory, as keyword arguments of
+            :func:`~hopgym.envs.featurized.make_featurized`: ``base_id`` (the hopgym text env to
+            play in) and ``base_kwargs`` (its own arguments), ``max_candidates``, ``hash_dim``,
+            ``embedder``, and the env options (:class:`~hopgym.envs.options.EnvOptions`:
+            ``reward``, the preset of each trajectory and the team reward in cooperative mode;
+            ``max_turns``, the step budget of each trajectory; ``top_k``, …). Defaults are those
+            of ``hopgym/SyntheticFeaturized-v0``: the synthetic world, the default options, and a
+            budget of 6 turns.
 
     Actions (``Discrete``; ``K = max_candidates``, ``S`` sources):
 
@@ -92,16 +95,10 @@ class MultiHopTeamEnv(ParallelEnv):
         *,
         mode: str = "cooperative",
         obs_mode: str = "featurized",
-        base_id: str = "hopgym/Synthetic-v0",
-        base_kwargs: Mapping[str, Any] | None = None,
-        reward: str | None = DEFAULT_REWARD,
-        max_turns: int = 6,
-        top_k: int = 3,
         n_racers: int = 2,
         search_budget: int | None = None,
-        max_candidates: int = 8,
-        hash_dim: int = 64,
         render_mode: str | None = None,
+        **trajectory: Any,
     ) -> None:
         if not _HAVE_PZ:
             raise DependencyNotInstalled.for_extra("pettingzoo", "marl")
@@ -115,19 +112,14 @@ class MultiHopTeamEnv(ParallelEnv):
             raise ValueError(f"search_budget must be None or an int >= 0, got {search_budget!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        kwargs = dict(base_kwargs or {})
-        for name in ("reward", "max_turns", "top_k"):
-            if name in kwargs:
-                raise ValueError(f"pass {name}= directly, not in base_kwargs")
         self.mode, self.obs_mode, self.render_mode = mode, obs_mode, render_mode
-        self.max_turns = max_turns
         n_cores = 1 if mode == "cooperative" else n_racers
-        self.cores = [
-            FeaturizedEnv(gym.make(base_id, reward=reward, max_turns=max_turns, top_k=top_k,
-                                   **kwargs), max_candidates=max_candidates, hash_dim=hash_dim)
-            for _ in range(n_cores)]
-        self.search_budget = max_turns if search_budget is None else search_budget
+        kwargs = {**gym.spec(_TRAJECTORY_ID).kwargs, **trajectory}
+        self.cores = [make_featurized(**kwargs) for _ in range(n_cores)]
         core = self.cores[0]
+        #: The step budget of each trajectory (the text env's ``max_turns``).
+        self.max_turns = int(core.unwrapped.max_turns)
+        self.search_budget = self.max_turns if search_budget is None else search_budget
         self.k, self.s = core.max_candidates, len(core.sources)
         if mode == "cooperative":
             self.possible_agents = ["searcher_0", "answerer_0"]
@@ -197,7 +189,7 @@ class MultiHopTeamEnv(ParallelEnv):
         return f"{text}\n{role}\nActions:\n{actions}\n"[:_TEXT_MAX]
 
     def _last_text(self, core: FeaturizedEnv) -> str:
-        msgs = core.transcript
+        msgs = core.unwrapped.transcript
         return msgs[-1]["content"] if msgs and msgs[-1]["role"] == "user" else ""
 
     def _info(self, agent: str, info: dict[str, Any]) -> dict[str, Any]:
@@ -228,7 +220,7 @@ class MultiHopTeamEnv(ParallelEnv):
         for agent in self.agents:
             core = self._core_of[agent]
             c_obs, c_info = results[self.cores.index(core)]
-            obs[agent] = self._observe(agent, c_obs, core.transcript[0]["content"])
+            obs[agent] = self._observe(agent, c_obs, core.unwrapped.transcript[0]["content"])
             infos[agent] = self._info(agent, c_info)
         return obs, infos
 
@@ -287,7 +279,7 @@ class MultiHopTeamEnv(ParallelEnv):
         for agent in agents:
             info = out[agent][4]
             answer = info.get("answer")
-            golds = list(self._core_of[agent].sample.answers)
+            golds = list(self._core_of[agent].unwrapped.sample.answers)
             if answer is not None and exact_match(answer, golds):
                 correct.append(agent)
         self.winners = list(correct)
@@ -312,7 +304,8 @@ class MultiHopTeamEnv(ParallelEnv):
         for i, core in enumerate(self.cores):
             head = "" if len(self.cores) == 1 else f"=== racer_{i} ===\n"
             parts.append(head + "".join(m["content"] if m["role"] == "user"
-                                        else m["content"] + "\n" for m in core.transcript))
+                                        else m["content"] + "\n"
+                                        for m in core.unwrapped.transcript))
         return "\n".join(parts)
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.corpora.retrievers import RetrieverSpec
 from hopgym.corpora.sources import QATask
 from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.envs.options import EnvKwargs, EnvOptions, Unpack
@@ -56,20 +57,25 @@ def _own_args(factory: Any) -> tuple[str, ...]:
 def make_tiny(
     *,
     sources: tuple[str, ...] = ("local",),
-    engine: str = "bm25s",
+    retriever: Any = None,
+    engine: str | None = None,
     **options: Unpack[EnvKwargs],
 ) -> gym.Env:
     """The hand-written tiny corpus (:mod:`hopgym.corpora.tiny`) as an env: ``hopgym/Tiny-v0``.
 
     Args:
         sources: ``("local",)`` or ``("local", "web")``.
-        engine: BM25 engine, ``bm25s`` or ``rank_bm25``.
+        retriever: how each source is indexed: a kind (``"bm25"``, the default, ``"dense"``,
+            ``"hybrid"``), a dict of settings or a
+            :class:`~hopgym.corpora.retrievers.RetrieverSpec`.
+        engine: shorthand for the BM25 engine, ``bm25s`` or ``rank_bm25``.
         **options: the env options (:class:`~hopgym.envs.options.EnvOptions`).
     """
     opts = EnvOptions.from_kwargs(options, also=_own_args(make_tiny))
+    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
     from hopgym.corpora.tiny import tiny_task
 
-    return make_task_env(tiny_task(tuple(sources), engine), opts)
+    return make_task_env(tiny_task(tuple(sources), retriever=spec), opts)
 
 
 def make_synthetic(
@@ -87,7 +93,8 @@ def make_synthetic(
     web_noise: float = 0.3,
     test_fraction: float = 0.2,
     split: str | None = None,
-    engine: str = "bm25s",
+    retriever: Any = None,
+    engine: str | None = None,
     **options: Unpack[EnvKwargs],
 ) -> gym.Env:
     """The synthetic world as an env: ``hopgym/Synthetic-v0`` and ``hopgym/SyntheticRouting-v0``.
@@ -95,11 +102,14 @@ def make_synthetic(
     World arguments (``seed`` … ``test_fraction``) are those of
     :class:`~hopgym.corpora.synthetic.WorldConfig`; ``seed`` is the *world's* seed (the question
     order comes from ``reset(seed=...)``). ``split`` picks ``"train"`` or ``"test"`` questions
-    (``None``: all). ``engine`` is the BM25 engine. The world and its BM25 indexes are built once
-    per process and shared. ``**options`` are the env options
+    (``None``: all). ``retriever`` says how each source is indexed (a kind — ``"bm25"``, the
+    default, ``"dense"``, ``"hybrid"`` —, a dict of settings or a
+    :class:`~hopgym.corpora.retrievers.RetrieverSpec`); ``engine`` is a shorthand for its BM25
+    engine. The world and its indexes are built once per process and shared. ``**options`` are the env options
     (:class:`~hopgym.envs.options.EnvOptions`), checked before the world is built.
     """
     opts = EnvOptions.from_kwargs(options, also=_own_args(make_synthetic))
+    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
     from hopgym.corpora.synthetic import KINDS, WorldConfig, build_task
 
     config = WorldConfig(
@@ -107,4 +117,4 @@ def make_synthetic(
         n_questions=n_questions, distractors=distractors, passages_per_doc=passages_per_doc,
         phrasing_variety=phrasing_variety, sources=tuple(sources), local_coverage=local_coverage,
         web_noise=web_noise, test_fraction=test_fraction)
-    return make_task_env(build_task(config, engine, split), opts)
+    return make_task_env(build_task(config, split=split, retriever=spec), opts)

@@ -1,8 +1,8 @@
 """Tests for hopgym.agents.llm and hopgym.agents.prompts: no network, no downloads.
 
-A tiny random Qwen2 model and a byte-level BPE tokenizer trained on the tiny corpus (the
-``tokenizer``, ``model`` and ``backend`` fixtures of ``conftest.py``) stand in for a real model; the
-OpenAI-compatible backend talks to a stub HTTP server on 127.0.0.1.
+A tiny random Qwen2 model and a byte-level BPE tokenizer trained on the tiny corpus (built by
+``tiny_llm.py``) stand in for a real model; the OpenAI-compatible backend talks to a stub HTTP
+server on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import pytest
+from tiny_llm import TEMPLATE, build_model, build_tokenizer
 
 import hopgym  # noqa: F401  (registers the ids)
 from hopgym.agents.llm import (
@@ -49,6 +50,21 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return build_model(tokenizer)
+
+
+@pytest.fixture(scope="module")
+def backend(model, tokenizer):
+    return TransformersBackend(model, tokenizer, device="cpu")
 
 
 GREEDY = SamplingParams(max_new_tokens=12)
@@ -148,11 +164,11 @@ def test_transformers_backend_seeded_sampling_is_reproducible_and_leaves_global_
     assert len(others | {tuple(a)}) > 1
 
 
-def test_transformers_backend_encode_has_no_double_bos(tokenizer, model, chat_template):
+def test_transformers_backend_encode_has_no_double_bos(tokenizer, model):
     tok = tokenizer
     tok_bos = type(tok)(tokenizer_object=tok.backend_tokenizer, pad_token="<|pad|>",
                         eos_token="<|end|>", bos_token="<|end|>")
-    tok_bos.chat_template = "<|end|>" + chat_template
+    tok_bos.chat_template = "<|end|>" + TEMPLATE
     be = TransformersBackend(model, tok_bos, device="cpu")
     ids = be.encode([{"role": "user", "content": "hi"}])
     assert ids[0] == tok_bos.bos_token_id and ids[1] != tok_bos.bos_token_id
@@ -481,7 +497,8 @@ def test_llm_eval_example_runs_batched_episodes(tmp_path, model, tokenizer):
                            "--trajectories", str(tmp_path / "t.jsonl")])
     assert metrics["episodes"] == 3
     assert json.loads((tmp_path / "m.json").read_text())["episodes"] == 3
-    lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    header, *lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    assert json.loads(header)["format"] == "hopgym-trajectories"
     assert len(lines) == 3 and len({json.loads(x)["question_id"] for x in lines}) == 3
     assert all(1 <= json.loads(x)["steps"] <= 2 for x in lines)
 

@@ -111,5 +111,7 @@ def test_cli_parses_and_runs(tmp_path, capsys):
 
 def test_featurized_env_is_what_the_bench_trains():
     env = gym.make(TINY_ID)
-    assert isinstance(env.unwrapped, FeaturizedEnv)
-    assert env.unwrapped.env.unwrapped.task.name == "tiny"
+    assert isinstance(rl_bench._unwrap_featurized(env), FeaturizedEnv)
+    assert env.unwrapped.task.name == "tiny"  # FeaturizedEnv is a wrapper of the text env
+    with pytest.raises(TypeError, match="has text actions"):
+        rl_bench._unwrap_featurized(gym.make("hopgym/Tiny-v0"))

@@ -52,8 +52,8 @@ def test_evaluate_writes_trajectories(tmp_path):
     env = gym.make("hopgym/Tiny-v0")
     path = tmp_path / "traj.jsonl"
     evaluate(env, OracleAgent(env), episodes=3, seed=0, trajectories=path)
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert len(lines) == 3
+    header, *lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert header["format"] == "hopgym-trajectories" and len(lines) == 3
     assert lines[0]["turns"][-1]["action_type"] == "answer"
     assert lines[0]["turns"][0]["action"].startswith("<think>")
     assert lines[0]["em"] == 1.0

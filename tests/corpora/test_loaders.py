@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import gzip
 import json
 import pickle
+import socket
 import sys
+import time
 import types
 from pathlib import Path
 
 import pytest
 
+from hopgym.corpora.datasets.hub import offline_reason, unreachable_reason
 from hopgym.corpora.loaders import (
     DatasetFormatError,
     DatasetUnavailableError,
@@ -347,13 +351,28 @@ def test_empty_and_missing_files(tmp_path):
 
 
 # -------------------------------------------------------------------------------- hub names
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+@pytest.fixture
+def online_hub(monkeypatch):
+    """A reachable 'hub': the offline variables unset and HF_ENDPOINT on a listening socket."""
+    for var in _OFFLINE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        yield
+
+
 def _fake_datasets(monkeypatch, load):
     mod = types.ModuleType("datasets")
     mod.load_dataset = load  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "datasets", mod)
 
 
-def test_hub_name_offline_says_what_to_do(monkeypatch):
+def test_hub_name_offline_says_what_to_do(monkeypatch, online_hub):
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'hotpotqa/hotpot_qa' on the Hub")
 
@@ -362,6 +381,7 @@ def test_hub_name_offline_says_what_to_do(monkeypatch):
         load_hotpotqa("hotpotqa/hotpot_qa")
     msg = str(err.value)
     assert "hotpot_dev_distractor_v1.json" in msg and "path=" in msg
+    assert "ConnectionError" in msg
 
 
 def test_hub_name_without_datasets_names_the_extra(monkeypatch):
@@ -370,7 +390,7 @@ def test_hub_name_without_datasets_names_the_extra(monkeypatch):
         load_musique("someone/musique")
 
 
-def test_hub_rows_in_column_layout_are_read(monkeypatch):
+def test_hub_rows_in_column_layout_are_read(monkeypatch, online_hub):
     calls = []
 
     def load(name, config, split):
@@ -405,3 +425,253 @@ def test_per_sample_index_searches_only_the_question_and_caches():
         p.doc_id for p in factory(s2).search("Marlow", 2)]
     with pytest.raises(KeyError, match="no paragraphs"):
         factory(QASample("unknown", "?", ("x",)))
+
+
+# ------------------------------------------------------------------- offline / unreachable hub
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _recording_datasets(monkeypatch, offline_mode: bool | None = None):
+    """A stand-in ``datasets`` whose load_dataset records its calls (and would hang for 23 s)."""
+    calls = []
+
+    def load(*args, **kwargs):
+        calls.append(args)
+        raise ConnectionError("Couldn't reach the Hub")
+
+    _fake_datasets(monkeypatch, load)
+    if offline_mode is not None:
+        sys.modules["datasets"].config = types.SimpleNamespace(HF_HUB_OFFLINE=offline_mode)
+    return calls
+
+
+@pytest.mark.parametrize("var", _OFFLINE_VARS)
+def test_offline_variable_fails_at_once_without_touching_the_hub(monkeypatch, var):
+    for v in _OFFLINE_VARS:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv(var, "1")
+    calls = _recording_datasets(monkeypatch)  # imported "before" the variable: not offline
+    with pytest.raises(DatasetUnavailableError) as err:
+        load_hotpotqa()
+    assert calls == []
+    msg = str(err.value)
+    assert f"{var}=1" in msg and "hotpot_dev_distractor_v1.json" in msg and "path=" in msg
+
+
+def test_datasets_in_offline_mode_is_asked_for_its_cached_copy(monkeypatch, tmp_path):
+    for v in _OFFLINE_VARS:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    calls = _recording_datasets(monkeypatch, offline_mode=True)
+    with pytest.raises(DatasetUnavailableError, match=r"HF_HUB_OFFLINE=1 \(cache only\)"):
+        load_musique("someone/musique")
+    assert len(calls) == 1
+    rows = [json.loads(line) for line in MUSIQUE.read_text().splitlines()]
+    sys.modules["datasets"].load_dataset = lambda *a, **k: rows
+    assert len(load_musique("someone/musique")) == len(load_musique(MUSIQUE))
+
+
+def test_hub_offline_variable_overridden_by_datasets_variable(monkeypatch):
+    # datasets' rule: HF_DATASETS_OFFLINE=0 wins over HF_HUB_OFFLINE=1, so the hub is probed.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    calls = _recording_datasets(monkeypatch)
+    with pytest.raises(DatasetUnavailableError, match="unreachable"):
+        load_hotpotqa()
+    assert calls == []
+
+
+def test_unreachable_hub_fails_at_once_with_what_to_download(monkeypatch):
+    for v in _OFFLINE_VARS:
+        monkeypatch.delenv(v, raising=False)
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    calls = _recording_datasets(monkeypatch)
+    t0 = time.monotonic()
+    with pytest.raises(DatasetUnavailableError) as err:
+        load_2wiki("someone/2wiki")
+    assert time.monotonic() - t0 < 5  # datasets' own retries take ~23 s
+    assert calls == []
+    msg = str(err.value)
+    assert endpoint in msg and "unreachable" in msg and "2WikiMultihopQA" in msg
+    assert "HF_HUB_OFFLINE=1" in msg  # how to use a cached copy
+
+
+def test_real_datasets_offline_and_unreachable_fail_fast(monkeypatch):
+    """The `datasets` library itself: offline it answers from its (empty) cache at once; with the
+    variables unset and the hub unreachable, gym.make fails before calling it."""
+    datasets = pytest.importorskip("datasets")
+    import gymnasium as gym
+
+    t0 = time.monotonic()
+    with pytest.raises(DatasetUnavailableError, match="path="):
+        load_hotpotqa("hopgym-tests/not-in-any-cache")
+    assert time.monotonic() - t0 < 5
+    assert datasets.config.HF_HUB_OFFLINE  # tests/conftest.py sets the variables before import
+    for v in _OFFLINE_VARS:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    t0 = time.monotonic()
+    with pytest.raises(DatasetUnavailableError, match="unreachable.*pass path="):
+        gym.make("hopgym/HotpotQA-v0")
+    assert time.monotonic() - t0 < 5
+
+
+def test_reachability_goes_through_the_https_proxy(monkeypatch):
+    for v in ("no_proxy", "NO_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(v, raising=False)
+    assert unreachable_reason(f"http://127.0.0.1:{_closed_port()}") is not None
+    assert "no host" in unreachable_reason("not a url")
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{proxy.getsockname()[1]}")
+        # .invalid never resolves: only the proxy is contacted.
+        assert unreachable_reason("https://hub.invalid") is None
+    assert offline_reason({}) is None
+    assert offline_reason({"TRANSFORMERS_OFFLINE": "yes"}) == "TRANSFORMERS_OFFLINE=yes"
+
+
+# ------------------------------------------------------- every file error names the file and line
+def _raises_at(path: Path, line: int, *what: str, load=None) -> DatasetFormatError:
+    with pytest.raises(DatasetFormatError) as err:
+        (load or load_hotpotqa)(path)
+    msg = str(err.value)
+    assert err.value.path == str(path) and str(path) in msg
+    assert err.value.line == line and f"line {line}" in msg, msg
+    for w in what:
+        assert w in msg, msg
+    return err.value
+
+
+def test_binary_file_names_the_file_and_line(tmp_path):
+    f = tmp_path / "model.jsonl"
+    f.write_bytes(b"\x80\x04\x95\x1f\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94K\x01u.\n")
+    _raises_at(f, 1, "not UTF-8", "byte 0x80", "binary")
+    _raises_at(f, 1, "not UTF-8", load=detect_format)
+    _raises_at(f, 1, "not UTF-8", load=load_corpus)
+
+
+def test_bad_utf8_in_json_lines_and_in_an_array(tmp_path):
+    good = HOTPOT_JSONL.read_text().splitlines()
+    f = tmp_path / "latin1.jsonl"
+    f.write_bytes("\n".join([good[0], good[1]]).encode() + "\nCafé\n".encode("latin-1"))
+    _raises_at(f, 3, "not UTF-8", "byte 0xe9", "column 4")
+    with pytest.warns(UserWarning, match="skipped 1"):
+        assert len(load_hotpotqa(f, lenient=True)) == 2
+    arr = tmp_path / "latin1.json"
+    arr.write_bytes(b'[\n{"id": "a",\n "question": "Caf\xe9?"}\n]\n')
+    _raises_at(arr, 3, "not UTF-8", "byte 0xe9", load=iter_records_list)
+    # A multi-byte character cut by the end of the file.
+    cut = tmp_path / "cut.json"
+    cut.write_bytes('[{"question": "Kö'.encode()[:-1])
+    _raises_at(cut, 1, "not UTF-8", "truncated character", load=iter_records_list)
+
+
+def iter_records_list(path):
+    return list(iter_records(path))
+
+
+def test_truncated_json_names_the_line(tmp_path):
+    text = HOTPOT_ARRAY.read_text()
+    f = tmp_path / "cut.json"
+    f.write_text(text[: len(text) // 2])
+    err = _raises_at(f, text[: len(text) // 2].count("\n") + 1, "truncated", load=iter_records_list)
+    assert err.field in ("<file>", "<json>")
+    lines = HOTPOT_JSONL.read_text().splitlines()
+    g = tmp_path / "cut.jsonl"
+    g.write_text(lines[0] + "\n" + lines[1][:200])
+    _raises_at(g, 2, "invalid JSON")
+
+
+def test_wrong_top_level_type_names_the_line(tmp_path):
+    obj = tmp_path / "squad.json"
+    obj.write_text(json.dumps({"version": "1.1", "data": [{"question": "Q?"}]}, indent=2))
+    _raises_at(obj, 1, "one JSON object")
+    one_line = tmp_path / "one.json"
+    one_line.write_text(json.dumps({"version": "1.1", "data": []}))
+    _raises_at(one_line, 1, "_id", "missing")
+    lists = tmp_path / "lists.json"
+    lists.write_text('[\n  ["a", "b"],\n  ["c"]\n]\n')
+    _raises_at(lists, 2, "expected a JSON object, got list")
+    _raises_at(lists, 2, "expected a JSON object, got list", load=detect_format)
+    scalar = tmp_path / "n.jsonl"
+    scalar.write_text('42\n')
+    _raises_at(scalar, 1, "expected a JSON object, got int", load=load_corpus)
+
+
+def test_gzip_files_are_read_whatever_their_name(tmp_path):
+    f = tmp_path / "hotpot_dev.json"  # gzip data under a .json name
+    f.write_bytes(gzip.compress(HOTPOT_ARRAY.read_bytes()))
+    assert load_hotpotqa(f).samples == load_hotpotqa(HOTPOT_ARRAY).samples
+    c = tmp_path / "wiki.jsonl.gz"
+    c.write_bytes(gzip.compress(CORPUS.read_bytes()))
+    assert load_corpus(c) == load_corpus(CORPUS)
+    assert detect_format(c) == "corpus"
+    data = gzip.compress(HOTPOT_JSONL.read_bytes())
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DatasetFormatError, match="corrupt or truncated gzip") as err:
+        load_hotpotqa(cut)
+    assert err.value.path == str(cut) and err.value.line >= 1
+
+
+@pytest.mark.parametrize("head, what", [
+    (b"PAR1\x15\x04\x15", "Parquet"),
+    (b"PK\x03\x04\x14\x00", "zip archive"),
+    (b"\xff\xff\xff\xff\xb8\x00", "Arrow stream"),
+    ("[]".encode("utf-16"), "UTF-16"),
+    (b"BZh91AY&SY", "bzip2"),
+])
+def test_known_binary_formats_are_named(tmp_path, head, what):
+    f = tmp_path / "data.json"
+    f.write_bytes(head + b"\x00" * 64)
+    _raises_at(f, 1, what)
+
+
+def test_directory_and_nul_bytes(tmp_path):
+    with pytest.raises(DatasetFormatError, match="is a directory") as err:
+        load_hotpotqa(tmp_path)
+    assert err.value.path == str(tmp_path)
+    f = tmp_path / "nul.jsonl"
+    f.write_bytes(b'{"id": "a", "question": "Q?", "golden_answers": ["x"]}\n\x00\x00\x01\x02\n')
+    _raises_at(f, 2, "NUL bytes", load=load_flashrag_qa)
+
+
+def test_duplicates_name_their_line(tmp_path):
+    row = '{"id": "a", "question": "Q?", "golden_answers": ["x"]}\n'
+    f = tmp_path / "q.jsonl"
+    f.write_text(row + "\n" + row)
+    _raises_at(f, 3, "duplicate question id 'a'", "first on line 1", load=load_flashrag_qa)
+    c = tmp_path / "c.jsonl"
+    c.write_text('{"id": "1", "contents": "A\\nx"}\n{"id": "1", "contents": "B\\ny"}\n')
+    _raises_at(c, 2, "duplicate passage id '1'", load=load_corpus)
+
+
+def test_bom_crlf_and_blank_lines(tmp_path):
+    arr = tmp_path / "a.json"
+    arr.write_bytes(b'\xef\xbb\xbf\r\n [\r\n{"x": 1},\r\n{"x": "\xc3\xa9"}]\r\n')
+    assert list(iter_records(arr)) == [(3, {"x": 1}), (4, {"x": "\u00e9"})]
+    lines = tmp_path / "b.jsonl"
+    lines.write_bytes(b'\xef\xbb\xbf{"x": 1}\r\n \r\n{"x": 2}\r\n')
+    assert list(iter_records(lines)) == [(1, {"x": 1}), (3, {"x": 2})]
+
+
+def test_array_decoding_across_small_chunks_keeps_characters_and_lines(tmp_path):
+    from hopgym.corpora.datasets.records import _Utf8Text
+
+    recs = [{"q": f"Köln–Zürich {i} 🚲"} for i in range(40)]
+    f = tmp_path / "u.json"
+    f.write_text("[\n" + ",\n".join(json.dumps(r, ensure_ascii=False) for r in recs) + "\n]")
+    with open(f, "rb") as raw:
+        got = list(_iter_json_array(_Utf8Text(raw, str(f)), str(f), chunk=5))
+    assert got == [(i + 2, r) for i, r in enumerate(recs)]
+    data = f.read_bytes()
+    bad = data.index(b"Z\xc3\xbcrich 30")  # record 30 is on line 32
+    f.write_bytes(data[:bad + 1] + b"\xfc" + data[bad + 3:])
+    with open(f, "rb") as raw, pytest.raises(DatasetFormatError, match="line 32: not UTF-8"):
+        list(_iter_json_array(_Utf8Text(raw, str(f)), str(f), chunk=5))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import re
@@ -358,3 +359,100 @@ def test_config_normalises_and_hashes():
 def test_too_many_questions_for_a_tiny_world_says_how_to_fix():
     with pytest.raises(ValueError, match="increase n_entities"):
         generate_world(WorldConfig(n_entities=100, n_questions=500, kinds="inference", hops=4))
+
+
+# ------------------------------------------------------------------ byte-identical regression
+# SyntheticWorld.fingerprint() and a digest of (id, question, answers) of every question, recorded
+# from hopgym 0.1 (commit 8d43176). A change here changes every world users have trained and
+# evaluated on: it needs a new env version, not an update of these constants.
+FINGERPRINTS = {
+    "default": ({}, "0659f1896e074c6c0ea888741ee9685bff0d39c02e2e274a297b53b0ded37ef7",
+                "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e"),
+    "web": ({"sources": ("local", "web")},
+            "821162456509d36a31785da710baf6f238c0242237837e61cbc29303858021c2",
+            "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e"),
+    "all_hops": ({"hops": (1, 2, 3, 4), "kinds": KINDS},
+                 "cf2bbc61c3aca12e35fbf1d8a1e966a479b9e61ae7233f1a4ec419569b2fae76",
+                 "18174c1291ce148ad14864f635719611867b16a84007cb4d944785e332d6fed9"),
+    "ppd3": ({"passages_per_doc": 3},
+             "566796f2cfd4b6f6d778aa6cf14cca6e996ce1c6723ee94f4bd6f524b1fe79ef",
+             "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e"),
+    "small300": ({"n_entities": 300, "n_questions": 100},
+                 "f1890a5f738b37f55e99b62035af297a3b36a72e435de266c6808ae3f165d551",
+                 "292e4a294c5c88135a8ec4ba06a98c6abe73331958f221a27c9fbc36ac60017d"),
+    "big20000": ({"n_entities": 20000, "n_questions": 500},
+                 "edbbb93dcde88e1597150a0b346f5a84e866706d791d43c3431d4381fb7fa821",
+                 "ca98403e12ff36d5a0efa778988ae478d3195b63d12eaf9d40020f3297d9ca89"),
+    "seed1": ({"seed": 1}, "40423528566c838358beef57803a2a3ef2899a4f6eae94c587c4e0e7cf1bd6d6",
+              "e5f8f146d37b0af365898c35f5829b58c571c6eb6214a1b486b5d5b2c2624d0a"),
+    "seed7_web_allhops": (
+        {"seed": 7, "sources": ("local", "web"), "hops": (1, 2, 3, 4), "n_entities": 1500,
+         "n_questions": 400},
+        "67dcbbc87631bb9cc99e09016f629068b8c57472976b7bd499b631ffeae26d49",
+        "39d52556dd7b1841cc1e892f1caec429696ad1d3cd24cda8c9440bf83ba61206"),
+    "seed42_easy": (
+        {"seed": 42, "distractors": 0.0, "phrasing_variety": 1, "n_entities": 800,
+         "n_questions": 200},
+        "fb5af5254f54f4ff6e70522259d9bd432581cc141f0afcb5e59c60a1fd6be048",
+        "df18c7d6e4996ff2d1570a9cedfff6973a72c5046f23f49b4f5ffa36d3582b49"),
+    "seed3_ppd2_notest": (
+        {"seed": 3, "passages_per_doc": 2, "test_fraction": 0.0, "n_entities": 1000,
+         "n_questions": 300},
+        "54000ee0a6c4501ea0af577e77c709c98ec66cd9ea480897908569ae3cfb211f",
+        "c55d646dee47738bf572fb826cc908c89e3b2cb264e4e3d3044ec2ebfb53686d"),
+    "seed5_cov": (
+        {"seed": 5, "sources": ("local", "web"), "local_coverage": 0.8, "web_noise": 1.0,
+         "distractors": 1.0, "n_entities": 2000, "n_questions": 300},
+        "de45083732eeb113f90d3263aa8254d3d441633c1946683d1aa64b497ec23a2f",
+        "e4e7ab41ff1faeb6f059d2c6c9bf30f858fe281a9a763f94a31cada1e176b0ed"),
+}
+
+
+@pytest.mark.parametrize("name", list(FINGERPRINTS))
+def test_worlds_are_byte_identical_to_recorded_fingerprints(name):
+    kwargs, fingerprint, questions = FINGERPRINTS[name]
+    w = fresh(WorldConfig(**kwargs))
+    digest = hashlib.sha256(json.dumps(
+        [[s.id, s.question, list(s.answers)] for s in w.samples]).encode()).hexdigest()
+    assert (w.fingerprint(), digest) == (fingerprint, questions)
+
+
+def test_verified_hop_queries_are_unchanged():
+    """build_task's refined hop queries (a BM25 index per source) match the recorded ones."""
+    task = build_task(WorldConfig(sources=("local", "web")))
+    queries = "\n".join(h.query for s in task.samples for h in s.decomposition)
+    assert hashlib.sha256(queries.encode()).hexdigest() == (
+        "4f68ae87180b659dda021079352653721a04d7348fa0a5a02b38d2b29d0b85fd")
+
+
+def test_build_task_takes_a_retriever_spec():
+    """Each source is indexed by make_retriever(spec): a dense world checks its hop queries against
+    the dense index, pickles as its recipe with the spec, and a server kind is refused."""
+    from hopgym.corpora.retrievers import RetrieverSpec
+
+    cfg = WorldConfig(n_entities=300, n_questions=20)
+    dense = build_task(cfg, retriever={"kind": "dense", "model": "hashing-64"})
+    assert dense.retriever_spec == RetrieverSpec(kind="dense", model="hashing-64")
+    assert getattr(dense.sources["local"].retriever, "kind", None) == "dense"
+    assert dense is not build_task(cfg)
+    assert pickle.loads(pickle.dumps(dense)) is dense
+    assert build_task(cfg, "rank_bm25").retriever_spec.engine == "rank_bm25"
+    with pytest.raises(ValueError, match="export the world"):
+        build_task(cfg, retriever="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="given twice"):
+        build_task(cfg, engine="bm25s", retriever={"engine": "rank_bm25"})
+
+
+def test_synthetic_and_tiny_envs_take_retriever():
+    import gymnasium as gym
+
+    from hopgym.agents import OracleAgent
+    from hopgym.agents.evaluation import evaluate
+
+    env = gym.make("hopgym/Tiny-v0", retriever="hybrid", reward=None)
+    assert evaluate(env, OracleAgent(env), episodes=6)["support_recall"] == 1.0
+    env = gym.make("hopgym/Synthetic-v0", n_entities=300, n_questions=20,
+                   retriever={"kind": "dense", "model": "hashing-64"})
+    assert evaluate(env, OracleAgent(env), episodes=20)["em"] == 1.0
+    with pytest.raises(ValueError, match="retriever must be one of"):
+        gym.make("hopgym/Synthetic-v0", retriever="bm52")

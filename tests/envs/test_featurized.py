@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +21,8 @@ from hopgym.envs.featurized import (
     read_question,
     sentence_concepts,
 )
+from hopgym.envs.multihop_qa import MultiHopQAEnv
+from hopgym.envs.options import EnvOptions
 from hopgym.envs.registration import make_task_env
 
 
@@ -34,7 +37,54 @@ def by_question(env: FeaturizedEnv, qid: str):
 
 @pytest.mark.parametrize("sources", [("local",), ("local", "web")])
 def test_gymnasium_check_env(sources):
-    check_env(tiny(sources), skip_render_check=True)
+    # check_env is meant for bare envs and says so for a wrapper; any other warning fails.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(tiny(sources), skip_render_check=True)
+    others = [str(w.message) for w in caught if "different from the unwrapped" not in str(w.message)]
+    assert not others, others
+
+
+def test_is_a_wrapper_of_the_text_env():
+    env = tiny(("local", "web"), max_candidates=5)
+    assert isinstance(env, gym.Wrapper) and isinstance(env.unwrapped, MultiHopQAEnv)
+    _, info = env.reset(seed=2)
+    base = env.unwrapped
+    assert base.sample.question == info["question"] == env.question.text
+    assert base.task.name == "tiny" and base.transcript[0]["role"] == "user"
+    # Through gym.make's wrappers too, with the Wrapper machinery and no warning.
+    made = gym.make("hopgym/SyntheticFeaturized-v0", base_kwargs={"n_entities": 300,
+                                                                  "n_questions": 20})
+    made.reset(seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert made.get_wrapper_attr("sample") is made.unwrapped.sample
+        assert made.get_wrapper_attr("max_turns") == made.unwrapped.max_turns == 6
+        assert made.has_wrapper_attr("transcript")
+        assert made.get_wrapper_attr("max_candidates") == 8  # the wrapper's own
+    # The copies FeaturizedEnv used to keep still answer, with a warning, for one release.
+    for name in ("task", "sample", "transcript", "max_turns", "top_k"):
+        with pytest.warns(DeprecationWarning, match=f"env.unwrapped.{name}"):
+            assert getattr(env, name) is getattr(base, name)
+    with pytest.warns(DeprecationWarning, match="DEFAULT_REWARD"):
+        from hopgym.envs.featurized import DEFAULT_REWARD
+    assert DEFAULT_REWARD == "default"
+    # The spec records the wrapper's arguments (RecordConstructorArgs).
+    kwargs = {w.name: w.kwargs for w in made.spec.additional_wrappers}["FeaturizedEnv"]
+    assert kwargs == {"max_candidates": 8, "hash_dim": 64, "embedder": None, "render_mode": None}
+
+
+def test_text_env_options_pass_through_with_the_text_env_defaults():
+    defaults = EnvOptions()
+    env = make_featurized(base_id="hopgym/Tiny-v0", reward=None)
+    assert env.unwrapped.max_turns == defaults.max_turns and env.unwrapped.top_k == defaults.top_k
+    env = make_featurized(base_id="hopgym/Tiny-v0", reward=None, max_turns=3, top_k=2,
+                          protocol="r3", base_kwargs={"sources": ("local", "web")})
+    base = env.unwrapped
+    assert (base.max_turns, base.top_k, base.protocol.name) == (3, 2, "r3")
+    assert env.sources == ("local", "web")
+    # The registered featurized id keeps its budget of 6 turns.
+    assert gym.spec("hopgym/SyntheticFeaturized-v0").kwargs == {"max_turns": 6}
 
 
 @pytest.mark.parametrize("sources", [("local",), ("local", "web")])
@@ -67,6 +117,13 @@ def test_bad_arguments():
         tiny(render_mode="human")
     with pytest.raises(ValueError, match="make_featurized directly"):
         make_featurized(base_id="hopgym/Tiny-v0", base_kwargs={"reward": None})
+    with pytest.raises(ValueError, match="pass top_k= to make_featurized directly"):
+        make_featurized(base_id="hopgym/Tiny-v0", base_kwargs={"top_k": 2})
+    # Options are checked (EnvOptions) before the text env is built; typos get a suggestion.
+    with pytest.raises(ValueError, match="top_k must be an int >= 1"):
+        make_featurized(base_id="hopgym/Synthetic-v0", top_k=0)
+    with pytest.raises(TypeError, match="did you mean 'max_candidates'"):
+        make_featurized(base_id="hopgym/Tiny-v0", max_candidate=4)
 
 
 def test_masks_match_candidates_along_random_rollouts():

@@ -50,6 +50,19 @@ def test_bad_arguments():
         MultiHopTeamEnv(mode="competitive", n_racers=0, **KW)
 
 
+def test_trajectories_are_built_like_the_featurized_id():
+    # The step budget defaults to hopgym/SyntheticFeaturized-v0's (6), stated once, in its
+    # registration; every make_featurized argument and text env option passes through.
+    team = MultiHopTeamEnv(**KW)
+    assert team.max_turns == team.cores[0].unwrapped.max_turns == 6 == team.search_budget
+    race = MultiHopTeamEnv(mode="competitive", max_turns=4, top_k=2, protocol="r3", **KW)
+    base = race.cores[0].unwrapped
+    assert (base.max_turns, base.top_k, base.protocol.name) == (4, 2, "r3")
+    assert race.search_budget == 4 and race.cores[0].hash_dim == 16
+    with pytest.raises(ValueError, match="make_featurized directly"):
+        MultiHopTeamEnv(base_kwargs={"max_turns": 3}, **KW)
+
+
 def _pick(team, infos, agent, prefix):
     """The index of ``agent``'s first action whose description starts with ``prefix``."""
     lines = team._describe(agent)

@@ -58,12 +58,10 @@ HOPGYM_IDS = sorted(i for i in gym.registry if i.startswith("hopgym/"))
 
 def _make_with_all_options(env_id):
     if env_id == FEATURIZED:
-        # make_featurized takes reward, max_turns and top_k itself and passes the others to the
-        # text env in base_kwargs; its own render_mode is the featurized view's.
-        own = {k: NON_DEFAULT[k] for k in ("reward", "max_turns", "top_k")}
-        base = {k: v for k, v in NON_DEFAULT.items() if k not in own}
-        env = gym.make(env_id, **own, base_kwargs={**base, **SMALL_WORLD}, render_mode="ansi")
-        return env, env.unwrapped.env
+        # make_featurized passes every option to the text env it wraps (render_mode also sets
+        # the featurized view's); the wrapper machinery reaches the text env's wrappers.
+        env = gym.make(env_id, **NON_DEFAULT, base_kwargs=SMALL_WORLD)
+        return env, env
     env = gym.make(env_id, **ID_ARGS[env_id], **NON_DEFAULT)
     return env, env
 

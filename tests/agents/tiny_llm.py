@@ -1,10 +1,13 @@
-"""Fixtures of the LLM-agent tests: a tiny random Qwen2 model and a byte-level BPE tokenizer
-trained on the tiny corpus, built once per test session, offline."""
+"""A tiny random Qwen2 model and a byte-level BPE tokenizer trained on the tiny corpus, offline:
+what the LLM-agent tests run instead of a real model. Test modules build them in their own
+fixtures (``from tiny_llm import build_model, build_tokenizer``); a ``conftest.py`` here would clash
+with ``tests/conftest.py`` under ``--doctest-modules``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
-import pytest
 
 import hopgym  # noqa: F401  (registers the ids)
 
@@ -13,15 +16,8 @@ TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end
             "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 
 
-@pytest.fixture(scope="session")
-def chat_template() -> str:
-    return TEMPLATE
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    pytest.importorskip("transformers")
-    pytest.importorskip("tokenizers")
+def build_tokenizer() -> Any:
+    """A byte-level BPE tokenizer (400 tokens) trained on the tiny corpus and the env's prompts."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -47,9 +43,9 @@ def tokenizer():
     return fast
 
 
-@pytest.fixture(scope="session")
-def model(tokenizer):
-    torch = pytest.importorskip("torch")
+def build_model(tokenizer: Any) -> Any:
+    """A random two-layer Qwen2 (hidden size 32) for ``tokenizer``, seeded."""
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
@@ -60,10 +56,3 @@ def model(tokenizer):
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
     config._attn_implementation = "eager"
     return Qwen2ForCausalLM(config).eval()
-
-
-@pytest.fixture(scope="session")
-def backend(model, tokenizer):
-    from hopgym.backends import TransformersBackend
-
-    return TransformersBackend(model, tokenizer, device="cpu")

@@ -1,6 +1,6 @@
 """Word material for the synthetic world: regional phonologies and English word lists.
 
-Private helper of :mod:`hopgym.corpora.synthetic`. Every culture has its own syllable inventory,
+Part of :mod:`hopgym.corpora.synthetic`. Every culture has its own syllable inventory,
 so names from one region sound alike ("Qelvor", "Thalmir" vs "Tashiko", "Yurami"): an agent can
 learn from a name alone which region, and so which source, an entity probably belongs to.
 

@@ -1,0 +1,508 @@
+"""The trajectory file: what ``hopgym eval --trajectories RUN.jsonl`` writes and ``hopgym view`` reads.
+
+Classes: :class:`EpisodeRecorder`, :class:`TrajectoryWriter`, :class:`TrajectoryFile`,
+:class:`TrajectoryFormatError`. Functions: :func:`trajectory_header`, :func:`read_trajectories`.
+
+## Format (version 1)
+
+A UTF-8 JSON-lines file. The first line is a header::
+
+    {"format": "hopgym-trajectories", "version": 1, "hopgym_version": "0.1.0",
+     "env_id": "hopgym/Synthetic-v0", "env_options": {"hops": 3}, "reward": "default",
+     "protocol": "tags", "task": "synthetic", "questions": 1000, "agent": "iterative",
+     "seed": 0, "doc_text_chars": 1000, "created": "2025-01-31T12:00:00Z"}
+
+``env_options`` are the keyword arguments given to ``gym.make`` (the reward preset is ``reward``;
+``env_id`` and ``env_options`` are ``null`` / ``{}`` for an env built by hand); ``seed`` is the
+base seed of the run; ``doc_text_chars`` is the length documents are cut to in the file.
+Every further line is one episode:
+
+- ``question_id``, ``seed`` (of this episode's ``reset``), ``question``, ``kind``, ``hops``,
+  ``answers`` (gold, canonical first), ``supporting_ids`` (gold supporting documents);
+- outcome: ``prediction`` (the answer, or ``null``), ``em``, ``f1``, ``support_recall``,
+  ``steps``, ``searches``, ``searches_by_source``, ``invalid`` (invalid turns), ``return``,
+  ``reward_terms`` (each term summed over the episode), ``end`` (``"answer"``, ``"budget"`` when
+  the step budget ran out, ``"terminated"`` when a wrapper ended the episode without an answer);
+- ``turns``: one object per step with ``action`` (the turn's text), ``action_type`` (think, search,
+  route, answer, invalid), ``reward`` and, where they apply, ``think``, ``query`` and ``source``
+  (searches), ``route`` (the source routed to), ``answer``, ``invalid_action`` (what was wrong),
+  ``new_ids`` (documents shown, in order), ``skipped_ids`` (already-seen documents the retriever
+  ranked above the last one shown, or all of them when none was new: de-duplication dropped
+  them), ``retrieval_error``, ``observation`` (what the agent saw, kept only for turns that showed
+  no documents: the documents' text is in ``documents``) and ``reward_terms`` (this step's
+  non-zero terms); keys that do not apply are left out;
+- ``background_ids``: documents shown in the prompt (``background_k``), when there are any;
+- ``documents``: ``{doc_id: {"title": ..., "text": ...}}`` for every document shown and every
+  supporting document the task can look up; texts longer than ``doc_text_chars`` are cut and end
+  with ``…``.
+
+:func:`read_trajectories` also reads the files of hopgym 0.1, which have no header and whose turns
+hold ``action``, ``action_type``, ``observation``, ``reward``, ``new_ids`` and
+``invalid_action``: their turns are parsed again (think, query, route, answer; the shown documents'
+titles and texts from the observation); ``kind``, ``hops``, ``seed``, ``supporting_ids`` and
+``end`` stay unknown (``None``). Every record it returns has every key above.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+import gymnasium as gym
+
+from hopgym._version import __version__
+from hopgym.errors import HopgymError
+from hopgym.rewards.scoring import exact_match, token_f1
+
+__all__ = ["FORMAT", "VERSION", "DOC_TEXT_CHARS", "EpisodeRecorder", "TrajectoryWriter",
+           "TrajectoryFile", "TrajectoryFormatError", "trajectory_header", "read_trajectories"]
+
+FORMAT = "hopgym-trajectories"
+VERSION = 1
+# Long enough for a Wikipedia paragraph of the benchmarks, short enough that 10k episodes stay tens
+# of MB; the cut is recorded in the header so a reader knows texts may be partial.
+DOC_TEXT_CHARS = 1000
+
+_EPISODE_KEYS: dict[str, Any] = {
+    "question_id": None, "seed": None, "question": "", "kind": None, "hops": None, "answers": [],
+    "supporting_ids": None, "prediction": None, "em": 0.0, "f1": 0.0, "support_recall": 0.0,
+    "steps": 0, "searches": 0, "searches_by_source": {}, "invalid": 0, "return": 0.0,
+    "reward_terms": {}, "end": None, "turns": [], "background_ids": [], "documents": {},
+}
+_TURN_KEYS: dict[str, Any] = {
+    "action": "", "action_type": "invalid", "reward": 0.0, "think": None, "query": None,
+    "source": None, "route": None, "answer": None, "invalid_action": None, "new_ids": [],
+    "skipped_ids": [], "retrieval_error": None, "observation": None, "reward_terms": {},
+}
+# What a record needs for its metrics; a line without them is not an episode.
+_REQUIRED = ("question_id", "em", "f1", "steps", "searches", "invalid", "prediction")
+
+
+class TrajectoryFormatError(HopgymError, ValueError):
+    """A trajectory file that cannot be read; the message names the file and line."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit].rstrip() + " …"
+
+
+def _json_safe(value: Any) -> Any:
+    """Env options as JSON: tuples become lists, anything else JSON cannot hold its ``repr``."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return repr(value)
+
+
+def _agent_name(agent: Any) -> str:
+    model = getattr(agent, "model_name", None) or getattr(agent, "model", None)
+    name = type(agent).__name__
+    return f"{name}({model})" if isinstance(model, str) else name
+
+
+def trajectory_header(env: gym.Env, agent: Any = None, *, seed: int | None = None,
+                      agent_name: str | None = None,
+                      doc_text_chars: int = DOC_TEXT_CHARS) -> dict[str, Any]:
+    """The header line of a trajectory file for a run of ``agent`` in ``env``.
+
+    Args:
+        env: the evaluated env (as made by ``gym.make``, or by hand).
+        agent: the agent; its class name (and model, for LLM agents) is recorded unless
+            ``agent_name`` is given.
+        seed: the run's base seed.
+        agent_name: what to record as the agent (the CLI passes its ``--agent`` value).
+        doc_text_chars: the length documents are cut to.
+
+    Example:
+        >>> import gymnasium as gym, hopgym
+        >>> h = trajectory_header(gym.make("hopgym/Tiny-v0", top_k=2), agent_name="oracle", seed=0)
+        >>> h["format"], h["version"], h["env_id"], h["env_options"], h["reward"], h["agent"]
+        ('hopgym-trajectories', 1, 'hopgym/Tiny-v0', {'top_k': 2}, 'default', 'oracle')
+    """
+    spec = env.spec
+    inner = env.unwrapped
+    task = getattr(inner, "task", None)
+    protocol = getattr(inner, "protocol", None)
+    options = {k: v for k, v in (spec.kwargs if spec else {}).items() if k != "reward"}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "hopgym_version": __version__,
+        "env_id": spec.id if spec else None,
+        "env_options": _json_safe(options),
+        # What gym.make applied (EnvOptions resolves the default); unknown for an env made by hand.
+        "reward": _json_safe(getattr(getattr(inner, "options", None), "reward", None))
+        if spec else None,
+        "protocol": getattr(protocol, "name", None),
+        "task": getattr(task, "name", None),
+        "questions": len(task.samples) if task is not None else None,
+        "agent": agent_name or (_agent_name(agent) if agent is not None else None),
+        "seed": seed,
+        "doc_text_chars": doc_text_chars,
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+class EpisodeRecorder:
+    """Follows one episode step by step and builds its result (and, with ``turns``, its record).
+
+    ``run_episode`` uses it; so can any loop that drives the env itself (a batched LLM
+    evaluation): call :meth:`start` after ``reset``, :meth:`step` after every ``step``, then
+    :meth:`result`.
+
+    Example:
+        >>> import gymnasium as gym, hopgym
+        >>> env = gym.make("hopgym/Tiny-v0")
+        >>> obs, info = env.reset(seed=0)
+        >>> rec = EpisodeRecorder(env)
+        >>> rec.start(info, seed=0)
+        >>> out = env.step("<think>hm</think><answer>Oslo</answer>")
+        >>> rec.step(*out)
+        >>> r = rec.result()
+        >>> r["steps"], r["end"], r["turns"][0]["answer"], r["turns"][0]["think"]
+        (1, 'answer', 'Oslo', 'hm')
+    """
+
+    def __init__(self, env: gym.Env, *, turns: bool = True,
+                 doc_text_chars: int = DOC_TEXT_CHARS) -> None:
+        self.env = env
+        self.record_turns = turns
+        self.doc_text_chars = doc_text_chars
+
+    def start(self, info: Mapping[str, Any], seed: int | None = None) -> None:
+        """Begin an episode, given ``reset``'s ``info`` and the seed passed to it."""
+        self.sample = self.env.unwrapped.sample
+        self.seed = seed
+        self.seen: dict[str, int] = {}  # doc id -> turn first shown (0: the prompt)
+        self.docs: dict[str, dict[str, str]] = {}
+        self.turns: list[dict[str, Any]] = []
+        self.ret, self.steps, self.searches, self.invalid = 0.0, 0, 0, 0
+        self.by_source: dict[str, int] = defaultdict(int)
+        self.terms: dict[str, float] = defaultdict(float)
+        self.answer: str | None = None
+        self.end: str | None = None
+        self.background = list(info.get("new_ids") or ())
+        self._show(self.background, info.get("documents") or (), 0)
+
+    def _show(self, ids: Sequence[str], docs: Sequence[Any], turn: int) -> None:
+        for doc_id in ids:
+            self.seen.setdefault(doc_id, turn)
+        if self.record_turns:
+            for doc in docs:
+                self.docs.setdefault(doc.doc_id, {"title": doc.title,
+                                                  "text": _cut(doc.text, self.doc_text_chars)})
+
+    def step(self, obs: str, reward: float, terminated: bool, truncated: bool,
+             info: Mapping[str, Any]) -> None:
+        """Record one step: pass what ``env.step`` returned."""
+        self.steps += 1
+        self.ret += float(reward)
+        step_terms = info.get("reward_terms") or {}
+        for name, value in step_terms.items():
+            self.terms[name] += float(value)
+        kind = info.get("action_type")
+        if kind == "search":
+            self.searches += 1
+            self.by_source[info.get("source", "?")] += 1
+        elif kind == "invalid":
+            self.invalid += 1
+        if info.get("answer") is not None:
+            self.answer = info["answer"]
+        new_ids = list(info.get("new_ids") or ())
+        seen_before = set(self.seen)
+        self._show(new_ids, info.get("documents") or (), self.steps)
+        if self.record_turns:
+            self.turns.append(self._turn(obs, float(reward), kind, info, new_ids, seen_before,
+                                         step_terms))
+        if terminated or truncated:
+            self.end = ("answer" if info.get("answer") is not None
+                        else "terminated" if terminated else "budget")
+
+    def _turn(self, obs: str, reward: float, kind: Any, info: Mapping[str, Any],
+              new_ids: list[str], seen_before: set[str],
+              step_terms: Mapping[str, float]) -> dict[str, Any]:
+        transcript = self.env.unwrapped.transcript
+        action = next((m["content"] for m in reversed(transcript) if m["role"] == "assistant"), "")
+        turn: dict[str, Any] = {"action": action, "action_type": kind, "reward": reward}
+        optional = {
+            "think": info.get("think"),
+            "query": info.get("query"),
+            "source": info.get("source") if kind == "search" else None,
+            "route": info.get("routed_to"),
+            "answer": info.get("answer"),
+            "invalid_action": info.get("invalid_action"),
+            "new_ids": new_ids,
+            "skipped_ids": self._skipped(info.get("retrieved_ids") or (), new_ids, seen_before),
+            "retrieval_error": info.get("retrieval_error"),
+            "observation": obs if obs and not new_ids else None,
+            "reward_terms": {k: float(v) for k, v in step_terms.items() if v},
+        }
+        turn.update((k, v) for k, v in optional.items() if v)
+        return turn
+
+    @staticmethod
+    def _skipped(ranked: Sequence[str], shown: list[str], seen_before: set[str]) -> list[str]:
+        """Already-seen documents the retriever ranked above the last shown one (all of them when
+        nothing new was shown)."""
+        if not seen_before:
+            return []
+        last = max((i for i, d in enumerate(ranked) if d in shown), default=len(ranked) - 1)
+        return [d for d in ranked[:last + 1] if d in seen_before and d not in shown]
+
+    def result(self) -> dict[str, Any]:
+        """The episode's outcome; with ``turns``, also its turns and documents."""
+        sample = self.sample
+        golds = list(sample.answers)
+        support = list(sample.supporting_ids)
+        answer = self.answer
+        out: dict[str, Any] = {
+            "question_id": sample.id,
+            "seed": self.seed,
+            "question": sample.question,
+            "kind": sample.kind,
+            "hops": sample.hops,
+            "answers": golds,
+            "supporting_ids": support,
+            "prediction": answer,
+            "em": exact_match(answer, golds) if answer is not None else 0.0,
+            "f1": token_f1(answer, golds) if answer is not None else 0.0,
+            "support_recall": (len(set(support) & set(self.seen)) / len(set(support))
+                               if support else 1.0),
+            "steps": self.steps,
+            "searches": self.searches,
+            "searches_by_source": dict(self.by_source),
+            "invalid": self.invalid,
+            "return": self.ret,
+            "reward_terms": dict(self.terms),
+            "end": self.end,
+        }
+        if self.record_turns:
+            lookup = getattr(self.env.unwrapped.task, "documents", None) or {}
+            for doc_id in support:
+                if doc_id not in self.docs and doc_id in lookup:
+                    doc = lookup[doc_id]
+                    self.docs[doc_id] = {"title": doc.title,
+                                         "text": _cut(doc.text, self.doc_text_chars)}
+            out["turns"] = self.turns
+            if self.background:
+                out["background_ids"] = self.background
+            out["documents"] = self.docs
+        return out
+
+
+class TrajectoryWriter:
+    """Writes a trajectory file: the header line at once, then one line per episode.
+
+    ``TrajectoryWriter(path, header)`` opens ``path`` (making its folder) and writes the header;
+    :meth:`write` appends an episode; :meth:`close` (or leaving a ``with`` block) closes it.
+    """
+
+    def __init__(self, path: str | Path, header: Mapping[str, Any]) -> None:
+        if header.get("format") != FORMAT or header.get("version") != VERSION:
+            raise ValueError(f"header must have format={FORMAT!r} and version={VERSION} "
+                             "(build it with trajectory_header)")
+        self.path = Path(path)
+        self.header = dict(header)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] | None = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        self._file.write(json.dumps(self.header, ensure_ascii=False) + "\n")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append one episode record (as built by :class:`EpisodeRecorder`)."""
+        if self._file is None:
+            raise ValueError(f"TrajectoryWriter for {self.path} is closed")
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        """Close the file (again: no-op)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class TrajectoryFile:
+    """A trajectory file as read by :func:`read_trajectories`.
+
+    Attributes:
+        path: where it was read from.
+        header: its header (for a hopgym 0.1 file, a header made up with ``version`` 0 and
+            unknown fields ``None``).
+        episodes: the episode records, every key of the format present.
+        upgraded_from: ``"0.1"`` for a file of hopgym 0.1, else ``None``.
+    """
+
+    path: Path
+    header: dict[str, Any]
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    upgraded_from: str | None = None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    yield number, line
+    except UnicodeDecodeError as exc:
+        raise TrajectoryFormatError(f"{path}: not a UTF-8 text file ({exc})") from None
+
+
+def read_trajectories(path: str | Path) -> TrajectoryFile:
+    """Read a trajectory file of any version (see the module docstring for the format).
+
+    Raises:
+        FileNotFoundError: no such file.
+        TrajectoryFormatError: a line that is not JSON or not an episode, an unknown format or a
+            newer version; the message names the file and line.
+
+    Example:
+        >>> import gymnasium as gym, hopgym, tempfile, os
+        >>> from hopgym.agents import OracleAgent, evaluate
+        >>> env = gym.make("hopgym/Tiny-v0")
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.jsonl")
+        >>> _ = evaluate(env, OracleAgent(env), episodes=2, trajectories=path)
+        >>> run = read_trajectories(path)
+        >>> run.header["env_id"], len(run.episodes), run.episodes[0]["em"]
+        ('hopgym/Tiny-v0', 2, 1.0)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no trajectory file at {path}")
+    header: dict[str, Any] | None = None
+    upgraded: str | None = None
+    episodes: list[dict[str, Any]] = []
+    for number, line in _lines(path):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TrajectoryFormatError(f"{path}:{number}: not JSON ({exc.msg} at column "
+                                        f"{exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise TrajectoryFormatError(f"{path}:{number}: expected a JSON object, got "
+                                        f"{type(obj).__name__}")
+        if header is None and upgraded is None:
+            if "format" in obj:
+                header = _check_header(obj, path, number)
+                continue
+            upgraded = "0.1"  # hopgym 0.1 wrote episodes only
+            header = {"format": FORMAT, "version": 0, "hopgym_version": "0.1", "env_id": None,
+                      "env_options": {}, "reward": None, "protocol": None, "task": None,
+                      "questions": None, "agent": None, "seed": None, "doc_text_chars": None,
+                      "created": None}
+        missing = [k for k in _REQUIRED if k not in obj]
+        if missing:
+            raise TrajectoryFormatError(f"{path}:{number}: not an episode record (no "
+                                        f"{', '.join(repr(k) for k in missing)})")
+        episodes.append(_upgrade_episode(obj) if upgraded else _normalise(obj))
+    if header is None:
+        raise TrajectoryFormatError(f"{path}: empty file, no header and no episodes")
+    return TrajectoryFile(path, header, episodes, upgraded)
+
+
+def _check_header(obj: dict[str, Any], path: Path, number: int) -> dict[str, Any]:
+    if obj.get("format") != FORMAT:
+        raise TrajectoryFormatError(f"{path}:{number}: format {obj.get('format')!r} is not "
+                                    f"{FORMAT!r}")
+    version = obj.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise TrajectoryFormatError(f"{path}:{number}: bad version {version!r}")
+    if version > VERSION:
+        raise TrajectoryFormatError(f"{path}:{number}: version {version} is newer than this "
+                                    f"hopgym reads ({VERSION}); upgrade hopgym")
+    return obj
+
+
+def _normalise(obj: dict[str, Any]) -> dict[str, Any]:
+    out = {**{k: (v.copy() if isinstance(v, (list, dict)) else v)
+              for k, v in _EPISODE_KEYS.items()}, **obj}
+    out["turns"] = [{**{k: (v.copy() if isinstance(v, (list, dict)) else v)
+                        for k, v in _TURN_KEYS.items()}, **t} for t in out["turns"] or ()]
+    return out
+
+
+class _AnySource:
+    """Old files do not list the env's sources; a routed name was valid when it was recorded."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+
+def _docs_from_observation(obs: str, ids: list[str]) -> dict[str, dict[str, str]]:
+    """The shown documents' titles and texts, read back from a 0.1 observation (best effort).
+
+    Documents are joined by newlines as ``Doc k (Title: T) text`` (tags) or ``(k) T: text`` (r3);
+    when the pieces do not match the shown ids one to one, nothing is returned.
+    """
+    body = obs.strip()
+    if "<information>" in body:
+        body = body.split("<information>", 1)[1].rsplit("</information>", 1)[0].strip()
+        first, split, sep = "Doc 1 (Title: ", r"\nDoc \d+ \(Title: ", ") "
+    elif "The retrieval documents:" in body:
+        body = re.split(r"\nStep \d+:", body.split("The retrieval documents:", 1)[1])[0].strip()
+        first, split, sep = "(1) ", r"\n\(\d+\) ", ": "
+    else:
+        return {}
+    if not body.startswith(first):
+        return {}
+    pairs = [p.split(sep, 1) for p in re.split(split, body[len(first):])]
+    if len(pairs) != len(ids) or any(len(p) != 2 for p in pairs):
+        return {}
+    return {doc_id: {"title": title.strip(), "text": text.strip()}
+            for doc_id, (title, text) in zip(ids, pairs, strict=True)}
+
+
+def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[str, Any]:
+    from hopgym.envs.protocols import get_protocol
+
+    text = old.get("action") or ""
+    kind = old.get("action_type")
+    turn = {**_TURN_KEYS, "skipped_ids": [], "reward_terms": {}, "action": text,
+            "action_type": kind, "reward": float(old.get("reward") or 0.0),
+            "invalid_action": old.get("invalid_action"), "new_ids": list(old.get("new_ids") or ())}
+    for name in ("tags", "r3"):
+        parsed = get_protocol(name).parse(text, _AnySource())  # type: ignore[arg-type]
+        if parsed.kind == kind or (kind == "invalid" and parsed.think):
+            turn["think"] = parsed.think or None
+            act = parsed.action
+            turn["query"] = getattr(act, "query", None)
+            turn["route"] = getattr(act, "source", None)
+            turn["answer"] = act.text if kind == "answer" and act is not None else None
+            break
+    obs = old.get("observation") or ""
+    shown = _docs_from_observation(obs, turn["new_ids"]) if turn["new_ids"] else {}
+    docs.update((k, v) for k, v in shown.items() if k not in docs)
+    if obs and not shown:
+        turn["observation"] = obs
+    return turn
+
+
+def _upgrade_episode(old: dict[str, Any]) -> dict[str, Any]:
+    docs: dict[str, dict[str, str]] = {}
+    turns = [_upgrade_turn(t, docs) for t in old.get("turns") or ()]
+    out = _normalise({k: v for k, v in old.items() if k != "turns"})
+    out["turns"] = turns
+    out["end"] = "answer" if out["prediction"] is not None else None
+    out["documents"] = docs
+    return out
