@@ -1,15 +1,63 @@
-"""Keyword-name checks shared by every floor: :func:`unknown_name_error`.
+"""Keyword arguments, read and checked the same way on every floor.
 
-Private helper with no hopgym imports, so that the lowest floor (``corpora``) and the env options
-use the same wording for a misspelt keyword.
+Functions: :func:`parse_kwarg` and :func:`parse_kwargs` (``KEY=VALUE`` text, as ``--kw hops=3
+protocol=r3`` gives it), :func:`unknown_name_error` (one wording for a misspelt keyword). Class:
+:class:`KwargsError`. Private helpers on the lowest floor (they import only :mod:`hopgym.errors`),
+so that ``corpora``, the env options, the agents and the command line can all use them.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["unknown_name_error"]
+from hopgym.errors import HopgymError
+
+__all__ = ["KwargsError", "parse_kwarg", "parse_kwargs", "unknown_name_error"]
+
+
+class KwargsError(HopgymError, ValueError):
+    """A ``KEY=VALUE`` argument without ``=`` or without a key."""
+
+
+def parse_kwarg(item: str, flag: str = "--kw") -> tuple[str, Any]:
+    """One ``key=value`` string to ``(key, value)``; the value is a Python literal where it parses.
+
+    Args:
+        item: the text, e.g. ``"sources=('local','web')"``.
+        flag: the option it came from, named in the error.
+
+    Raises:
+        KwargsError: ``item`` has no ``=`` or an empty key.
+
+    Example:
+        >>> parse_kwarg("hops=3")
+        ('hops', 3)
+        >>> parse_kwarg("protocol=r3")
+        ('protocol', 'r3')
+    """
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise KwargsError(f"{flag} takes key=value, got {item!r}")
+    try:
+        value: Any = ast.literal_eval(raw)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        value = raw
+    return key.strip(), value
+
+
+def parse_kwargs(items: Iterable[str], flag: str = "--kw") -> dict[str, Any]:
+    """``key=value`` strings to a dict; values are Python literals where they parse, else strings.
+
+    A key given twice keeps its last value.
+
+    Example:
+        >>> parse_kwargs(["hops=3", "sources=('local','web')", "protocol=r3"])
+        {'hops': 3, 'sources': ('local', 'web'), 'protocol': 'r3'}
+    """
+    return dict(parse_kwarg(item, flag) for item in items)
 
 
 def unknown_name_error(name: str, known: Iterable[str], what: str = "option") -> TypeError:

@@ -60,10 +60,13 @@ def test_data_exports_flashrag_files(tmp_path):
     assert set(first) == {"id", "contents"}
 
 
-def test_bad_input_exits_with_a_message():
+def test_bad_input_exits_with_a_message(capsys):
     with pytest.raises(SystemExit, match="key=value"):
         parse_kwargs(["novalue"])
     with pytest.raises(SystemExit, match="unknown agent"):
         main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "genius", "--episodes", "1"])
     with pytest.raises(SystemExit, match="cannot make"):
         main(["eval", "--env", "hopgym/Nope-v0", "--episodes", "1"])
+    with pytest.raises(SystemExit) as exc:  # a usage error: argparse's status 2
+        main(["eval", "--kw", "novalue"])
+    assert exc.value.code == 2 and "--kw takes key=value, got 'novalue'" in capsys.readouterr().err

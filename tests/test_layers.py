@@ -51,12 +51,7 @@ ALLOWED = {
     # with a DeprecationWarning that points to hopgym.agents.evaluate. Delete with that alias.
     ("hopgym/__init__.py", "hopgym.agents.evaluation"),
 }
-KNOWN = {
-    # Expected to be removed: these two import hopgym.cli.parse_kwargs, which the CLI work moves
-    # below agents/. Delete both entries once that lands (test_exceptions_still_happen says so).
-    ("hopgym/agents/rl_bench.py", "hopgym.cli"),
-    ("hopgym/agents/train_cli.py", "hopgym.cli"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _module_name(path: Path) -> str:

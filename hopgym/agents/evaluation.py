@@ -123,14 +123,15 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if episodes < 1:
         raise ValueError("aggregate needs at least one episode")
     steps = sum(r["steps"] for r in results)
-    by_source: dict[str, float] = defaultdict(float)
-    terms: dict[str, float] = defaultdict(float)
+    # Sum first, divide once: adding v / episodes per episode leaves float noise (3.0000000000000027).
+    by_source: dict[str, list[float]] = defaultdict(list)
+    terms: dict[str, list[float]] = defaultdict(list)
     tokens: dict[str, int] = defaultdict(int)
     for r in results:
         for k, v in r["searches_by_source"].items():
-            by_source[k] += v / episodes
+            by_source[k].append(v)
         for k, v in r["reward_terms"].items():
-            terms[k] += v / episodes
+            terms[k].append(v)
         for k, v in (r.get("tokens") or {}).items():
             tokens[k] += v
     out = {
@@ -139,13 +140,13 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "support_recall": float(np.mean([r["support_recall"] for r in results])),
         "avg_steps": steps / episodes,
         "avg_searches": float(np.mean([r["searches"] for r in results])),
-        "searches_by_source": dict(by_source),
+        "searches_by_source": {k: math.fsum(v) / episodes for k, v in by_source.items()},
         "invalid_rate": sum(r["invalid"] for r in results) / max(steps, 1),
         "format_issue_rate": sum(r.get("format_issues") or 0 for r in results) / max(steps, 1),
         "truncated_rate": sum(r.get("truncated") or 0 for r in results) / max(steps, 1),
         "answered": float(np.mean([r["prediction"] is not None for r in results])),
         "reward": float(np.mean([r["return"] for r in results])),
-        "reward_terms": dict(terms),
+        "reward_terms": {k: math.fsum(v) / episodes for k, v in terms.items()},
         "episodes": episodes,
     }
     if tokens:
@@ -272,7 +273,7 @@ def evaluate(
     *,
     trajectories: str | Path | None = None,
     agent_name: str | None = None,
-    progress: bool | Callable[[int], None] = False,
+    progress: bool | str | Callable[[int], None] = False,
     time_limit: float | None = None,
     num_envs: int = 1,
 ) -> dict[str, Any]:
@@ -294,7 +295,9 @@ def evaluate(
             written as each episode ends.
         agent_name: what the trajectory file's header records as the agent (default: the
             agent's class name).
-        progress: ``True`` for a progress bar, or a callback called with the episode count.
+        progress: ``True`` or a label (``"Synthetic-v0 iterative"``) for a progress bar on a
+            terminal's stderr (none when stderr is not a terminal), or a callback called with
+            the episode count.
         time_limit: seconds (wall clock) after which the run stops before the next turn: the
             episodes finished so far are scored and written, unfinished ones are dropped, and
             ``metrics["stopped"]`` is ``"time_limit"``.
@@ -347,11 +350,15 @@ def evaluate(
             header = trajectory_header(first, agent, seed=seed, agent_name=agent_name)
             writer = stack.enter_context(TrajectoryWriter(trajectories, header))
         bar = None
-        if progress is True:
+        if progress is True or isinstance(progress, str):
+            from rich.console import Console
             from rich.progress import Progress
 
-            bar = stack.enter_context(Progress(transient=True))
-            task_id = bar.add_task("episodes", total=episodes)
+            err = Console(stderr=True)
+            if err.is_terminal:  # piped, a transient bar would only leave a blank line behind
+                bar = stack.enter_context(Progress(console=err, transient=True))
+                task_id = bar.add_task(progress if isinstance(progress, str) else "episodes",
+                                       total=episodes)
 
         def emit(res: dict[str, Any]) -> None:
             if writer is not None:

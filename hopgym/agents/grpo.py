@@ -56,9 +56,11 @@ class GRPORunConfig:
     beta: float = field(default=0.0, metadata={"help": "KL coefficient (0: no reference model)."})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clipping range."})
     loss_type: str = field(default="dapo", metadata={
-        "help": "TRL loss: grpo, dr_grpo, dapo, bnpo."})
+        "help": "TRL loss: grpo, dr_grpo, dapo, bnpo.",
+        "choices": ("grpo", "dr_grpo", "dapo", "bnpo")})
     scale_rewards: str = field(default="group", metadata={
-        "help": "Advantage scaling: group, batch or none (Dr. GRPO)."})
+        "help": "Advantage scaling: group, batch or none (Dr. GRPO).",
+        "choices": ("group", "batch", "none")})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
     top_k: int = field(default=0, metadata={"help": "Top-k sampling (0: off)."})
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})

@@ -1,8 +1,8 @@
 """Benchmark classic RL algorithms on featurized envs: :func:`bench_rl`, ``hopgym bench-rl``.
 
 Functions: :func:`bench_rl` (train + evaluate, returns a JSON-able dict), :func:`make_model`,
-:func:`evaluate_model`, :func:`render_table`, :func:`plot_curves`, :func:`add_commands` (the CLI
-subcommand). Classes: :class:`PolicyAgent`, :class:`MaskedRandomAgent`.
+:func:`evaluate_model`, :func:`render_table`, :func:`plot_curves`. Classes: :class:`PolicyAgent`,
+:class:`MaskedRandomAgent`. The ``hopgym bench-rl`` command is :mod:`hopgym.cli.bench_rl`.
 
 Stable-Baselines3 algorithms (``ppo``, ``a2c``, ``dqn``; ``maskppo`` = sb3-contrib's MaskablePPO)
 train on ``--env`` (a :class:`~hopgym.envs.featurized.FeaturizedEnv`, default
@@ -21,9 +21,7 @@ module is cheap, so ``hopgym --help`` stays fast. Needs the ``sb3`` extra.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -46,7 +44,6 @@ __all__ = [
     "plot_curves",
     "PolicyAgent",
     "MaskedRandomAgent",
-    "add_commands",
 ]
 
 #: Algorithms :func:`make_model` knows.
@@ -293,11 +290,12 @@ def bench_rl(
     runs: list[dict[str, Any]] = []
     base_rows: dict[str, dict[str, Any]] = {}
     bar, tasks = _progress(progress)
+    label = env_id.removeprefix("hopgym/")  # progress bars say which env and agent they are for
     try:
         for name in baselines:
             env = make_eval()
             feat = _unwrap_featurized(env)
-            task_id = tasks(f"{name}", eval_episodes)
+            task_id = tasks(f"{label} {name}", eval_episodes)
             tick = _ticker(bar, task_id, cumulative=True)
             if name == "masked-random":
                 m = evaluate(env, MaskedRandomAgent(eval_seed), episodes=eval_episodes,
@@ -313,7 +311,7 @@ def bench_rl(
                 n = _n_envs(n_envs, algo)
                 env = make_vec_env(make, n_envs=n, seed=int(seed))
                 curve_env = make_eval()
-                task_id = tasks(f"{algo} seed {seed}", timesteps)
+                task_id = tasks(f"{label} {algo} seed {seed}", timesteps)
                 tick = _ticker(bar, task_id, cumulative=False)
                 points: list[tuple[int, float]] = []
                 callback = _curve_callback(curve_env, every, curve_episodes, eval_seed + 1,
@@ -377,12 +375,15 @@ def _row(m: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _progress(show: bool) -> tuple[Any, Callable[[str, int], Any]]:
-    if not show:
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    if not show or not err.is_terminal:  # piped, the bars would end up as lines in the output
         return None, lambda name, total: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())
+                   TimeElapsedColumn(), console=err)
     bar.start()
     return bar, lambda name, total: bar.add_task(name, total=total)
 
@@ -398,13 +399,18 @@ def _ticker(bar: Any, task_id: Any, *, cumulative: bool) -> Callable[[int], None
 
 def render_table(result: Mapping[str, Any]) -> Any:
     """A rich table of the summary (mean ± std over seeds) and the baselines."""
+    from rich import box
     from rich.table import Table
 
     seeds = len(result.get("seeds", ()))
-    table = Table(title=f"bench-rl on {result['env']} ({result['timesteps']:,} steps, "
-                        f"{result['eval_episodes']} eval episodes, {seeds} seed(s))")
-    for col in ("agent", "EM", "F1", "reward", "searches", "steps", "invalid", "train steps/s"):
-        table.add_column(col, justify="left" if col == "agent" else "right")
+    env = str(result["env"]).removeprefix("hopgym/")
+    table = Table(title=f"bench-rl, {env}: {result['timesteps']:,} steps x {seeds} seed(s), "
+                        f"{result['eval_episodes']} eval episodes",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    # Short and two-line headers: the table fits 80 columns.
+    for col in ("agent", "EM ± std", "F1", "reward", "searches", "steps", "invalid\nturns",
+                "train\nsteps/s"):
+        table.add_column(col, justify="left" if col == "agent" else "right", no_wrap=True)
     for algo, s in result["summary"].items():
         table.add_row(algo, f"{s['em']:.3f} ± {s['em_std']:.3f}", f"{s['f1']:.3f}",
                       f"{s['reward']:.3f}", f"{s['avg_searches']:.2f}", f"{s['avg_steps']:.2f}",
@@ -451,78 +457,3 @@ def plot_curves(result: Mapping[str, Any], path: str | Path) -> Path:
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------
-def _csv(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
-    def parse(text: str) -> list[Any]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        try:
-            return [kind(t) for t in items]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list, got {text!r}") from None
-    return parse
-
-
-def add_commands(subparsers: Any) -> None:
-    """Add ``bench-rl`` to the ``hopgym`` command's subparsers."""
-    p = subparsers.add_parser(
-        "bench-rl", help="train and evaluate SB3 algorithms (and baselines) on a featurized env",
-        description="Train Stable-Baselines3 algorithms on a featurized hopgym env for several "
-                    "seeds, evaluate them and the scripted baselines on the same questions, "
-                    "print a table and write learning curves. Needs hopgym[sb3].")
-    p.add_argument("--env", default=DEFAULT_ENV, help=f"featurized env id (default {DEFAULT_ENV})")
-    p.add_argument("--kw", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="env keyword arguments, e.g. --kw reward=searchr1 max_turns=8")
-    p.add_argument("--eval-kw", nargs="*", default=None, metavar="KEY=VALUE",
-                   help="keyword arguments of the evaluation env (default: --kw)")
-    p.add_argument("--algos", type=_csv(str), default=["ppo", "a2c", "dqn"],
-                   help=f"comma-separated, from {','.join(ALGOS)} (default ppo,a2c,dqn)")
-    p.add_argument("--seeds", type=_csv(int), default=[0, 1, 2], help="default 0,1,2")
-    p.add_argument("--timesteps", type=int, default=60_000, help="steps per training run")
-    p.add_argument("--eval-episodes", type=int, default=300)
-    p.add_argument("--eval-seed", type=int, default=10_000)
-    p.add_argument("--eval-every", type=int, default=None,
-                   help="steps between learning-curve points (default timesteps/10; 0: none)")
-    p.add_argument("--baselines", type=_csv(str), default=list(DEFAULT_BASELINES),
-                   help="masked-random and scripted agents (default "
-                        f"{','.join(DEFAULT_BASELINES)}; '' for none)")
-    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
-                   help="write the results as JSON to PATH (or stdout without PATH)")
-    p.add_argument("--plot", default=None, metavar="PNG", help="write learning curves here")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=run_cli)
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """Run ``hopgym bench-rl`` from parsed arguments."""
-    from hopgym.cli import parse_kwargs
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    try:
-        result = bench_rl(
-            args.env, env_kwargs=parse_kwargs(args.kw),
-            eval_env_kwargs=None if args.eval_kw is None else parse_kwargs(args.eval_kw),
-            algos=args.algos, seeds=args.seeds,
-            timesteps=args.timesteps, eval_episodes=args.eval_episodes, eval_seed=args.eval_seed,
-            baselines=args.baselines, eval_every=args.eval_every, threads=args.threads,
-            progress=not args.no_progress, plot=args.plot)
-    except (ValueError, TypeError, DependencyNotInstalled, gym.error.Error) as exc:
-        raise SystemExit(f"hopgym bench-rl: {exc}") from None
-    text = json.dumps(result, indent=2)
-    if args.json == "-":
-        print(text)
-    else:
-        from rich.console import Console
-
-        Console().print(render_table(result))
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(text + "\n", encoding="utf-8")
-        if args.plot:
-            Console().print(f"learning curves: {args.plot}")
-    return 0

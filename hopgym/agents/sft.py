@@ -130,7 +130,7 @@ class SFTRunConfig:
         "help": "Stop after this many seconds of training (same-wall-clock baselines)."})
     time_limit_clock: str = field(default="wall", metadata={
         "help": "'wall' (time.perf_counter) or 'process' (CPU time of this process: the fair "
-                "budget on a machine shared with other jobs)."})
+                "budget on a machine shared with other jobs).", "choices": tuple(CLOCKS)})
     bf16: bool | None = field(default=None, metadata={
         "help": "bf16 training (None: on when CUDA supports it)."})
 

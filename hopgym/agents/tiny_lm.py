@@ -191,7 +191,8 @@ class TinyLMConfig:
     learn a 2-hop protocol in minutes on one CPU thread.
     """
 
-    arch: str = field(default="llama", metadata={"help": "'llama' or 'qwen2'."})
+    arch: str = field(default="llama", metadata={"help": "'llama' or 'qwen2'.",
+                                                   "choices": ("llama", "qwen2")})
     layers: int = field(default=4, metadata={"help": "Transformer blocks."})
     hidden: int = field(default=128, metadata={"help": "Model width."})
     heads: int = field(default=4, metadata={"help": "Attention heads (must divide hidden)."})

@@ -1,56 +1,129 @@
-"""``hopgym train sft`` and ``hopgym train grpo``: :func:`add_commands` for ``hopgym.cli``.
+"""What ``hopgym train sft`` and ``hopgym train grpo`` run, as functions of their configs.
 
 ::
 
     hopgym train sft  --env hopgym/Synthetic-v0 --model tiny --out runs/sft
     hopgym train grpo --env hopgym/Synthetic-v0 --model runs/sft --reward r3rag --out runs/grpo
 
-``--model tiny`` builds a small Llama from :class:`~hopgym.agents.tiny_lm.TinyLMConfig` (set its
-fields with ``--tiny KEY=VALUE``) and a word-level tokenizer from the env's task; any other value is
-a local folder or hub id loaded with ``AutoModelForCausalLM`` / ``AutoTokenizer``. ``train sft``
-imitates a teacher (``--teacher oracle`` or an imperfect one with ``--teacher-kw early_answer=0.5``)
-on the env's questions; ``train grpo`` improves the model with the env's reward (``--reward``
-preset). Both save the model and tokenizer in ``--out`` (``train grpo`` also ``curves.png`` and
-``log.jsonl``) and print held-out EM before and after when ``--eval-split`` is given.
+Classes: :class:`TrainConfig` (the env, its questions and the policy, shared by both commands),
+:class:`SFTDataConfig` (the teacher data of ``train sft``). Functions: :func:`load_policy`,
+:func:`run_sft`, :func:`run_grpo`. The command line (:mod:`hopgym.cli.train`) builds these configs
+and :class:`~hopgym.agents.sft.SFTRunConfig`, :class:`~hopgym.agents.grpo.GRPORunConfig`,
+:class:`~hopgym.agents.teachers.TeacherConfig` and :class:`~hopgym.agents.tiny_lm.TinyLMConfig`
+from its options.
+
+``model="tiny"`` builds a small Llama from a :class:`~hopgym.agents.tiny_lm.TinyLMConfig` and a
+word-level tokenizer from the env's task; any other value is a local folder or hub id loaded with
+``AutoModelForCausalLM`` / ``AutoTokenizer``. SFT imitates a teacher (the oracle, or an
+:class:`~hopgym.agents.teachers.ImperfectTeacher`) on the env's questions; GRPO improves the model
+with the env's reward (a preset). Both save the model and tokenizer in the run config's
+``output_dir`` (GRPO also ``curves.png`` and ``log.jsonl``) and report held-out EM (GRPO: before
+and after) when ``eval_split`` is given.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["add_commands", "load_policy", "run_sft", "run_grpo"]
+from hopgym.agents.rollout import RolloutConfig
+
+if TYPE_CHECKING:
+    from hopgym.agents.grpo import GRPORunConfig
+    from hopgym.agents.sft import SFTRunConfig
+    from hopgym.agents.teachers import TeacherConfig
+    from hopgym.agents.tiny_lm import TinyLMConfig
+
+__all__ = ["SFTDataConfig", "TrainConfig", "load_policy", "run_grpo", "run_sft"]
 
 
-def _env_fn(env_id: str, kw: dict[str, Any], reward: str | None, split: str | None) -> Any:
+@dataclass
+class TrainConfig:
+    """The env a policy trains on, which of its questions, and the policy to start from."""
+
+    model: str = field(metadata={
+        "help": "tiny (a small Llama built from scratch, see --tiny-*), or a local folder or "
+                "hub id.", "metavar": "ID"})
+    env: str = field(default="hopgym/Synthetic-v0", metadata={"help": "Env id.",
+                                                              "metavar": "ID"})
+    kw: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "Env keyword arguments, e.g. --kw hops=2 kinds=bridge; repeat to add more."})
+    reward: str | None = field(default=None, metadata={
+        "help": "Reward preset of the env (default: the bare env for sft, whose teacher needs "
+                "none; the default preset for grpo); none: the bare env.", "metavar": "PRESET"})
+    split: str | None = field(default="train", metadata={
+        "help": "Questions to train on: train, test, or none for all; the env must accept "
+                "split= (the synthetic envs do)."})
+    questions: int | None = field(default=None, metadata={
+        "help": "Use only the first N questions of the split."})
+    eval_split: str | None = field(default=None, metadata={
+        "help": "Evaluate greedy EM on this split (e.g. test)."})
+    eval_n: int = field(default=100, metadata={"help": "Questions to evaluate."})
+
+    def __post_init__(self) -> None:
+        if self.split in ("none", "all", ""):
+            self.split = None
+        if self.questions is not None and self.questions < 1:
+            raise ValueError(f"questions must be >= 1 or None, got {self.questions}")
+        if self.eval_n < 1:
+            raise ValueError(f"eval_n must be >= 1, got {self.eval_n}")
+
+
+@dataclass
+class SFTDataConfig:
+    """The teacher trajectories of ``train sft`` and its held-out evaluation."""
+
+    teacher: Literal["oracle", "imperfect"] = field(default="oracle", metadata={
+        "help": "The scripted teacher: the oracle, or an imperfect one (see --teacher-*)."})
+    episodes: int | None = field(default=None, metadata={
+        "help": "Teacher episodes (default: steps x batch size, fresh examples every step)."})
+    max_new_tokens: int = field(default=RolloutConfig.max_new_tokens, metadata={
+        "help": "Longest model turn in the held-out evaluation, in tokens."})
+
+    def __post_init__(self) -> None:
+        if self.episodes is not None and self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1 or None, got {self.episodes}")
+
+
+def _env_fn(train: TrainConfig, reward: str | None, split: str | None) -> Any:
     import gymnasium as gym
 
     import hopgym  # noqa: F401
 
-    kwargs = dict(kw)
+    kwargs = dict(train.kw)
     if split is not None:
         kwargs["split"] = split
     kwargs["reward"] = None if reward in (None, "none") else reward
 
     def make() -> Any:
-        return gym.make(env_id, **kwargs)
+        return gym.make(train.env, **kwargs)
 
     return make
 
 
-def load_policy(model: str, env: Any, tiny_kw: dict[str, Any] | None = None,
+def load_policy(model: str, env: Any, tiny: TinyLMConfig | dict[str, Any] | None = None,
                 seed: int = 0) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: a fresh tiny model for ``"tiny"``, else loaded from a path/hub id."""
+    """``(model, tokenizer)``: a fresh tiny model for ``"tiny"``, else loaded from a path/hub id.
+
+    Args:
+        model: ``"tiny"`` or a local folder / hub id.
+        env: the env whose task the tiny tokenizer is built from.
+        tiny: the tiny model's :class:`~hopgym.agents.tiny_lm.TinyLMConfig` (or its fields).
+        seed: seeds the tiny model's initial weights.
+    """
     if model == "tiny":
         from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts
 
+        if not isinstance(tiny, TinyLMConfig):
+            tiny = TinyLMConfig(**(tiny or {}))
         task = env.unwrapped.task
         proto = env.unwrapped.protocol.name
         tok = build_tokenizer(task_texts(task, (proto,), env.unwrapped.max_turns))
-        return build_model(TinyLMConfig(**(tiny_kw or {})), tok, seed=seed), tok
+        return build_model(tiny, tok, seed=seed), tok
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
@@ -70,7 +143,7 @@ def _question_ids(env: Any, limit: int | None) -> list[str]:
 
 def _eval_em(model: Any, tok: Any, env_fn: Any, qids: list[str], max_new_tokens: int,
              max_completion_tokens: int) -> dict[str, float]:
-    from hopgym.agents.rollout import RolloutCollector, RolloutConfig, summarize
+    from hopgym.agents.rollout import RolloutCollector, summarize
 
     col = RolloutCollector(model, tok, env_fn, RolloutConfig(
         temperature=0.0, max_new_tokens=max_new_tokens,
@@ -78,156 +151,110 @@ def _eval_em(model: Any, tok: Any, env_fn: Any, qids: list[str], max_new_tokens:
     return summarize(col.collect(qids, 1, seed=0))
 
 
-def _save(trainer: Any, model: Any, tok: Any, out: Path, meta: dict[str, Any]) -> None:
+def _changed(before: list[Any], model: Any) -> int:
+    return sum(not bool((a == b.detach()).all())
+               for a, b in zip(before, model.parameters(), strict=True))
+
+
+def _save(model: Any, tok: Any, out: Path, configs: dict[str, Any],
+          summary: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
+    meta = {"configs": {name: dataclasses.asdict(cfg) for name, cfg in configs.items()
+                        if cfg is not None}, "summary": summary}
     (out / "hopgym_train.json").write_text(json.dumps(meta, indent=2, default=str))
 
 
-def run_sft(args: argparse.Namespace) -> dict[str, Any]:
-    """``hopgym train sft``; returns the summary it prints."""
+def run_sft(train: TrainConfig, sft: SFTRunConfig, data: SFTDataConfig | None = None, *,
+            teacher: TeacherConfig | None = None,
+            tiny: TinyLMConfig | None = None) -> dict[str, Any]:
+    """SFT on teacher trajectories (what ``hopgym train sft`` runs); returns a summary.
+
+    Args:
+        train: env, questions and starting model.
+        sft: the trainer's settings (``output_dir`` receives the model).
+        data: teacher, number of teacher episodes, evaluation turn length.
+        teacher: the flaws of the imperfect teacher (``data.teacher == "imperfect"``).
+        tiny: the architecture when ``train.model == "tiny"``.
+    """
     import numpy as np
 
     from hopgym.agents.scripted import OracleAgent
-    from hopgym.agents.sft import SFTRunConfig, teacher_examples, train_sft
+    from hopgym.agents.sft import teacher_examples, train_sft
     from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
-    from hopgym.cli import parse_kwargs
 
-    kw = parse_kwargs(args.kw)
-    env_fn = _env_fn(args.env, kw, args.reward, args.split)
+    data = data or SFTDataConfig()
+    env_fn = _env_fn(train, train.reward, train.split)
     env = env_fn()
-    model, tok = load_policy(args.model, env, parse_kwargs(args.tiny), args.seed)
-    qids = _question_ids(env, args.questions)
-    rng = np.random.default_rng(args.seed)
-    n = args.episodes or args.steps * args.batch_size
+    model, tok = load_policy(train.model, env, tiny, sft.seed)
+    qids = _question_ids(env, train.questions)
+    rng = np.random.default_rng(sft.seed)
+    n = data.episodes or sft.max_steps * sft.batch_size
     draw = [qids[int(i)] for i in rng.integers(len(qids), size=n)]
-    if args.teacher == "oracle":
+    if data.teacher == "oracle":
         def agent_fn(e: Any) -> Any:
             return OracleAgent(e)
     else:
-        tcfg = TeacherConfig(**parse_kwargs(args.teacher_kw))
+        tcfg = teacher or TeacherConfig()
 
         def agent_fn(e: Any) -> Any:
-            return ImperfectTeacher(e, tcfg, seed=args.seed)
-    examples = teacher_examples(env_fn, agent_fn, draw, tok, seed=args.seed)
-    cfg = SFTRunConfig(output_dir=args.out, max_steps=args.steps, batch_size=args.batch_size,
-                       learning_rate=args.lr, warmup_steps=min(10, args.steps - 1),
-                       max_length=args.max_length, logging_steps=args.logging_steps,
-                       seed=args.seed, time_limit_s=args.time_limit)
+            return ImperfectTeacher(e, tcfg, seed=sft.seed)
+    examples = teacher_examples(env_fn, agent_fn, draw, tok, seed=sft.seed)
     before = [p.detach().clone() for p in model.parameters()]
     start = time.perf_counter()
-    trainer = train_sft(model, tok, examples, cfg)
+    trainer = train_sft(model, tok, examples, sft)
     seconds = time.perf_counter() - start
-    changed = sum(not bool((a == b.detach()).all()) for a, b in zip(before, model.parameters(),
-                                                                    strict=True))
     summary: dict[str, Any] = {
         "command": "sft", "examples": len(examples),
         "teacher_em": float(np.mean([e["em"] for e in examples])),
         "steps": trainer.state.global_step, "seconds": round(seconds, 2),
         "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history)
                             if "loss" in h), None),
-        "changed_tensors": changed, "out": args.out,
+        "changed_tensors": _changed(before, model), "out": sft.output_dir,
     }
-    if args.eval_split:
-        eval_fn = _env_fn(args.env, kw, args.reward, args.eval_split)
-        summary["eval"] = _eval_em(model, tok, eval_fn, _question_ids(eval_fn(), args.eval_n),
-                                   args.max_new_tokens, args.max_length)
-    _save(trainer, model, tok, Path(args.out), {"args": vars(args), "summary": summary})
-    print(json.dumps(summary, indent=2, default=str))
+    if train.eval_split:
+        eval_fn = _env_fn(train, train.reward, train.eval_split)
+        summary["eval"] = _eval_em(model, tok, eval_fn, _question_ids(eval_fn(), train.eval_n),
+                                   data.max_new_tokens, sft.max_length)
+    _save(model, tok, Path(sft.output_dir),
+          {"train": train, "sft": sft, "data": data, "teacher": teacher, "tiny": tiny}, summary)
     return summary
 
 
-def run_grpo(args: argparse.Namespace) -> dict[str, Any]:
-    """``hopgym train grpo``; returns the summary it prints."""
-    from hopgym.agents.grpo import GRPORunConfig, train_grpo
-    from hopgym.cli import parse_kwargs
+def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *,
+             tiny: TinyLMConfig | None = None) -> dict[str, Any]:
+    """GRPO with the env's reward (what ``hopgym train grpo`` runs); returns a summary.
 
-    kw = parse_kwargs(args.kw)
-    reward = args.reward or "default"
-    env_fn = _env_fn(args.env, kw, reward, args.split)
+    Args:
+        train: env, questions and starting model; ``reward=None`` trains on the default preset.
+        grpo: the trainer's settings (``output_dir`` receives the model, log and curves).
+        tiny: the architecture when ``train.model == "tiny"``.
+    """
+    from hopgym.agents.grpo import train_grpo
+
+    reward = train.reward or "default"
+    env_fn = _env_fn(train, reward, train.split)
     env = env_fn()
-    model, tok = load_policy(args.model, env, parse_kwargs(args.tiny), args.seed)
-    qids = _question_ids(env, args.questions)
-    cfg = GRPORunConfig(
-        output_dir=args.out, max_steps=args.steps, questions_per_step=args.questions_per_step,
-        group_size=args.group_size, learning_rate=args.lr, beta=args.beta,
-        temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-        max_completion_tokens=args.max_length, logging_steps=args.logging_steps,
-        save_steps=args.save_steps, seed=args.seed, time_limit_s=args.time_limit)
-    summary: dict[str, Any] = {"command": "grpo", "reward": reward, "out": args.out}
+    model, tok = load_policy(train.model, env, tiny, grpo.seed)
+    qids = _question_ids(env, train.questions)
+    summary: dict[str, Any] = {"command": "grpo", "reward": reward, "out": grpo.output_dir}
     eval_fn = None
-    if args.eval_split:
-        eval_fn = _env_fn(args.env, kw, reward, args.eval_split)
-        eval_q = _question_ids(eval_fn(), args.eval_n)
-        summary["eval_before"] = _eval_em(model, tok, eval_fn, eval_q, args.max_new_tokens,
-                                          args.max_length)
+    if train.eval_split:
+        eval_fn = _env_fn(train, reward, train.eval_split)
+        eval_q = _question_ids(eval_fn(), train.eval_n)
+        summary["eval_before"] = _eval_em(model, tok, eval_fn, eval_q, grpo.max_new_tokens,
+                                          grpo.max_completion_tokens)
     before = [p.detach().clone() for p in model.parameters()]
     start = time.perf_counter()
-    trainer = train_grpo(model, tok, env_fn, qids, cfg)
+    trainer = train_grpo(model, tok, env_fn, qids, grpo)
     summary["seconds"] = round(time.perf_counter() - start, 2)
     summary["steps"] = trainer.state.global_step
-    summary["changed_tensors"] = sum(
-        not bool((a == b.detach()).all()) for a, b in zip(before, model.parameters(), strict=True))
+    summary["changed_tensors"] = _changed(before, model)
     summary["last_log"] = trainer.hopgym_history[-1] if trainer.hopgym_history else {}
     if eval_fn is not None:
-        summary["eval_after"] = _eval_em(model, tok, eval_fn, eval_q, args.max_new_tokens,
-                                         args.max_length)
-    _save(trainer, model, tok, Path(args.out), {"args": vars(args), "summary": summary})
-    print(json.dumps(summary, indent=2, default=str))
+        summary["eval_after"] = _eval_em(model, tok, eval_fn, eval_q, grpo.max_new_tokens,
+                                         grpo.max_completion_tokens)
+    _save(model, tok, Path(grpo.output_dir), {"train": train, "grpo": grpo, "tiny": tiny},
+          summary)
     return summary
-
-
-def _common(p: argparse.ArgumentParser, default_steps: int, default_lr: float) -> None:
-    p.add_argument("--env", default="hopgym/Synthetic-v0", help="env id")
-    p.add_argument("--kw", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="env keyword arguments, e.g. --kw hops=2 kinds=bridge")
-    p.add_argument("--reward", default=None, help="reward preset (default: the env's default)")
-    p.add_argument("--model", required=True,
-                   help="'tiny' (build from scratch), or a local folder / hub id")
-    p.add_argument("--tiny", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="TinyLMConfig fields for --model tiny, e.g. --tiny layers=2 hidden=64")
-    p.add_argument("--out", required=True, help="output folder (model, tokenizer, logs)")
-    p.add_argument("--split", default="train", help="questions to train on ('train', 'test' or "
-                   "'none' for all); the env must accept split= (synthetic envs do)")
-    p.add_argument("--questions", type=int, default=None, help="use only the first N questions")
-    p.add_argument("--eval-split", default=None, help="evaluate greedy EM on this split")
-    p.add_argument("--eval-n", type=int, default=100, help="questions to evaluate")
-    p.add_argument("--steps", type=int, default=default_steps, help="optimizer steps")
-    p.add_argument("--lr", type=float, default=default_lr, help="learning rate")
-    p.add_argument("--max-length", type=int, default=1024, help="longest sequence in tokens")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="longest model turn")
-    p.add_argument("--logging-steps", type=int, default=10)
-    p.add_argument("--time-limit", type=float, default=None, help="stop after N seconds")
-    p.add_argument("--seed", type=int, default=0)
-
-
-def _split(args: argparse.Namespace) -> argparse.Namespace:
-    if args.split in ("none", "all", ""):
-        args.split = None
-    return args
-
-
-def add_commands(subparsers: Any) -> None:
-    """Add ``train sft`` and ``train grpo`` to the ``hopgym`` command."""
-    train = subparsers.add_parser("train", help="SFT cold start and GRPO (needs hopgym[train])")
-    sub = train.add_subparsers(dest="train_command", required=True)
-
-    sft = sub.add_parser("sft", help="imitate a scripted teacher on the env's questions")
-    _common(sft, 300, 1e-3)
-    sft.add_argument("--teacher", default="oracle", choices=("oracle", "imperfect"))
-    sft.add_argument("--teacher-kw", nargs="*", default=[], metavar="KEY=VALUE",
-                     help="TeacherConfig fields, e.g. early_answer=0.5 never_route=True")
-    sft.add_argument("--batch-size", type=int, default=16)
-    sft.add_argument("--episodes", type=int, default=None,
-                     help="teacher episodes (default: steps x batch size, fresh every step)")
-    sft.set_defaults(func=lambda a: run_sft(_split(a)) and 0)
-
-    grpo = sub.add_parser("grpo", help="GRPO with the env's reward over multi-turn rollouts")
-    _common(grpo, 50, 1e-4)
-    grpo.add_argument("--questions-per-step", type=int, default=8)
-    grpo.add_argument("--group-size", type=int, default=8)
-    grpo.add_argument("--temperature", type=float, default=1.0)
-    grpo.add_argument("--beta", type=float, default=0.0, help="KL coefficient")
-    grpo.add_argument("--save-steps", type=int, default=0)
-    grpo.set_defaults(func=lambda a: run_grpo(_split(a)) and 0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -15,6 +14,7 @@ from gymnasium.envs.registration import register, registry  # noqa: E402
 
 import hopgym  # noqa: E402, F401
 from hopgym.agents import rl_bench  # noqa: E402
+from hopgym.cli import build_parser  # noqa: E402
 from hopgym.envs.featurized import FeaturizedEnv  # noqa: E402
 
 TINY_ID = "hopgym-test/TinyFeaturized-v0"
@@ -93,8 +93,7 @@ def test_bench_rl_end_to_end(tmp_path):
 
 
 def test_cli_parses_and_runs(tmp_path, capsys):
-    parser = argparse.ArgumentParser(prog="hopgym")
-    rl_bench.add_commands(parser.add_subparsers(dest="command"))
+    parser = build_parser()
     out_json = tmp_path / "r.json"
     args = parser.parse_args(["bench-rl", "--env", TINY_ID, "--algos", "a2c", "--seeds", "3",
                               "--timesteps", "32", "--eval-episodes", "2", "--eval-every", "0",

@@ -78,3 +78,14 @@ def test_make_agent_names():
 def test_top_level_evaluate_is_the_harness_and_deprecated():
     with pytest.warns(DeprecationWarning, match="hopgym.agents.evaluate"):
         assert hopgym.evaluate is evaluate
+
+
+def test_aggregate_means_carry_no_float_noise():
+    from hopgym.agents.evaluation import aggregate
+
+    one = {"em": 0.0, "f1": 0.0, "support_recall": 1.0, "steps": 4, "searches": 3,
+           "searches_by_source": {"local": 3}, "invalid": 0, "prediction": None, "return": 0.1,
+           "reward_terms": {"cost": 0.1}}
+    m = aggregate([one] * 10)
+    assert m["searches_by_source"] == {"local": 3.0}
+    assert m["reward_terms"]["cost"] == 0.1

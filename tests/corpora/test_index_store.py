@@ -3,12 +3,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hopgym.corpora.commands import add_commands
+from hopgym.cli import build_parser
 from hopgym.corpora.index_store import (
     FORMAT_VERSION,
     ForeignIndexError,
@@ -175,15 +176,17 @@ def test_rank_bm25_cannot_be_saved(tmp_path):
 
 
 # --------------------------------------------------------------------------------- commands
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hopgym")
-    add_commands(p.add_subparsers(dest="command"))
-    return p
+def parser() -> argparse.ArgumentParser:  # the hopgym command's (index, serve ...)
+    return build_parser()
 
 
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SystemExit as exc:  # a command's one-line error: "hopgym index build: error: ..."
+        print(exc, file=sys.stderr)
+        return 2
 
 
 def test_index_build_and_info_commands(tmp_path, capsys):

@@ -1,0 +1,103 @@
+"""``hopgym index build`` and ``hopgym index info``: save a search index, print its manifest.
+
+``--corpus`` takes a FlashRAG corpus jsonl, or a HotpotQA / 2Wiki / MuSiQue file whose paragraphs
+are pooled as in the env's open mode (same doc ids), so ``index=DIR`` fits that env.
+Options: :class:`IndexBuildConfig` and the retriever's
+:class:`~hopgym.corpora.retrievers.RetrieverSpec` (:data:`RETRIEVER`) for ``build``;
+:class:`IndexInfoConfig` for ``info``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hopgym.cli._common import CommandError, command_parser
+from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
+from hopgym.corpora.datasets.registry import REGISTRY
+from hopgym.corpora.dense import INDEX_TYPES
+from hopgym.corpora.index_store import RETRIEVER_KINDS, build_index
+from hopgym.corpora.retrievers import RetrieverSpec
+
+__all__ = ["CORPUS_FORMATS", "IndexBuildConfig", "IndexInfoConfig", "RETRIEVER", "add_parser",
+           "run_build", "run_info"]
+
+_BUILD = inspect.signature(build_index).parameters
+#: Layouts ``--format`` accepts: a corpus file, or a QA file whose paragraphs are pooled (every
+#: registered dataset format that carries paragraphs).
+CORPUS_FORMATS = ("auto", "corpus", *(name for name, fmt in REGISTRY.items() if fmt.has_paragraphs))
+
+#: The retriever to build: a RetrieverSpec, less what only a remote (http) retriever uses.
+RETRIEVER = ConfigSpec(
+    RetrieverSpec, title="retriever (RetrieverSpec)", aliases={"kind": ("--retriever",)},
+    exclude=frozenset({"urls", "timeout", "retries", "backoff", "show_progress"}),
+    metadata={"kind": {"choices": RETRIEVER_KINDS}, "index_type": {"choices": INDEX_TYPES}})
+
+
+@dataclass
+class IndexBuildConfig:
+    """What ``hopgym index build`` indexes and where it writes (the retriever: :data:`RETRIEVER`)."""
+
+    corpus: str = field(metadata={
+        "help": "Corpus jsonl ({id, contents} or {id, title, text}) or a QA file to pool.",
+        "metavar": "FILE"})
+    out: str = field(metadata={"help": "Index directory to write.", "metavar": "DIR"})
+    format: str = field(default=_BUILD["corpus_format"].default, metadata={
+        "help": "Layout of --corpus; auto detects it.", "choices": CORPUS_FORMATS})
+    limit: int | None = field(default=_BUILD["limit"].default, metadata={
+        "help": "Index only the first N passages."})
+    force: bool = field(default=_BUILD["overwrite"].default, metadata={
+        "help": "Replace an existing index."})
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar while encoding."})
+
+
+@dataclass
+class IndexInfoConfig:
+    """Which index ``hopgym index info`` describes."""
+
+    index: str = field(metadata={"help": "Index directory.", "positional": True,
+                                 "metavar": "INDEX"})
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``index`` (``build``, ``info``) to the ``hopgym`` command."""
+    p = command_parser(subparsers, "index", "build or inspect a saved search index")
+    sub = p.add_subparsers(dest="index_command", metavar="{build,info}", required=True)
+    b = command_parser(sub, "build", "index a corpus (BM25, dense or hybrid) into a directory",
+                       "Index a corpus file into a directory (BM25, dense FAISS or hybrid); the "
+                       "manifest records the corpus fingerprint, so a stale index is refused.",
+                       run=run_build)
+    add_config_arguments(b, IndexBuildConfig)
+    add_config_arguments(b, RETRIEVER)
+    i = command_parser(sub, "info", "print an index's manifest as JSON", run=run_info)
+    add_config_arguments(i, IndexInfoConfig)
+    return p
+
+
+def run_build(args: argparse.Namespace) -> int:
+    """Run ``hopgym index build``."""
+    cfg = config_from_args(args, IndexBuildConfig)
+    spec = config_from_args(args, RETRIEVER, show_progress=cfg.progress)
+    t0 = time.perf_counter()
+    try:
+        m = build_index(cfg.corpus, cfg.out, retriever=spec, corpus_format=cfg.format,
+                        overwrite=cfg.force, limit=cfg.limit)
+    except (FileNotFoundError, ValueError, OSError) as exc:  # hopgym's own errors pass through
+        raise CommandError(str(exc)) from None
+    print(f"hopgym: indexed {m.num_passages:,} passages ({m.retriever}"
+          f"{', ' + m.model if m.model else ''}) into {cfg.out} in "
+          f"{time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Run ``hopgym index info``: print the manifest as JSON."""
+    from hopgym.corpora.index_store import read_manifest
+
+    m = read_manifest(config_from_args(args, IndexInfoConfig).index)
+    print(json.dumps(json.loads(m.to_json()), indent=2))
+    return 0

@@ -1,0 +1,150 @@
+"""``hopgym train sft`` and ``hopgym train grpo``: train an LLM policy in an env (needs
+``hopgym[train]``).
+
+::
+
+    hopgym train sft  --env hopgym/Synthetic-v0 --model tiny --out runs/sft
+    hopgym train grpo --env hopgym/Synthetic-v0 --model runs/sft --reward r3rag --out runs/grpo
+
+Options, per subcommand (:data:`SUBCOMMANDS`): :class:`~hopgym.agents.train_cli.TrainConfig`
+(env, questions, model), the run config of the trainer
+(:class:`~hopgym.agents.sft.SFTRunConfig` or :class:`~hopgym.agents.grpo.GRPORunConfig`: every
+field is an option, ``--steps``/``--lr``/``--out``/``--time-limit`` are short spellings), the
+teacher of SFT (:class:`~hopgym.agents.train_cli.SFTDataConfig` and, with ``--teacher
+imperfect``, :class:`~hopgym.agents.teachers.TeacherConfig` as ``--teacher-*`` or ``--teacher-kw
+KEY=VALUE``) and, with ``--model tiny``, :class:`~hopgym.agents.tiny_lm.TinyLMConfig` as
+``--tiny-*`` or ``--tiny KEY=VALUE``. The summary is printed with rounded numbers; the output
+folder's ``hopgym_train.json`` keeps full precision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hopgym.agents.grpo import GRPORunConfig
+from hopgym.agents.sft import SFTRunConfig
+from hopgym.agents.teachers import TeacherConfig
+from hopgym.agents.tiny_lm import TinyLMConfig
+from hopgym.agents.train_cli import SFTDataConfig, TrainConfig, run_grpo, run_sft
+from hopgym.cli._common import CommandError, command_parser, rounded
+from hopgym.cli._dataclass_args import (
+    ConfigError,
+    ConfigSpec,
+    add_config_arguments,
+    changed,
+    config_from_args,
+    config_values,
+)
+
+__all__ = ["SUBCOMMANDS", "Subcommand", "add_parser"]
+
+#: Short spellings of run-config fields, shared by every trainer's config.
+RUN_ALIASES = {"output_dir": ("--out",), "max_steps": ("--steps",),
+               "learning_rate": ("--lr",), "time_limit_s": ("--time-limit",)}
+
+TRAIN = ConfigSpec(TrainConfig, title="env and model")
+TINY = ConfigSpec(TinyLMConfig, prefix="tiny", kv_flag="--tiny", title="tiny model (--model tiny)")
+TEACHER = ConfigSpec(TeacherConfig, prefix="teacher", kv_flag="--teacher-kw",
+                     title="imperfect teacher (--teacher imperfect)")
+SFT_DATA = ConfigSpec(SFTDataConfig, title="teacher data")
+SFT_RUN = ConfigSpec(SFTRunConfig, aliases=RUN_ALIASES, title="SFT (SFTRunConfig)")
+GRPO_RUN = ConfigSpec(GRPORunConfig, title="GRPO (GRPORunConfig)",
+                      aliases={**RUN_ALIASES, "max_completion_tokens": ("--max-length",)})
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``hopgym train`` subcommand: its help, its option groups, and what it runs.
+
+    ``run`` gets the parsed options and returns the summary that is printed.
+    """
+
+    help: str
+    description: str
+    specs: tuple[ConfigSpec, ...]
+    run: Callable[[argparse.Namespace], dict[str, Any]]
+
+
+def _tiny(args: argparse.Namespace, train: TrainConfig) -> TinyLMConfig | None:
+    if train.model != "tiny":
+        if changed(args, TINY):
+            raise CommandError(f"{', '.join(changed(args, TINY))} describe the tiny model: "
+                               f"use them with --model tiny")
+        return None
+    return config_from_args(args, TINY)
+
+
+def _trainer(run: Callable[..., dict[str, Any]], spec: ConfigSpec
+             ) -> Callable[[argparse.Namespace], dict[str, Any]]:
+    """``run(train, run_config, tiny=...)`` from the parsed options (GRPO's shape)."""
+
+    def from_args(args: argparse.Namespace) -> dict[str, Any]:
+        train = config_from_args(args, TRAIN)
+        return run(train, config_from_args(args, spec), tiny=_tiny(args, train))
+
+    return from_args
+
+
+def _sft(args: argparse.Namespace) -> dict[str, Any]:
+    train = config_from_args(args, TRAIN)
+    data = config_from_args(args, SFT_DATA)
+    values = config_values(args, SFT_RUN)
+    # Short runs (tests, smoke checks) keep a warm-up shorter than the run unless one was given.
+    warmup = SFTRunConfig.warmup_steps
+    if values["warmup_steps"] == warmup and values["max_steps"] <= warmup:
+        values["warmup_steps"] = max(values["max_steps"] - 1, 0)
+    try:
+        sft = SFTRunConfig(**values)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    teacher = None
+    if data.teacher == "imperfect":
+        teacher = config_from_args(args, TEACHER)
+    elif changed(args, TEACHER):
+        raise CommandError(f"{', '.join(changed(args, TEACHER))} set the imperfect teacher's "
+                           f"flaws: add --teacher imperfect")
+    return run_sft(train, sft, data, teacher=teacher, tiny=_tiny(args, train))
+
+
+#: The subcommands of ``hopgym train``: one entry each.
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "sft": Subcommand(
+        "imitate a scripted teacher on the env's questions (TRL SFTTrainer)",
+        "Supervised fine-tuning on teacher trajectories (the oracle, or an imperfect teacher), "
+        "with the loss on the teacher's tokens only.",
+        (TRAIN, SFT_DATA, SFT_RUN, TEACHER, TINY), _sft),
+    "grpo": Subcommand(
+        "GRPO with the env's reward over multi-turn rollouts (TRL GRPOTrainer)",
+        "GRPO over multi-turn env rollouts: the reward is the env's reward stack, retrieved "
+        "tokens are masked out of the loss.",
+        (TRAIN, GRPO_RUN, TINY), _trainer(run_grpo, GRPO_RUN)),
+    # "rft": Subcommand("...", "...", (TRAIN, RFT_RUN, TINY), _trainer(run_rft, RFT_RUN)),
+    #        with RFT_RUN = ConfigSpec(RFTRunConfig, aliases=RUN_ALIASES) from agents/rft.py.
+}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``train`` and its :data:`SUBCOMMANDS` to the ``hopgym`` command."""
+    p = command_parser(subparsers, "train", "train an LLM policy: SFT cold start, GRPO "
+                       "(needs hopgym[train])")
+    sub = p.add_subparsers(dest="train_command", metavar="{" + ",".join(SUBCOMMANDS) + "}",
+                           required=True)
+    for name, spec in SUBCOMMANDS.items():
+        s = command_parser(sub, name, spec.help, spec.description, run=_runner(spec))
+        for config in spec.specs:
+            add_config_arguments(s, config)
+    return p
+
+
+def _runner(spec: Subcommand) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        summary = spec.run(args)
+        print(json.dumps(rounded(summary), indent=2, default=str))
+        return 0
+
+    return run
+
