@@ -5,7 +5,10 @@
 
 For each corpus size it times world generation and index builds, then runs the oracle agent (which
 searches once per hop, routes and answers) through ``gym.make("hopgym/Synthetic-v0")`` with each
-BM25 engine and prints the ratio. Run with one thread (the script sets it) on an idle machine.
+BM25 engine and prints the ratio, with the query cache off (every search is scored; the world's
+query checks would otherwise leave the oracle's first searches cached). Run with one thread (the
+script sets it) on an idle machine. ``benchmarks/rollout_scale.py`` compares the BM25 backends per
+core and measures the cache.
 rank-bm25 scores every passage in Python, so above 10k passages it runs only ``--slow-episodes``.
 """
 
@@ -58,6 +61,8 @@ def main() -> None:
             build_task(config, engine)
             index_s = time.perf_counter() - t0
             env = gym.make("hopgym/Synthetic-v0", n_entities=size, engine=engine)
+            for source in env.unwrapped.task.sources.values():
+                source.retriever.configure_cache(0, 0)
             episodes = args.episodes
             if engine == "rank_bm25" and size > 10_000:
                 episodes = args.slow_episodes

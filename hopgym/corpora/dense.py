@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from hopgym.corpora.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES
 from hopgym.corpora.retrieval import (
     BatchScoredRetriever,
     DependencyNotInstalled,
@@ -326,6 +327,8 @@ class DenseRetriever(BatchScoredRetriever):
         threads, blas_min_queries: see :func:`configure_threads` (``None`` leaves them alone).
         batch_size, show_progress: passage encoding.
         seed: IVF training sample.
+        cache_entries, cache_bytes: bounds of the query cache (:mod:`hopgym.corpora.query_cache`;
+            0: off), keyed by the exact query string and ``k``.
 
     Ties break by corpus position: the index is asked for a few more than ``k`` hits and they
     are sorted by (score rounded to 1e-5, position).
@@ -358,11 +361,14 @@ class DenseRetriever(BatchScoredRetriever):
         batch_size: int = 64,
         show_progress: bool = False,
         seed: int = 0,
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if index_type not in INDEX_TYPES:
             raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
         if not passages:
             raise ValueError("cannot build a dense index over an empty corpus")
+        self.configure_cache(cache_entries, cache_bytes)
         faiss = import_faiss()
         self.passages: list[Passage] = list(passages)
         self.embedder: Embedder = make_embedder(embedder)

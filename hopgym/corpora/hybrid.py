@@ -11,9 +11,10 @@ doc id, so results never depend on dict or thread order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
+from hopgym.corpora.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES
 from hopgym.corpora.retrieval import BatchScoredRetriever, Retriever, SearchHit
 from hopgym.corpora.types import Passage
 
@@ -48,6 +49,9 @@ class HybridRetriever(BatchScoredRetriever):
         weights: one weight per retriever (default all 1).
         rrf_k: the fusion constant (60 in the original paper; smaller favours top ranks).
         depth: candidates taken from each retriever (at least ``k``).
+        cache_entries, cache_bytes: bounds of the query cache of fused results
+            (:mod:`hopgym.corpora.query_cache`; 0: off), keyed by the parts' keys and ``k``. The
+            parts are searched uncached.
 
     Example:
         >>> from hopgym.corpora.retrieval import BM25Retriever
@@ -63,7 +67,8 @@ class HybridRetriever(BatchScoredRetriever):
     kind = "hybrid"
 
     def __init__(self, retrievers: Sequence[Retriever], *, weights: Sequence[float] | None = None,
-                 rrf_k: float = 60.0, depth: int = 50) -> None:
+                 rrf_k: float = 60.0, depth: int = 50, cache_entries: int = DEFAULT_CACHE_ENTRIES,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if len(retrievers) < 2:
             raise ValueError(
                 f"hybrid retrieval fuses at least two retrievers, got {len(retrievers)}")
@@ -77,6 +82,12 @@ class HybridRetriever(BatchScoredRetriever):
         self.weights = [1.0] * len(retrievers) if weights is None else [float(w) for w in weights]
         self.rrf_k = float(rrf_k)
         self.depth = depth
+        self.configure_cache(cache_entries, cache_bytes)
+
+    def cache_key(self, query: str) -> Hashable:
+        """The parts' keys (the exact string for a part without one)."""
+        return tuple(r.cache_key(query) if isinstance(r, BatchScoredRetriever) else query
+                     for r in self.retrievers)
 
     @property
     def passages(self) -> list[Passage]:

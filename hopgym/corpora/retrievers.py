@@ -46,7 +46,8 @@ from typing import Any
 
 from hopgym._kwargs import unknown_name_error
 from hopgym.corpora.dense import INDEX_TYPES
-from hopgym.corpora.retrieval import Retriever
+from hopgym.corpora.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES, check_cache_bounds
+from hopgym.corpora.retrieval import BM25_BACKENDS, BM25_ENGINES, Retriever
 from hopgym.corpora.types import Passage
 
 __all__ = [
@@ -64,8 +65,6 @@ __all__ = [
 
 #: The kind built when a spec names none (a saved index is loaded as whatever kind it holds).
 DEFAULT_KIND = "bm25"
-BM25_ENGINES = ("bm25s", "rank_bm25")
-BM25_BACKENDS = ("numpy", "numba")
 
 #: ``build(spec, passages, cache) -> Retriever``; ``passages`` is ``None`` for remote kinds.
 Build = Callable[["RetrieverSpec", "Sequence[Passage] | None", "MutableMapping[Any, Any]"], Retriever]
@@ -193,8 +192,10 @@ class RetrieverSpec:
               "kind a saved index holds)")
     engine: str = _setting("bm25s", "BM25 engine: bm25s or rank_bm25 (pure Python; cannot be saved)")
     backend: str = _setting(
-        "numpy", "bm25s top-k backend: numpy, or numba (faster per query on large corpora, ~15 s "
-                 "to compile once per process; needs hopgym[fast])")
+        "sparse", "bm25s top-k backend: sparse (reads only the query terms' postings), numpy "
+                  "(scores every passage; the same results, slower) or numba (bm25s' compiled "
+                  "top-k: ~15 s to compile in each process, ties on rounded scores; needs "
+                  "hopgym[fast])")
     model: Any = _setting(
         None, "embedder for dense/hybrid: 'default' (the packaged all-MiniLM-L6-v2), "
               "'hashing-<dim>', a sentence-transformers name or path, or an Embedder (None: "
@@ -216,6 +217,13 @@ class RetrieverSpec:
     backoff: float | None = _setting(
         None, "http: seconds before the first retry, doubled each time (None: the client's "
               "default)")
+    cache_entries: int | None = _setting(
+        None, f"query cache entries, repeated queries answered without searching (0: off; "
+              f"None: {DEFAULT_CACHE_ENTRIES} for in-process kinds, off for http, whose remote "
+              f"index may change)")
+    cache_bytes: int | None = _setting(
+        None, f"query cache bytes, estimated (0: off; None: {DEFAULT_CACHE_BYTES >> 20} MiB for "
+              f"in-process kinds, off for http)")
 
     def __post_init__(self) -> None:
         urls = self.urls
@@ -240,9 +248,11 @@ class RetrieverSpec:
             raise ValueError(f"engine must be one of {BM25_ENGINES}, got {self.engine!r}")
         if self.backend not in BM25_BACKENDS:
             raise ValueError(f"backend must be one of {BM25_BACKENDS}, got {self.backend!r}")
-        if self.engine == "rank_bm25" and self.backend != "numpy":
+        if self.engine == "rank_bm25" and self.backend != BM25_BACKENDS[0]:  # not the default
             raise ValueError(f"backend={self.backend!r} is a bm25s backend; engine='rank_bm25' "
                              "has none")
+        check_cache_bounds(0 if self.cache_entries is None else self.cache_entries,
+                           0 if self.cache_bytes is None else self.cache_bytes)
         model = self.model
         if not (model is None or (model if isinstance(model, str)
                                   else hasattr(model, "encode") and hasattr(model, "dim"))):
@@ -280,6 +290,24 @@ class RetrieverSpec:
     def resolved_kind(self) -> str:
         """The kind to build (:data:`DEFAULT_KIND` when none was named)."""
         return DEFAULT_KIND if self.kind is None else self.kind
+
+    def cache_bounds(self, remote: bool = False) -> tuple[int, int]:
+        """``(entries, bytes)`` of the query cache to build: the settings, or where they are
+        ``None`` the default (:data:`~hopgym.corpora.query_cache.DEFAULT_CACHE_ENTRIES` and
+        ``DEFAULT_CACHE_BYTES``; for a ``remote`` kind 0, unless the other bound is given);
+        either 0 means off.
+
+        Example:
+            >>> RetrieverSpec(cache_entries=0).cache_bounds()[0], RetrieverSpec().cache_bounds(True)
+            (0, (0, 0))
+        """
+        # A remote kind has no cache unless a bound is given; the other bound then defaults.
+        on = not remote or self.cache_entries is not None or self.cache_bytes is not None
+        entries = self.cache_entries if self.cache_entries is not None else (
+            DEFAULT_CACHE_ENTRIES if on else 0)
+        size = self.cache_bytes if self.cache_bytes is not None else (
+            DEFAULT_CACHE_BYTES if on else 0)
+        return entries, size
 
     @property
     def url(self) -> str | None:
@@ -423,7 +451,9 @@ class RetrieverBuilder:
 def _build_bm25(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Retriever:
     from hopgym.corpora.retrieval import BM25Retriever
 
-    return BM25Retriever(passages, engine=spec.engine, backend=spec.backend)
+    entries, size = spec.cache_bounds()
+    return BM25Retriever(passages, engine=spec.engine, backend=spec.backend,
+                         cache_entries=entries, cache_bytes=size)
 
 
 def _embedder(spec: RetrieverSpec, cache: MutableMapping[Any, Any]) -> Any:
@@ -441,16 +471,21 @@ def _embedder(spec: RetrieverSpec, cache: MutableMapping[Any, Any]) -> Any:
 def _build_dense(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Any:
     from hopgym.corpora.dense import DenseRetriever
 
+    entries, size = spec.cache_bounds()
     return DenseRetriever(passages, embedder=_embedder(spec, cache), index_type=spec.index_type,
                           batch_size=spec.batch_size, show_progress=spec.show_progress,
-                          threads=spec.threads)
+                          threads=spec.threads, cache_entries=entries, cache_bytes=size)
 
 
 def _build_hybrid(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Retriever:
     from hopgym.corpora.hybrid import HybridRetriever
 
-    dense = _build_dense(spec, passages, cache)
-    return HybridRetriever([_build_bm25(spec, dense.passages, cache), dense], rrf_k=spec.rrf_k)
+    # The parts are searched through their uncached primitive: only the fused result is cached.
+    parts = replace(spec, cache_entries=0)
+    dense = _build_dense(parts, passages, cache)
+    entries, size = spec.cache_bounds()
+    return HybridRetriever([_build_bm25(parts, dense.passages, cache), dense], rrf_k=spec.rrf_k,
+                           cache_entries=entries, cache_bytes=size)
 
 
 def _build_http(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Retriever:
@@ -459,7 +494,11 @@ def _build_http(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, A
     # Several URLs (failover between servers) are stored, but only the first is used for now.
     policy = {k: getattr(spec, k) for k in ("timeout", "retries", "backoff")
               if getattr(spec, k) is not None}
-    return HTTPRetriever(spec.urls[0], **policy)
+    retriever = HTTPRetriever(spec.urls[0], **policy)
+    entries, size = spec.cache_bounds(remote=True)
+    if entries and size:  # off by default: the server's index may change under the cache
+        retriever.configure_cache(entries, size)
+    return retriever
 
 
 def _needs_faiss(spec: RetrieverSpec) -> None:

@@ -163,6 +163,21 @@ class MultiHopQAEnv(gym.Env[str, str]):
         """The names of the task's sources, the default first."""
         return tuple(self.task.sources)
 
+    def retrieval_cache_info(self) -> dict[str, Any]:
+        """Each source's query-cache counters (``hits``, ``misses``, ``hit_rate``, sizes: a
+        :class:`~hopgym.corpora.query_cache.CacheInfo`), for sources whose retriever has one.
+
+        A retriever and its cache are shared by every env of the process that searches it, so
+        the counters are the process's, not this env's.
+        """
+        out: dict[str, Any] = {}
+        for name, source in self.task.sources.items():
+            retriever = source.retriever or self._retrievers.get(name)
+            info = getattr(retriever, "cache_info", None)
+            if callable(info):
+                out[name] = info()
+        return out
+
     # ------------------------------------------------------------------ API
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

@@ -98,6 +98,10 @@ def _verified_samples(config: WorldConfig, spec: RetrieverSpec) -> tuple[list[QA
                 hop = replace(hop, query=q)
             hops.append(hop)
         out.append(s if tuple(hops) == s.decomposition else replace(s, decomposition=tuple(hops)))
+    for src in sources.values():  # the checks above are not the agents' searches: start counting anew
+        clear = getattr(src.retriever, "cache_clear", None)
+        if clear is not None:
+            clear()
     return out, refined
 
 
