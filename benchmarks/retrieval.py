@@ -3,6 +3,8 @@
     python benchmarks/retrieval.py                                # every section, 100k and 1M
     python benchmarks/retrieval.py --only bm25 --sizes 100000
     python benchmarks/retrieval.py --only faiss --sizes 100000 1000000 --no-hnsw-above 1000000
+    python benchmarks/retrieval.py --only dense --device cpu --sizes 100000 1000000
+    python benchmarks/retrieval.py --only dense --device cuda    # benchmarks/gpu_retrieval.sh
     python benchmarks/retrieval.py --only server --sizes 100000
     python benchmarks/retrieval.py --only recall --data ../shared/data --model default
 
@@ -16,6 +18,11 @@ Sections (``--only``):
   MiniLM would take hours on a CPU, so vectors are random and queries are noisy copies of
   corpus vectors), single queries vs batches of ``--batch``, with FAISS's shipped BLAS threshold
   and with hopgym's (20), one thread. HNSW recall@10 against flat is printed beside its speed.
+- ``dense``: dense retrieval on ``--device`` (``cpu``, ``cuda``): the encoder (``--model``) on
+  the synthetic world's real text, texts/s at each of ``--batches``; then search over random
+  unit vectors (``--dim``), FAISS flat (on CUDA: faiss-gpu, when FAISS has GPU support) beside
+  the torch flat index (float32 on CPU, float16 on CUDA), q/s of the index alone and of the
+  retriever, recall@10 against exact float32 search. ``--json`` keeps the rows.
 - ``server``: ``hopgym serve``'s server (in a child process) over BM25 and over a dense index,
   one client at a time vs ``--clients`` concurrent clients, against the in-process retriever.
 - ``recall``: recall@k of the supporting paragraphs on the real samples in ``--data``
@@ -34,6 +41,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -220,6 +228,190 @@ def bench_faiss(sizes: Sequence[int], n_queries: int, dim: int, batch: int, k: i
                   "counted in queries) now means BLAS even for one query.")
 
 
+# -------------------------------------------------------------------------------------- dense
+def _timed(call: Callable[[int], object], batch: int, min_time: float, max_calls: int
+           ) -> tuple[float, float, float]:
+    """Call ``call(i)`` (one batch each) after a warm-up until ``min_time`` seconds or
+    ``max_calls`` calls; return (items/s wall, items/s per CPU second, p50 ms per call)."""
+    call(0)  # warm-up: CUDA context, cuBLAS handles, caches
+    lat = []
+    t_all, c_all = time.perf_counter(), time.process_time()
+    while len(lat) < max_calls and (not lat or time.perf_counter() - t_all < min_time):
+        t0 = time.perf_counter()
+        call(len(lat) + 1)
+        lat.append(time.perf_counter() - t0)
+    wall, cpu = time.perf_counter() - t_all, time.process_time() - c_all
+    n = batch * len(lat)
+    return n / wall, n / max(cpu, 1e-9), float(np.median(lat) * 1000)
+
+
+class _MeanPoolEncoder:
+    """A MiniLM-style sentence encoder on transformers alone (mean pooling, L2-normalised): the
+    same model and pooling as sentence-transformers, for a machine that lacks that package."""
+
+    def __init__(self, path: str, device: str) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.torch, self.device = torch, device
+        dtype = torch.float16 if device != "cpu" else torch.float32
+        self.tok = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path, dtype=dtype).to(device).eval()
+        self.name = f"{path} (transformers, mean pooling)"
+
+    def encode(self, texts: Sequence[str], *, kind: str = "query", batch_size: int = 64,
+               show_progress: bool = False) -> np.ndarray:
+        torch = self.torch
+        with torch.inference_mode():
+            enc = self.tok(list(texts), padding=True, truncation=True, max_length=256,
+                           return_tensors="pt").to(self.device)
+            out = self.model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(out.dtype)
+            v = (out * mask).sum(1) / mask.sum(1).clamp(min=1)
+            v = torch.nn.functional.normalize(v.float(), dim=1)
+        return v.cpu().numpy()
+
+
+def _encoder(model: str, device: str) -> tuple[object | None, str]:
+    """hopgym's encoder on ``device``, or the transformers-only one for a model directory when
+    sentence-transformers is missing; ``(None, reason)`` when neither loads."""
+    from hopgym.corpora.dense import make_embedder
+    from hopgym.errors import DependencyNotInstalled
+
+    try:
+        e = make_embedder(model, device=device, batch_size=1024, threads=None)
+        return e, f"{e.name} (SentenceTransformerEmbedder)"
+    except DependencyNotInstalled as exc:
+        if not (Path(model) / "config.json").is_file():
+            return None, str(exc)
+    except OSError as exc:
+        return None, str(exc)
+    e = _MeanPoolEncoder(model, device)
+    return e, e.name
+
+
+def _time_search(r: object, q: np.ndarray, b: int, k: int, min_time: float
+                 ) -> tuple[float, float, float, float]:
+    """(index q/s, index q/s per CPU second, index p50 ms, retriever q/s) at batch ``b``; the
+    index is asked for ``k + 8`` hits, as the retriever asks it."""
+    def batch(i: int) -> np.ndarray:
+        s = (i * b) % (len(q) - b + 1)
+        return q[s:s + b]
+
+    max_calls = max(1, 4 * len(q) // b)
+    qps, cpu_qps, p50 = _timed(lambda i: r.index.search(batch(i), k + 8), b, min_time, max_calls)
+    r_qps, _, _ = _timed(lambda i: r.search_vectors(batch(i), k), b, min_time, max_calls)
+    return qps, cpu_qps, p50, r_qps
+
+
+def bench_dense(sizes: Sequence[int], device: str, dim: int, batches: Sequence[int], k: int,
+                model: str | None, min_time: float, json_path: Path | None) -> None:
+    import torch
+
+    from hopgym.corpora.dense import DenseRetriever, HashingEmbedder, import_faiss, place_index
+    from hopgym.corpora.devices import TorchFlatIndex, resolve_device
+
+    device = resolve_device(device)
+    on_gpu = device != "cpu"
+    gpu_name = torch.cuda.get_device_name(torch.device(device)) if on_gpu else "CPU"
+    torch_threads = torch.get_num_threads()
+    rows: list[dict[str, object]] = []
+
+    # Encoder on real text: the synthetic world's hop queries and its ~40-word passages.
+    if model is not None:
+        encoder, name = _encoder(model, device)
+        if encoder is None:
+            console.print(f"  [yellow]encoder not measured:[/] {name}")
+        else:
+            passages, queries = corpus_and_queries(2000, max(batches) * 2)
+            texts = {"query": queries, "passage": [p.contents for p in passages]}
+            table = Table(title=f"encoder on {gpu_name}: {name}")
+            for col in ("texts", "batch", "texts/s", "per CPU-s", "p50 ms per batch"):
+                table.add_column(col, justify="right")
+            # Passages (index building) at 64 a call, and on a GPU at the larger batches too:
+            # on a CPU a batch of 1,024 passages takes minutes and says nothing new.
+            kind_batches = {"query": list(batches),
+                            "passage": [b for b in batches if b >= 64] if on_gpu else [64]}
+            for kind in ("query", "passage"):
+                pool = texts[kind]
+                for b in kind_batches[kind]:
+                    def call(i: int, b: int = b, pool: list[str] = pool, kind: str = kind) -> None:
+                        s = (i * b) % max(1, len(pool) - b)
+                        encoder.encode(pool[s:s + b], kind=kind, batch_size=b)
+
+                    qps, cpu_qps, p50 = _timed(call, b, min_time, max(1, 4 * max(batches) // b))
+                    table.add_row({"query": "queries", "passage": "passages"}[kind], str(b),
+                                  fmt(qps), "-" if on_gpu else fmt(cpu_qps), fmt(p50, 2))
+                    rows.append({"part": "encoder", "device": device, "gpu": gpu_name,
+                                 "model": name, "texts": kind, "batch": b, "per_s": qps,
+                                 "per_cpu_s": cpu_qps, "p50_ms": p50})
+            console.print(table)
+
+    # Search over random unit vectors (what the index costs does not depend on the encoder).
+    try:
+        faiss = import_faiss()
+        faiss_note = f"faiss {faiss.__version__}"
+    except ImportError:
+        faiss, faiss_note = None, "faiss not installed"
+    backends = ["faiss", "torch"]
+    table = Table(title=f"dense search on {gpu_name} ({device}), random {dim}-d unit vectors, "
+                        f"top-{k} (index asked for {k + 8}); {faiss_note}, torch "
+                        f"{torch.__version__}, {torch_threads} torch thread(s)")
+    for col in ("vectors", "index", "build s", "batch", "index q/s", "q/s per CPU-s",
+                "p50 ms", "retriever q/s", "vs faiss", "recall@10"):
+        table.add_column(col, justify="right")
+    rng = np.random.default_rng(0)
+    for size in sizes:
+        console.print(f"[bold]dense[/] at {size:,} vectors on {device}")
+        x = unit_vectors(size, dim, rng)
+        pool_n = max(max(batches) * 2, 256)
+        idx = rng.choice(size, pool_n, replace=False)
+        q = x[idx] + 0.5 * unit_vectors(pool_n, dim, rng)
+        q /= np.linalg.norm(q, axis=1, keepdims=True)
+        passages = [Passage(str(i), "", "") for i in range(size)]
+        # Exact top-10 of 64 queries in float32 on the CPU: the reference for recall.
+        _, truth = TorchFlatIndex(x, "cpu").search(q[:64], 10)
+        base: dict[int, float] = {}
+        for backend in backends:
+            try:
+                _, placed = place_index("flat", device, backend)
+            except Exception as exc:  # noqa: BLE001 - a backend this machine lacks: say why
+                console.print(f"  {backend}: not measured ({type(exc).__name__}: {exc})")
+                continue
+            t0 = time.perf_counter()
+            r = DenseRetriever(passages, embedder=HashingEmbedder(dim), embeddings=x,
+                               device=device, index_backend=backend, threads=None)
+            build = time.perf_counter() - t0
+            label = {"faiss": "faiss flat", "faiss-gpu": "faiss-gpu flat (fp16)",
+                     "torch": f"torch flat ({str(getattr(r.index, 'dtype', '')).split('.')[-1]})"
+                     }[placed]
+            _, got = r.index.search(q[:64], 10)
+            rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
+            for b in batches:
+                qps, cpu_qps, p50, r_qps = _time_search(r, q, b, k, min_time)
+                # On a shared CPU, CPU seconds compare fairly; on a GPU, wall-clock time.
+                speed = qps if on_gpu else cpu_qps
+                if backend == backends[0]:
+                    base[b] = speed
+                table.add_row(f"{size:,}", label, fmt(build, 1), str(b), fmt(qps),
+                              "-" if on_gpu else fmt(cpu_qps), fmt(p50, 2), fmt(r_qps),
+                              f"{speed / base[b]:.2f}x" if b in base else "-", f"{rec:.3f}")
+                rows.append({"part": "search", "device": device, "gpu": gpu_name,
+                             "vectors": size, "index": label, "build_s": build, "batch": b,
+                             "index_qps": qps, "index_qps_per_cpu_s": cpu_qps, "p50_ms": p50,
+                             "retriever_qps": r_qps, "recall_at_10": float(rec)})
+            del r
+        del x, passages
+    console.print(table)
+    console.print("  index q/s: the index's search alone (wall clock); retriever q/s: "
+                  "DenseRetriever.search_vectors (ranking with ties by position, Passage objects); "
+                  f"vs faiss: index q/s {'(wall clock)' if on_gpu else 'per CPU second'} over "
+                  "the first row's; recall@10 against exact float32 search.")
+    if json_path is not None:
+        json_path.write_text(json.dumps(rows, indent=1))
+        console.print(f"  results: {json_path}")
+
+
 # ------------------------------------------------------------------------------------- server
 def _serve(kind: str, size: int, port_q: mp.Queue) -> None:  # child process
     from hopgym.corpora.server import RetrievalServer
@@ -360,8 +552,9 @@ def bench_recall(data: Path, model: str, ks: Sequence[int], limit: int | None) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=("bm25", "faiss", "server", "recall"),
-                        default=["bm25", "faiss", "server", "recall"])
+    parser.add_argument("--only", nargs="+",
+                        choices=("bm25", "faiss", "dense", "server", "recall"),
+                        default=["bm25", "faiss", "dense", "server", "recall"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--slow-queries", type=int, default=10,
@@ -378,7 +571,16 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
                         help="folder with real HotpotQA / 2Wiki / MuSiQue samples")
     parser.add_argument("--model", default="default",
-                        help="embedder for recall: 'default' (MiniLM) or e.g. 'hashing-384'")
+                        help="embedder for recall and for the dense section's encoder rows: "
+                             "'default' (MiniLM), a model directory, 'hashing-384', or 'none' "
+                             "(dense: no encoder rows)")
+    parser.add_argument("--device", default="cpu",
+                        help="dense: cpu, cuda, cuda:N or auto (encoder and index)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 64, 1024],
+                        help="dense: queries per call")
+    parser.add_argument("--min-time", type=float, default=2.0,
+                        help="dense: seconds of calls per figure (at least one call)")
+    parser.add_argument("--json", type=Path, default=None, help="dense: write the rows here")
     parser.add_argument("--recall-k", type=int, nargs="+", default=[2, 5, 10])
     parser.add_argument("--limit", type=int, default=None, help="questions per dataset (recall)")
     args = parser.parse_args()
@@ -389,6 +591,9 @@ def main() -> None:
     if "faiss" in args.only:
         bench_faiss(args.sizes, args.queries, args.dim, args.batch, args.k, args.no_hnsw_above,
                     args.threads)
+    if "dense" in args.only:
+        bench_dense(args.sizes, args.device, args.dim, args.batches, args.k,
+                    None if args.model == "none" else args.model, args.min_time, args.json)
     if "server" in args.only:
         bench_server(args.server_sizes, args.queries, args.clients, args.k)
 

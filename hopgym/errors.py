@@ -19,6 +19,7 @@ Classes defined here (and re-exported where they were first defined):
 
 Defined beside the code that raises them, on the same root: ``IndexStoreError``,
 ``StaleIndexError``, ``ForeignIndexError`` (:mod:`hopgym.corpora.index_store`),
+``DeviceUnavailableError`` (:mod:`hopgym.corpora.devices`),
 ``DatasetFormatError``, ``DatasetUnavailableError`` (:mod:`hopgym.corpora.datasets`),
 ``TrajectoryFormatError`` (:mod:`hopgym.agents.trajectories`).
 
@@ -76,13 +77,17 @@ class HTTPError(HopgymError, RuntimeError):
         status: the last HTTP status, or ``None`` when no reply came.
         transient: whether the last failure was one that retries are for (a connection error,
             a timeout, a retryable status): ``True`` means the retries ran out.
+        retry_after: the last reply's ``Retry-After`` in seconds, or ``None`` (a caller that
+            retries elsewhere, e.g. on another server, honours it).
     """
 
     def __init__(self, message: str, *, method: str = "", url: str = "", attempts: int = 0,
-                 cause: str = "", status: int | None = None, transient: bool = False) -> None:
+                 cause: str = "", status: int | None = None, transient: bool = False,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.method, self.url, self.attempts = method, url, attempts
         self.cause, self.status, self.transient = cause, status, transient
+        self.retry_after = retry_after
 
     def __reduce__(self) -> tuple[Any, ...]:  # keyword attributes survive pickling (Ray, workers)
         return (type(self), self.args, self.__dict__)

@@ -421,7 +421,7 @@ class HTTPClient:
             if attempt > n_retries:
                 raise HTTPError(f"{method} {url} failed after {attempt} attempt(s): {cause}",
                                 method=method, url=url, attempts=attempt, cause=cause,
-                                status=status, transient=True)
+                                status=status, transient=True, retry_after=retry_after)
             time.sleep(self.backoff_delay(attempt, retry_after))
 
     def post_json(self, path: str, payload: Any, *, headers: Mapping[str, str] | None = None,

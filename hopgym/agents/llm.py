@@ -76,12 +76,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SamplingParams", "Backend", "BackendError", "TransformersBackend", "VLLMBackend",
            "OpenAIBackend", "LLMAgent", "make_llm_agent", "BACKENDS", "Message", "Prompt",
-           "Completion", "FORCE_ANSWER", "TURN_TOKENS", "few_shot_examples", "unbatch_infos"]
+           "Completion", "FORCE_ANSWER", "few_shot_examples", "unbatch_infos"]
 
 MODES = ("auto", "chat", "continuation")
-#: The default token budget of one turn: room for a small model's thought and an action
-#: (Search-R1 allows 500 tokens per response).
-TURN_TOKENS = 512
 
 
 # ---------------------------------------------------------------------------------- agent
@@ -136,8 +133,8 @@ class LLMAgent:
         system_prompt: ``None`` for the default (the protocol's, or the closed-book one), ``""``
             for none (templates without a system role), or your own.
         sampling: temperature, top-p, max new tokens and seed (its ``stop`` is replaced by the
-            protocol's stop strings unless ``stop`` is given); default: greedy, seed 0,
-            :data:`TURN_TOKENS` tokens per turn.
+            protocol's stop strings unless ``stop`` is given); default: ``SamplingParams()``
+            (greedy, seed 0, 500 tokens a turn).
         use_chat_template: render through the model's chat template; ``False`` uses raw text
             (``system_prompt``, a blank line, the prompt, then the rollout).
         mode: ``"chat"`` (one chat message per turn and observation), ``"continuation"`` (the
@@ -150,8 +147,9 @@ class LLMAgent:
             completes the answer; ``"always"``: on every turn; ``"never"``. Continuation mode
             appends the opening to the text; chat mode continues it as a final assistant
             message when the backend can (``backend.supports_prefill``: local models, or an
-            :class:`OpenAIBackend` made with ``prefill=True``), and otherwise adds
-            :func:`~hopgym.agents.prompts.last_turn_message` to the observation.
+            :class:`OpenAIBackend` made with ``prefill=True``), and otherwise adds the
+            protocol's last-turn notice (:func:`~hopgym.agents.prompts.last_turn_message`) to
+            the observation unless the env's ``last_turn_notice`` already did.
         closed_book: the closed-book baseline: the conversation starts from the bare question
             (``info["question"]``, without the env's search instructions), the system prompt
             defaults to :data:`~hopgym.agents.prompts.CLOSED_BOOK_SYSTEM_PROMPTS`, and every
@@ -215,8 +213,7 @@ class LLMAgent:
         self.system_prompt = system_prompt
         self.force_answer = "always" if self.closed_book else force_answer
         self.stop = tuple(self.protocol.stop if stop is None else stop)
-        sampling = sampling if sampling is not None else SamplingParams(
-            max_new_tokens=TURN_TOKENS)
+        sampling = sampling if sampling is not None else SamplingParams()
         self.sampling = replace(sampling, stop=self.stop)
         self.use_chat_template = use_chat_template
         if mode == "auto":
@@ -317,7 +314,8 @@ class LLMAgent:
                 return msgs + [{"role": "assistant", "content": self._prefix}], self._prefix
             note = last_turn_message(self.protocol)
             last = msgs[-1]
-            msgs[-1] = {"role": "user", "content": f"{last['content']}\n{note}".lstrip()}
+            if note not in last["content"]:  # the env's last_turn_notice already says it
+                msgs[-1] = {"role": "user", "content": f"{last['content']}\n{note}".lstrip()}
             return msgs, ""
         prompt, rollout = continuation_parts(conv)
         prefix = self._prefix if forced else ""
@@ -452,7 +450,7 @@ def make_llm_agent(
     protocol: str = "tags",
     base_url: str | None = None,
     temperature: float = 0.0,
-    max_new_tokens: int = TURN_TOKENS,
+    max_new_tokens: int = SamplingParams.max_new_tokens,
     seed: int = 0,
     *,
     top_p: float = 1.0,

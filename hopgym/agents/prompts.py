@@ -39,25 +39,34 @@ __all__ = ["SYSTEM_PROMPTS", "CONTINUE_MESSAGE", "default_system_prompt", "chat_
            "closed_book_prompt", "few_shot_messages", "few_shot_text"]
 
 #: Default system prompts, by protocol name. The env's first observation already holds the full
-#: instructions; the system prompt restates the one-step-per-reply contract with an example.
+#: instructions; the system prompt restates the one-step-per-reply contract with an example of a
+#: search and of a short answer span (Search-R1's template: "For example, <answer> Beijing
+#: </answer>.").
 SYSTEM_PROMPTS: dict[str, str] = {
     "tags": (
         "You are a careful research assistant who answers questions by searching a document "
         "collection. Write exactly one step per reply: your reasoning inside <think> and </think>, "
-        "then exactly one of <search>query</search>, <route>source</route> or "
-        "<answer>short answer</answer>, and stop. Never write <information> yourself: the search "
-        "results come in the next message.\n"
-        "Example reply: <think>I need the founder of Acme first.</think><search>Acme founder"
-        "</search>"
+        "then exactly one of <search> query </search>, <route> source </route> or "
+        "<answer> answer </answer>, and stop. Never write <information> yourself: the search "
+        "results come in the next message. Keep your reasoning short. The answer is a short "
+        "span, such as a name, a place, a year, yes or no, without explanation.\n"
+        "Example replies:\n"
+        "<think>I need the founder of Acme first.</think><search> Acme founder </search>\n"
+        "<think>Acme was founded by Jo Lee, who was born in Beijing.</think>"
+        "<answer> Beijing </answer>"
     ),
     "r3": (
         "You are a careful research assistant who answers questions by searching a document "
         "collection. Write exactly one step per reply: a line 'The problem analysis: ...' and then "
-        "either a line 'The retrieval query: ...' or a line 'The final answer: ...' (a short "
-        "answer), and stop. Never write 'The retrieval documents:' yourself: they come in the "
-        "next message.\n"
-        "Example reply:\nThe problem analysis: I need the founder of Acme first.\n"
-        "The retrieval query: Acme founder"
+        "either a line 'The retrieval query: ...' or a line 'The final answer: ...', and stop. "
+        "Never write 'The retrieval documents:' yourself: they come in the next message. Keep "
+        "the analysis short. The final answer is a short span, such as a name, a place, a year, "
+        "yes or no, without explanation.\n"
+        "Example replies:\n"
+        "The problem analysis: I need the founder of Acme first.\n"
+        "The retrieval query: Acme founder\n\n"
+        "The problem analysis: Acme was founded by Jo Lee, who was born in Beijing.\n"
+        "The final answer: Beijing"
     ),
 }
 
@@ -207,15 +216,15 @@ def think_delimiters(protocol: str | Protocol) -> tuple[str, str]:
 
 
 def last_turn_message(protocol: str | Protocol) -> str:
-    """The instruction added to the last observation when the answer cannot be prefilled (a chat
-    server that does not continue a final assistant message).
+    """The protocol's last-turn notice, which the agent adds to the last observation itself when
+    it cannot prefill the answer (a chat server that does not continue a final assistant message)
+    and the env did not (``last_turn_notice=False``).
 
     Example:
         >>> last_turn_message("tags")
-        'This is your last turn: give your final answer now, as <answer>short answer</answer>.'
+        'This is your last turn: give your final answer now, as a short answer in the answer tags.'
     """
-    shown = get_protocol(protocol).render(Answer("short answer"))
-    return f"This is your last turn: give your final answer now, as {shown}."
+    return get_protocol(protocol).last_turn("", 0).strip()
 
 
 def closed_book_prompt(question: str) -> str:

@@ -147,8 +147,8 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"),
     """Every text of ``task`` a model may read or write under ``protocols``.
 
     Prompts (with each question), documents as the protocol formats them, routing and error notices,
-    sub-questions, queries and answers of the gold decompositions. Feed it to
-    :func:`build_tokenizer`.
+    sub-questions, queries and answers of the gold decompositions, the repeated-query and last-turn
+    notices. Feed it to :func:`build_tokenizer`.
     """
     from hopgym.envs.actions import Answer, Route, Search, Think
     from hopgym.envs.protocols import get_protocol
@@ -176,6 +176,10 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"),
                 texts.append(proto.format_notice(msg, turn))
             texts.append(proto.format_error("no action", turn))
             texts.append(proto.format_think(turn))
+            # the env's notices: a repeated query, one turn left
+            texts.append(proto.format_notice(proto.repeat_note(True, exhausted=True), turn))
+            texts += [proto.repeat_note(dedup) for dedup in (True, False)]
+            texts.append(proto.last_turn(proto.format_think(turn), turn))
         texts.append(proto.render(Think("thinking")))
         for p in passages:
             if p is not None:

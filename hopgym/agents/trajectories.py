@@ -13,7 +13,10 @@ A UTF-8 JSON-lines file. The first line is a header::
      "seed": 0, "doc_text_chars": 1000, "created": "2025-01-31T12:00:00Z"}
 
 ``env_options`` are the keyword arguments given to ``gym.make`` (the reward preset is ``reward``;
-``env_id`` and ``env_options`` are ``null`` / ``{}`` for an env built by hand); ``seed`` is the
+``env_id`` is ``null`` for an env built by hand), plus the value each option whose default depends
+on the others took in this env (``parse``, ``repeat_notice``, ``last_turn_notice``:
+:data:`~hopgym.envs.options.AUTO_OPTIONS`), so that a run says how its turns were read and what
+the env told the agent; ``seed`` is the
 base seed of the run; ``doc_text_chars`` is the length documents are cut to in the file.
 Every further line is one episode:
 
@@ -29,8 +32,10 @@ Every further line is one episode:
   ``new_ids`` (documents shown, in order), ``skipped_ids`` (already-seen documents the retriever
   ranked above the last one shown, or all of them when none was new: de-duplication dropped
   them), ``retrieval_error``, ``observation`` (what the agent saw, kept only for turns that showed
-  no documents: the documents' text is in ``documents``) and ``reward_terms`` (this step's
-  non-zero terms); keys that do not apply are left out;
+  no documents: the documents' text is in ``documents``), ``reward_terms`` (this step's
+  non-zero terms), ``format_issues`` (the codes of the flaws the lenient parse read past, such as
+  ``unclosed_think``), ``truncated_turn`` and ``repeated_query`` (``true``); keys that do not
+  apply are left out;
 - ``background_ids``: documents shown in the prompt (``background_k``), when there are any;
 - ``documents``: ``{doc_id: {"title": ..., "text": ...}}`` for every document shown and every
   supporting document the task can look up; texts longer than ``doc_text_chars`` are cut and end
@@ -58,6 +63,7 @@ from typing import IO, Any
 import gymnasium as gym
 
 from hopgym._version import __version__
+from hopgym.envs.options import AUTO_OPTIONS, EnvOptions
 from hopgym.errors import HopgymError
 from hopgym.rewards.scoring import exact_match, token_f1
 
@@ -80,6 +86,7 @@ _TURN_KEYS: dict[str, Any] = {
     "action": "", "action_type": "invalid", "reward": 0.0, "think": None, "query": None,
     "source": None, "route": None, "answer": None, "invalid_action": None, "new_ids": [],
     "skipped_ids": [], "retrieval_error": None, "observation": None, "reward_terms": {},
+    "format_issues": [], "truncated_turn": False, "repeated_query": False,
 }
 # What a record needs for its metrics; a line without them is not an episode.
 _REQUIRED = ("question_id", "em", "f1", "steps", "searches", "invalid", "prediction")
@@ -128,14 +135,19 @@ def trajectory_header(env: gym.Env, agent: Any = None, *, seed: int | None = Non
     Example:
         >>> import gymnasium as gym, hopgym
         >>> h = trajectory_header(gym.make("hopgym/Tiny-v0", top_k=2), agent_name="oracle", seed=0)
-        >>> h["format"], h["version"], h["env_id"], h["env_options"], h["reward"], h["agent"]
-        ('hopgym-trajectories', 1, 'hopgym/Tiny-v0', {'top_k': 2}, 'default', 'oracle')
+        >>> h["format"], h["version"], h["env_id"], h["reward"], h["agent"]
+        ('hopgym-trajectories', 1, 'hopgym/Tiny-v0', 'default', 'oracle')
+        >>> h["env_options"]
+        {'top_k': 2, 'parse': 'lenient', 'repeat_notice': True, 'last_turn_notice': True}
     """
     spec = env.spec
     inner = env.unwrapped
     task = getattr(inner, "task", None)
     protocol = getattr(inner, "protocol", None)
     options = {k: v for k, v in (spec.kwargs if spec else {}).items() if k != "reward"}
+    resolved = getattr(inner, "options", None)
+    if isinstance(resolved, EnvOptions):
+        options.update({k: getattr(resolved, k) for k in AUTO_OPTIONS})
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -248,6 +260,9 @@ class EpisodeRecorder:
             "retrieval_error": info.get("retrieval_error"),
             "observation": obs if obs and not new_ids else None,
             "reward_terms": {k: float(v) for k, v in step_terms.items() if v},
+            "format_issues": [i[0] for i in info.get("format_issues") or ()],
+            "truncated_turn": bool(info.get("truncated_turn")),
+            "repeated_query": bool(info.get("repeated_query")),
         }
         turn.update((k, v) for k, v in optional.items() if v)
         return turn
@@ -482,7 +497,8 @@ def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[
             "action_type": kind, "reward": float(old.get("reward") or 0.0),
             "invalid_action": old.get("invalid_action"), "new_ids": list(old.get("new_ids") or ())}
     for name in ("tags", "r3"):
-        parsed = get_protocol(name).parse(text, _AnySource())  # type: ignore[arg-type]
+        # hopgym 0.1 read turns with what is now the strict parse
+        parsed = get_protocol(name, parse="strict").parse(text, _AnySource())  # type: ignore[arg-type]
         if parsed.kind == kind or (kind == "invalid" and parsed.think):
             turn["think"] = parsed.think or None
             act = parsed.action

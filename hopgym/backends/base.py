@@ -31,7 +31,8 @@ class SamplingParams:
     Attributes:
         temperature: 0 means greedy decoding.
         top_p: nucleus sampling mass (ignored when greedy).
-        max_new_tokens: the most tokens one turn may have.
+        max_new_tokens: the most tokens one turn may have; the default, 500, is Search-R1's
+            per-response budget, room for a small model's thought and an action.
         seed: seeds sampling (``None``: unseeded). :class:`~hopgym.agents.llm.LLMAgent` derives one
             seed per generate call from its own seed, so a run is reproducible and calls differ.
         stop: strings that end a turn; :class:`~hopgym.agents.llm.LLMAgent` fills in its
@@ -48,7 +49,7 @@ class SamplingParams:
 
     temperature: float = 0.0
     top_p: float = 1.0
-    max_new_tokens: int = 128
+    max_new_tokens: int = 500
     seed: int | None = 0
     stop: tuple[str, ...] = ()
 

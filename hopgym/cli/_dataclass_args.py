@@ -30,6 +30,8 @@ How a field becomes an option:
 - Default: the field's default (or ``default_factory()``); no default makes the option required.
 - A spec's ``metadata`` adds to a field's metadata for one command (``choices`` narrower than the
   field's type allows there, e.g. the retriever kinds an index can hold).
+- ``metadata["required"]`` makes an option required even though the field has a default (a
+  config that Python callers may leave unset, such as ``ServeConfig.index``).
 - ``metadata["positional"]`` makes a positional argument; ``metadata["metavar"]``,
   ``["nargs"]`` and ``["const"]`` pass through to argparse (``--json`` with an optional value).
 - A spec with ``given_only`` leaves the options that are not on the command line out of the
@@ -302,7 +304,7 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
     for key in ("nargs", "const"):
         if key in meta:
             kwargs[key] = meta[key]
-    if default is dataclasses.MISSING:
+    if default is dataclasses.MISSING or meta.get("required"):
         kwargs["required"] = True
     else:
         kwargs["default"] = argparse.SUPPRESS if spec.given_only else default

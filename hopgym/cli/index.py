@@ -1,10 +1,11 @@
-"""``hopgym index build`` and ``hopgym index info``: save a search index, print its manifest.
+"""``hopgym index build``, ``info`` and ``verify``: save a search index, print its manifest, check
+its files against the manifest's checksums.
 
 ``--corpus`` takes a FlashRAG corpus jsonl, or a HotpotQA / 2Wiki / MuSiQue file whose paragraphs
 are pooled as in the env's open mode (same doc ids), so ``index=DIR`` fits that env.
 Options: :class:`IndexBuildConfig` and the retriever's
 :class:`~hopgym.corpora.retrievers.RetrieverSpec` (:data:`RETRIEVER`) for ``build``;
-:class:`IndexInfoConfig` for ``info``.
+:class:`IndexInfoConfig` for ``info``; :class:`IndexVerifyConfig` for ``verify``.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from typing import Any
 from hopgym.cli._common import CommandError, command_parser
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
 from hopgym.corpora.datasets.registry import REGISTRY
-from hopgym.corpora.dense import INDEX_TYPES
-from hopgym.corpora.index_store import RETRIEVER_KINDS, build_index
+from hopgym.corpora.dense import INDEX_BACKENDS, INDEX_TYPES
+from hopgym.corpora.index_store import RETRIEVER_KINDS, VERIFY_MODES, build_index
 from hopgym.corpora.retrievers import RetrieverSpec
 
-__all__ = ["CORPUS_FORMATS", "IndexBuildConfig", "IndexInfoConfig", "RETRIEVER", "add_parser",
-           "run_build", "run_info"]
+__all__ = ["CORPUS_FORMATS", "IndexBuildConfig", "IndexInfoConfig", "IndexVerifyConfig",
+           "RETRIEVER", "add_parser", "run_build", "run_info", "run_verify"]
 
 _BUILD = inspect.signature(build_index).parameters
 #: Layouts ``--format`` accepts: a corpus file, or a QA file whose paragraphs are pooled (every
@@ -35,7 +36,8 @@ CORPUS_FORMATS = ("auto", "corpus", *(name for name, fmt in REGISTRY.items() if 
 RETRIEVER = ConfigSpec(
     RetrieverSpec, title="retriever (RetrieverSpec)", aliases={"kind": ("--retriever",)},
     exclude=frozenset({"urls", "timeout", "retries", "backoff", "show_progress"}),
-    metadata={"kind": {"choices": RETRIEVER_KINDS}, "index_type": {"choices": INDEX_TYPES}})
+    metadata={"kind": {"choices": RETRIEVER_KINDS}, "index_type": {"choices": INDEX_TYPES},
+              "index_backend": {"choices": INDEX_BACKENDS}})
 
 
 @dataclass
@@ -63,10 +65,21 @@ class IndexInfoConfig:
                                  "metavar": "INDEX"})
 
 
+@dataclass
+class IndexVerifyConfig:
+    """Which index ``hopgym index verify`` checks, and how thoroughly."""
+
+    index: str = field(metadata={"help": "Index directory.", "positional": True,
+                                 "metavar": "INDEX"})
+    verify: str = field(default="full", metadata={
+        "help": "full reads every byte; sample up to 16 MiB of each file; size only sizes.",
+        "choices": tuple(m for m in VERIFY_MODES if m != "none")})
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``index`` (``build``, ``info``) to the ``hopgym`` command."""
-    p = command_parser(subparsers, "index", "build or inspect a saved search index")
-    sub = p.add_subparsers(dest="index_command", metavar="{build,info}", required=True)
+    """Add ``index`` (``build``, ``info``, ``verify``) to the ``hopgym`` command."""
+    p = command_parser(subparsers, "index", "build, inspect or verify a saved search index")
+    sub = p.add_subparsers(dest="index_command", metavar="{build,info,verify}", required=True)
     b = command_parser(sub, "build", "index a corpus (BM25, dense or hybrid) into a directory",
                        "Index a corpus file into a directory (BM25, dense FAISS or hybrid); the "
                        "manifest records the corpus fingerprint, so a stale index is refused.",
@@ -75,6 +88,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_config_arguments(b, RETRIEVER)
     i = command_parser(sub, "info", "print an index's manifest as JSON", run=run_info)
     add_config_arguments(i, IndexInfoConfig)
+    v = command_parser(sub, "verify", "check an index's files against its manifest's checksums",
+                       "Check every file of an index against the size and xxHash3 checksum its "
+                       "manifest records (exit status 1 and the file's name when one differs).",
+                       run=run_verify)
+    add_config_arguments(v, IndexVerifyConfig)
     return p
 
 
@@ -100,4 +118,18 @@ def run_info(args: argparse.Namespace) -> int:
 
     m = read_manifest(config_from_args(args, IndexInfoConfig).index)
     print(json.dumps(json.loads(m.to_json()), indent=2))
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Run ``hopgym index verify``: every file against the manifest (``--verify full``)."""
+    from hopgym.corpora.index_store import verify_index
+
+    cfg = config_from_args(args, IndexVerifyConfig)
+    t0 = time.perf_counter()
+    m = verify_index(cfg.index, cfg.verify)
+    size = sum(f["size"] for f in m.files.values())
+    amount = f"{size / 2**20:,.1f} MiB" if size >= 2**20 else f"{size / 1024:,.0f} KiB"
+    print(f"hopgym: {cfg.index}: {len(m.files)} files, {amount}, match the manifest "
+          f"({cfg.verify}, {time.perf_counter() - t0:.2f} s)")
     return 0

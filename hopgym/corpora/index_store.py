@@ -1,13 +1,14 @@
 """Search indexes on disk: build once, reuse everywhere, never silently use a wrong one.
 
 Functions: :func:`build_retriever`, :func:`build_index`, :func:`save_index`, :func:`load_index`,
-:func:`read_manifest`, :func:`index_exists`, :func:`corpus_fingerprint`.
+:func:`verify_index`, :func:`read_manifest`, :func:`index_exists`, :func:`corpus_fingerprint`.
 Classes: :class:`Manifest`, :class:`IndexStoreError`, :class:`StaleIndexError`,
-:class:`ForeignIndexError`.
+:class:`ForeignIndexError`, :class:`CorruptIndexError`, :class:`IndexIntegrityWarning`.
 
 An index directory holds ``manifest.json`` and the engine's files::
 
-    manifest.json        retriever kind, model, parameters, corpus fingerprint, versions
+    manifest.json        retriever kind, model, parameters, corpus fingerprint, versions, and
+                         every file's size and checksums
     bm25/                bm25s arrays (``BM25.save``), loaded memory-mapped
     dense.faiss          ``faiss.write_index``; read memory-mapped (``IO_FLAG_MMAP_IFC``,
                          ``IO_FLAG_MMAP`` for IVF)
@@ -17,7 +18,26 @@ The corpus itself is referenced by path (wiki-18 is 14 GB: no copy) and checked 
 fingerprint (SHA-256 over every doc id, title and text) must match, or :class:`StaleIndexError`
 is raised. Asking for another retriever kind, embedding model or tokenizer than the index was
 built with raises :class:`ForeignIndexError`. The manifest is written last, so a build that
-died half-way leaves no loadable index.
+died half-way leaves no loadable index; a directory of index files without a manifest (a build
+that died, a deleted manifest) is refused, not silently rebuilt, unless the caller asks for
+``rebuild=True``.
+
+Integrity: the manifest records each file's size, an xxHash3-128 of the whole file (``xxh3``)
+and one of a sample of it (``sample``). :func:`load_index` checks them before it loads
+(``verify=``, see :data:`VERIFY_MODES`); a file that does not match raises
+:class:`CorruptIndexError` naming the file and the command that rebuilds the index.
+
+- ``"sample"`` (the default): sizes, and the xxh3 of up to :data:`SAMPLE_BLOCKS` blocks of
+  :data:`SAMPLE_BLOCK` bytes spread evenly over the file (first and last included), i.e. at most
+  16 MiB read per file; files up to 16 MiB are read whole. It catches a replaced, overwritten,
+  truncated or padded file, and any corruption larger than the gap between two blocks; not a
+  single flipped byte in a large file.
+- ``"full"``: sizes and the xxh3 of every byte (``hopgym index verify DIR``).
+- ``"size"``: sizes only. ``"none"``: no check.
+
+xxHash3 hashes ~30 GB/s on one core (SHA-256 1.7 GB/s), so ``"full"`` costs what reading the
+files costs. A manifest written before checksums existed is loaded with an
+:class:`IndexIntegrityWarning` and no check; :func:`verify_index` refuses it (rebuild to add them).
 """
 
 from __future__ import annotations
@@ -27,6 +47,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -44,7 +65,10 @@ __all__ = [
     "IndexStoreError",
     "StaleIndexError",
     "ForeignIndexError",
+    "CorruptIndexError",
+    "IndexIntegrityWarning",
     "RETRIEVER_KINDS",
+    "VERIFY_MODES",
     "FORMAT_VERSION",
     "corpus_fingerprint",
     "tokenizer_fingerprint",
@@ -54,6 +78,10 @@ __all__ = [
     "load_index",
     "read_manifest",
     "index_exists",
+    "holds_index_files",
+    "verify_index",
+    "rebuild_command",
+    "file_checksums",
 ]
 
 FORMAT_VERSION = 1
@@ -73,6 +101,24 @@ class StaleIndexError(IndexStoreError):
 
 class ForeignIndexError(IndexStoreError):
     """The index was built with another retriever kind, embedding model or tokenizer."""
+
+
+class CorruptIndexError(IndexStoreError):
+    """An index file is missing, or its size or checksum differs from the manifest's."""
+
+
+class IndexIntegrityWarning(HopgymError, UserWarning):
+    """An index is loaded without checking its files (its manifest records no checksums), or is
+    being rebuilt (``rebuild=True``)."""
+
+
+#: ``verify=`` values, from the most thorough: every byte, a sample, sizes, nothing.
+VERIFY_MODES = ("full", "sample", "size", "none")
+#: Bytes per block of the sampled checksum.
+SAMPLE_BLOCK = 1 << 16
+#: Blocks of the sampled checksum (``SAMPLE_BLOCK * SAMPLE_BLOCKS`` = 16 MiB read per file).
+SAMPLE_BLOCKS = 256
+_CHUNK = 1 << 20
 
 
 def corpus_fingerprint(passages: Iterable[Passage]) -> str:
@@ -114,6 +160,9 @@ class Manifest:
     hopgym_version: str = field(default_factory=_version)
     format_version: int = FORMAT_VERSION
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    #: ``{relative path: {"size", "xxh3", "sample"}}`` for every file of the index (empty in
+    #: manifests written before checksums existed).
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"format": "hopgym-index", **asdict(self)}, indent=2, sort_keys=True)
@@ -137,17 +186,171 @@ def index_exists(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
+#: What :func:`save_index` writes into an index directory besides the manifest.
+_DATA_NAMES = ("bm25", "dense.faiss", "passages.jsonl")
+
+
+def _index_files(root: Path) -> list[str]:
+    """Relative paths of the index files in ``root`` (the names :func:`save_index` writes)."""
+    out: list[Path] = []
+    for name in _DATA_NAMES:
+        p = root / name
+        if p.is_dir():
+            out.extend(f for f in p.rglob("*") if f.is_file())
+        elif p.is_file():
+            out.append(p)
+    return sorted(f.relative_to(root).as_posix() for f in out)
+
+
+def holds_index_files(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` holds files of an index, with or without a manifest."""
+    root = Path(path)
+    return root.is_dir() and bool(_index_files(root))
+
+
+def rebuild_command(path: str | os.PathLike[str], manifest: Manifest | None = None) -> str:
+    """The ``hopgym index build`` command that rebuilds the index at ``path``.
+
+    Example:
+        >>> rebuild_command("idx/")
+        'hopgym index build --corpus FILE --out idx/ --force'
+    """
+    corpus, extra = "FILE", ""
+    if manifest is not None:
+        if manifest.corpus_path and manifest.corpus_path != "passages.jsonl":
+            corpus = manifest.corpus_path
+        extra = f" --retriever {manifest.retriever}"
+        if manifest.model:
+            extra += f" --model {manifest.model}"
+    return f"hopgym index build --corpus {corpus}{extra} --out {os.fspath(path)} --force"
+
+
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
-    """The manifest of an index directory; :class:`IndexStoreError` when there is none."""
-    mf = Path(path) / MANIFEST
+    """The manifest of an index directory.
+
+    Raises:
+        IndexStoreError: no index there, a directory of index files without a manifest (a build
+            that died, a deleted manifest: refused rather than trusted), or a broken manifest.
+    """
+    root = Path(path)
+    mf = root / MANIFEST
     if not mf.is_file():
-        raise IndexStoreError(f"no index at {os.fspath(path)} (no {MANIFEST}): build one with "
-                              f"`hopgym index build --corpus FILE --out {os.fspath(path)}`")
+        where = os.fspath(path)
+        if root.is_dir() and _index_files(root):
+            raise IndexStoreError(
+                f"{where} holds index files but no {MANIFEST} (deleted, or a build that died "
+                f"half-way): it cannot be checked, so it is not used. Rebuild it with "
+                f"rebuild=True (CLI: --rebuild), or `{rebuild_command(path)}`")
+        raise IndexStoreError(f"no index at {where} (no {MANIFEST}): build one with "
+                              f"`hopgym index build --corpus FILE --out {where}`")
     try:
         data = json.loads(mf.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise IndexStoreError(f"{mf} is not valid JSON: {exc}") from None
     return Manifest.from_dict(data, str(mf))
+
+
+# ------------------------------------------------------------------------------- integrity
+def _xxh3() -> Any:
+    import xxhash
+
+    return xxhash.xxh3_128()
+
+
+def _sample_digest(path: Path, size: int) -> str:
+    h = _xxh3()
+    h.update(size.to_bytes(8, "little"))
+    with open(path, "rb") as f:
+        if size <= SAMPLE_BLOCK * SAMPLE_BLOCKS:
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+        else:
+            step = (size - SAMPLE_BLOCK) / (SAMPLE_BLOCKS - 1)
+            for i in range(SAMPLE_BLOCKS):
+                f.seek(round(i * step))
+                h.update(f.read(SAMPLE_BLOCK))
+    return h.hexdigest()
+
+
+def _full_digest(path: Path) -> str:
+    h = _xxh3()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_checksums(path: str | os.PathLike[str]) -> dict[str, int | str]:
+    """``{"size", "xxh3", "sample"}`` of one file, as the manifest records them.
+
+    Example:
+        >>> import tempfile
+        >>> f = Path(tempfile.mkdtemp()) / "x.bin"
+        >>> _ = f.write_bytes(b"hopgym")
+        >>> sorted(file_checksums(f)), file_checksums(f)["size"]
+        (['sample', 'size', 'xxh3'], 6)
+    """
+    p = Path(path)
+    size = p.stat().st_size
+    return {"size": size, "xxh3": _full_digest(p), "sample": _sample_digest(p, size)}
+
+
+def verify_index(path: str | os.PathLike[str], verify: str = "full",
+                 manifest: Manifest | None = None) -> Manifest:
+    """Check an index directory's files against its manifest.
+
+    Args:
+        path: the index directory.
+        verify: ``"full"``, ``"sample"``, ``"size"`` or ``"none"`` (see the module docstring).
+        manifest: the manifest, when already read.
+
+    Returns:
+        The manifest.
+
+    Raises:
+        CorruptIndexError: a file is missing or differs; the message names it and the command
+            that rebuilds the index.
+        IndexStoreError: no (readable) manifest; or, with ``verify`` other than ``"none"``, one
+            that records no checksums (written before they existed): rebuild the index.
+    """
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+    root = Path(path)
+    manifest = read_manifest(root) if manifest is None else manifest
+    if verify == "none":
+        return manifest
+    if not manifest.files:
+        raise IndexStoreError(f"{os.fspath(path)} records no checksums (built by hopgym "
+                              f"{manifest.hopgym_version}): rebuild it to add them: "
+                              f"`{rebuild_command(path, manifest)}`")
+    for rel, want in sorted(manifest.files.items()):
+        f = root / rel
+        problem = None
+        if not f.is_file():
+            problem = "it is missing"
+        else:
+            size = f.stat().st_size
+            if size != want.get("size"):
+                problem = f"it has {size:,} bytes, the manifest says {want.get('size'):,}"
+            elif verify == "sample" and _sample_digest(f, size) != want.get("sample"):
+                problem = "its sampled checksum differs (same size: overwritten or corrupted)"
+            elif verify == "full" and _full_digest(f) != want.get("xxh3"):
+                problem = "its checksum differs (same size: overwritten or corrupted)"
+        if problem is not None:
+            raise CorruptIndexError(
+                f"index file {f} does not match {root / MANIFEST}: {problem}. The index cannot "
+                f"be trusted; rebuild it with rebuild=True (CLI: --rebuild) or "
+                f"`{rebuild_command(path, manifest)}`")
+    return manifest
+
+
+def _check_on_load(root: Path, manifest: Manifest, verify: str) -> None:
+    if verify != "none" and not manifest.files:
+        warnings.warn(f"{root} records no checksums (built by hopgym {manifest.hopgym_version}): "
+                      f"its files are not verified. Rebuild it to add them: "
+                      f"`{rebuild_command(root, manifest)}`", IndexIntegrityWarning, stacklevel=3)
+        return
+    verify_index(root, verify, manifest)
 
 
 # --------------------------------------------------------------------------------- building
@@ -188,8 +391,17 @@ def _save_dense(r: Any, out: Path) -> dict[str, Any]:
     from hopgym.corpora.dense import import_faiss
 
     faiss = import_faiss()
-    faiss.write_index(r.index, str(out))
+    faiss.write_index(r.to_faiss(), str(out))  # a CPU FAISS file, whatever the backend
     return dict(r.params)
+
+
+def _remove_index_files(out: Path) -> None:
+    for name in (*_DATA_NAMES, MANIFEST + ".tmp"):
+        p = out / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
 
 
 def save_index(
@@ -219,6 +431,11 @@ def save_index(
             raise IndexStoreError(f"an index already exists at {out}: pass overwrite=True "
                                   "(CLI: --force) to replace it")
         shutil.rmtree(out)
+    elif out.is_dir() and _index_files(out):
+        if not overwrite:
+            raise IndexStoreError(f"{out} holds index files but no {MANIFEST}: pass "
+                                  "overwrite=True (CLI: --force) to replace them")
+        _remove_index_files(out)  # without a manifest only hopgym's own names are removed
     out.mkdir(parents=True, exist_ok=True)
     passages: list[Passage] = retriever.passages  # type: ignore[attr-defined]
     params: dict[str, Any] = {}
@@ -252,8 +469,9 @@ def save_index(
 
             corpus_format = detect_format(corpus_path)
         cformat = corpus_format
+    files = {rel: file_checksums(out / rel) for rel in _index_files(out)}
     manifest = Manifest(kind, corpus_fingerprint(passages), len(passages), model, params,
-                        cpath, cformat)
+                        cpath, cformat, files=files)
     tmp = out / (MANIFEST + ".tmp")
     tmp.write_text(manifest.to_json(), encoding="utf-8")
     os.replace(tmp, out / MANIFEST)
@@ -379,8 +597,11 @@ def load_index(
     threads: int | None = 1,
     blas_min_queries: int | None = 4,
     device: str = "cpu",
+    index_backend: str = "auto",
+    verify: str = "sample",
+    rebuild: bool = False,
 ) -> Retriever:
-    """Load a saved index, checking that it fits the corpus and the request.
+    """Load a saved index, checking its files, and that it fits the corpus and the request.
 
     Args:
         path: the index directory.
@@ -393,16 +614,89 @@ def load_index(
         mmap: memory-map the index files where the engine allows.
         threads, blas_min_queries: FAISS settings
             (see :func:`~hopgym.corpora.dense.configure_threads`).
-        device: for the embedder.
+        device: where the embedder and, where it can, the dense index run (``"cpu"``,
+            ``"cuda"``, ``"cuda:N"``, ``"auto"``; see :func:`~hopgym.corpora.dense.place_index`).
+        index_backend: ``"auto"``, ``"faiss"`` or ``"torch"``: the file is the same FAISS file
+            for all three; the torch index reads a flat one's rows without copying them on the
+            CPU (memory-mapped with ``mmap``) and copies them to a GPU.
+        verify: how the files are checked against the manifest first: ``"sample"`` (default),
+            ``"full"``, ``"size"`` or ``"none"`` (see the module docstring).
+        rebuild: when the index cannot be used as it is (no index, no manifest, a corrupted
+            file, a changed corpus), build it again from ``passages``, ``corpus`` or the corpus
+            file the manifest records (same kind, model and FAISS index type) instead of raising;
+            an :class:`IndexIntegrityWarning` says why. A foreign index is never rebuilt.
 
     Raises:
-        IndexStoreError: no index, or an unreadable one.
+        IndexStoreError: no index, a directory of index files without a manifest, or an
+            unreadable one.
+        CorruptIndexError: a file does not match the manifest.
         StaleIndexError: the corpus differs from the one the index was built on.
         ForeignIndexError: another retriever kind, embedding model or tokenizer.
     """
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+    settings = {"passages": passages, "corpus": corpus, "retriever": retriever, "model": model,
+                "mmap": mmap, "threads": threads, "blas_min_queries": blas_min_queries,
+                "device": device, "index_backend": index_backend}
+    try:
+        return _load_index(path, verify, **settings)
+    except ForeignIndexError:
+        raise
+    except IndexStoreError as exc:
+        if not rebuild:
+            raise
+        reason = exc
+    _rebuild(path, passages, corpus, retriever, model, threads, reason)
+    return _load_index(path, "none", **settings)
+
+
+def _rebuild(path: str | os.PathLike[str], passages: Sequence[Passage] | None,
+             corpus: str | os.PathLike[str] | None, retriever: str | None, model: Any,
+             threads: int | None, reason: Exception) -> None:
+    try:
+        manifest: Manifest | None = read_manifest(path)
+    except IndexStoreError:
+        manifest = None
+    source: Any = passages
+    fmt = "auto"
+    if source is None:
+        if corpus is not None:
+            source = corpus
+        elif manifest is not None and manifest.corpus_path not in (None, "passages.jsonl"):
+            source = manifest.corpus_path
+            fmt = manifest.corpus_format or "auto"
+        else:
+            raise IndexStoreError(f"cannot rebuild {os.fspath(path)} ({reason}): it records no "
+                                  "corpus file; pass passages= or corpus= (CLI: --corpus)")
+    spec = RetrieverSpec(kind=retriever or (manifest.retriever if manifest else "bm25"),
+                         model=model if model is not None else (manifest.model if manifest
+                                                                else None),
+                         index_type=(manifest.params.get("dense", {}).get("index_type", "flat")
+                                     if manifest else "flat"), threads=threads)
+    warnings.warn(f"rebuilding the {spec.kind} index at {os.fspath(path)} from "
+                  f"{'the given passages' if passages is not None else source} because: {reason}",
+                  IndexIntegrityWarning, stacklevel=3)
+    build_index(source, path, retriever=spec, corpus_format=fmt, overwrite=True)
+
+
+def _load_index(
+    path: str | os.PathLike[str],
+    verify: str,
+    *,
+    passages: Sequence[Passage] | None,
+    corpus: str | os.PathLike[str] | None,
+    retriever: str | None,
+    model: Any,
+    mmap: bool,
+    threads: int | None,
+    blas_min_queries: int | None,
+    device: str,
+    index_backend: str,
+) -> Retriever:
     root = Path(path)
     where = os.fspath(path)
     manifest = read_manifest(root)
+    _check_on_load(root, manifest, verify)
     if retriever is not None and retriever != manifest.retriever:
         raise ForeignIndexError(f"{where} holds a {manifest.retriever!r} index, not {retriever!r}: "
                                 "pass the matching retriever= or build another index")
@@ -410,6 +704,11 @@ def load_index(
         raise IndexStoreError(f"{where}: unknown retriever kind {manifest.retriever!r}")
     embedder = None
     if manifest.retriever != "bm25":
+        from hopgym.corpora.dense import place_index
+
+        # Before any model or corpus is read: a missing GPU or library fails at once.
+        place_index(manifest.params.get("dense", {}).get("index_type", "flat"), device,
+                    index_backend)
         embedder = _embedder_for(manifest, model, where, device)
     if passages is None:
         passages = _read_corpus(root, manifest, corpus)
@@ -438,7 +737,8 @@ def load_index(
         passages, embedder=embedder, index=index, index_type=dp.get("index_type", "flat"),
         hnsw_m=dp.get("hnsw_m", 32), ef_construction=dp.get("ef_construction", 80),
         ef_search=dp.get("ef_search", 64), nprobe=dp.get("nprobe", 8), seed=dp.get("seed", 0),
-        threads=threads, blas_min_queries=blas_min_queries)
+        threads=threads, blas_min_queries=blas_min_queries, device=device,
+        index_backend=index_backend)
     if manifest.retriever == "dense":
         return dense
     from hopgym.corpora.hybrid import HybridRetriever

@@ -13,11 +13,12 @@ through :func:`make_retriever`, which looks the spec's ``kind`` up in the regist
 kind        what it builds                                                              persists
 ==========  ==========================================================================  ========
 ``bm25``    :class:`~hopgym.corpora.retrieval.BM25Retriever` (``engine``, ``backend``)  yes
-``dense``   :class:`~hopgym.corpora.dense.DenseRetriever` (``model``, ``index_type``)   yes
+``dense``   :class:`~hopgym.corpora.dense.DenseRetriever` (``model``, ``index_type``,   yes
+            ``device``, ``index_backend``)
 ``hybrid``  :class:`~hopgym.corpora.hybrid.HybridRetriever` of the two (``rrf_k``)      yes
-``http``    :class:`~hopgym.corpora.http.HTTPRetriever` on ``urls[0]`` (``timeout``,    no
-            ``retries``, ``backoff``); it searches the server's corpus, so it takes no
-            passages
+``http``    :class:`~hopgym.corpora.http.HTTPRetriever` on ``urls`` (spread, with       no
+            failover; ``timeout``, ``retries``, ``backoff``); it searches the servers'
+            corpus, so it takes no passages
 ==========  ==========================================================================  ========
 
 "Persists" kinds are the ones :mod:`hopgym.corpora.index_store` saves to an index directory.
@@ -46,6 +47,7 @@ from typing import Any
 
 from hopgym._kwargs import unknown_name_error
 from hopgym.corpora.dense import INDEX_TYPES
+from hopgym.corpora.devices import check_device, check_index_backend
 from hopgym.corpora.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES, check_cache_bounds
 from hopgym.corpora.retrieval import BM25_BACKENDS, BM25_ENGINES, Retriever
 from hopgym.corpora.types import Passage
@@ -201,15 +203,23 @@ class RetrieverSpec:
               "'hashing-<dim>', a sentence-transformers name or path, or an Embedder (None: "
               "'default', or the model a saved index was built with)")
     index_type: str = _setting("flat", "FAISS index for dense/hybrid: flat (exact), hnsw or ivf")
+    index_backend: str = _setting(
+        "auto", "what holds the dense index: faiss, torch (an exact flat index as a torch tensor, "
+                "one matrix product per batch; flat only) or auto (FAISS on the CPU; on CUDA a "
+                "FAISS GPU index when FAISS has GPU support, else torch for flat; hnsw, and ivf "
+                "without FAISS GPU support, stay on the CPU)")
     rrf_k: float = _setting(60.0, "hybrid reciprocal-rank fusion constant")
     batch_size: int = _setting(64, "passages per encoder batch")
     threads: int | None = _setting(
         1, "FAISS and torch threads for dense/hybrid (None: leave the process's setting)")
-    device: str = _setting("cpu", "embedder device: cpu, cuda, ...")
+    device: str = _setting(
+        "cpu", "where dense/hybrid retrieval runs: cpu, cuda, cuda:N or auto (cuda when torch "
+               "sees a GPU, else cpu): the encoder (float16 on CUDA) and, where it can, the index "
+               "(see index_backend)")
     show_progress: bool = _setting(False, "show a progress bar while encoding passages")
     urls: tuple[str, ...] = _setting(
         (), "retrieval server(s) for http: http://host:port (a Search-R1-compatible POST "
-            "/retrieve); the first one is used")
+            "/retrieve); with several, searches are spread over them and fail over")
     timeout: float | None = _setting(
         None, "http: seconds for connecting and for each read (None: the client's default)")
     retries: int | None = _setting(
@@ -260,6 +270,7 @@ class RetrieverSpec:
                              f"or None, got {self.model!r}")
         if self.index_type not in INDEX_TYPES:
             raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {self.index_type!r}")
+        check_index_backend(self.index_backend, self.index_type)
         if not _number(self.rrf_k) or self.rrf_k < 0:
             raise ValueError(f"rrf_k must be a number >= 0, got {self.rrf_k!r}")
         for name, low, optional in (("batch_size", 1, False), ("threads", 1, True),
@@ -275,8 +286,7 @@ class RetrieverSpec:
         if self.backoff is not None and not (_number(self.backoff) and self.backoff >= 0):
             raise ValueError(f"backoff must be None or a number of seconds >= 0, got "
                              f"{self.backoff!r}")
-        if not isinstance(self.device, str) or not self.device:
-            raise ValueError(f"device must be a device name such as 'cpu', got {self.device!r}")
+        check_device(self.device)
         if not isinstance(self.show_progress, bool):
             raise ValueError(f"show_progress must be True or False, got {self.show_progress!r}")
 
@@ -474,7 +484,9 @@ def _build_dense(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, 
     entries, size = spec.cache_bounds()
     return DenseRetriever(passages, embedder=_embedder(spec, cache), index_type=spec.index_type,
                           batch_size=spec.batch_size, show_progress=spec.show_progress,
-                          threads=spec.threads, cache_entries=entries, cache_bytes=size)
+                          threads=spec.threads, device=spec.device,
+                          index_backend=spec.index_backend, cache_entries=entries,
+                          cache_bytes=size)
 
 
 def _build_hybrid(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Retriever:
@@ -491,23 +503,23 @@ def _build_hybrid(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any,
 def _build_http(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Retriever:
     from hopgym.corpora.http import HTTPRetriever
 
-    # Several URLs (failover between servers) are stored, but only the first is used for now.
     policy = {k: getattr(spec, k) for k in ("timeout", "retries", "backoff")
               if getattr(spec, k) is not None}
-    retriever = HTTPRetriever(spec.urls[0], **policy)
+    retriever = HTTPRetriever(spec.urls, **policy)
     entries, size = spec.cache_bounds(remote=True)
     if entries and size:  # off by default: the server's index may change under the cache
         retriever.configure_cache(entries, size)
     return retriever
 
 
-def _needs_faiss(spec: RetrieverSpec) -> None:
-    from hopgym.corpora.dense import import_faiss
+def _check_dense(spec: RetrieverSpec) -> None:
+    """The device is there and the index backend's libraries are installed."""
+    from hopgym.corpora.dense import place_index
 
-    import_faiss()
+    place_index(spec.index_type, spec.device, spec.index_backend)
 
 
 register_retriever("bm25", _build_bm25, persists=True)
-register_retriever("dense", _build_dense, persists=True, check=_needs_faiss)
-register_retriever("hybrid", _build_hybrid, persists=True, check=_needs_faiss)
+register_retriever("dense", _build_dense, persists=True, check=_check_dense)
+register_retriever("hybrid", _build_hybrid, persists=True, check=_check_dense)
 register_retriever("http", _build_http, remote=True)

@@ -18,7 +18,7 @@ registry of :mod:`hopgym.corpora.datasets`::
 Keyword arguments are of three kinds, and a misspelt one is refused with the closest name:
 
 - the task (:class:`TaskSpec`): ``path``, ``mode``, ``corpus``, ``retriever``, ``index``,
-  ``start``, ``limit``, ``lenient``, ``web``, ``web_cost``;
+  ``rebuild``, ``start``, ``limit``, ``lenient``, ``web``, ``web_cost``;
 - the env options (:class:`~hopgym.envs.options.EnvOptions`): ``protocol``, ``top_k``, ...;
 - shorthands for three retriever settings: ``model``, ``index_type``, ``engine`` (the same as
   ``retriever={"model": ...}``; giving a setting both ways with different values is an error).
@@ -27,8 +27,10 @@ Search (``retriever``): anything :meth:`~hopgym.corpora.retrievers.RetrieverSpec
 ``"bm25"`` (default), ``"dense"``, ``"hybrid"`` or another registered kind in process, the URL of a
 retrieval server (``hopgym serve``, or Search-R1's), or a dict / ``RetrieverSpec`` with every
 setting, e.g. a server's ``timeout``, ``retries`` and ``backoff``. ``index`` names a saved index
-directory: it is loaded (and refused if stale or foreign) when it exists, and built and saved
-there when it does not. ``web`` adds a second source, ``web``, from a URL or an index directory.
+directory: it is loaded (its files checked against the manifest's checksums; refused if
+corrupted, stale or foreign) when it exists, and built and saved there when it does not. A
+directory of index files without a manifest is refused too, unless ``rebuild=True``, which also
+rebuilds a corrupted or stale index. ``web`` adds a second source, ``web``, from a URL or an index directory.
 
 Everything is checked before a file is read. Loaded tasks are cached per :class:`TaskSpec` (which
 includes file size and time), so the envs of a vector env share one corpus and one index; a task
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -140,6 +143,9 @@ class TaskSpec:
                          "RetrieverSpec fields or a RetrieverSpec")
     index: str | None = _task(None, "a saved index directory: loaded (checked) if present, else "
                                     "built and saved there")
+    rebuild: bool = _task(False, "rebuild the index at index= when it cannot be used as it is (no "
+                                 "manifest, a corrupted file, a changed corpus) instead of "
+                                 "raising")
     start: int = _task(0, "skip the first N questions of the file (a slice with limit: "
                           "questions start .. start+limit-1)")
     limit: int | None = _task(None, "use only N questions (the first N from start)")
@@ -185,6 +191,10 @@ class TaskSpec:
             raise ValueError(f"limit must be None or an int >= 1, got {self.limit!r}")
         if not isinstance(self.lenient, bool):
             raise ValueError(f"lenient must be True or False, got {self.lenient!r}")
+        if not isinstance(self.rebuild, bool):
+            raise ValueError(f"rebuild must be True or False, got {self.rebuild!r}")
+        if self.rebuild and self.index is None:
+            raise ValueError("rebuild=True rebuilds a saved index: give index=<dir> too")
         if (not isinstance(self.web_cost, (int, float)) or isinstance(self.web_cost, bool)
                 or not self.web_cost >= 0):
             raise ValueError(f"web_cost must be a number >= 0, got {self.web_cost!r}")
@@ -213,6 +223,7 @@ class DatasetKwargs(EnvKwargs, total=False):
     corpus: str | os.PathLike[str] | None
     retriever: Any
     index: str | os.PathLike[str] | None
+    rebuild: bool
     start: int
     limit: int | None
     lenient: bool
@@ -276,25 +287,37 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
 
     r = spec.retriever
     if spec.index is not None:
-        if index_store.index_exists(spec.index):
-            # An unnamed kind or model means: whatever the saved index holds.
-            if ds.passages:
-                return index_store.load_index(spec.index, passages=ds.passages, retriever=r.kind,
-                                              model=r.model)
-            return index_store.load_index(spec.index, retriever=r.kind, model=r.model)
+        if index_store.index_exists(spec.index) or index_store.holds_index_files(spec.index):
+            # An unnamed kind or model means: whatever the saved index holds. A directory of
+            # index files without a manifest is refused there, unless rebuild=True.
+            placed = {"device": r.device, "index_backend": r.index_backend}
+            try:
+                loaded = index_store.load_index(spec.index, passages=ds.passages or None,
+                                                retriever=r.kind, model=r.model, **placed)
+                if hasattr(loaded, "configure_cache"):  # the spec's cache bounds, as if built
+                    loaded.configure_cache(*r.cache_bounds())
+                return loaded
+            except index_store.ForeignIndexError:
+                raise
+            except index_store.IndexStoreError as exc:
+                if not spec.rebuild:
+                    raise
+                warnings.warn(f"rebuilding the index at {spec.index} because: {exc}",
+                              index_store.IndexIntegrityWarning, stacklevel=2)
         if not ds.passages:
             raise ValueError(f"{spec.path} has questions only and there is no index at "
                              f"{spec.index}: pass corpus=<corpus jsonl> to build one")
         built = make_retriever(r, ds.passages)
         if ds.mode == "corpus":
             index_store.save_index(built, spec.index, corpus_path=ds.corpus_path,
-                                   corpus_format="corpus")
+                                   corpus_format="corpus", overwrite=spec.rebuild)
         else:
             # The index records the QA file to re-pool it later (hopgym serve); a partial load
             # (start, limit, skipped records) cannot be re-read that way, so its passages are
             # stored.
             whole = spec.limit is None and spec.start == 0 and ds.skipped == 0
-            index_store.save_index(built, spec.index, corpus_path=spec.path if whole else None)
+            index_store.save_index(built, spec.index, corpus_path=spec.path if whole else None,
+                                   overwrite=spec.rebuild)
         return built
     if not ds.passages:
         raise ValueError(
@@ -370,8 +393,8 @@ def make_dataset_env(dataset: str = "auto", path: str | os.PathLike[str] | None 
         dataset: a registered dataset format, or ``"auto"`` (the registered ids set it).
         path: the QA file (``hotpotqa`` defaults to its hub name, read through ``datasets``).
         **kwargs: :class:`TaskSpec` fields (``mode``, ``corpus``, ``retriever``, ``index``,
-            ``start``, ``limit``, ``lenient``, ``web``, ``web_cost``), the retriever shorthands ``model``,
-            ``index_type``, ``engine``, and the env options
+            ``rebuild``, ``start``, ``limit``, ``lenient``, ``web``, ``web_cost``), the retriever
+            shorthands ``model``, ``index_type``, ``engine``, and the env options
             (:class:`~hopgym.envs.options.EnvOptions`).
 
     Raises:

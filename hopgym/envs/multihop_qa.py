@@ -15,6 +15,7 @@ from hopgym.envs.actions import Answer, ParsedTurn, Route, Search, Think
 from hopgym.envs.options import RENDER_MODES, EnvKwargs, EnvOptions, Unpack
 from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
+from hopgym.rewards.scoring import query_key
 
 __all__ = ["MultiHopQAEnv"]
 
@@ -44,14 +45,28 @@ class MultiHopQAEnv(gym.Env[str, str]):
     step). Under ``r3`` it is ``The problem analysis: …`` then ``The retrieval query: …`` or
     ``The final answer: …`` (``The retrieval source: …`` routes). Structured actions
     (:class:`~hopgym.envs.actions.Search` and friends) are rendered to the protocol's text first.
-    Any other input — a non-string, an empty or over-long turn, two actions, nested or unbalanced
-    tags, an unknown source — is an *invalid* turn: it never raises, the agent sees a short
+    Any other input — a non-string, an empty or over-long turn, no complete action block, two
+    different actions, an action inside a closed ``<think>`` or another tag, an ``<information>``
+    tag, an unknown source — is an *invalid* turn: it never raises, the agent sees a short
     corrective observation and ``info["invalid_action"]`` says what was wrong.
+
+    The ``parse`` option says how strictly turns are read (see :mod:`hopgym.envs.protocols`). In
+    ``lenient`` mode (the default) the action comes from the first complete action block, as in
+    Search-R1, and flaws read past — an unclosed ``<think>``, text outside the tags, spaces inside
+    a tag — are *format issues* (``info["format_issues"]``), which a ``FormatReward`` can charge.
+    In ``strict`` mode every unbalanced or stray tag makes the turn invalid.
 
     ## Observation Space
     :class:`~hopgym.envs.spaces.FreeText`. ``reset`` returns the prompt (instructions, sources,
     question and, with ``background_k``, documents retrieved for the raw question). ``step`` returns
     only the new text; the whole transcript is :attr:`transcript` and ``render()`` in ``ansi`` mode.
+
+    Two notices, each an option (on by default, off under the papers' reward presets): with
+    ``repeat_notice``, a search whose query repeats one of the episode (the same words in any
+    order, :func:`~hopgym.rewards.scoring.query_key`) is answered with "You already searched for
+    this; here are the next results." before the documents (with ``dedup``; without it, "the same
+    results again"); with ``last_turn_notice``, the observation that leaves one turn asks for the
+    answer now. The protocol writes both (:meth:`Protocol.repeat_note`, :meth:`Protocol.last_turn`).
 
     ## Rewards
     The bare env's reward is always 0. ``gym.make`` applies a reward preset (``reward="default"``:
@@ -81,9 +96,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``invalid_action`` (reason or ``None``), ``think``, ``query``, ``source`` (the current source),
     ``routed_to``, ``retrieved_ids`` (the retriever's result), ``new_ids`` (documents shown after
     de-duplication and the cap), ``documents`` (the shown :class:`Passage` objects), ``answer``,
-    ``retrieval_error``, ``question_id``, ``searches`` and ``searches_by_source`` (cumulative).
-    ``reset`` gives ``question_id``, ``question``, ``source``, ``sources``, ``turn`` = 0,
-    ``max_turns`` and, with background retrieval, ``retrieved_ids``/``new_ids``/``documents``.
+    ``retrieval_error``, ``question_id``, ``searches`` and ``searches_by_source`` (cumulative),
+    ``format_issues`` (the :class:`~hopgym.envs.actions.FormatIssue` list of a valid turn: codes
+    such as ``unclosed_think`` and what was found), ``truncated_turn`` (an invalid turn that ends
+    inside an open ``<think>``/action tag with no complete action — how a turn cut at the model's
+    token limit looks to the env, which cannot see token limits; for ``r3``, an analysis that
+    stops mid-sentence with no action line) and ``repeated_query`` (a search whose query was
+    issued before in the episode). ``reset`` gives ``question_id``, ``question``, ``source``,
+    ``sources``, ``turn`` = 0, ``max_turns`` and, with background retrieval,
+    ``retrieved_ids``/``new_ids``/``documents``.
 
     ## Arguments
     - ``task``: a :class:`~hopgym.corpora.sources.QATask` (questions and sources).
@@ -91,8 +112,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
       arguments override single fields: ``MultiHopQAEnv(task, top_k=2)``. The fields: ``protocol``
       (``"tags"``, ``"r3"`` or a protocol instance), ``top_k``, ``dedup``, ``max_docs``,
       ``doc_chars``, ``background_k``, ``max_turns`` (the budget the prompt announces),
-      ``max_action_chars``, ``reward`` (applied by ``gym.make``, not by this class) and
-      ``render_mode``; see :class:`~hopgym.envs.options.EnvOptions` for their meaning and defaults.
+      ``max_action_chars``, ``reward`` (applied by ``gym.make``, not by this class),
+      ``render_mode``, ``parse``, ``repeat_notice`` and ``last_turn_notice``; see
+      :class:`~hopgym.envs.options.EnvOptions` for their meaning and defaults. :attr:`options`
+      holds them resolved (:meth:`~hopgym.envs.options.EnvOptions.resolved`).
 
     >>> import gymnasium as gym, hopgym
     >>> env = gym.make("hopgym/Synthetic-v0")
@@ -102,7 +125,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
 
     ## Version History
     - v0: initial release. Within v0 (undefined behaviour before): steps after the end are
-      refused without being recorded, and options are one :class:`EnvOptions`.
+      refused without being recorded, and options are one :class:`EnvOptions`. The ``lenient``
+      parse is the default (``parse="strict"`` keeps the earlier rules); ``format_issues``,
+      ``truncated_turn`` and ``repeated_query`` in ``info``; the repeated-query and last-turn
+      notices (``repeat_notice``, ``last_turn_notice``).
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
@@ -115,10 +141,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ) -> None:
         if not isinstance(task, QATask):
             raise TypeError(f"task must be a hopgym.corpora.QATask, got {type(task).__name__}")
-        #: The env's :class:`~hopgym.envs.options.EnvOptions` (``options`` updated by ``kwargs``).
-        self.options = EnvOptions.from_kwargs(kwargs, base=options)
+        #: The env's :class:`~hopgym.envs.options.EnvOptions` (``options`` updated by ``kwargs``),
+        #: resolved: ``parse`` and the notices hold what they mean for this env, never ``None``.
+        self.options = EnvOptions.from_kwargs(kwargs, base=options).resolved()
         self.task = task
-        self.protocol = get_protocol(self.options.protocol)
+        self.protocol = get_protocol(self.options.protocol, parse=self.options.parse)
         self.action_space = FreeText(self.options.max_action_chars * 4)
         self.observation_space = FreeText(_OBS_MAX)
         self.sample: QASample | None = None
@@ -134,6 +161,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
     max_turns = _option("max_turns")
     max_action_chars = _option("max_action_chars")
     render_mode = _option("render_mode")  # type: ignore[assignment]
+    parse = _option("parse")
+    repeat_notice = _option("repeat_notice")
+    last_turn_notice = _option("last_turn_notice")
 
     # ------------------------------------------------------------------ state
     def _reset_state(self) -> None:
@@ -145,6 +175,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.searches_by_source = dict.fromkeys(self.task.sources, 0)
         self.done = False
         self._retrievers: dict[str, Retriever] = {}
+        self._queries: set[frozenset[str]] = set()
 
     def _retriever(self, name: str) -> Retriever:
         if name not in self._retrievers:
@@ -239,6 +270,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
             info["answer"] = act.text
             terminated = self.done = True
             obs = ""
+        if self.last_turn_notice and not terminated and self.turn == self.max_turns - 1:
+            obs = self.protocol.last_turn(obs, self.turn)
         if obs:
             self.transcript.append({"role": "user", "content": obs})
         info["searches"] = self.searches
@@ -294,6 +327,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "answer": None,
             "retrieval_error": None,
             "question_id": self.sample.id if self.sample else None,
+            "format_issues": list(parsed.issues),
+            "truncated_turn": parsed.truncated,
+            "repeated_query": False,
         }
 
     def _search(self, query: str, k: int) -> tuple[list[Passage], list[str], str | None]:
@@ -321,6 +357,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
     def _do_search(self, query: str, info: dict[str, Any]) -> str:
         self.searches += 1
         self.searches_by_source[self.source] += 1
+        key = query_key(query)
+        repeated = info["repeated_query"] = key in self._queries
+        self._queries.add(key)
+        note = self.protocol.repeat_note(self.dedup) if repeated and self.repeat_notice else ""
         if self.max_docs is not None and self.shown >= self.max_docs:
             return self.protocol.format_notice(
                 f"Document limit reached ({self.max_docs} per episode): answer now.", self.turn)
@@ -331,6 +371,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
             return self.protocol.format_notice(
                 f"Search failed ({error}). Try again, route elsewhere or answer.", self.turn)
         if not docs:
+            if note:
+                return self.protocol.format_notice(
+                    self.protocol.repeat_note(self.dedup, exhausted=True), self.turn)
             what = "No new documents found" if raw else "No documents found"
             return self.protocol.format_notice(f"{what} for this query.", self.turn)
-        return self.protocol.format_documents(docs, self.doc_chars, self.turn)
+        return self.protocol.format_documents(docs, self.doc_chars, self.turn, note=note)

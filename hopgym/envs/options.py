@@ -2,7 +2,7 @@
 
 Classes: :class:`EnvOptions` (a frozen dataclass: one default and one check per option),
 :class:`EnvKwargs` (the same names as a ``TypedDict``, for ``**options: Unpack[EnvKwargs]``).
-Constants: :data:`OPTION_NAMES`, :data:`RENDER_MODES`.
+Constants: :data:`OPTION_NAMES`, :data:`RENDER_MODES`, :data:`AUTO_OPTIONS`.
 
 Every factory behind a registered id (:func:`~hopgym.envs.registration.make_synthetic`,
 :func:`~hopgym.envs.registration.make_tiny`, :func:`~hopgym.envs.datasets.make_dataset_env`) and
@@ -33,14 +33,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypedDict
 
 from hopgym._kwargs import unknown_name_error
-from hopgym.envs.protocols import PROTOCOLS, Protocol
+from hopgym.envs.protocols import PARSE_MODES, PROTOCOLS, Protocol
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
 else:  # pragma: no cover - Python 3.10
     from typing_extensions import Unpack
 
-__all__ = ["EnvOptions", "EnvKwargs", "OPTION_NAMES", "RENDER_MODES", "Unpack"]
+__all__ = ["EnvOptions", "EnvKwargs", "OPTION_NAMES", "RENDER_MODES", "AUTO_OPTIONS", "Unpack"]
 
 #: The render modes of the text envs (``None`` renders nothing).
 RENDER_MODES: tuple[str, ...] = ("ansi",)
@@ -85,6 +85,18 @@ class EnvOptions:
         "default", "reward preset: default, em, f1, searchr1, r3rag or kunlun "
                    "(see hopgym.rewards.presets); None: the bare env, whose reward is 0")
     render_mode: str | None = _opt(None, "None, or 'ansi': render() returns the transcript")
+    parse: str | None = _opt(
+        None, "how turns are read: 'lenient' (the first complete action block, as Search-R1 "
+              "reads it; an unclosed <think> or text outside the tags is a format issue in "
+              "info['format_issues']) or 'strict' (every unbalanced or stray tag makes the turn "
+              "invalid); None: the protocol instance's own mode, else 'lenient'")
+    repeat_notice: bool | None = _opt(
+        None, "after a search whose query repeats one of the episode (same words, any order), "
+              "the observation says so and what it shows instead; None: on, except under the "
+              "searchr1, r3rag and kunlun reward presets, whose papers show no such text")
+    last_turn_notice: bool | None = _opt(
+        None, "when one turn is left, the observation asks for the answer now; None: on, except "
+              "under the searchr1, r3rag and kunlun reward presets")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -107,6 +119,17 @@ class EnvOptions:
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {list(RENDER_MODES)}, "
                              f"got {self.render_mode!r}")
+        if self.parse is not None and self.parse not in PARSE_MODES:
+            raise ValueError(f"parse must be None or one of {list(PARSE_MODES)}, "
+                             f"got {self.parse!r}")
+        if isinstance(self.protocol, Protocol) and self.parse not in (None,
+                                                                      self.protocol.parse_mode):
+            raise ValueError(f"parse={self.parse!r} contradicts the protocol instance "
+                             f"{self.protocol!r}: pass the protocol by name, or leave parse None")
+        for name in ("repeat_notice", "last_turn_notice"):
+            value = getattr(self, name)
+            if not (value is None or isinstance(value, bool)):
+                raise ValueError(f"{name} must be None, True or False, got {value!r}")
         if self.reward is not None:
             # Imported here: the presets module holds the names, and hopgym.rewards sits below
             # hopgym.envs (it is already loaded by ``import hopgym``).
@@ -158,6 +181,35 @@ class EnvOptions:
                 raise unknown_name_error(key, (*OPTION_NAMES, *also))
         return replace(start, **kwargs) if kwargs else start
 
+    def resolved(self) -> EnvOptions:
+        """These options with every :data:`AUTO_OPTIONS` field (``None``: decided by the others)
+        set to what it means here; the env keeps and reports the resolved options.
+
+        ``parse``: the protocol instance's mode, else ``"lenient"``. ``repeat_notice`` and
+        ``last_turn_notice``: on, except under the reward presets of the papers
+        (:data:`~hopgym.rewards.presets.PAPER_PRESETS`), whose protocols show no such text. The
+        decision is made here, before the env is built, because a preset is a reward wrapper put
+        on the finished env and must not change what the env says.
+
+        Example:
+            >>> o = EnvOptions(reward="searchr1").resolved()
+            >>> o.parse, o.repeat_notice, o.last_turn_notice
+            ('lenient', False, False)
+            >>> EnvOptions(last_turn_notice=False).resolved().repeat_notice
+            True
+        """
+        from hopgym.rewards.presets import PAPER_PRESETS, preset_name
+
+        paper = self.reward is not None and preset_name(self.reward) in PAPER_PRESETS
+        parse = self.parse
+        if parse is None:
+            parse = self.protocol.parse_mode if isinstance(self.protocol, Protocol) else "lenient"
+        return replace(
+            self, parse=parse,
+            repeat_notice=not paper if self.repeat_notice is None else self.repeat_notice,
+            last_turn_notice=not paper if self.last_turn_notice is None
+            else self.last_turn_notice)
+
     def as_kwargs(self) -> dict[str, Any]:
         """The options as keyword arguments (for ``gym.make`` or a factory).
 
@@ -170,6 +222,8 @@ class EnvOptions:
 
 #: The option names, in declaration order.
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(EnvOptions))
+#: The options whose default (``None``) is decided by the others (see :meth:`EnvOptions.resolved`).
+AUTO_OPTIONS: tuple[str, ...] = ("parse", "repeat_notice", "last_turn_notice")
 
 
 class EnvKwargs(TypedDict, total=False):
@@ -186,3 +240,6 @@ class EnvKwargs(TypedDict, total=False):
     max_action_chars: int
     reward: str | None
     render_mode: str | None
+    parse: str | None
+    repeat_notice: bool | None
+    last_turn_notice: bool | None

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym.rewards.base import RewardArgumentError, RewardTermWrapper, check_number
-from hopgym.rewards.scoring import bow_similarity, normalize_answer
+from hopgym.rewards.scoring import bow_similarity, normalize_answer, query_key
 
 __all__ = ["SearchCostReward", "RedundancyReward", "STIE_THRESHOLDS"]
 
@@ -105,7 +105,9 @@ class RedundancyReward(RewardTermWrapper):
 
     - ``query_penalty`` for a search whose query repeats an earlier one of the episode: the
       bag-of-words similarity (:func:`~hopgym.rewards.scoring.bow_similarity`) to some earlier
-      query is at least ``query_similarity`` (1.0: the same words in any order).
+      query is at least ``query_similarity`` (1.0: the same words in any order, as
+      :func:`~hopgym.rewards.scoring.query_key` says, the test of the env's repeated-query
+      notice).
     - ``doc_penalty`` for each document the retriever returned (``info["retrieved_ids"]``, before
       de-duplication) that an earlier search of the episode already returned.
     - ``answer_penalty`` for an answer that fails KunLunBaizeRAG's STIE test: its difference
@@ -217,5 +219,5 @@ class RedundancyReward(RewardTermWrapper):
 
 def _similar(a: str, b: str, threshold: float) -> bool:
     if threshold >= 1.0:
-        return sorted(set(normalize_answer(a).split())) == sorted(set(normalize_answer(b).split()))
+        return query_key(a) == query_key(b)
     return bow_similarity(a, b) >= threshold

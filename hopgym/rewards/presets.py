@@ -1,6 +1,6 @@
 """Reward presets: the stacks of the papers, selectable by name.
 
-Functions: :func:`preset`, :func:`preset_name`. Constants: :data:`PRESETS`.
+Functions: :func:`preset`, :func:`preset_name`. Constants: :data:`PRESETS`, :data:`PAPER_PRESETS`.
 
 ``gym.make("hopgym/<Name>-v0", reward=NAME)`` and ``hopgym eval --reward NAME`` use these; the
 envs' factories put the presets *outside* the ``TimeLimit``, so they see the budget's truncation.
@@ -12,15 +12,21 @@ default    ``outcome``: exact match of the final answer (1.0), the same as ``em`
 em         ``outcome``: exact match (1.0)
 f1         ``outcome``: token F1 (1.0); candidate lists and pasted text score 0
 searchr1   ``outcome``: exact match (1.0); ``format_bonus``: +0.2 for an answered episode with
-           no invalid turn (Search-R1's format reward)
+           no invalid turn and no format issue (Search-R1's format reward)
 r3rag      ``outcome``: 2.0 × (bounded cover-EM, else the judge); ``relevance``: per search, gold
            support found (sum ≤ 1) or, with a judge, judged relevance (mean);
            ``relevance_scale``: the process total × (1.6 correct / 0.8 wrong / 0.9 no answer)
-           minus itself; ``format``: −0.9, and the episode ends, at an invalid turn
-kunlun     ``outcome``: exact match (1.0); ``format``: −0.1 per invalid turn; ``search_cost``:
-           ``−c × (1 + Source.cost)`` per search, with ``c`` such that ``max_turns − 1``
-           searches at the costliest source cost 0.5; ``redundant_query``: −0.1 per repeat
+           minus itself; ``format``: −0.9, and the episode ends, at an invalid turn, and
+           −0.1 per valid turn with format issues
+kunlun     ``outcome``: exact match (1.0); ``format``: −0.1 per invalid turn (format issues are
+           free); ``search_cost``: ``−c × (1 + Source.cost)`` per search, with ``c`` such that
+           ``max_turns − 1`` searches at the costliest source cost 0.5; ``redundant_query``:
+           −0.1 per repeat
 =========  =========================================================================================
+
+Format issues (:data:`~hopgym.envs.actions.FORMAT_ISSUES`, flaws the ``lenient`` parse reads past)
+cost something only in the presets whose papers pay for format: ``searchr1`` withholds its bonus,
+``r3rag`` charges :data:`R3_ISSUE_PENALTY` per turn. The others score what the agent answered.
 """
 
 from __future__ import annotations
@@ -33,15 +39,21 @@ from hopgym.rewards.format_reward import FormatReward
 from hopgym.rewards.judges import Judge
 from hopgym.rewards.process_reward import RelevanceReward
 
-__all__ = ["preset", "preset_name", "PRESETS"]
+__all__ = ["preset", "preset_name", "PRESETS", "PAPER_PRESETS"]
 
 #: The preset names, in the order the README lists them.
 PRESETS: tuple[str, ...] = ("default", "em", "f1", "searchr1", "r3rag", "kunlun")
+#: The presets that reproduce a paper. Under them the env leaves out the text those papers' protocols
+#: do not have (the repeated-query and last-turn notices; see ``EnvOptions.resolved``).
+PAPER_PRESETS: tuple[str, ...] = ("searchr1", "r3rag", "kunlun")
 
 _ALIASES = {"search_r1": "searchr1", "r3_rag": "r3rag", "kunlunbaizerag": "kunlun"}
 
 #: R3-RAG's outcome-dependent scaling of process rewards: correct, wrong, no answer.
 R3_SCALING = (1.6, 0.8, 0.9)
+#: r3rag: the charge for a valid turn with format issues (R3-RAG's parser has no lenient mode; its
+#: −0.9 is for a step it cannot read, which stays an invalid turn here).
+R3_ISSUE_PENALTY = 0.1
 #: kunlun: the share of the outcome reward that a full budget of searches at the costliest source
 #: may cost, so that an honest correct answer always beats any wrong or missing one.
 KUNLUN_COST_BUDGET = 0.5
@@ -111,7 +123,7 @@ def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym
         env = OutcomeReward(env, "cover_em", weight=2.0, judge=judge)
         env = RelevanceReward(env, "judge" if judge is not None else "gold", weight=1.0,
                               judge=judge, scaling=R3_SCALING, answer_check=check)
-        return FormatReward(env, penalty=0.9, terminate=True)
+        return FormatReward(env, penalty=0.9, terminate=True, issue_penalty=R3_ISSUE_PENALTY)
     assert key == "kunlun"
     sources = getattr(getattr(env.unwrapped, "task", None), "sources", None) or {}
     unit = max((1.0 + s.cost for s in sources.values()), default=1.0)

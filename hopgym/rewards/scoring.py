@@ -3,7 +3,7 @@
 Functions: :func:`normalize_answer`, :func:`answer_tokens`, :func:`exact_match`, :func:`token_f1`,
 :func:`cover_em`, :func:`is_hedged`, :func:`admissible`, :func:`answer_score`,
 :func:`support_recall` (alias :func:`supporting_fact_recall`), :func:`support_precision`,
-:func:`bow_similarity`.
+:func:`bow_similarity`, :func:`query_key`.
 
 Every function that takes ``golds`` accepts one string or a sequence of accepted aliases and returns
 the best score over the aliases. Nothing here does I/O or keeps state.
@@ -40,6 +40,7 @@ __all__ = [
     "support_precision",
     "supporting_fact_recall",
     "bow_similarity",
+    "query_key",
     "METRICS",
     "LIST_SEPARATORS",
 ]
@@ -357,3 +358,17 @@ def bow_similarity(a: str, b: str) -> float:
     if not sa and not sb:
         return 1.0
     return len(sa & sb) / len(sa | sb)
+
+
+def query_key(query: str) -> frozenset[str]:
+    """What makes two search queries the same: their normalised words, in any order.
+
+    The env's repeated-query notice and ``RedundancyReward`` both compare queries by this key.
+
+    Example:
+        >>> query_key("Maren Oskdal born?") == query_key("born: the maren oskdal")
+        True
+        >>> query_key("Maren Oskdal born") == query_key("Maren Oskdal father")
+        False
+    """
+    return frozenset(answer_tokens(query))

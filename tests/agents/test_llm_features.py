@@ -306,7 +306,7 @@ def test_a_turn_cut_inside_an_open_action_is_closed_and_marked():
     text = agent.act(obs, info)
     assert text == "<think>the father is Aldo and" and agent.turn_info[0]["closed"] is None
     obs, _, _, _, info = env.step(text)
-    assert info["action_type"] == "invalid"
+    assert info["action_type"] == "invalid" and info["truncated_turn"]
     # A model that stops without closing its answer gets it closed too (not a truncation).
     text = agent.act(obs, info)
     assert text == "<answer>Emery</answer>" and not agent.turn_info[0]["truncated"]

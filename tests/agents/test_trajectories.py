@@ -46,16 +46,20 @@ def test_header_records_env_options_reward_and_agent():
     assert (h["format"], h["version"], h["hopgym_version"]) == ("hopgym-trajectories", 1,
                                                                 hopgym.__version__)
     assert h["env_id"] == "hopgym/Tiny-v0" and h["reward"] == "r3rag"
-    assert h["env_options"] == {"top_k": 2, "sources": ["local", "web"]}  # JSON: tuples are lists
+    # JSON: tuples are lists; the options decided by the others are recorded as they were decided
+    assert h["env_options"] == {"top_k": 2, "sources": ["local", "web"], "parse": "lenient",
+                                "repeat_notice": False, "last_turn_notice": False}
     assert h["agent"] == "OracleAgent" and h["seed"] == 3 and h["protocol"] == "tags"
     assert h["task"] == "tiny" and h["questions"] == 6 and h["doc_text_chars"] == DOC_TEXT_CHARS
     assert h["created"].endswith("Z")
     json.dumps(h)  # one JSON line
     # Without reward=, the preset that ran is the entry point's default.
     assert trajectory_header(gym.make("hopgym/Tiny-v0"))["reward"] == "default"
-    # An env built by hand has no spec: no id, no options.
-    bare = trajectory_header(MultiHopQAEnv(tiny_task()), agent_name="me")
-    assert bare["env_id"] is None and bare["env_options"] == {} and bare["agent"] == "me"
+    # An env built by hand has no spec: no id, and only the options decided by the others.
+    bare = trajectory_header(MultiHopQAEnv(tiny_task(), parse="strict"), agent_name="me")
+    assert bare["env_id"] is None and bare["agent"] == "me"
+    assert bare["env_options"] == {"parse": "strict", "repeat_notice": True,
+                                   "last_turn_notice": True}
 
 
 def test_record_has_every_turn_parsed_with_documents_and_terms():
@@ -102,7 +106,9 @@ def test_record_marks_skipped_repeats_invalid_turns_and_how_the_episode_ended():
     assert think["think"] == "stuck" and res["end"] is None  # the episode is still running
     # Nothing new at all: every ranked document was skipped, and the notice is kept.
     assert "new_ids" not in again and again["skipped_ids"] == ["t01", "t02"]
-    assert "No new documents" in again["observation"]
+    # ...and the env said it was a repeat (the turn records it too).
+    assert "already searched for this, and it finds no new documents" in again["observation"]
+    assert again["repeated_query"] and second["repeated_query"] and "repeated_query" not in first
     budget = _steps(gym.make("hopgym/Tiny-v0", max_turns=1), ["<search>Cardell</search>"])
     assert budget["end"] == "budget" and budget["prediction"] is None
     ended = _steps(gym.make("hopgym/Tiny-v0", reward="r3rag"), ["no tags"])

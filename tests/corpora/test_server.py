@@ -20,6 +20,7 @@ from hopgym.corpora.http import HTTPRetriever, passage_from_json
 from hopgym.corpora.hybrid import scored_search_batch
 from hopgym.corpora.loaders import load_corpus
 from hopgym.corpora.retrieval import BM25Retriever, RetrievalError, SearchHit
+from hopgym.corpora.retrievers import make_retriever
 from hopgym.corpora.server import RetrievalServer
 from hopgym.corpora.sources import QATask, Source
 from hopgym.corpora.types import Passage, QASample
@@ -148,7 +149,7 @@ def test_concurrent_requests_are_answered_in_one_batch():
         for t in rest:
             t.start()
         deadline = time.monotonic() + 10
-        while srv._batcher.jobs.qsize() < 5 and time.monotonic() < deadline:
+        while srv.batcher.pending < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
         gate.release.set()
         for t in [first, *rest]:
@@ -190,7 +191,7 @@ def test_keep_alive_reuses_one_connection(server):
     for _ in range(5):
         client.search("Halden", 1)
     assert client.client.connects == 1
-    assert len(server._http.connections) == 1
+    assert server.connections == 1
 
 
 def test_dead_server_raises_quickly_with_a_clear_error():
@@ -316,3 +317,102 @@ def test_cli_index_build_and_serve_end_to_end(tmp_path):
             raise
     assert proc.returncode == 0
     assert f"serving a bm25 index of {len(CORPUS)} passages" in out
+
+
+# ------------------------------------------------------------------------- several servers
+def frozen_server() -> socket.socket:
+    """A server that accepts connections and never answers (a process stopped with SIGSTOP)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    return s
+
+
+def test_searches_are_spread_over_several_servers():
+    a, b = RetrievalServer(BM25, port=0).start(), RetrievalServer(BM25, port=0).start()
+    try:
+        client = HTTPRetriever([a.url, b.url])
+        assert client.endpoints == (a.url + "/retrieve", b.url + "/retrieve")
+        for q in ["Kaldor", "Halden", "Tolva River", "Corvin Institute"] * 5:
+            assert client.search(q, 2) == BM25.search(q, 2)
+        assert a.stats["requests"] == b.stats["requests"] == 10
+        assert client.health()["passages"] == len(CORPUS)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_dead_or_frozen_server_is_failed_over_and_then_avoided():
+    live = RetrievalServer(BM25, port=0).start()
+    frozen = frozen_server()
+    dead_port = free_port()
+    try:
+        frozen_url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
+        client = HTTPRetriever([frozen_url, f"http://127.0.0.1:{dead_port}", live.url],
+                               timeout=0.5, retries=2, backoff=0.05)
+        t0 = time.monotonic()
+        for q in ["Kaldor", "Halden", "Tolva River", "Corvin Institute"] * 3:
+            assert client.search(q, 2) == BM25.search(q, 2)
+        # The frozen server cost one timeout; then both failed servers sat in cool-down.
+        assert time.monotonic() - t0 < 0.5 + 1.5
+        assert live.stats["requests"] == 12
+    finally:
+        frozen.close()
+        live.stop()
+
+
+def test_when_every_server_fails_the_search_fails_within_the_bound():
+    frozen = frozen_server()
+    try:
+        urls = [f"http://127.0.0.1:{frozen.getsockname()[1]}", f"http://127.0.0.1:{free_port()}"]
+        client = HTTPRetriever(urls, timeout=0.4, retries=3, backoff=0.05, max_backoff=0.1)
+        assert client.max_total_seconds() == pytest.approx(0.4 * 4 + 3 * 0.1)
+        t0 = time.monotonic()
+        with pytest.raises(RetrievalError, match="failed after 4 attempt") as err:
+            client.search("Kaldor", 1)
+        assert time.monotonic() - t0 < client.max_total_seconds() + 0.3
+        assert urls[0] in str(err.value) and "no reply within 0.4 s" in str(err.value)
+        assert urls[1] in str(err.value) and "cannot connect" in str(err.value)
+    finally:
+        frozen.close()
+
+
+def test_gym_make_sets_the_servers_and_their_time_bound():
+    import gymnasium as gym
+
+    from hopgym.envs.actions import Search
+
+    live = RetrievalServer(BM25, port=0).start()
+    frozen = frozen_server()
+    frozen_url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
+    try:
+        spec = {"urls": [frozen_url, live.url], "timeout": 0.3, "retries": 1, "backoff": 0.05}
+        env = gym.make("hopgym/Bamboogle-v0", path=str(FIX / "bamboogle_test.jsonl"),
+                       retriever=spec, reward=None)
+        r = env.unwrapped.task.sources["local"].retriever
+        assert (r.urls, r.timeout, r.retries) == ((frozen_url, live.url), 0.3, 1)
+        env.reset(seed=0, options={"question_id": "test_2"})
+        info = env.step(Search("institute mineralogy"))[4]  # the live server answers
+        assert info["retrieval_error"] is None and info["documents"][0] == CORPUS[7]
+        info = env.step(Search("Halden Orsk River"))[4]  # whichever server comes first
+        assert info["retrieval_error"] is None and info["documents"]
+        live.stop()
+        r._down_until[:] = [0.0, 0.0]  # forget the cool-down: both servers are tried again
+        t0 = time.monotonic()
+        info = env.step(Search("Tolva River"))[4]
+        assert time.monotonic() - t0 < 0.3 * 2 + 2.0
+        assert "RetrievalError" in info["retrieval_error"] and info["documents"] == []
+    finally:
+        frozen.close()
+        live.stop()
+
+
+def test_one_search_can_be_bounded_from_the_spec():
+    r = make_retriever({"urls": ["http://127.0.0.1:9", "http://127.0.0.1:10"], "timeout": 0.2,
+                        "retries": 0})
+    t0 = time.monotonic()
+    with pytest.raises(RetrievalError, match="failed after 1 attempt"):
+        r.search("Kaldor", 1)
+    assert time.monotonic() - t0 < 1.0
+    clone = pickle.loads(pickle.dumps(r))
+    assert clone.urls == r.urls and clone.timeout == 0.2

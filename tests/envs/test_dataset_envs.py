@@ -118,6 +118,25 @@ def test_index_is_built_once_then_reused_and_checked(tmp_path):
     assert env3.step(Search("Brenna Observatory"))[4]["documents"][0].doc_id == "0"
 
 
+def test_an_index_without_its_manifest_is_refused_unless_rebuild(tmp_path):
+    from hopgym.corpora.index_store import IndexIntegrityWarning, IndexStoreError
+
+    idx = tmp_path / "idx"
+    gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    (idx / "manifest.json").unlink()
+    clear_task_cache()
+    with pytest.raises(IndexStoreError, match="no manifest.json.*rebuild=True"):
+        gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    with pytest.warns(IndexIntegrityWarning, match="rebuilding"):
+        env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                       rebuild=True)
+    assert read_manifest(idx).corpus_format == "musique"
+    env.reset(seed=0)
+    assert env.step(Search("Van Hook Township"))[4]["new_ids"]
+    with pytest.raises(ValueError, match="rebuild=True rebuilds a saved index"):
+        gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", rebuild=True)
+
+
 def test_pickled_env_rebuilds_its_task_from_the_cache():
     env = gym.make("hopgym/2WikiMultiHopQA-v0", path=WIKI2)
     env.reset(seed=1)
@@ -248,6 +267,19 @@ def test_old_factory_names_still_work():
     assert env.unwrapped.top_k == 2
     for name in ("make_hotpotqa", "make_musique", "make_bamboogle", "make_multihopqa"):
         assert callable(getattr(datasets, name))
+
+
+def test_a_loaded_index_takes_the_specs_cache_bounds(tmp_path):
+    idx = tmp_path / "idx"
+    gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    clear_task_cache()
+    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                   retriever={"cache_entries": 7})
+    assert env.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 7
+    clear_task_cache()
+    off = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+                   retriever={"cache_entries": 0})
+    assert off.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 0
 
 
 SLICEABLE = [

@@ -12,6 +12,8 @@ from hopgym.corpora.retrieval import RetrievalError
 from hopgym.corpora.sources import QATask, Source
 from hopgym.corpora.tiny import TINY_PASSAGES, TINY_SAMPLES, tiny_task
 from hopgym.envs import Answer, MultiHopQAEnv, Route, Search, Think
+from hopgym.envs.actions import FORMAT_ISSUES
+from hopgym.envs.protocols import TagsProtocol
 
 
 def make(**kw) -> MultiHopQAEnv:
@@ -176,17 +178,132 @@ ACTION_TEXT = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(actions=st.lists(ACTION_TEXT, min_size=1, max_size=6),
-       protocol=st.sampled_from(["tags", "r3"]))
-def test_any_input_never_raises(actions, protocol):
-    env = TimeLimit(make(sources=("local", "web"), protocol=protocol), 8)
+       protocol=st.sampled_from(["tags", "r3"]), parse=st.sampled_from(["lenient", "strict"]))
+def test_any_input_never_raises(actions, protocol, parse):
+    env = TimeLimit(make(sources=("local", "web"), protocol=protocol, parse=parse), 8)
     env.reset(seed=0)
     for action in actions:
         obs, reward, term, trunc, info = env.step(action)
         assert isinstance(obs, str) and reward == 0.0 and not (term and trunc)
         assert info["action_type"] in ("think", "search", "route", "answer", "invalid")
         assert (info["invalid_action"] is None) == (info["action_type"] != "invalid")
+        assert all(i.code in FORMAT_ISSUES for i in info["format_issues"])
+        assert not (info["format_issues"] and info["action_type"] == "invalid")
+        assert not (info["truncated_turn"] and info["action_type"] != "invalid")
         if term or trunc:
             break
+
+
+# ---------------------------------------------------------------------- parse modes and notices
+def test_parse_option_picks_the_mode_and_info_reports_issues():
+    strict, lenient = make(parse="strict"), make()
+    assert strict.protocol.parse_mode == "strict" and lenient.protocol.parse_mode == "lenient"
+    assert lenient.options.parse == "lenient"
+    turn = "<think>the founder first<search>Qelvor Dynamics founder</search>"
+    for env in (strict, lenient):
+        env.reset(options={"question_id": "tiny-2"})
+    info = strict.step(turn)[4]
+    assert info["action_type"] == "invalid" and "unbalanced" in info["invalid_action"]
+    assert info["format_issues"] == [] and not info["truncated_turn"]
+    obs, _, _, _, info = lenient.step(turn)
+    assert info["action_type"] == "search" and info["query"] == "Qelvor Dynamics founder"
+    assert [i.code for i in info["format_issues"]] == ["unclosed_think"]
+    assert info["think"] == "the founder first" and "Doc 1" in obs
+    # An instance's own mode is the default; a contradicting parse= is refused.
+    assert make(protocol=TagsProtocol(parse="strict")).options.parse == "strict"
+    with pytest.raises(ValueError, match="contradicts"):
+        make(protocol=TagsProtocol(parse="strict"), parse="lenient")
+
+
+@pytest.mark.parametrize("parse", ["lenient", "strict"])
+@pytest.mark.parametrize(("protocol", "turn", "says"), [
+    ("tags", "<think>The founder of Qelvor Dynamics is Maren Oskdal, who", "inside <think>"),
+    ("tags", "<think>ok</think><search>Qelvor Dyn", "inside <search>"),
+    ("r3", "The problem analysis: The founder of Qelvor Dynamics is Maren Oskdal, who",
+     "inside 'The problem analysis:'"),
+])
+def test_a_turn_cut_inside_an_open_tag_is_reported_as_truncated(protocol, turn, says, parse):
+    env = make(protocol=protocol, parse=parse)
+    env.reset(seed=0)
+    obs, _, term, trunc, info = env.step(turn)
+    assert info["action_type"] == "invalid" and info["truncated_turn"] and not (term or trunc)
+    assert says in info["invalid_action"] and info["invalid_action"] in obs
+    assert "cut off at the length limit" in obs and "short" in obs
+    # a complete turn that merely lacks an action is not truncated
+    info = env.step("<think>ok.</think>" if protocol == "tags" else
+                    "The problem analysis: I do not know.")[4]
+    assert not info["truncated_turn"]
+
+
+@pytest.mark.parametrize("protocol", ["tags", "r3"])
+@pytest.mark.parametrize("dedup", [True, False])
+def test_repeated_query_notice(protocol, dedup):
+    env = make(protocol=protocol, dedup=dedup, top_k=1)
+    env.reset(options={"question_id": "tiny-2"})
+    obs, _, _, _, info = env.step(Search("Qelvor Dynamics founder"))
+    assert not info["repeated_query"] and "already searched" not in obs
+    # the same words in another order and case are a repeat (query_key, as RedundancyReward)
+    obs, _, _, _, info = env.step(Search("founder: qelvor DYNAMICS?"))
+    assert info["repeated_query"]
+    note = env.protocol.repeat_note(dedup)
+    assert note in obs and info["new_ids"]
+    if dedup:
+        assert "next results" in obs
+    else:
+        assert "same results again" in obs
+    obs, _, _, _, info = env.step(Search("Maren Oskdal born"))
+    assert not info["repeated_query"] and "already searched" not in obs
+
+
+def test_repeated_query_with_nothing_new_says_so():
+    env = make(top_k=3)
+    env.reset(options={"question_id": "tiny-2"})
+    env.step(Search("Qelvor Dynamics"))
+    obs = env.step(Search("Qelvor Dynamics"))[0]
+    assert "already searched for this, and it finds no new documents" in obs
+
+
+@pytest.mark.parametrize("protocol", ["tags", "r3"])
+def test_notices_can_be_switched_off(protocol):
+    env = make(protocol=protocol, repeat_notice=False, last_turn_notice=False, max_turns=3)
+    env.reset(options={"question_id": "tiny-2"})
+    env.step(Search("Qelvor Dynamics founder"))
+    obs, _, _, _, info = env.step(Search("Qelvor Dynamics founder"))
+    assert info["repeated_query"] and "already searched" not in obs  # still reported in info
+    assert env.protocol.LAST_TURN not in obs
+
+
+@pytest.mark.parametrize("protocol", ["tags", "r3"])
+@pytest.mark.parametrize("action", [Search("Qelvor Dynamics founder"), Think("plan"), "garbage",
+                                    Route("web")])
+def test_last_turn_notice_comes_once_when_one_turn_is_left(protocol, action):
+    env = make(protocol=protocol, max_turns=3, sources=("local", "web"))
+    env.reset(options={"question_id": "tiny-2"})
+    first = env.step(action)[0]
+    assert env.protocol.LAST_TURN not in first
+    obs, _, _, _, info = env.step(action)
+    assert info["turns_left"] == 1 and env.protocol.LAST_TURN in obs
+    assert env.transcript[-1]["content"] == obs  # the agent's context holds it
+    if protocol == "r3":
+        assert obs.endswith(f"{env.protocol.LAST_TURN}\nStep 3:\n")
+    else:
+        assert obs.endswith(f"{env.protocol.LAST_TURN}\n")
+    obs, _, _, _, info = env.step(Answer("Cardell"))
+    assert info["answer"] == "Cardell" and obs == ""
+
+
+def test_the_paper_presets_switch_the_notices_off_and_the_others_on():
+    for reward, on in [("default", True), ("em", True), ("f1", True), (None, True),
+                       ("searchr1", False), ("search-r1", False), ("r3rag", False),
+                       ("kunlun", False)]:
+        env = gym.make("hopgym/Tiny-v0", reward=reward)
+        opts = env.unwrapped.options
+        assert opts.repeat_notice is on and opts.last_turn_notice is on, reward
+        assert opts.parse == "lenient"
+    # Explicit values win over the preset's default.
+    env = gym.make("hopgym/Tiny-v0", reward="searchr1", repeat_notice=True)
+    assert env.unwrapped.options.repeat_notice and not env.unwrapped.options.last_turn_notice
+    assert gym.make("hopgym/Tiny-v0", parse="strict").unwrapped.protocol.parse_mode == "strict"
 
 
 def test_huge_turn_is_invalid():

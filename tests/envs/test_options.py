@@ -36,6 +36,9 @@ NON_DEFAULT = {
     "max_action_chars": 4000,
     "reward": "f1",
     "render_mode": "ansi",
+    "parse": "strict",
+    "repeat_notice": False,
+    "last_turn_notice": False,
 }
 
 SMALL_WORLD = {"n_entities": 300, "n_questions": 40}
@@ -106,7 +109,7 @@ def test_bare_env_takes_options_one_way_or_another():
     a = MultiHopQAEnv(task, top_k=2, dedup=False)
     b = MultiHopQAEnv(task, EnvOptions(top_k=2, dedup=False))
     c = MultiHopQAEnv(task, {"top_k": 2}, dedup=False)
-    assert a.options == b.options == c.options == EnvOptions(top_k=2, dedup=False)
+    assert a.options == b.options == c.options == EnvOptions(top_k=2, dedup=False).resolved()
     assert a.top_k == 2 and a.dedup is False
     with pytest.raises(AttributeError):
         a.top_k = 5  # read-only: the options are the one place
@@ -129,6 +132,9 @@ BAD = [
     ("reward", "foo", "reward: unknown reward preset 'foo'"),
     ("reward", 3, "reward must be a preset name or None"),
     ("render_mode", "human", "render_mode must be None or one of"),
+    ("parse", "loose", "parse must be None or one of"),
+    ("repeat_notice", 1, "repeat_notice must be None, True or False"),
+    ("last_turn_notice", "yes", "last_turn_notice must be None, True or False"),
 ]
 
 

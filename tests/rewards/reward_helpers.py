@@ -145,10 +145,12 @@ def run(env: gym.Env, actions: Sequence[Any] | Callable[..., Any], *, options=No
 
 
 def tiny(reward: str | None = None, *, sources: tuple[str, ...] = ("local",), max_turns: int = 6,
-         protocol: str = "tags") -> gym.Env:
+         protocol: str = "tags", parse: str = "lenient") -> gym.Env:
+    from hopgym.envs.protocols import get_protocol
     from hopgym.envs.registration import make_tiny
 
-    return make_tiny(sources=sources, reward=reward, max_turns=max_turns, protocol=protocol)
+    return make_tiny(sources=sources, reward=reward, max_turns=max_turns,
+                     protocol=get_protocol(protocol, parse=parse))
 
 
 TINY_IDS = tuple(f"tiny-{i}" for i in range(1, 7))
@@ -204,6 +206,26 @@ def _budget(env: gym.Env) -> int:
     return env.unwrapped.max_turns
 
 
+#: Correct answers in sloppy format, read by the lenient parse (invalid under the strict one).
+SLOPPY: tuple[Policy, ...] = (
+    Policy("sloppy_unclosed_think", lambda env, s: _searches(s) + [
+        f"<think>so it is {s.answer}<answer>{s.answer}</answer>"]),
+    Policy("sloppy_unopened_think", lambda env, s: _searches(s) + [
+        f"so it is {s.answer}</think><answer>{s.answer}</answer>"]),
+    Policy("sloppy_text_outside", lambda env, s: _searches(s) + [
+        f"<answer>{s.answer}</answer> I am sure."]),
+    Policy("sloppy_duplicate_answer", lambda env, s: _searches(s) + [
+        f"<answer>{s.answer}</answer><answer>{s.answer}</answer>"]),
+    Policy("sloppy_spaced_tags", lambda env, s: _searches(s) + [
+        f"< answer >{s.answer}</ answer >"]),
+    Policy("sloppy_stray_wrong_answer", lambda env, s: _searches(s) + [
+        f"<answer>{s.answer}</answer><answer>{distractors(env, s, 1)[0]}"]),
+    Policy("sloppy_r3_inline", lambda env, s: _searches(s) + [
+        f"The problem analysis: done. The final answer: {s.answer}"]),
+    Policy("sloppy_r3_trailing_text", lambda env, s: _searches(s) + [
+        f"The problem analysis: done.\nThe final answer: {s.answer}\nThe documents say so."]),
+)
+
 ADVERSARIES: tuple[Policy, ...] = (
     Policy("stuff_comma", lambda env, s: _searches(s) + [
         Answer(", ".join([*distractors(env, s), s.answer]))]),
@@ -231,6 +253,33 @@ ADVERSARIES: tuple[Policy, ...] = (
     Policy("no_search_wrong", lambda env, s: [Answer(distractors(env, s, 1)[0])]),
     Policy("invalid_spam_then_correct", lambda env, s: ["garbage"] * 2 + oracle_actions(s)),
     Policy("think_to_limit", lambda env, s: [Think("hmm")] * _budget(env)),
+    # Against the lenient parse: answers it must refuse whatever surrounds them...
+    Policy("answer_in_closed_think_only", lambda env, s: [
+        f"<think><answer>{s.answer}</answer></think>"] * _budget(env)),
+    Policy("answer_in_think_then_closed", lambda env, s: _searches(s) + [
+        f"<think>maybe <answer>{s.answer}</answer> or not</think>"] * _budget(env)),
+    Policy("two_answers_wrong_first", lambda env, s: _searches(s) + [
+        f"<answer>{distractors(env, s, 1)[0]}</answer><answer>{s.answer}</answer>"] * _budget(env)),
+    Policy("two_answers_gold_first", lambda env, s: _searches(s) + [
+        f"<answer>{s.answer}</answer><answer>{distractors(env, s, 1)[0]}</answer>"] * _budget(env)),
+    Policy("answer_then_information", lambda env, s: _searches(s) + [
+        f"<answer>{s.answer}</answer><information>{s.answer}</information>"] * _budget(env)),
+    Policy("information_then_answer", lambda env, s: [
+        f"<information>Doc 1 (Title: x) {s.answer}</information><answer>{s.answer}</answer>"]
+        * _budget(env)),
+    Policy("search_and_answer", lambda env, s: [
+        f"<search>{s.question}</search><answer>{s.answer}</answer>"] * _budget(env)),
+    Policy("unclosed_answer", lambda env, s: _searches(s) + [
+        f"<think>done</think><answer>{s.answer}"] * _budget(env)),
+    Policy("r3_two_answers", lambda env, s: _searches(s) + [
+        f"The problem analysis: x.\nThe final answer: {distractors(env, s, 1)[0]}\n"
+        f"The final answer: {s.answer}"] * _budget(env)),
+    Policy("r3_answer_then_documents", lambda env, s: _searches(s) + [
+        f"The problem analysis: x.\nThe final answer: {s.answer}\nThe retrieval documents: "
+        f"{s.answer}"] * _budget(env)),
+    # ...and correct answers it reads past flaws in (they may tie the oracle where format is
+    # free, and must earn less where the preset pays for format).
+    *SLOPPY,
 )
 ORACLE = Policy("oracle", _oracle)
 

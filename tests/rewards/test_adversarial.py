@@ -4,25 +4,44 @@ Adversaries (see ``reward_helpers.ADVERSARIES``): candidate stuffing ("A, B, C",
 joined by "/"), an answer tag inside a think or a search, the answer text in a query, searching to
 the step limit (with and without a correct answer at the end), repeating a query, pasting the
 retrieved documents as the answer, empty and punctuation-only answers, wrong answers, invalid-turn
-spam before a correct answer, thinking to the limit. The oracle routes where each hop's document
-lives, searches each hop and answers the gold.
+spam before a correct answer, thinking to the limit; and against the lenient parse, an answer in
+a closed ``<think>``, two answers, an answer beside an ``<information>`` block, a search and an
+answer in one turn, an answer cut before ``</answer>``, R3's two final answers or a final answer
+followed by documents. The oracle routes where each hop's document lives, searches each hop and
+answers the gold.
 
-"Honest" adversaries that end with the exact gold answer may tie the oracle; every other one must
-earn strictly less, on every question.
+"Honest" adversaries that end with the exact gold answer may tie the oracle; so may the "sloppy"
+ones (the gold in a malformed turn the lenient parse reads: an unclosed ``<think>``, text outside
+the tags, ...) except in the presets that pay for format (``searchr1``, ``r3rag``), where they must
+earn strictly less; every other one must earn strictly less, on every question, in both parse
+modes.
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from reward_helpers import ADVERSARIES, ORACLE, TINY_IDS, play, run, tiny
+from reward_helpers import ADVERSARIES, ORACLE, SLOPPY, TINY_IDS, play, run, tiny
 
+from hopgym.envs.protocols import PARSE_MODES
 from hopgym.rewards import PRESETS, preset
 from hopgym.rewards.judges import CallableJudge
 from hopgym.rewards.scoring import normalize_answer
 
 HONEST = {"search_to_limit_then_correct", "repeat_query_then_correct",
           "invalid_spam_then_correct"}
+SLOPPY_NAMES = {p.name for p in SLOPPY}
+#: The presets whose papers pay for format: a sloppy correct answer earns less there.
+FORMAT_PAYING = {"searchr1", "r3rag"}
+
+
+def check(name: str, parse: str, qid: str, adv, ep, oracle) -> None:
+    """The guarantee for one adversary episode against the oracle's."""
+    if adv.name in HONEST or (adv.name in SLOPPY_NAMES
+                              and (name not in FORMAT_PAYING or parse == "strict")):
+        assert ep.total <= oracle.total + 1e-9, (qid, adv, ep.terms, oracle.terms)
+    else:
+        assert ep.total < oracle.total - 1e-9, (qid, adv, ep.terms, oracle.terms)
 
 
 def gullible_answer(question: str, prediction: str, golds) -> bool:
@@ -42,30 +61,30 @@ VARIANT_IDS = [n if j is None else f"{n}+judge" for n, j in VARIANTS]
 SOURCES = [("local",), ("local", "web")]
 
 
-def make(name: str, judge, sources) -> gym.Env:
-    return preset(tiny(None, sources=sources, max_turns=6), name, judge=judge)
+def make(name: str, judge, sources, parse: str = "lenient", protocol: str = "tags") -> gym.Env:
+    return preset(tiny(None, sources=sources, max_turns=6, parse=parse, protocol=protocol), name,
+                  judge=judge)
 
 
+@pytest.mark.parametrize("parse", PARSE_MODES)
 @pytest.mark.parametrize("sources", SOURCES, ids=["local", "routing"])
 @pytest.mark.parametrize(("name", "judge"), VARIANTS, ids=VARIANT_IDS)
-def test_no_adversary_beats_the_oracle(name, judge, sources):
-    env = make(name, judge, sources)
+def test_no_adversary_beats_the_oracle(name, judge, sources, parse):
+    env = make(name, judge, sources, parse)
     for qid in TINY_IDS:
         oracle = play(env, ORACLE, qid)
         assert oracle.terminated and oracle.total > 0, (qid, oracle.terms)
         for adv in ADVERSARIES:
-            ep = play(env, adv, qid)
-            if adv.name in HONEST:
-                assert ep.total <= oracle.total + 1e-9, (qid, adv, ep.terms, oracle.terms)
-            else:
-                assert ep.total < oracle.total - 1e-9, (qid, adv, ep.terms, oracle.terms)
+            check(name, parse, qid, adv, play(env, adv, qid), oracle)
 
 
-def synthetic(name: str, judge, protocol: str = "tags") -> gym.Env:
+def synthetic(name: str, judge, protocol: str = "tags", parse: str = "lenient") -> gym.Env:
+    from hopgym.envs.protocols import get_protocol
     from hopgym.envs.registration import make_synthetic
 
     env = make_synthetic(seed=3, n_entities=300, n_questions=40, hops=(1, 2, 3, 4),
-                         sources=("local", "web"), reward=None, max_turns=10, protocol=protocol)
+                         sources=("local", "web"), reward=None, max_turns=10,
+                         protocol=get_protocol(protocol, parse=parse))
     return preset(env, name, judge=judge)
 
 
@@ -73,10 +92,12 @@ SYNTHETIC_CASES = [(n, j, "tags") for n, j in VARIANTS] + [("default", None, "r3
                                                            ("r3rag", None, "r3")]
 
 
+@pytest.mark.parametrize("parse", PARSE_MODES)
 @pytest.mark.parametrize(("name", "judge", "protocol"), SYNTHETIC_CASES,
                          ids=[f"{i}-tags" for i in VARIANT_IDS] + ["default-r3", "r3rag-r3"])
-def test_no_adversary_beats_the_oracle_in_the_synthetic_routing_world(name, judge, protocol):
-    env = synthetic(name, judge, protocol)
+def test_no_adversary_beats_the_oracle_in_the_synthetic_routing_world(name, judge, protocol,
+                                                                      parse):
+    env = synthetic(name, judge, protocol, parse)
     ids = [s.id for s in env.unwrapped.task.samples][:12]
     kinds = {env.unwrapped.task.samples[i].kind for i in range(12)}
     assert len(kinds) >= 3  # bridges, comparisons, yes/no, ... are all covered
@@ -84,11 +105,34 @@ def test_no_adversary_beats_the_oracle_in_the_synthetic_routing_world(name, judg
         oracle = play(env, ORACLE, qid)
         assert oracle.terminated and oracle.terms["outcome"] > 0, (qid, oracle.terms)
         for adv in ADVERSARIES:
-            ep = play(env, adv, qid)
-            if adv.name in HONEST:
-                assert ep.total <= oracle.total + 1e-9, (qid, adv, ep.terms, oracle.terms)
-            else:
-                assert ep.total < oracle.total - 1e-9, (qid, adv, ep.terms, oracle.terms)
+            check(name, parse, qid, adv, play(env, adv, qid), oracle)
+
+
+@pytest.mark.parametrize("protocol", ["tags", "r3"])
+def test_the_lenient_parse_reads_sloppy_correct_answers_and_format_presets_charge_them(protocol):
+    # The sloppy policies are real tests of the lenient parse: it reads each of its protocol's
+    # ones as the gold answer, with format issues (EM 1 under "em"), and the format-paying presets
+    # pay it less than the oracle. The strict parse refuses them, reads extra text into the
+    # answer, or (text outside the tags, which it always accepted) reports the issue too.
+    own = [p for p in SLOPPY if p.name.startswith("sloppy_r3") == (protocol == "r3")]
+    for name in ("em", *sorted(FORMAT_PAYING)):
+        for parse in PARSE_MODES:
+            env = make(name, None, ("local", "web"), parse, protocol)
+            for qid in TINY_IDS[:3]:
+                oracle = play(env, ORACLE, qid)
+                gold = env.unwrapped.sample.answer
+                for adv in own:
+                    ep = play(env, adv, qid)
+                    last = ep.infos[len(oracle.infos) - 1]
+                    read = last["action_type"] == "answer" and last["answer"] == gold
+                    assert not (read and not last["format_issues"]), (adv, parse, last)
+                    assert read or parse == "strict", (adv, last)
+                    if not read:
+                        continue
+                    if name == "em":
+                        assert ep.total == oracle.total == 1.0
+                    else:
+                        assert ep.total < oracle.total - 1e-9, (adv, ep.terms, oracle.terms)
 
 
 @pytest.mark.parametrize(("name", "judge"), VARIANTS, ids=VARIANT_IDS)

@@ -58,3 +58,60 @@ def test_real_env_invalid_turns(action):
 def test_bad_arguments(kwargs, match):
     with pytest.raises(RewardArgumentError, match=match):
         FormatReward(tiny(None), **kwargs)
+
+
+# ---------------------------------------------------------------------- format issues
+def _issue(code: str = "unclosed_think"):
+    from hopgym.envs.actions import FormatIssue
+
+    return [FormatIssue(code, "found")]
+
+
+def test_issue_penalty_per_valid_turn_with_issues_once_per_turn():
+    issues = _issue() + _issue("text_outside_tags")
+    script = [dict(search("q"), format_issues=issues), search("q2"), invalid(),
+              dict(answer("x"), format_issues=_issue())]
+    env = FormatReward(ScriptedInfoEnv(script), penalty=0.5, issue_penalty=0.1)
+    ep = run(env, "abcd")
+    assert [i["reward_terms"]["format"] for i in ep.infos] == [-0.1, 0.0, -0.5, -0.1]
+    assert (env.invalid_turns, env.issue_turns) == (1, 2)
+
+
+@pytest.mark.parametrize(("script", "bonus"), [
+    ([search("q"), answer("Cardell")], 0.2),
+    ([dict(search("q"), format_issues=_issue()), answer("Cardell")], 0.0),
+    ([search("q"), dict(answer("Cardell"), format_issues=_issue("duplicate_action"))], 0.0),
+])
+def test_format_issues_forfeit_the_bonus(script, bonus):
+    env = FormatReward(ScriptedInfoEnv(script), penalty=0.0, bonus=0.2)
+    assert run(env, "ab").terms["format_bonus"] == pytest.approx(bonus)
+
+
+@pytest.mark.parametrize("action", [
+    "<think>Lorn is a town<answer>Lorn</answer>", "<answer>Lorn</answer> I am sure.",
+    "< answer >Lorn</ answer >", "<answer>Lorn</answer><answer>Lorn</answer>",
+    "Lorn</think><answer>Lorn</answer>",
+])
+def test_real_env_lenient_turns_are_charged_not_refused(action):
+    lenient = FormatReward(tiny(None), penalty=0.5, terminate=True, issue_penalty=0.1, bonus=0.2)
+    lenient.reset(seed=0)
+    _, r, terminated, _, info = lenient.step(action)
+    assert info["action_type"] == "answer" and info["answer"] == "Lorn" and terminated
+    assert info["format_issues"] and r == pytest.approx(-0.1)  # and no bonus
+    assert info["reward_terms"] == {"format": pytest.approx(-0.1), "format_bonus": 0.0}
+    strict = FormatReward(tiny(None, parse="strict"), penalty=0.5, terminate=True,
+                          issue_penalty=0.1)
+    strict.reset(seed=0)
+    _, r, terminated, _, info = strict.step(action)
+    if info["action_type"] == "invalid":  # strict refuses all but text outside the tags
+        assert r == -0.5 and terminated
+    else:
+        assert [i.code for i in info["format_issues"]] == ["text_outside_tags"]
+        assert r == pytest.approx(-0.1)
+
+
+def test_issue_penalty_alone_is_enough_and_checked():
+    env = FormatReward(tiny(None), penalty=0.0, issue_penalty=0.2)
+    assert env.term_names == ("format",)
+    with pytest.raises(RewardArgumentError, match="issue_penalty must be >= 0"):
+        FormatReward(tiny(None), issue_penalty=-0.1)

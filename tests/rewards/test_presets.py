@@ -98,3 +98,27 @@ def test_terms_in_a_vector_env_sum_to_the_rewards():
         assert list(rewards) == pytest.approx(list(total))
         assert list(rewards) == pytest.approx(want)
     envs.close()
+
+
+@pytest.mark.parametrize(("name", "clean", "sloppy"), [
+    ("default", 1.0, 1.0),          # format is free: EM of what was answered
+    ("kunlun", 1.0, 1.0),           # invalid turns cost, format issues do not
+    ("searchr1", 1.2, 1.0),         # the bonus needs a clean episode
+    ("r3rag", 3.6, 3.5),            # -0.1 per turn with issues
+])
+def test_format_issues_cost_only_in_the_presets_that_pay_for_format(name, clean, sloppy):
+    from hopgym.rewards.presets import R3_ISSUE_PENALTY
+
+    assert R3_ISSUE_PENALTY == 0.1
+    for answer, expected in [("<answer>1962</answer>", clean),
+                             ("<think>it was 1962<answer>1962</answer>", sloppy)]:
+        env = gym.make("hopgym/Tiny-v0", reward=name)
+        env.reset(options={"question_id": "tiny-1"})
+        total = env.step("<think>x</think><search>Qelvor Dynamics founded</search>")[1]
+        if name == "kunlun":  # searches cost: compare the outcome and format terms only
+            info = env.step(answer)[4]
+            terms = info["reward_terms"]
+            assert terms["outcome"] + terms["format"] == pytest.approx(expected)
+            continue
+        total += env.step(answer)[1]
+        assert total == pytest.approx(expected), (name, answer)
