@@ -10,13 +10,14 @@ import warnings
 
 from hopgym import envs as envs  # registers the ids
 from hopgym import rewards as rewards
+from hopgym import vector as vector
 from hopgym._version import __version__
 from hopgym.corpora.types import Hop, Passage, QASample
 from hopgym.envs import Answer, MultiHopQAEnv, Route, Search, Think
 from hopgym.errors import HopgymError
 
 __all__ = ["MultiHopQAEnv", "Passage", "QASample", "Hop", "Think", "Search", "Route", "Answer",
-           "HopgymError", "envs", "rewards", "__version__"]
+           "HopgymError", "envs", "rewards", "vector", "__version__"]
 
 
 def __getattr__(name: str):

@@ -21,7 +21,8 @@ Defined beside the code that raises them, on the same root: ``IndexStoreError``,
 ``StaleIndexError``, ``ForeignIndexError`` (:mod:`hopgym.corpora.index_store`),
 ``DeviceUnavailableError`` (:mod:`hopgym.corpora.devices`),
 ``DatasetFormatError``, ``DatasetUnavailableError`` (:mod:`hopgym.corpora.datasets`),
-``TrajectoryFormatError`` (:mod:`hopgym.agents.trajectories`).
+``TrajectoryFormatError`` (:mod:`hopgym.agents.trajectories`), ``WorkerError``
+(:mod:`hopgym.envs.ray_vector`).
 
 This module is on the lowest floor: it imports nothing from hopgym.
 

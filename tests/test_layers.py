@@ -12,8 +12,9 @@ Floors (a module may import its own floor and the floors below it):
   ``hopgym/backends/`` (the language-model backends sit here, not in ``agents/``, so that the
   judges in ``rewards/`` can run on them; they need nothing of hopgym but errors and the HTTP
   client);
-- 1 ``hopgym/corpora``, 2 ``hopgym/rewards``, 3 ``hopgym/envs``, 4 ``hopgym/agents``,
-  5 ``hopgym/cli`` and ``hopgym/viewer``.
+- 1 ``hopgym/corpora``, 2 ``hopgym/rewards``, 3 ``hopgym/envs`` and ``hopgym/vector.py`` (the
+  ``hopgym.vector`` namespace, as ``gymnasium.vector``: re-exports of ``hopgym/envs``' vector
+  envs), 4 ``hopgym/agents``, 5 ``hopgym/cli`` and ``hopgym/viewer``.
 
 ``hopgym/__init__.py`` is the facade: it may import floors 0-3 (it registers the envs), and a
 module that imports ``hopgym`` itself (``from hopgym import __version__``) imports the facade,
@@ -38,6 +39,7 @@ FLOORS = {
     "hopgym.corpora": 1,
     "hopgym.rewards": 2,
     "hopgym.envs": 3,
+    "hopgym.vector": 3,
     "hopgym.agents": 4,
     "hopgym.cli": 5,
     "hopgym.viewer": 5,

@@ -61,6 +61,9 @@ class RolloutConfig:
         "help": "Trajectories sampled in one batch (more are run in successive batches)."})
     chat_template: bool = field(default=True, metadata={
         "help": "Wrap the first observation in the tokenizer's chat template (if it has one)."})
+    env_workers: int = field(default=0, metadata={
+        "help": "0: the envs run in this process; W >= 1: in W Ray workers (hopgym[ray]). "
+                "Either way the searches of a turn are answered in batches."})
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -71,6 +74,10 @@ class RolloutConfig:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.max_new_tokens < 1 or self.batch_size < 1:
             raise ValueError("max_new_tokens and batch_size must be >= 1")
+        if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
+                self.env_workers < 0:
+            raise ValueError(f"env_workers must be an int >= 0 (0: envs in this process), got "
+                             f"{self.env_workers!r}")
         if self.max_completion_tokens < self.max_new_tokens:
             raise ValueError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
                              f"max_new_tokens ({self.max_new_tokens}): raise it or lower the other")
@@ -162,10 +169,12 @@ def stop_token_ids(tokenizer: Any, stop: Sequence[str]) -> tuple[set[int], tuple
 
 
 class _Episode:
-    """Bookkeeping for one trajectory in flight."""
+    """Bookkeeping for one trajectory in flight, in sub-env ``index`` of the collector's vector
+    env."""
 
-    def __init__(self, env: gym.Env, traj: Trajectory) -> None:
-        self.env = env
+    def __init__(self, index: int, golds: Sequence[str], traj: Trajectory) -> None:
+        self.index = index
+        self.golds = list(golds)
         self.traj = traj
         self.done = False
         self.terms: dict[str, float] = defaultdict(float)
@@ -178,8 +187,10 @@ class RolloutCollector:
         model: a Hugging Face causal LM (``model(input_ids, attention_mask, position_ids,
             past_key_values, use_cache=True)``).
         tokenizer: its tokenizer (``pad_token_id`` and ``eos_token_id`` must be set).
-        env_fn: builds one env (with its reward wrappers); the collector keeps a pool of them, one
-            per trajectory in flight.
+        env_fn: builds one env (with its reward wrappers); the collector keeps a vector env of
+            them, one per trajectory in flight (:class:`~hopgym.envs.vector.BatchedSearchVectorEnv`,
+            or :class:`~hopgym.envs.ray_vector.RayVectorEnv` with ``config.env_workers``), whose
+            sub-envs' searches of a turn are answered in batches.
         config: sampling settings.
 
     The model's own text is never re-tokenised: each model turn's sampled ids go into the
@@ -194,7 +205,7 @@ class RolloutCollector:
         self.tokenizer = tokenizer
         self.env_fn = env_fn
         self.config = config or RolloutConfig()
-        self._pool: list[gym.Env] = []
+        self._vector: Any = None
         self._stop_cache: dict[tuple[str, ...], tuple[set[int], tuple[str, ...]]] = {}
 
     # ------------------------------------------------------------------ public
@@ -220,27 +231,50 @@ class RolloutCollector:
             out.extend(self._collect_batch(rows[start:start + bs], gen, seed, start))
         return out
 
-    # ------------------------------------------------------------------ internals
-    def _envs(self, n: int) -> list[gym.Env]:
-        while len(self._pool) < n:
-            self._pool.append(self.env_fn())
-        return self._pool[:n]
+    def close(self) -> None:
+        """Close the envs (and stop their Ray workers)."""
+        if self._vector is not None:
+            self._vector.close()
+            self._vector = None
 
-    def _stops(self, env: gym.Env) -> tuple[set[int], tuple[str, ...]]:
-        stop = tuple(getattr(env.unwrapped.protocol, "stop", ()))
+    # ------------------------------------------------------------------ internals
+    def _envs(self, n: int) -> Any:
+        """The vector env (``autoreset_mode=DISABLED``), with at least ``n`` sub-envs."""
+        if self._vector is None or self._vector.num_envs < n:
+            from gymnasium.vector import AutoresetMode
+
+            from hopgym.envs.vector import BatchedSearchVectorEnv
+
+            self.close()
+            fns, mode = [self.env_fn] * n, AutoresetMode.DISABLED
+            if self.config.env_workers:
+                from hopgym.envs.ray_vector import RayVectorEnv
+
+                self._vector = RayVectorEnv(fns, workers=min(self.config.env_workers, n),
+                                            autoreset_mode=mode)
+            else:
+                self._vector = BatchedSearchVectorEnv(fns, autoreset_mode=mode)
+        return self._vector
+
+    def _stops(self) -> tuple[set[int], tuple[str, ...]]:
+        stop = tuple(getattr(self._vector.get_attr("protocol")[0], "stop", ()))
         if stop not in self._stop_cache:
             self._stop_cache[stop] = stop_token_ids(self.tokenizer, stop)
         return self._stop_cache[stop]
 
     def _collect_batch(self, rows: Sequence[str], gen: Any, seed: int | None,
                        offset: int) -> list[Trajectory]:
-        envs = self._envs(len(rows))
+        venv = self._envs(len(rows))
+        n = venv.num_envs
+        seeds = [None if seed is None or i >= len(rows) else seed + offset + i for i in range(n)]
+        obs, _ = venv.reset(seed=seeds, options=[{"question_id": q} for q in rows] +
+                            [None] * (n - len(rows)))
+        samples = venv.get_attr("sample")
         episodes: list[_Episode] = []
-        for i, (qid, env) in enumerate(zip(rows, envs, strict=False)):
-            env_seed = None if seed is None else seed + offset + i
-            obs, info = env.reset(seed=env_seed, options={"question_id": qid})
-            prompt = encode_prompt(self.tokenizer, obs, self.config.chat_template)
-            episodes.append(_Episode(env, Trajectory(question_id=str(qid), prompt_ids=prompt)))
+        for i, qid in enumerate(rows):
+            prompt = encode_prompt(self.tokenizer, obs[i], self.config.chat_template)
+            episodes.append(_Episode(i, samples[i].answers,
+                                     Trajectory(question_id=str(qid), prompt_ids=prompt)))
         while True:
             active = [e for e in episodes if not e.done]
             if not active:
@@ -252,9 +286,10 @@ class RolloutCollector:
         cfg = self.config
         budgets = [min(cfg.max_new_tokens, cfg.max_completion_tokens - len(e.traj.completion_ids))
                    for e in active]
-        stop_ids, stop_strings = self._stops(active[0].env)
+        stop_ids, stop_strings = self._stops()
         contexts = [e.traj.prompt_ids + e.traj.completion_ids for e in active]
         ids, logps = self._sample(contexts, budgets, stop_ids, stop_strings, gen)
+        texts = []
         for ep, turn_ids, turn_logps in zip(active, ids, logps, strict=True):
             ep.traj._append("model", turn_ids, turn_logps)
             text = self.tokenizer.decode(turn_ids, skip_special_tokens=True)
@@ -263,11 +298,15 @@ class RolloutCollector:
                 # documents:") is not part of the action; one that closes it (</search>) is.
                 if s[:1].isspace() and text.endswith(s):
                     text = text[: -len(s)]
-            self._env_step(ep, text)
+            texts.append(text)
+        # One step of every episode in flight: their searches are answered in batches.
+        results = self._vector.step_subset([ep.index for ep in active], texts)
+        for ep, text, result in zip(active, texts, results, strict=True):
+            self._env_step(ep, text, result)
 
-    def _env_step(self, ep: _Episode, text: str) -> None:
+    def _env_step(self, ep: _Episode, text: str, result: tuple[Any, ...]) -> None:
         traj = ep.traj
-        obs, reward, terminated, truncated, info = ep.env.step(text)
+        obs, reward, terminated, truncated, info = result
         traj.turns.append(text)
         traj.observations.append(obs)
         traj.steps += 1
@@ -296,10 +335,9 @@ class RolloutCollector:
             if eos is not None and (not traj.completion_ids or traj.completion_ids[-1] != eos):
                 traj._append("env", [eos], None)
             traj.reward_terms = dict(ep.terms)
-            golds = list(ep.env.unwrapped.sample.answers)
             if traj.answer is not None:
-                traj.em = exact_match(traj.answer, golds)
-                traj.f1 = token_f1(traj.answer, golds)
+                traj.em = exact_match(traj.answer, ep.golds)
+                traj.f1 = token_f1(traj.answer, ep.golds)
 
     def _sample(self, contexts: list[list[int]], budgets: list[int], stop_ids: set[int],
                 stop_strings: tuple[str, ...],

@@ -12,11 +12,14 @@ Ids (``gym.make(id, **kwargs)``):
   ``hopgym/Bamboogle-v0``, ``hopgym/MultiHopQA-v0``: real benchmark files (need ``path=``), all
   on one entry point, :func:`hopgym.envs.datasets.make_dataset_env`.
 
-Every text env takes the options of :class:`~hopgym.envs.options.EnvOptions` as keywords.
+Every text env takes the options of :class:`~hopgym.envs.options.EnvOptions` as keywords, and
+``gym.make_vec(id, num_envs=n)`` on a text id builds a
+:class:`~hopgym.envs.vector.BatchedSearchVectorEnv` (see :mod:`hopgym.vector`).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from gymnasium.envs.registration import register, registry
@@ -49,13 +52,19 @@ _IDS: dict[str, tuple[str, dict[str, Any]]] = {
 
 #: Ids that need no files: the conformance tests run over these.
 BUILTIN_IDS = ("hopgym/Synthetic-v0", "hopgym/SyntheticRouting-v0", "hopgym/Tiny-v0")
+#: Ids whose ``gym.make_vec`` builds a BatchedSearchVectorEnv (the text envs).
+_BATCHED_IDS = tuple(i for i in _IDS if i != "hopgym/SyntheticFeaturized-v0")
 
 
 def register_envs() -> None:
     """Register every hopgym id with Gymnasium (idempotent)."""
+    from hopgym.envs.vector import vector_entry_point
+
     for env_id, (entry_point, kwargs) in _IDS.items():
         if env_id not in registry:
-            register(id=env_id, entry_point=entry_point, kwargs=kwargs)
+            vector = partial(vector_entry_point, env_id) if env_id in _BATCHED_IDS else None
+            register(id=env_id, entry_point=entry_point, kwargs=kwargs,
+                     vector_entry_point=vector)
 
 
 register_envs()

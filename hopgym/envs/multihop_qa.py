@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import gymnasium as gym
@@ -17,9 +17,25 @@ from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
 from hopgym.rewards.scoring import query_key
 
-__all__ = ["MultiHopQAEnv"]
+__all__ = ["MultiHopQAEnv", "SearchRequest"]
 
 _OBS_MAX = 1 << 22
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SearchRequest:
+    """The search an env's next ``step`` will run (see :meth:`MultiHopQAEnv.prepare_step`).
+
+    Attributes:
+        retriever: the retriever of the current source (for the current question).
+        query: the query as the env will send it.
+        k: how many results the env will ask for (``top_k``, plus the documents seen so far
+            under de-duplication).
+    """
+
+    retriever: Retriever
+    query: str
+    k: int
 
 
 def _option(name: str) -> property:
@@ -176,6 +192,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.done = False
         self._retrievers: dict[str, Retriever] = {}
         self._queries: set[frozenset[str]] = set()
+        self._prepared: tuple[Any, str, ParsedTurn] | None = None
+        self._supplied: tuple[SearchRequest, list[Passage]] | None = None
 
     def _retriever(self, name: str) -> Retriever:
         if name not in self._retrievers:
@@ -187,6 +205,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         # Per-question retrievers are rebuilt on demand; pickling them would copy whole indexes.
         state = self.__dict__.copy()
         state["_retrievers"] = {}
+        state["_prepared"] = state["_supplied"] = None
         return state
 
     @property
@@ -245,10 +264,16 @@ class MultiHopQAEnv(gym.Env[str, str]):
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.sample is None:
             raise gym.error.ResetNeeded("call reset() before step()")
-        if self.done or self.turn >= self.max_turns:
+        prepared, self._prepared = self._prepared, None
+        opts = self.options
+        if self.done or self.turn >= opts.max_turns:
+            self._supplied = None
             return self._after_end()
         self.turn += 1
-        text, parsed = self._read(action)
+        if prepared is not None and prepared[0] is action:
+            text, parsed = prepared[1], prepared[2]
+        else:
+            text, parsed = self._read(action)
         self.transcript.append({"role": "assistant", "content": text})
         info = self._blank_info(parsed)
         terminated = False
@@ -270,13 +295,54 @@ class MultiHopQAEnv(gym.Env[str, str]):
             info["answer"] = act.text
             terminated = self.done = True
             obs = ""
-        if self.last_turn_notice and not terminated and self.turn == self.max_turns - 1:
+        self._supplied = None
+        if opts.last_turn_notice and not terminated and self.turn == opts.max_turns - 1:
             obs = self.protocol.last_turn(obs, self.turn)
         if obs:
             self.transcript.append({"role": "user", "content": obs})
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
         return obs, 0.0, terminated, False, info
+
+    # ------------------------------------------------------------------ batched searches
+    def prepare_step(self, action: Any) -> SearchRequest | None:
+        """Read ``action`` ahead of :meth:`step` and say which search that step will run.
+
+        A vector env that batches the searches of its sub-envs
+        (:class:`~hopgym.envs.vector.BatchedSearchVectorEnv`) calls this on every sub-env, answers
+        the requests of each retriever with one ``search_batch`` call, hands each env its
+        results with :meth:`supply_search`, and then steps the envs as usual, through their
+        wrappers. The step reuses the parse of this very ``action`` object and uses the supplied
+        results only for the exact request (retriever, query and ``k``) it makes; any other
+        step — a wrapper that changed the action, a step after the end — reads and searches as
+        it always does. So a step returns the same whether or not it was prepared.
+
+        Changes nothing the agent can observe.
+
+        Returns:
+            The search the step will run, or ``None`` (no search, or none that reaches the
+            retriever).
+        """
+        self._prepared = self._supplied = None
+        if self.sample is None or self.done or self.turn >= self.options.max_turns:
+            return None
+        text, parsed = self._read(action)
+        self._prepared = (action, text, parsed)
+        act = parsed.action
+        if not isinstance(act, Search):
+            return None
+        max_docs = self.options.max_docs
+        if max_docs is not None and self.shown >= max_docs:
+            return None
+        try:
+            return self._request(act.query, self.options.top_k)
+        except Exception:  # noqa: BLE001 - the step itself reports a failing retriever factory
+            return None
+
+    def supply_search(self, request: SearchRequest, hits: Sequence[Passage]) -> None:
+        """Hand the next :meth:`step` the results of ``request`` (from :meth:`prepare_step`),
+        searched by someone else: ``request.retriever.search(request.query, request.k)``."""
+        self._supplied = (request, list(hits))
 
     def _after_end(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """The answer to a step after the end: corrective, repeats the end flags, records nothing."""
@@ -305,16 +371,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
                                                  f"{type(action).__name__} {shown}")
         if not text.strip():
             return text, ParsedTurn(None, error="empty turn")
-        if len(text) > self.max_action_chars:
-            return text[: self.max_action_chars], ParsedTurn(
-                None, error=f"turn too long ({len(text)} > {self.max_action_chars} characters)")
+        limit = self.options.max_action_chars
+        if len(text) > limit:
+            return text[:limit], ParsedTurn(
+                None, error=f"turn too long ({len(text)} > {limit} characters)")
         return text, self.protocol.parse(text, self.source_names)
 
     def _blank_info(self, parsed: ParsedTurn) -> dict[str, Any]:
         act = parsed.action
         return {
             "turn": self.turn,
-            "turns_left": max(self.max_turns - self.turn, 0),
+            "turns_left": max(self.options.max_turns - self.turn, 0),
             "action_type": parsed.kind,
             "invalid_action": parsed.error,
             "think": parsed.think or None,
@@ -332,15 +399,32 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "repeated_query": False,
         }
 
+    def _budget(self, k: int) -> int:
+        max_docs = self.options.max_docs
+        return k if max_docs is None else min(k, max_docs - self.shown)
+
+    def _request(self, query: str, k: int) -> SearchRequest | None:
+        """The search :meth:`_search` runs for ``query`` (``None``: none, the cap is reached)."""
+        if self._budget(k) <= 0:
+            return None
+        # With de-duplication, ask for enough results that ``k`` unseen ones can remain.
+        ask = k + len(self.seen_ids) if self.options.dedup else k
+        return SearchRequest(self._retriever(self.source), query, ask)
+
     def _search(self, query: str, k: int) -> tuple[list[Passage], list[str], str | None]:
         """Search the current source; returns (shown docs, raw ids, error)."""
-        budget = k if self.max_docs is None else min(k, self.max_docs - self.shown)
+        budget = self._budget(k)
         if budget <= 0:
             return [], [], None
-        # With de-duplication, ask for enough results that ``k`` unseen ones can remain.
-        ask = k + len(self.seen_ids) if self.dedup else k
+        supplied, self._supplied = self._supplied, None
         try:
-            hits = self._retriever(self.source).search(query, ask)
+            request = self._request(query, k)
+            assert request is not None
+            if supplied is not None and supplied[0].retriever is request.retriever and \
+                    supplied[0].query == query and supplied[0].k == request.k:
+                hits = supplied[1]
+            else:
+                hits = request.retriever.search(query, request.k)
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes an observation
             return [], [], f"{type(exc).__name__}: {exc}"
         raw = [p.doc_id for p in hits]

@@ -136,6 +136,12 @@ _ANY_TAG_RE = re.compile(r"</?(think|search|route|answer|information)>", re.IGNO
 # Lenient mode also reads tags with spaces inside the brackets ("< search >", "</ answer>").
 _LOOSE_TAG_RE = re.compile(r"<\s*(/?)\s*(think|search|route|answer|information)\s*>",
                            re.IGNORECASE)
+_ACTION_NAMES = ("search", "route", "answer")
+# The canonical turn, as models trained on the protocol write it: an optional <think> block, then
+# at most one action block, in lower case, with nothing but white space around them and no "<"
+# inside. Both parse modes read such a turn the same way, so it skips the general parser.
+_CANONICAL_RE = re.compile(
+    r"\s*(?:<think>([^<]*)</think>\s*)?(?:<(search|route|answer)>([^<]*)</\2>\s*)?")
 
 _INFO_ERROR = "<information> is written by the environment, not by you"
 _NESTED_ERROR = "nested tags: a tag may not contain another tag"
@@ -205,6 +211,11 @@ class TagsProtocol(Protocol):
     stop = ("</search>", "</route>", "</answer>")
 
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
+        m = _CANONICAL_RE.fullmatch(text)
+        if m is not None:
+            turn = _canonical_turn(m, sources)
+            if turn is not None:
+                return turn
         if self.parse_mode == "strict":
             return _valid_issues(self._parse_strict(text, sources))
         return _valid_issues(self._parse_lenient(text, sources))
@@ -404,6 +415,17 @@ class TagsProtocol(Protocol):
 answer now, as a short answer in the answer tags.\\n'
         """
         return (observation or "\n") + self.LAST_TURN + "\n"
+
+
+def _canonical_turn(m: re.Match[str], sources: Sequence[str]) -> ParsedTurn | None:
+    """The turn a :data:`_CANONICAL_RE` match holds, read as both parse modes read it (``None``
+    when neither block is there, or for a think-only turn whose thought is blank: the general
+    parser says what is wrong)."""
+    thought, kind, body = m.groups()
+    think = thought.strip() if thought is not None else ""
+    if kind is None:
+        return ParsedTurn(Think(think), think=think) if think else None
+    return _make_action(kind, body, think, sources)
 
 
 def _valid_issues(turn: ParsedTurn) -> ParsedTurn:

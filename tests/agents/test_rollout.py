@@ -259,3 +259,9 @@ def test_imperfect_teacher_flaws():
             assert type(a).__name__ != "Route"
             obs, r, term, trunc, info = routed.step(a)
             done = term or trunc
+
+
+def test_env_workers_is_checked():
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="env_workers"):
+            RolloutConfig(env_workers=bad)

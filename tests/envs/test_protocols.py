@@ -11,9 +11,16 @@ from hypothesis import strategies as st
 
 from hopgym.corpora.types import Passage
 from hopgym.envs.actions import FORMAT_ISSUES, Answer, Route, Search, Think
-from hopgym.envs.protocols import PARSE_MODES, R3Protocol, TagsProtocol, get_protocol
+from hopgym.envs.protocols import (
+    PARSE_MODES,
+    R3Protocol,
+    TagsProtocol,
+    _valid_issues,
+    get_protocol,
+)
 
 SOURCES = ("local", "web")
+_ACTIONS = ("search", "route", "answer")
 Q = Search("q")
 X = Answer("X")
 
@@ -262,3 +269,22 @@ def test_nothing_the_env_writes_reads_as_an_action_if_a_model_copies_it(name, mo
     for text in filter(str.strip, texts):
         for copy in (text, text.strip(), text.strip().splitlines()[-1]):
             assert proto.parse(copy, list(sources)).action is None, copy
+
+
+CANONICAL_SOUP = st.lists(st.sampled_from(
+    ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>", "<route>",
+     "</route>", "<THINK>", "web", "local", "x y", " ", "\n", "\u00a0", "<", ">", ""]),
+    max_size=9).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=st.one_of(CANONICAL_SOUP, st.builds(
+    lambda t, a, k, b: f"{t}<think>{a}</think>{t}<{k}>{b}</{k}>{t}",
+    st.sampled_from(["", " ", "\n"]), st.text(max_size=20), st.sampled_from(_ACTIONS),
+    st.text(max_size=20))))
+def test_the_canonical_fast_path_reads_as_the_general_parser(text):
+    # parse() reads a canonical turn (an optional <think> block, then at most one action block)
+    # without the general parser; both modes must give exactly what the general parser gives.
+    for mode, general in (("strict", "_parse_strict"), ("lenient", "_parse_lenient")):
+        p = TagsProtocol(parse=mode)
+        assert p.parse(text, SOURCES) == _valid_issues(getattr(p, general)(text, SOURCES)), mode

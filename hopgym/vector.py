@@ -1,0 +1,46 @@
+"""Vector envs for hopgym: ``hopgym.vector`` (as ``gymnasium.vector``).
+
+- :class:`~hopgym.envs.vector.BatchedSearchVectorEnv`: a ``gymnasium.vector.VectorEnv`` that
+  answers its sub-envs' searches with one ``search_batch`` call per retriever per step;
+  ``gym.make_vec("hopgym/...", num_envs=n)`` builds one.
+- :class:`~hopgym.envs.ray_vector.RayVectorEnv`: the same, with the sub-envs in Ray actors
+  (``pip install 'hopgym[ray]'``; Ray is imported when it is built).
+- :func:`~hopgym.envs.vector.make_vec`, :func:`~hopgym.envs.vector.step_batched`,
+  :func:`~hopgym.envs.vector.prefetch_searches`, :class:`~hopgym.envs.vector.EnvBatch`,
+  :class:`~hopgym.envs.vector.SearchStats`.
+
+Example:
+    >>> import hopgym.vector
+    >>> envs = hopgym.vector.make_vec("hopgym/Tiny-v0", num_envs=2, autoreset_mode="SameStep")
+    >>> envs.num_envs, envs.metadata["autoreset_mode"].value
+    (2, 'SameStep')
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hopgym.envs.vector import (
+    VECTORIZATION_MODES,
+    BatchedSearchVectorEnv,
+    EnvBatch,
+    SearchStats,
+    make_vec,
+    prefetch_searches,
+    step_batched,
+)
+
+if TYPE_CHECKING:
+    from hopgym.envs.ray_vector import RayVectorEnv, WorkerError
+
+__all__ = ["BatchedSearchVectorEnv", "RayVectorEnv", "WorkerError", "EnvBatch", "SearchStats",
+           "make_vec", "step_batched", "prefetch_searches", "VECTORIZATION_MODES"]
+
+
+def __getattr__(name: str) -> Any:
+    # The Ray vector env is looked up when asked for, so that `import hopgym.vector` stays light.
+    if name in ("RayVectorEnv", "WorkerError"):
+        from hopgym.envs import ray_vector
+
+        return getattr(ray_vector, name)
+    raise AttributeError(f"module 'hopgym.vector' has no attribute {name!r}")
