@@ -34,7 +34,7 @@ from hopgym.agents.trajectories import EpisodeRecorder, TrajectoryWriter, trajec
 
 __all__ = ["evaluate", "run_episode", "aggregate", "make_vector_env"]
 
-#: The info key through which a scheduled sub-env hands back a finished episode's record.
+#: The info key through which a recorded sub-env hands back a finished episode's record.
 _RESULT_KEY = "eval_result"
 
 
@@ -161,105 +161,135 @@ _NO_EPISODES = {"em": None, "f1": None, "support_recall": None, "avg_steps": Non
 
 
 # ------------------------------------------------------------------------------ vector envs
-def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]]) -> gym.vector.VectorEnv:
+def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]], *,
+                    workers: int | None = None) -> gym.vector.VectorEnv:
     """The vector env that batched evaluation acts through (the one place that chooses it).
 
-    Gymnasium's ``SyncVectorEnv`` with ``autoreset_mode=SAME_STEP``: a sub-env that finishes hands
-    back the next episode's prompt in the same step (its last observation and info are in
-    ``infos["final_obs"]`` and ``infos["final_info"]``).
+    :class:`~hopgym.envs.vector.BatchedSearchVectorEnv` (one ``search_batch`` call per
+    retriever per turn for all sub-envs), or with ``workers`` a
+    :class:`~hopgym.envs.ray_vector.RayVectorEnv` whose sub-envs live in that many Ray workers
+    (``hopgym[ray]``). Both with ``autoreset_mode=DISABLED``: the caller resets each finished
+    sub-env with the next episode's question and seed (``reset(seed=[...], options=[...])``) and
+    steps the running ones with ``step_subset``.
     """
-    return gym.vector.SyncVectorEnv(list(env_fns),
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    if workers is None:
+        from hopgym.envs.vector import BatchedSearchVectorEnv
+
+        return BatchedSearchVectorEnv(list(env_fns),
+                                      autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    from hopgym.envs.ray_vector import RayVectorEnv
+
+    return RayVectorEnv(list(env_fns), workers=workers,
+                        autoreset_mode=gym.vector.AutoresetMode.DISABLED)
 
 
-class _Schedule:
-    """The episodes to run, shared by the sub-envs: episode ``k`` asks question ``order[k % n]``
-    with reset seed ``seed + k``, as the one-env loop does."""
-
-    def __init__(self, order: np.ndarray, episodes: int, seed: int) -> None:
-        self.order, self.episodes, self.seed = order, episodes, seed
-        self.next = 0
-
-    def take(self) -> int | None:
-        if self.next >= self.episodes:
-            return None
-        self.next += 1
-        return self.next - 1
+#: The reset option (taken off before the env sees it) that tells a sub-env which episode it runs.
+_EPISODE_KEY = "eval_episode"
 
 
-class _Scheduled(gym.Wrapper):
-    """A sub-env that takes its next episode from a :class:`_Schedule` at every reset and records
-    it; a finished episode's record comes back in ``info["eval_result"]`` (read from
-    ``final_info``). Once the schedule is exhausted it runs spare episodes
-    (``info["eval_episode"] == -1``) that are not recorded."""
+class _Recorded(gym.Wrapper):
+    """A sub-env that records its episodes (in its own process: a Ray worker's, too); the episode
+    number comes with the reset options, and a finished episode's record comes back in
+    ``info["eval_result"]``."""
 
-    def __init__(self, env: gym.Env, schedule: _Schedule, record: bool) -> None:
+    def __init__(self, env: gym.Env, record: bool) -> None:
         super().__init__(env)
-        self.schedule = schedule
         self.recorder = EpisodeRecorder(env, turns=record)
-        self.episode: int | None = None
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        self.episode = self.schedule.take()
-        k = self.episode or 0
-        n = len(self.schedule.order)
-        episode_seed = self.schedule.seed + k
-        obs, info = self.env.reset(seed=episode_seed,
-                                   options={"index": int(self.schedule.order[k % n])})
-        self.recorder.start(info, seed=episode_seed)
-        return obs, {**info, "eval_episode": -1 if self.episode is None else self.episode}
+        opts = dict(options or {})
+        episode = opts.pop(_EPISODE_KEY, -1)
+        obs, info = self.env.reset(seed=seed, options=opts)
+        self.recorder.start(info, seed=seed)
+        return obs, {**info, _EPISODE_KEY: episode}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if self.episode is not None:
-            self.recorder.step(obs, reward, terminated, truncated, info)
-            if terminated or truncated:
-                info = {**info, _RESULT_KEY: self.recorder.result()}
+        self.recorder.step(obs, reward, terminated, truncated, info)
+        if terminated or truncated:
+            info = {**info, _RESULT_KEY: self.recorder.result()}
         return obs, reward, terminated, truncated, info
+
+
+def _recorded_fn(env_fn: Callable[[], gym.Env], record: bool) -> Callable[[], gym.Env]:
+    def make() -> gym.Env:
+        return _Recorded(env_fn(), record)
+
+    return make
 
 
 def _run_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, episodes: int,
                 seed: int, order: np.ndarray, emit: Callable[[dict[str, Any]], None],
-                deadline: float | None, record: bool) -> bool:
-    """Run the episodes over ``num_envs`` sub-envs, with one ``act_batch`` call per turn for all
-    of them. Returns whether the deadline stopped the run."""
+                deadline: float | None, record: bool, workers: int | None) -> dict[str, Any]:
+    """Run the episodes over ``num_envs`` sub-envs of :func:`make_vector_env`, with one
+    ``act_batch`` call per turn for the running ones. Episode ``k`` asks question
+    ``order[k % n]`` with reset seed ``seed + k``, as the one-env loop does; a sub-env that
+    finishes starts the next episode not yet started.
+
+    Returns ``{"stopped": bool, "worker_errors": int}``: whether the deadline stopped the run, and
+    how many episodes a lost Ray worker ended (each is run again from its start).
+    """
     from hopgym.agents.llm import unbatch_infos
 
     if not callable(getattr(agent, "act_batch", None)):
-        raise ValueError(f"num_envs > 1 acts in batches: the agent needs act_batch(observations, "
-                         f"infos, active=...), which {type(agent).__name__} lacks (the LLM "
-                         f"agents have it; use num_envs=1 for scripted agents)")
-    schedule = _Schedule(order, episodes, seed)
-    venv = make_vector_env([lambda: _Scheduled(env_fn(), schedule, record)
-                            for _ in range(num_envs)])
+        raise ValueError(f"num_envs > 1 and workers act in batches: the agent needs "
+                         f"act_batch(observations, infos, active=...), which "
+                         f"{type(agent).__name__} lacks (the LLM agents have it; use num_envs=1 "
+                         f"for scripted agents)")
+    n_q = len(order)
+    n = min(num_envs, episodes)
+    queue = list(range(episodes))  # episodes not started yet (a lost one goes back in front)
+    running: list[int | None] = [None] * n  # the episode each sub-env runs
+    extras: list[_TurnExtras] = [_TurnExtras() for _ in range(n)]
+    obs: list[Any] = [None] * n
+    per: list[dict[str, Any]] = [{} for _ in range(n)]
+    errors = 0
+
+    def start(venv: gym.vector.VectorEnv, slots: list[int]) -> None:
+        seeds: list[int | None] = [None] * n
+        options: list[dict[str, Any] | None] = [None] * n
+        for i in slots:
+            k = queue.pop(0)
+            running[i], extras[i] = k, _TurnExtras()
+            seeds[i] = seed + k
+            options[i] = {"index": int(order[k % n_q]), _EPISODE_KEY: k}
+        new_obs, infos = venv.reset(seed=seeds, options=options)
+        new_per = unbatch_infos(infos, n)
+        for i in slots:
+            obs[i], per[i] = new_obs[i], new_per[i]
+
+    venv = make_vector_env([_recorded_fn(env_fn, record)] * n, workers=workers)
     try:
         agent.reset()
-        obs, infos = venv.reset(seed=seed)
-        per = unbatch_infos(infos, num_envs)
-        extras: list[_TurnExtras | None] = [
-            _TurnExtras() if per[i]["eval_episode"] >= 0 else None for i in range(num_envs)]
-        finished = 0
-        while finished < episodes:
+        start(venv, list(range(n)))
+        while any(k is not None for k in running):
             if deadline is not None and time.perf_counter() >= deadline:
-                return True
-            actions = agent.act_batch(list(obs), per, active=[e is not None for e in extras])
-            obs, _, terms, truncs, infos = venv.step(actions)
-            per = unbatch_infos(infos, num_envs)
-            ends = unbatch_infos(infos["final_info"], num_envs) if "final_info" in infos else None
-            for i in range(num_envs):
-                done = bool(terms[i] or truncs[i])
-                tally = extras[i]
-                if tally is not None:
-                    tally.step(ends[i] if done and ends is not None else per[i],
-                               _turn_info(agent, i))
-                    if done:
-                        assert ends is not None
-                        emit(tally.into(ends[i][_RESULT_KEY]))
-                        finished += 1
-                if done:
-                    extras[i] = _TurnExtras() if per[i]["eval_episode"] >= 0 else None
-        return False
+                return {"stopped": True, "worker_errors": errors}
+            active = [k is not None for k in running]
+            actions = agent.act_batch(obs, per, active=active)
+            idx = [i for i in range(n) if active[i]]
+            results = venv.step_subset(idx, [actions[i] for i in idx])
+            restart = []
+            for i, (o, _, terminated, truncated, info) in zip(idx, results, strict=True):
+                obs[i], per[i] = o, info
+                extras[i].step(info, _turn_info(agent, i))
+                if not (terminated or truncated):
+                    continue
+                if _RESULT_KEY in info:
+                    emit(extras[i].into(info[_RESULT_KEY]))
+                else:  # its Ray worker was lost (info["worker_error"]): run it again
+                    errors += 1
+                    if errors > episodes:
+                        raise RuntimeError(f"{errors} episodes lost to failed env workers; the "
+                                           f"last: {info.get('worker_error')}")
+                    queue.insert(0, running[i])
+                running[i] = None
+                if len(restart) < len(queue):
+                    restart.append(i)
+            if restart:
+                start(venv, restart)
+        return {"stopped": False, "worker_errors": errors}
     finally:
         venv.close()
 
@@ -276,6 +306,7 @@ def evaluate(
     progress: bool | str | Callable[[int], None] = False,
     time_limit: float | None = None,
     num_envs: int = 1,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Run ``agent`` for ``episodes`` episodes and return aggregate metrics.
 
@@ -305,6 +336,12 @@ def evaluate(
             ``act_batch`` call per turn for all of them. The sub-envs are made by ``env`` when
             it is a function, else by ``gym.make(env.spec)`` (wrappers added by hand after
             ``gym.make`` are not copied).
+        workers: run the sub-envs in this many Ray workers
+            (:class:`~hopgym.envs.ray_vector.RayVectorEnv`, ``pip install 'hopgym[ray]'``; a
+            local Ray is started when none runs) instead of in this process; the same episodes
+            and results. The env function is sent to the workers (it must pickle with
+            cloudpickle). An episode whose worker is lost is run again from its start on the
+            replacement worker, and counted in ``metrics["worker_errors"]``.
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -329,7 +366,11 @@ def evaluate(
     else:
         raise TypeError(f"env must be a gymnasium Env or a function that makes one, got "
                         f"{type(env).__name__}")
-    if num_envs > 1 and env_fn is None:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or not 1 <= workers <= num_envs):
+        raise ValueError(f"workers must be an int in [1, num_envs={num_envs}] or None, got "
+                         f"{workers!r}")
+    if (num_envs > 1 or workers is not None) and env_fn is None:
         spec = first.spec
         if spec is None:
             raise ValueError("num_envs > 1 makes more envs: pass an env made by gym.make (its "
@@ -343,7 +384,7 @@ def evaluate(
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
     deadline = None if time_limit is None else start + float(time_limit)
-    stopped = False
+    stopped, worker_errors = False, 0
     with contextlib.ExitStack() as stack:
         writer = None
         if trajectories is not None:
@@ -372,7 +413,7 @@ def evaluate(
             elif callable(progress):
                 progress(len(results))
 
-        if num_envs == 1:
+        if num_envs == 1 and workers is None:
             for i in range(episodes):
                 res = run_episode(first, agent, seed=seed + i,
                                   options={"index": int(order[i % n])},
@@ -383,12 +424,15 @@ def evaluate(
                 emit(res)
         else:
             assert env_fn is not None
-            stopped = _run_vector(env_fn, agent, num_envs, episodes, seed, order, emit,
-                                  deadline, writer is not None)
+            run = _run_vector(env_fn, agent, num_envs, episodes, seed, order, emit, deadline,
+                              writer is not None, workers)
+            stopped, worker_errors = run["stopped"], run["worker_errors"]
     elapsed = max(time.perf_counter() - start, 1e-9)
     metrics = aggregate(results) if results else dict(_NO_EPISODES)
     metrics["episodes_requested"] = episodes
     metrics["stopped"] = "time_limit" if stopped else None
+    if workers is not None:
+        metrics["worker_errors"] = worker_errors
     metrics["seconds"] = elapsed
     metrics["episodes_per_s"] = len(results) / elapsed
     metrics["steps_per_s"] = sum(r["steps"] for r in results) / elapsed

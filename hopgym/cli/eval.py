@@ -51,6 +51,12 @@ class EvalConfig:
     num_envs: int = field(default=1, metadata={
         "help": "Episodes acted on side by side (llm agents): one batched generate call per "
                 "turn for all of them."})
+    ray: bool = field(default=False, metadata={
+        "help": "Run the --num-envs sub-envs in Ray workers (hopgym[ray]; a local Ray is "
+                "started when none runs) instead of in this process: the same episodes and "
+                "results (llm agents)."})
+    workers: int | None = field(default=None, metadata={
+        "help": "With --ray: how many workers (default: one per 8 sub-envs).", "metavar": "W"})
     time_limit: float | None = field(default=None, metadata={
         "help": "Stop after this many seconds (checked before each turn); the episodes finished "
                 "by then are scored and written.", "metavar": "S"})
@@ -175,6 +181,22 @@ def make_cli_agent(name: str, env: Any, seed: int, llm: LLMConfig | None = None,
         raise CommandError(f"{exc} (or {' or '.join(LLM_AGENTS)})") from None
 
 
+def _workers(ev: EvalConfig) -> int | None:
+    """How many Ray workers ``--ray`` asks for (``None``: the envs run in this process)."""
+    from hopgym.envs.ray_vector import ENVS_PER_WORKER
+
+    if not ev.ray:
+        if ev.workers is not None:
+            raise CommandError(f"--workers {ev.workers} is the number of Ray workers: add --ray")
+        return None
+    if ev.workers is None:
+        return min(ev.num_envs, -(-ev.num_envs // ENVS_PER_WORKER))
+    if not 1 <= ev.workers <= ev.num_envs:
+        raise CommandError(f"--workers must be in [1, --num-envs {ev.num_envs}], got "
+                           f"{ev.workers}")
+    return ev.workers
+
+
 def _llm_line(metrics: dict[str, Any]) -> str:
     """What the table leaves out for LLM agents: answered, cut and flawed turns, tokens."""
     def share(key: str) -> str:
@@ -206,6 +228,11 @@ def run(args: argparse.Namespace) -> int:
     if ev.num_envs > 1 and ev.agent not in LLM_AGENTS:
         raise CommandError(f"--num-envs {ev.num_envs} acts in batches, which only the llm agents "
                            f"do; {ev.agent} runs one env")
+    workers = _workers(ev)
+    if workers is not None and ev.agent not in LLM_AGENTS:
+        raise CommandError(f"--ray runs the envs in workers, which only the llm agents act on "
+                           f"(the scripted agents read their env in this process); {ev.agent} "
+                           f"runs one env")
     with tempfile.TemporaryDirectory() as tmp:
         # The report is built from a trajectory file; without --trajectories it is a temporary one.
         trajectories = ev.trajectories or (str(Path(tmp) / "run.jsonl") if ev.report else None)
@@ -213,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
             metrics = evaluate(env, agent, episodes=ev.episodes, seed=cfg.seed,
                                trajectories=trajectories, agent_name=agent_name,
                                progress=progress_label(cfg.env, ev.agent),
-                               time_limit=ev.time_limit, num_envs=ev.num_envs)
+                               time_limit=ev.time_limit, num_envs=ev.num_envs,
+                               workers=workers)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         if ev.report and metrics["episodes"]:
@@ -226,6 +254,8 @@ def run(args: argparse.Namespace) -> int:
     if metrics["stopped"]:
         out.print(f"stopped by --time-limit {ev.time_limit:g} s after {done} of {ev.episodes} "
                   f"episodes")
+    if metrics.get("worker_errors"):
+        out.print(f"{metrics['worker_errors']} episodes were lost with a Ray worker and run again")
     if done:
         out.print(metrics_table(f"{cfg.env}, {done} episodes, seed {cfg.seed}",
                                 [(ev.agent, metrics)], getattr(env.unwrapped, "source_names", ())))
