@@ -3,7 +3,7 @@
     python benchmarks/env_text_check.py --model /path/to/smollm2-135m-instruct \\
         --variants default old-prompt strict --episodes 8 --max-turns 4
 
-Each variant runs the same held-out 2-hop synthetic questions (``hopgym/Synthetic-v0``, test
+Each variant runs the same held-out 2-hop synthetic questions (``hopgym/Synthetic-v1``, test
 split, greedy, all episodes batched through ``LLMAgent.act_batch``) and the script prints, side by
 side: invalid-turn rate, turns cut inside an open tag (``truncated_turn``), turns with format
 issues, searches and repeated queries per episode, the share of episodes answered, EM and F1.
@@ -82,7 +82,7 @@ VARIANTS: dict[str, tuple[str | None, dict[str, Any]]] = {
 def run_variant(args: argparse.Namespace, backend: TransformersBackend, name: str) -> dict:
     system_prompt, env_kwargs = VARIANTS[name]
     env_kwargs = {"protocol": args.protocol, **env_kwargs}
-    envs = [gym.make("hopgym/Synthetic-v0", seed=args.seed, n_entities=300, n_questions=200,
+    envs = [gym.make("hopgym/Synthetic-v1", seed=args.seed, n_entities=300, n_questions=200,
                      hops=2, split="test", top_k=2, max_turns=args.max_turns, reward=None,
                      **env_kwargs) for _ in range(args.episodes)]
     agent = LLMAgent(backend, protocol=envs[0].unwrapped.protocol, system_prompt=system_prompt,

@@ -4,7 +4,7 @@
     python benchmarks/env_throughput.py --sizes 1000 100000 --episodes 300
 
 For each corpus size it times world generation and index builds, then runs the oracle agent (which
-searches once per hop, routes and answers) through ``gym.make("hopgym/Synthetic-v0")`` with each
+searches once per hop, routes and answers) through ``gym.make("hopgym/Synthetic-v1")`` with each
 BM25 engine and prints the ratio, with the query cache off (every search is scored; the world's
 query checks would otherwise leave the oracle's first searches cached). Run with one thread (the
 script sets it) on an idle machine. ``benchmarks/rollout_scale.py`` compares the BM25 backends per
@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", default=["bm25s", "rank_bm25"])
     args = parser.parse_args()
 
-    table = Table(title="oracle agent through gym.make('hopgym/Synthetic-v0'), 1 thread")
+    table = Table(title="oracle agent through gym.make('hopgym/Synthetic-v1'), 1 thread")
     for col in ("passages", "world gen s", "engine", "index s", "episodes", "steps/s",
                 "episodes/s", "vs rank-bm25"):
         table.add_column(col, justify="right")
@@ -60,7 +60,7 @@ def main() -> None:
             t0 = time.perf_counter()
             build_task(config, engine)
             index_s = time.perf_counter() - t0
-            env = gym.make("hopgym/Synthetic-v0", n_entities=size, engine=engine)
+            env = gym.make("hopgym/Synthetic-v1", n_entities=size, engine=engine)
             for source in env.unwrapped.task.sources.values():
                 source.retriever.configure_cache(0, 0)
             episodes = args.episodes

@@ -30,7 +30,7 @@ Sections (``--only``), lettered as the figures of the rollouts-at-scale work:
   default reward (``reward="default"``); the same for ``r3`` and for a lenient turn the general
   parser reads (an unclosed ``<think>``).
 - ``e``: the oracle agent through the env (``make_task_env`` over the synthetic world, as
-  ``gym.make("hopgym/Synthetic-v0")`` builds it) with the query cache off, so every search is
+  ``gym.make("hopgym/Synthetic-v1")`` builds it) with the query cache off, so every search is
   scored: BM25 backend ``sparse`` (the default) vs ``numpy`` (the default before it: bm25s scores
   every passage) on the same index, and rank-bm25 on the same queries. Steps/s are per core: CPU
   seconds of this process (``time.process_time``), so other jobs on the machine do not count.
@@ -672,7 +672,7 @@ def section_d(args: argparse.Namespace, table: Table, out: dict[str, Any]) -> No
         costs = {}
         for name, reward, bare in (("bare", None, True), ("budget", None, False),
                                    ("default", "default", False)):
-            env = gym.make("hopgym/Tiny-v0", protocol=protocol, reward=reward)
+            env = gym.make("hopgym/Tiny-v1", protocol=protocol, reward=reward)
             costs[name] = think_cost(env.unwrapped if bare else env, action, args.think_episodes)
         table.add_row(protocol, what, f"{costs['bare']:.1f} µs", f"{costs['budget']:.1f} µs",
                       f"{costs['default']:.1f} µs", f"{costs['default'] - costs['bare']:.1f} µs")
@@ -733,7 +733,7 @@ def main() -> None:
                          f"groups of {args.group}, noisy reader ({args.noise_a:.0%})"),
         "c": Table(title=f"(c) Ray env workers, {args.ray_envs} sub-envs, BM25 at "
                          f"{args.ray_size:,} passages, wall clock on this machine"),
-        "d": Table(title="(d) one think-only step, CPU microseconds (Tiny-v0)"),
+        "d": Table(title="(d) one think-only step, CPU microseconds (Tiny-v1)"),
         "e": Table(title="(e) oracle agent, one core, query cache off: BM25 engines on the same "
                          "index and queries"),
         "b": Table(title=f"(b) GRPO-shaped: {args.batches} batches x {args.questions} questions "

@@ -46,12 +46,13 @@ ROWS = [
 ]
 
 
-def _synthetic_id() -> str:
+def _latest(name: str) -> str:
+    """``hopgym/<name>-v1``, or ``-v0`` where no ``-v1`` is registered (hopgym 0.1)."""
     import gymnasium as gym
 
     import hopgym  # noqa: F401
 
-    return "hopgym/Synthetic-v1" if "hopgym/Synthetic-v1" in gym.registry else "hopgym/Synthetic-v0"
+    return f"hopgym/{name}-v1" if f"hopgym/{name}-v1" in gym.registry else f"hopgym/{name}-v0"
 
 
 def _row_name(row: tuple[str, str, str, str | None]) -> str:
@@ -63,14 +64,13 @@ def _row_name(row: tuple[str, str, str, str | None]) -> str:
 def _env_fn(args: argparse.Namespace, ds: str, parse: str | None) -> Any:
     import gymnasium as gym
 
-    opts: dict[str, Any] = {"max_turns": args.max_turns, "repeat_notice": True,
-                            "last_turn_notice": True}
-    if parse is not None:
-        opts["parse"] = parse
+    # -v1's turn handling, spelled out: a lenient parse (closed book too) and both notices.
+    opts: dict[str, Any] = {"max_turns": args.max_turns, "parse": parse or "lenient",
+                            "repeat_notice": True, "last_turn_notice": True}
     if ds == "syn":
         env_id, kw = args.synthetic, {"hops": 2, "split": "test"}
     else:
-        env_id, kw = "hopgym/HotpotQA-v0", {"path": args.hotpot, "limit": args.hot_episodes}
+        env_id, kw = _latest("HotpotQA"), {"path": args.hotpot, "limit": args.hot_episodes}
     return lambda: gym.make(env_id, **kw, **opts)
 
 
@@ -139,7 +139,7 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """The markdown table of the rows run so far."""
-    labels = {"syn": f"{args.synthetic.removeprefix('hopgym/')} 2-hop test ({args.syn_episodes})",
+    labels = {"syn": f"synthetic 2-hop test ({args.syn_episodes})",
               "hot": f"HotpotQA sample ({args.hot_episodes})"}
     lines = ["| questions | model | agent | parse | answered (unforced) | EM | F1 | support "
              "recall | invalid turns | format issues | cut turns | searches | CPU s |",
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    args.synthetic = args.synthetic or _synthetic_id()
+    args.synthetic = args.synthetic or _latest("Synthetic")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = [r for r in ROWS if args.hotpot or r[0] != "hot"]

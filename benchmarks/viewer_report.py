@@ -3,7 +3,7 @@
     python benchmarks/viewer_report.py                         # 1,000 and 10,000 episodes
     python benchmarks/viewer_report.py --episodes 100 1000 10000 --json out.json
 
-For each size it records a real run of the iterative agent on ``hopgym/Synthetic-v0`` (the 1,000
+For each size it records a real run of the iterative agent on ``hopgym/Synthetic-v1`` (the 1,000
 questions cycle past 1,000 episodes), writes the report, and opens it in Chromium (Debian's
 ``chromium``, driven by Playwright; skipped when either is missing). It prints the trajectory file
 and report sizes, the CPU seconds to write the report, and in the browser: the time until the page
@@ -79,7 +79,7 @@ def main() -> None:
         browser = playwright.chromium.launch(executable_path=chromium, args=ARGS)
     else:
         print("no Chromium or Playwright: sizes and write times only")
-    env = gym.make("hopgym/Synthetic-v0")
+    env = gym.make("hopgym/Synthetic-v1")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.episodes:

@@ -42,7 +42,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 class Args:
     """Settings of one run (a preset fills them; flags override)."""
 
-    env: str = field(default="hopgym/Synthetic-v0", metadata={"help": "Env id."})
+    env: str = field(default="hopgym/Synthetic-v1", metadata={"help": "Env id."})
     world: dict[str, Any] = field(default_factory=lambda: dict(
         n_entities=300, hops=2, kinds="bridge", n_questions=800, distractors=0.0,
         phrasing_variety=1, passages_per_doc=3, web_noise=0.0), metadata={

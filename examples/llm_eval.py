@@ -1,10 +1,10 @@
 """Evaluate a language model as a hopgym agent, with batched acting over several envs.
 
     # a local transformers model (id, directory, or .gguf file with the gguf package installed)
-    python examples/llm_eval.py --env hopgym/Synthetic-v0 --model Qwen/Qwen2.5-0.5B-Instruct \\
+    python examples/llm_eval.py --env hopgym/Synthetic-v1 --model Qwen/Qwen2.5-0.5B-Instruct \\
         --episodes 100 --num-envs 16
     # an OpenAI-compatible server (vllm serve / SGLang / llama-server)
-    python examples/llm_eval.py --env hopgym/Tiny-v0 --backend openai \\
+    python examples/llm_eval.py --env hopgym/Tiny-v1 --backend openai \\
         --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-0.5B-Instruct --num-envs 8
     # the closed-book baseline: the bare question, answered at once
     python examples/llm_eval.py --env hopgym/Synthetic-v0 --model M --closed-book
@@ -53,7 +53,7 @@ def _kw(items: Sequence[str]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", default="hopgym/Synthetic-v0", help="env id")
+    p.add_argument("--env", default="hopgym/Synthetic-v1", help="env id")
     p.add_argument("--kw", nargs="*", default=[], help="env arguments as key=value (JSON values)")
     p.add_argument("--model", required=True, help="model id/path, or the served model name")
     p.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"])

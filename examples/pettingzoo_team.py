@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--obs-mode", default="featurized", choices=["featurized", "text"])
-    parser.add_argument("--base-id", default="hopgym/Synthetic-v0")
+    parser.add_argument("--base-id", default="hopgym/Synthetic-v1")
     parser.add_argument("--show", action="store_true", help="print every step and transcript")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)

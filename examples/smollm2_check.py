@@ -16,7 +16,7 @@ directly (``--gguf-dir`` is then not needed); ``--convert-only`` stops there, so
 serve ``hopgym eval --agent llm --model runs/smollm2-135m-instruct`` and ``hopgym train sft``.
 Everything runs offline.
 
-What it does: builds the synthetic world (``hopgym/Synthetic-v0``, 2-hop questions), lets the model
+What it does: builds the synthetic world (``hopgym/Synthetic-v1``, 2-hop questions), lets the model
 act greedily on ``--episodes`` held-out test questions (all episodes batched through
 ``LLMAgent.act_batch``), fine-tunes it for ``--sft-steps`` steps on oracle trajectories from the
 train split (chat format, loss on the model's turns only, plain PyTorch loop), acts again on the
@@ -137,7 +137,7 @@ def load(cfg: Config):
 
 
 def make_env(cfg: Config, split: str) -> gym.Env:
-    return gym.make("hopgym/Synthetic-v0", seed=cfg.seed, n_entities=300, n_questions=200,
+    return gym.make("hopgym/Synthetic-v1", seed=cfg.seed, n_entities=300, n_questions=200,
                     hops=2, split=split, top_k=2, max_turns=cfg.max_turns, reward=None,
                     protocol=cfg.protocol)
 

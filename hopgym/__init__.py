@@ -1,6 +1,6 @@
 """hopgym: multi-hop question answering as a Gymnasium environment.
 
-``import hopgym`` registers the envs (``hopgym/Synthetic-v0`` and friends) and imports no torch,
+``import hopgym`` registers the envs (``hopgym/Synthetic-v1`` and friends) and imports no torch,
 faiss or trl.
 """
 

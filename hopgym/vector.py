@@ -11,7 +11,7 @@
 
 Example:
     >>> import hopgym.vector
-    >>> envs = hopgym.vector.make_vec("hopgym/Tiny-v0", num_envs=2, autoreset_mode="SameStep")
+    >>> envs = hopgym.vector.make_vec("hopgym/Tiny-v1", num_envs=2, autoreset_mode="SameStep")
     >>> envs.num_envs, envs.metadata["autoreset_mode"].value
     (2, 'SameStep')
 """

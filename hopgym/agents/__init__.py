@@ -1,7 +1,8 @@
 """Agents: scripted baselines, the evaluation harness and (with extras) LLM agents and training.
 
 Scripted: :class:`RandomAgent`, :class:`DirectAgent`, :class:`SingleSearchAgent`,
-:class:`IterativeAgent`, :class:`OracleAgent`; :func:`make_agent` by name; :func:`evaluate`.
+:class:`IterativeAgent`, :class:`OracleAgent`; :func:`make_agent` by name (:func:`register_agent`
+adds one); :func:`evaluate`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from hopgym.agents.scripted import (
     OracleAgent,
     RandomAgent,
     SingleSearchAgent,
+    agent_names,
     make_agent,
+    register_agent,
 )
 
 # name -> module, imported on first use so that `import hopgym.agents` pulls in no torch or trl.
@@ -45,7 +48,7 @@ _LAZY = {
 }
 
 __all__ = ["Agent", "RandomAgent", "DirectAgent", "SingleSearchAgent", "OracleAgent",
-           "make_agent", "AGENTS", *_LAZY]
+           "make_agent", "register_agent", "agent_names", "AGENTS", *_LAZY]
 
 
 def __getattr__(name: str):

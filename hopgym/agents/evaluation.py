@@ -326,7 +326,7 @@ def evaluate(
             written as each episode ends.
         agent_name: what the trajectory file's header records as the agent (default: the
             agent's class name).
-        progress: ``True`` or a label (``"Synthetic-v0 iterative"``) for a progress bar on a
+        progress: ``True`` or a label (``"Synthetic-v1 iterative"``) for a progress bar on a
             terminal's stderr (none when stderr is not a terminal), or a callback called with
             the episode count.
         time_limit: seconds (wall clock) after which the run stops before the next turn: the
@@ -346,7 +346,7 @@ def evaluate(
     Example:
         >>> import gymnasium as gym, hopgym
         >>> from hopgym.agents import OracleAgent
-        >>> env = gym.make("hopgym/Tiny-v0")
+        >>> env = gym.make("hopgym/Tiny-v1")
         >>> evaluate(env, OracleAgent(env), episodes=6)["em"]
         1.0
     """

@@ -223,6 +223,10 @@ def bench_rl(
 ) -> dict[str, Any]:
     """Train each algorithm for each seed, evaluate policies and baselines, return the results.
 
+    One flat sequence (check the arguments, train every algorithm for every seed, evaluate on the
+    same questions, the baselines, the summary), kept in one function so that the order in which
+    seeds are drawn and envs are built reads top to bottom.
+
     Args:
         env_id: a featurized env id.
         env_kwargs: keyword arguments for ``gym.make(env_id, ...)`` (training).

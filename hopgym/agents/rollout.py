@@ -130,6 +130,8 @@ class Trajectory:
     truncated: bool = False
 
     def _append(self, kind: str, ids: Sequence[int], logps: Sequence[float] | None) -> None:
+        if not ids:  # an observation cut to nothing by the token budget: no span
+            return
         start = len(self.completion_ids)
         self.completion_ids.extend(int(i) for i in ids)
         if kind == "model":
@@ -284,7 +286,9 @@ class RolloutCollector:
 
     def _model_turn(self, active: list[_Episode], gen: Any) -> None:
         cfg = self.config
-        budgets = [min(cfg.max_new_tokens, cfg.max_completion_tokens - len(e.traj.completion_ids))
+        # One token of the completion budget stays free for the closing eos.
+        budgets = [max(1, min(cfg.max_new_tokens,
+                              cfg.max_completion_tokens - len(e.traj.completion_ids) - 1))
                    for e in active]
         stop_ids, stop_strings = self._stops()
         contexts = [e.traj.prompt_ids + e.traj.completion_ids for e in active]
@@ -332,7 +336,8 @@ class RolloutCollector:
             ep.done = True
             traj.terminated, traj.truncated = bool(terminated), bool(truncated or out_of_tokens)
             eos = self.tokenizer.eos_token_id
-            if eos is not None and (not traj.completion_ids or traj.completion_ids[-1] != eos):
+            if eos is not None and (not traj.completion_ids or traj.completion_ids[-1] != eos) \
+                    and len(traj.completion_ids) < self.config.max_completion_tokens:
                 traj._append("env", [eos], None)
             traj.reward_terms = dict(ep.terms)
             if traj.answer is not None:

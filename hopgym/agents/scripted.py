@@ -2,7 +2,8 @@
 
 Classes: :class:`Agent` (the protocol), :class:`RandomAgent`, :class:`DirectAgent`,
 :class:`SingleSearchAgent`, :class:`OracleAgent`. :func:`make_agent` builds one by name
-(``random``, ``direct``, ``single-search``, ``iterative``, ``oracle``).
+(``random``, ``direct``, ``single-search``, ``iterative``, ``oracle``, and any name added with
+:func:`register_agent`).
 
 The oracle is the executable spec of an env: it follows the gold decomposition (routing where a hop's
 document lives in another source), searches only for hops whose document it has not seen yet, and
@@ -11,7 +12,9 @@ answers the gold answer; it must reach EM 1.0 and support recall 1.0.
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -20,7 +23,7 @@ import numpy as np
 from hopgym.envs.actions import Action, Answer, Route, Search, Think
 
 __all__ = ["Agent", "RandomAgent", "DirectAgent", "SingleSearchAgent", "OracleAgent",
-           "make_agent", "AGENTS"]
+           "make_agent", "register_agent", "agent_names", "AgentFactory", "AGENTS"]
 
 
 @runtime_checkable
@@ -160,21 +163,76 @@ class OracleAgent:
         return self._next(info)
 
 
-AGENTS = ("random", "direct", "single-search", "iterative", "oracle")
+#: ``factory(env, seed) -> Agent``: what :func:`register_agent` takes.
+AgentFactory = Callable[[gym.Env, "int | None"], Agent]
+
+_FACTORIES: dict[str, AgentFactory] = {}
+
+
+def register_agent(name: str, factory: AgentFactory, *, override: bool = False) -> None:
+    """Make an agent buildable by name: :func:`make_agent` (and so ``hopgym eval --agent``).
+
+    Args:
+        name: the name users write (``"my-agent"``).
+        factory: ``factory(env, seed) -> Agent``; ``seed`` is ``None`` or an int the agent draws
+            its randomness from.
+        override: replace an agent already registered under ``name``.
+
+    Raises:
+        ValueError: an empty name, a name with ``:`` (that form means ``module:attribute``), a
+            name already registered (unless ``override``), or a factory that is not callable.
+    """
+    if not isinstance(name, str) or not name.strip() or ":" in name:
+        raise ValueError(f"an agent name must be a non-empty string without ':', got {name!r}")
+    if name in _FACTORIES and not override:
+        raise ValueError(f"agent {name!r} is already registered (pass override=True to replace "
+                         "it)")
+    if not callable(factory):
+        raise ValueError(f"the factory of agent {name!r} must be callable, got {factory!r}")
+    _FACTORIES[name] = factory
+
+
+def agent_names() -> tuple[str, ...]:
+    """The registered agent names, in registration order (the built-in ones first)."""
+    return tuple(_FACTORIES)
+
+
+def _iterative(env: gym.Env, seed: int | None) -> Agent:
+    from hopgym.agents.iterative import IterativeAgent
+
+    return IterativeAgent(seed=seed)
+
+
+register_agent("random", lambda env, seed: RandomAgent(seed))
+register_agent("direct", lambda env, seed: DirectAgent())
+register_agent("single-search", lambda env, seed: SingleSearchAgent())
+register_agent("iterative", _iterative)
+register_agent("oracle", lambda env, seed: OracleAgent(env))
+
+#: The built-in scripted agents (:func:`agent_names` also lists the ones registered since).
+AGENTS: tuple[str, ...] = agent_names()
 
 
 def make_agent(name: str, env: gym.Env, seed: int | None = None) -> Agent:
-    """A scripted agent by name, for ``env``."""
-    if name == "random":
-        return RandomAgent(seed)
-    if name == "direct":
-        return DirectAgent()
-    if name == "single-search":
-        return SingleSearchAgent()
-    if name == "oracle":
-        return OracleAgent(env)
-    if name == "iterative":
-        from hopgym.agents.iterative import IterativeAgent
+    """An agent by name, for ``env``: a registered name (:func:`register_agent`), or
+    ``"module:attribute"`` naming a factory ``(env, seed) -> Agent`` (imported on use, so that a
+    command line can reach an agent defined in the user's own module).
 
-        return IterativeAgent(seed=seed)
-    raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")
+    Example:
+        >>> import gymnasium as gym, hopgym
+        >>> type(make_agent("oracle", gym.make("hopgym/Tiny-v1"))).__name__
+        'OracleAgent'
+    """
+    if isinstance(name, str) and ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot load agent {name!r}: {exc}") from None
+        return factory(env, seed)
+    try:
+        factory = _FACTORIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(_FACTORIES)}, or "
+                         "give 'module:factory'") from None
+    return factory(env, seed)

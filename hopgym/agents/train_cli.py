@@ -2,8 +2,8 @@
 
 ::
 
-    hopgym train sft  --env hopgym/Synthetic-v0 --model tiny --out runs/sft
-    hopgym train grpo --env hopgym/Synthetic-v0 --model runs/sft --reward r3rag --out runs/grpo
+    hopgym train sft  --env hopgym/Synthetic-v1 --model tiny --out runs/sft
+    hopgym train grpo --env hopgym/Synthetic-v1 --model runs/sft --reward r3rag --out runs/grpo
 
 Classes: :class:`TrainConfig` (the env, its questions and the policy, shared by both commands),
 :class:`SFTDataConfig` (the teacher data of ``train sft``). Functions: :func:`load_policy`,
@@ -48,7 +48,7 @@ class TrainConfig:
     model: str = field(metadata={
         "help": "tiny (a small Llama built from scratch, see --tiny-*), or a local folder or "
                 "hub id.", "metavar": "ID"})
-    env: str = field(default="hopgym/Synthetic-v0", metadata={"help": "Env id.",
+    env: str = field(default="hopgym/Synthetic-v1", metadata={"help": "Env id.",
                                                               "metavar": "ID"})
     kw: dict[str, Any] = field(default_factory=dict, metadata={
         "help": "Env keyword arguments, e.g. --kw hops=2 kinds=bridge; repeat to add more."})

@@ -8,7 +8,7 @@ Classes: :class:`EpisodeRecorder`, :class:`TrajectoryWriter`, :class:`Trajectory
 A UTF-8 JSON-lines file. The first line is a header::
 
     {"format": "hopgym-trajectories", "version": 1, "hopgym_version": "0.1.0",
-     "env_id": "hopgym/Synthetic-v0", "env_options": {"hops": 3}, "reward": "default",
+     "env_id": "hopgym/Synthetic-v1", "env_options": {"hops": 3}, "reward": "default",
      "protocol": "tags", "task": "synthetic", "questions": 1000, "agent": "iterative",
      "seed": 0, "doc_text_chars": 1000, "created": "2025-01-31T12:00:00Z"}
 
@@ -134,9 +134,9 @@ def trajectory_header(env: gym.Env, agent: Any = None, *, seed: int | None = Non
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> h = trajectory_header(gym.make("hopgym/Tiny-v0", top_k=2), agent_name="oracle", seed=0)
+        >>> h = trajectory_header(gym.make("hopgym/Tiny-v1", top_k=2), agent_name="oracle", seed=0)
         >>> h["format"], h["version"], h["env_id"], h["reward"], h["agent"]
-        ('hopgym-trajectories', 1, 'hopgym/Tiny-v0', 'default', 'oracle')
+        ('hopgym-trajectories', 1, 'hopgym/Tiny-v1', 'default', 'oracle')
         >>> h["env_options"]
         {'top_k': 2, 'parse': 'lenient', 'repeat_notice': True, 'last_turn_notice': True}
     """
@@ -176,7 +176,7 @@ class EpisodeRecorder:
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> env = gym.make("hopgym/Tiny-v0")
+        >>> env = gym.make("hopgym/Tiny-v1")
         >>> obs, info = env.reset(seed=0)
         >>> rec = EpisodeRecorder(env)
         >>> rec.start(info, seed=0)
@@ -392,12 +392,12 @@ def read_trajectories(path: str | Path) -> TrajectoryFile:
     Example:
         >>> import gymnasium as gym, hopgym, tempfile, os
         >>> from hopgym.agents import OracleAgent, evaluate
-        >>> env = gym.make("hopgym/Tiny-v0")
+        >>> env = gym.make("hopgym/Tiny-v1")
         >>> path = os.path.join(tempfile.mkdtemp(), "run.jsonl")
         >>> _ = evaluate(env, OracleAgent(env), episodes=2, trajectories=path)
         >>> run = read_trajectories(path)
         >>> run.header["env_id"], len(run.episodes), run.episodes[0]["em"]
-        ('hopgym/Tiny-v0', 2, 1.0)
+        ('hopgym/Tiny-v1', 2, 1.0)
     """
     path = Path(path)
     if not path.is_file():

@@ -26,7 +26,7 @@ __all__ = ["DEFAULT_ENV", "ENV_OPTIONS", "CommandError", "EnvConfig", "add_env_a
            "console", "make_env", "metrics_table", "progress_label", "rounded", "terms_table",
            "write_json"]
 
-DEFAULT_ENV = "hopgym/Synthetic-v0"
+DEFAULT_ENV = "hopgym/Synthetic-v1"
 
 
 class CommandError(HopgymError):
@@ -129,7 +129,7 @@ def console() -> Any:
 
 
 def progress_label(env_id: str, agent: str) -> str:
-    """What a progress bar is for: ``"Synthetic-v0 iterative"``."""
+    """What a progress bar is for: ``"Synthetic-v1 iterative"``."""
     return f"{env_id.removeprefix('hopgym/')} {agent}"
 
 

@@ -32,7 +32,7 @@ __all__ = ["BenchConfig", "add_parser", "run"]
 class BenchConfig(EnvConfig):
     """Envs, agents and episodes of ``hopgym bench``."""
 
-    env: tuple[str, ...] = field(default=(DEFAULT_ENV, "hopgym/SyntheticRouting-v0"), metadata={
+    env: tuple[str, ...] = field(default=(DEFAULT_ENV, "hopgym/SyntheticRouting-v1"), metadata={
         "help": "Env ids, one table each.", "metavar": "ID"})
     agents: tuple[str, ...] = field(default=AGENTS, metadata={
         "help": "Scripted agents to run.", "choices": AGENTS})

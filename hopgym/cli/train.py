@@ -3,8 +3,8 @@
 
 ::
 
-    hopgym train sft  --env hopgym/Synthetic-v0 --model tiny --out runs/sft
-    hopgym train grpo --env hopgym/Synthetic-v0 --model runs/sft --reward r3rag --out runs/grpo
+    hopgym train sft  --env hopgym/Synthetic-v1 --model tiny --out runs/sft
+    hopgym train grpo --env hopgym/Synthetic-v1 --model runs/sft --reward r3rag --out runs/grpo
 
 Options, per subcommand (:data:`SUBCOMMANDS`): :class:`~hopgym.agents.train_cli.TrainConfig`
 (env, questions, model), the run config of the trainer

@@ -21,13 +21,17 @@ from hopgym.corpora.types import Passage
 __all__ = ["HybridRetriever", "scored_search", "scored_search_batch"]
 
 
-def scored_search_batch(retriever: Retriever, queries: Sequence[str], k: int
-                        ) -> list[list[SearchHit]]:
+def scored_search_batch(retriever: Retriever, queries: Sequence[str], k: int, *,
+                        cached: bool = False) -> list[list[SearchHit]]:
     """Top ``k`` hits with scores for each query, from any retriever.
 
     Uses ``search_batch_scored`` or ``search_scored`` when the retriever has them; a plain
-    :class:`Retriever` gets rank-based scores ``1 / rank``.
+    :class:`Retriever` gets rank-based scores ``1 / rank``. ``cached``: go through the
+    retriever's query cache where it has one (a server answering clients); the parts of a fused
+    retriever are searched uncached (the fused result is what its own cache holds).
     """
+    if cached and hasattr(retriever, "search_batch_hits"):
+        return retriever.search_batch_hits(queries, k)
     if hasattr(retriever, "search_batch_scored"):
         return retriever.search_batch_scored(queries, k)
     if hasattr(retriever, "search_scored"):

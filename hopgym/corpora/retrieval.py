@@ -171,6 +171,11 @@ class BatchScoredRetriever:
         return out  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ derived searches
+    def search_batch_hits(self, queries: Sequence[str], k: int) -> list[list[SearchHit]]:
+        """Top ``k`` hits with scores for each query, through the query cache (what a server
+        answers its clients with)."""
+        return self._search_cached(queries, k)
+
     def search_scored(self, query: str, k: int) -> list[SearchHit]:
         """Top ``k`` hits with scores for one query."""
         return self._search_cached([query], k)[0]

@@ -29,7 +29,7 @@ Adding a kind is one module plus one registration line::
         return TfidfRetriever(passages)
 
     register_retriever("tfidf", build_tfidf)
-    gym.make("hopgym/MuSiQue-v0", path=..., mode="open", retriever="tfidf")
+    gym.make("hopgym/MuSiQue-v1", path=..., mode="open", retriever="tfidf")
 
 Users pass a spec wherever a retriever is chosen, in any form :meth:`RetrieverSpec.coerce` takes:
 a kind name (``"dense"``), a server URL (``"http://127.0.0.1:8000"``), a list of URLs, a dict of

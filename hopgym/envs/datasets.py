@@ -1,18 +1,18 @@
 """Env factory for real benchmarks: :func:`make_dataset_env`; the task recipe :class:`TaskSpec`
 and :func:`load_task`.
 
-One entry point serves ``hopgym/HotpotQA-v0``, ``hopgym/2WikiMultiHopQA-v0``,
-``hopgym/MuSiQue-v0``, ``hopgym/Bamboogle-v0`` and ``hopgym/MultiHopQA-v0``, registered with
+One entry point serves ``hopgym/HotpotQA-v1``, ``hopgym/2WikiMultiHopQA-v1``,
+``hopgym/MuSiQue-v1``, ``hopgym/Bamboogle-v1`` and ``hopgym/MultiHopQA-v1``, registered with
 ``kwargs={"dataset": ...}`` (as Gymnasium registers ``LunarLanderContinuous-v3`` on the
 ``LunarLander`` entry point); what differs between the datasets is their format in the
 registry of :mod:`hopgym.corpora.datasets`::
 
-    gym.make("hopgym/HotpotQA-v0", path="hotpot_dev_distractor_v1.json")            # distractor
-    gym.make("hopgym/MuSiQue-v0", path="musique_ans_v1.0_dev.jsonl", mode="open",
+    gym.make("hopgym/HotpotQA-v1", path="hotpot_dev_distractor_v1.json")            # distractor
+    gym.make("hopgym/MuSiQue-v1", path="musique_ans_v1.0_dev.jsonl", mode="open",
              retriever="hybrid", index="idx/musique")      # built on first use, then reused
-    gym.make("hopgym/Bamboogle-v0", path="bamboogle.jsonl", corpus="wiki18.jsonl",
+    gym.make("hopgym/Bamboogle-v1", path="bamboogle.jsonl", corpus="wiki18.jsonl",
              retriever="dense")
-    gym.make("hopgym/Bamboogle-v0", path="bamboogle.jsonl",
+    gym.make("hopgym/Bamboogle-v1", path="bamboogle.jsonl",
              retriever={"url": "http://127.0.0.1:8000", "timeout": 30, "retries": 5})
 
 Keyword arguments are of three kinds, and a misspelt one is refused with the closest name:
@@ -409,25 +409,25 @@ def make_dataset_env(dataset: str = "auto", path: str | os.PathLike[str] | None 
 
 def make_hotpotqa(path: str | os.PathLike[str] | None = None,
                   **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """HotpotQA as an env (``hopgym/HotpotQA-v0``): ``make_dataset_env("hotpotqa", ...)``."""
+    """HotpotQA as an env (``hopgym/HotpotQA-v1``): ``make_dataset_env("hotpotqa", ...)``."""
     return make_dataset_env("hotpotqa", path, **kwargs)
 
 
 def make_2wiki(path: str | os.PathLike[str] | None = None,
                **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """2WikiMultihopQA as an env (``hopgym/2WikiMultiHopQA-v0``): ``make_dataset_env("2wiki", ...)``."""
+    """2WikiMultihopQA as an env (``hopgym/2WikiMultiHopQA-v1``): ``make_dataset_env("2wiki", ...)``."""
     return make_dataset_env("2wiki", path, **kwargs)
 
 
 def make_musique(path: str | os.PathLike[str] | None = None,
                  **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """MuSiQue (answerable) as an env (``hopgym/MuSiQue-v0``): ``make_dataset_env("musique", ...)``."""
+    """MuSiQue (answerable) as an env (``hopgym/MuSiQue-v1``): ``make_dataset_env("musique", ...)``."""
     return make_dataset_env("musique", path, **kwargs)
 
 
 def make_bamboogle(path: str | os.PathLike[str] | None = None,
                    **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """Bamboogle as an env (``hopgym/Bamboogle-v0``): ``make_dataset_env("bamboogle", ...)``.
+    """Bamboogle as an env (``hopgym/Bamboogle-v1``): ``make_dataset_env("bamboogle", ...)``.
 
     Bamboogle has questions and answers only, so search needs ``corpus=`` (e.g. wiki-18),
     ``index=`` (a saved index; its corpus is read from its manifest) or a server URL as
@@ -438,7 +438,7 @@ def make_bamboogle(path: str | os.PathLike[str] | None = None,
 
 def make_multihopqa(path: str | os.PathLike[str] | None = None,
                     **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """Any supported QA file as an env (``hopgym/MultiHopQA-v0``): ``make_dataset_env("auto", ...)``.
+    """Any supported QA file as an env (``hopgym/MultiHopQA-v1``): ``make_dataset_env("auto", ...)``.
 
     The layout is detected from the first record: a FlashRAG QA jsonl (``{id, question,
     golden_answers}``, needs ``corpus``/``index``/a server like Bamboogle), or a HotpotQA, 2Wiki

@@ -82,7 +82,7 @@ class MultiHopTeamEnv(ParallelEnv):
     searcher's move is played; when both wait the team spends the turn thinking.
 
     Example:
-        >>> team = parallel_env(base_id="hopgym/Tiny-v0", reward=None, max_candidates=4)
+        >>> team = parallel_env(base_id="hopgym/Tiny-v1", reward=None, max_candidates=4)
         >>> obs, infos = team.reset(seed=0)
         >>> sorted(obs), team.action_space("answerer_0")
         (['answerer_0', 'searcher_0'], Discrete(5))
@@ -335,7 +335,7 @@ def env(**kwargs: Any) -> Any:
     """The AEC form: ``pettingzoo.utils.parallel_to_aec(MultiHopTeamEnv(**kwargs))``.
 
     Example:
-        >>> aec = env(base_id="hopgym/Tiny-v0", reward=None, max_candidates=4)
+        >>> aec = env(base_id="hopgym/Tiny-v1", reward=None, max_candidates=4)
         >>> aec.reset(seed=0)
         >>> aec.agent_selection
         'searcher_0'

@@ -134,7 +134,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
       holds them resolved (:meth:`~hopgym.envs.options.EnvOptions.resolved`).
 
     >>> import gymnasium as gym, hopgym
-    >>> env = gym.make("hopgym/Synthetic-v0")
+    >>> env = gym.make("hopgym/Synthetic-v1")
     >>> obs, info = env.reset(seed=0)
     >>> "Question:" in obs
     True
@@ -279,7 +279,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         terminated = False
         act = parsed.action
         if act is None:
-            obs = self.protocol.format_error(parsed.error or "invalid turn", self.turn)
+            obs = self.protocol.format_error(parsed.error or "invalid turn", self.turn,
+                                             tuple(self.task.sources))
         elif isinstance(act, Think):
             obs = self.protocol.format_think(self.turn)
         elif isinstance(act, Route):
@@ -351,7 +352,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
         answered = self.done
-        return self.protocol.format_error(error, self.turn), 0.0, answered, not answered, info
+        return (self.protocol.format_error(error, self.turn, tuple(self.task.sources)), 0.0,
+                answered, not answered, info)
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

@@ -89,8 +89,9 @@ class Protocol:
         """An observation that carries a short message (route done, no documents, search failed)."""
         raise NotImplementedError
 
-    def format_error(self, reason: str, turn: int) -> str:
-        """The corrective observation after a malformed turn."""
+    def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
+        """The corrective observation after a malformed turn (``sources``: the env's source
+        names; the actions it lists name routing only where there is more than one)."""
         raise NotImplementedError
 
     def format_think(self, turn: int) -> str:
@@ -147,7 +148,16 @@ _INFO_ERROR = "<information> is written by the environment, not by you"
 _NESTED_ERROR = "nested tags: a tag may not contain another tag"
 _IN_THINK_ERROR = ("an action inside <think>…</think> does not count: close the thought with "
                    "</think>, then write the action")
-_NO_ACTION_ERROR = "no action: write <search>, <route> or <answer> (after an optional <think>)"
+def _routes(sources: Sequence[str]) -> bool:
+    """Whether an env with these sources can route: more than one source (a container with no
+    length, such as a reader's accept-any-source set, counts as several)."""
+    return not hasattr(sources, "__len__") or len(sources) > 1
+
+
+def _no_action_error(sources: Sequence[str]) -> str:
+    """Why a turn with no action block is invalid; routing is named only with several sources."""
+    tags = "<search>, <route> or <answer>" if _routes(sources) else "<search> or <answer>"
+    return f"no action: write {tags} (after an optional <think>)"
 
 
 def _truncated_error(tag: str) -> str:
@@ -245,7 +255,7 @@ class TagsProtocol(Protocol):
         if not acts:
             if think:
                 return ParsedTurn(Think(think), think=think, issues=issues)
-            return ParsedTurn(None, error=_NO_ACTION_ERROR, issues=issues)
+            return ParsedTurn(None, error=_no_action_error(sources), issues=issues)
         if len(acts) > 1:
             names = ", ".join(k for k, _ in acts)
             return ParsedTurn(None, think=think, issues=issues,
@@ -255,6 +265,12 @@ class TagsProtocol(Protocol):
 
     # ------------------------------------------------------------------ lenient
     def _parse_lenient(self, text: str, sources: Sequence[str]) -> ParsedTurn:
+        """Search-R1's reading: the first complete action block, everything else a format issue.
+
+        Longer than most functions on purpose: it is one pass over the tags in order, a small
+        state machine (the open ``<think>``, the end of the last tag handled, the spans covered),
+        and each branch's effect on that state reads best in one place.
+        """
         tags = _tags(text)
         if any(t.name == "information" for t in tags):
             return ParsedTurn(None, error=_INFO_ERROR)
@@ -341,7 +357,7 @@ class TagsProtocol(Protocol):
                                   truncated=True)
             if think:
                 return ParsedTurn(Think(think), think=think, issues=tuple(issues))
-            return ParsedTurn(None, error=_NO_ACTION_ERROR, issues=tuple(issues))
+            return ParsedTurn(None, error=_no_action_error(sources), issues=tuple(issues))
         distinct = list(dict.fromkeys(acts))
         if len(distinct) > 1:
             names = ", ".join(k for k, _ in acts)
@@ -395,10 +411,12 @@ class TagsProtocol(Protocol):
     def format_notice(self, message: str, turn: int) -> str:
         return f"\n<information>{message}</information>\n"
 
-    def format_error(self, reason: str, turn: int) -> str:
-        return (f"\n<information>Invalid turn: {reason}. Write <think>…</think> followed by exactly "
-                "one of <search>query</search>, <route>source</route> or "
-                "<answer>answer</answer>.</information>\n")
+    def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
+        actions = ("exactly one of <search>query</search>, <route>source</route> or "
+                   "<answer>answer</answer>"
+                   if _routes(sources) else "either <search>query</search> or <answer>answer</answer>")
+        return (f"\n<information>Invalid turn: {reason}. Write <think>…</think> followed by "
+                f"{actions}.</information>\n")
 
     #: The last-turn notice (a line of its own after the observation). It holds no tag: a model
     #: that copies it must not have written an action (SmolLM2-135M copied an earlier wording's
@@ -598,7 +616,7 @@ class R3Protocol(Protocol):
     def format_notice(self, message: str, turn: int) -> str:
         return f"\nThe retrieval documents: {message}\nStep {turn + 1}:\n"
 
-    def format_error(self, reason: str, turn: int) -> str:
+    def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
         return (f"\nFormat error: {reason}. Write 'The problem analysis: …' and then either "
                 f"'The retrieval query: …' or 'The final answer: …'.\nStep {turn + 1}:\n")
 

@@ -155,7 +155,7 @@ class RayVectorEnv(BatchVectorEnvBase):
 
     Example (not run here: it starts Ray):
         >>> import hopgym.vector  # doctest: +SKIP
-        >>> envs = hopgym.vector.make_vec("hopgym/Synthetic-v0", 16, vectorization_mode="ray",
+        >>> envs = hopgym.vector.make_vec("hopgym/Synthetic-v1", 16, vectorization_mode="ray",
         ...                               workers=2)  # doctest: +SKIP
 
     Change logs:

@@ -61,7 +61,7 @@ def make_tiny(
     engine: str | None = None,
     **options: Unpack[EnvKwargs],
 ) -> gym.Env:
-    """The hand-written tiny corpus (:mod:`hopgym.corpora.tiny`) as an env: ``hopgym/Tiny-v0``.
+    """The hand-written tiny corpus (:mod:`hopgym.corpora.tiny`) as an env: ``hopgym/Tiny-v1``.
 
     Args:
         sources: ``("local",)`` or ``("local", "web")``.
@@ -97,7 +97,7 @@ def make_synthetic(
     engine: str | None = None,
     **options: Unpack[EnvKwargs],
 ) -> gym.Env:
-    """The synthetic world as an env: ``hopgym/Synthetic-v0`` and ``hopgym/SyntheticRouting-v0``.
+    """The synthetic world as an env: ``hopgym/Synthetic-v1`` and ``hopgym/SyntheticRouting-v1``.
 
     World arguments (``seed`` … ``test_fraction``) are those of
     :class:`~hopgym.corpora.synthetic.WorldConfig`; ``seed`` is the *world's* seed (the question

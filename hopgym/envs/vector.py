@@ -42,9 +42,9 @@ depend on the order), so the results are the same.
 
 Example:
     >>> import hopgym
-    >>> envs = make_vec("hopgym/Tiny-v0", num_envs=3)
+    >>> envs = make_vec("hopgym/Tiny-v1", num_envs=3)
     >>> envs
-    BatchedSearchVectorEnv(hopgym/Tiny-v0, num_envs=3)
+    BatchedSearchVectorEnv(hopgym/Tiny-v1, num_envs=3)
     >>> obs, infos = envs.reset(seed=0)
     >>> obs, rewards, terminated, truncated, infos = envs.step(
     ...     ["<search>Kaldor river</search>"] * 3)
@@ -193,7 +193,7 @@ def step_batched(envs: Sequence[gym.Env], actions: Sequence[Any],
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> envs = [gym.make("hopgym/Tiny-v0") for _ in range(2)]
+        >>> envs = [gym.make("hopgym/Tiny-v1") for _ in range(2)]
         >>> for i, env in enumerate(envs):
         ...     _ = env.reset(seed=i)
         >>> [r[4]["action_type"] for r in step_batched(envs, ["<search>Orsk</search>",

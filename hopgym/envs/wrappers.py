@@ -18,7 +18,7 @@ class StepBudget(TimeLimit):
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> env = gym.make("hopgym/Tiny-v0", max_turns=1)
+        >>> env = gym.make("hopgym/Tiny-v1", max_turns=1)
         >>> _ = env.reset(seed=0)
         >>> env.step("<answer>x</answer>")[2:4]
         (True, False)

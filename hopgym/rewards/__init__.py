@@ -18,7 +18,7 @@ functions (:mod:`hopgym.rewards.scoring`) and the TRL reward functions (:mod:`ho
 Example:
     >>> import gymnasium as gym, hopgym
     >>> from hopgym.rewards import OutcomeReward, RelevanceReward, FormatReward
-    >>> env = gym.make("hopgym/Tiny-v0", reward=None)
+    >>> env = gym.make("hopgym/Tiny-v1", reward=None)
     >>> env = RelevanceReward(OutcomeReward(FormatReward(env), metric="f1"), "gold", weight=0.3)
     >>> _ = env.reset(options={"question_id": "tiny-1"})
     >>> _ = env.step("<search>Qelvor Dynamics founded</search>")

@@ -125,7 +125,7 @@ class OutcomeReward(RewardTermWrapper):
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> env = OutcomeReward(gym.make("hopgym/Tiny-v0", reward=None), metric="f1")
+        >>> env = OutcomeReward(gym.make("hopgym/Tiny-v1", reward=None), metric="f1")
         >>> _ = env.reset(seed=0)
         >>> _, r, terminated, _, info = env.step("<answer>unknown</answer>")
         >>> terminated, r, info["reward_terms"]

@@ -40,7 +40,7 @@ def reward_terms_of(env: gym.Env) -> list[str]:
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> reward_terms_of(gym.make("hopgym/Tiny-v0", reward="default"))
+        >>> reward_terms_of(gym.make("hopgym/Tiny-v1", reward="default"))
         ['outcome']
     """
     names: list[str] = []

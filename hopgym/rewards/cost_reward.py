@@ -46,7 +46,7 @@ class SearchCostReward(RewardTermWrapper):
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> env = gym.make("hopgym/Tiny-v0", sources=("local", "web"), reward=None)
+        >>> env = gym.make("hopgym/Tiny-v1", sources=("local", "web"), reward=None)
         >>> env = SearchCostReward(env, per_search=0.05, costs={"web": 0.2})
         >>> env.costs
         {'local': 0.05, 'web': 0.25}
@@ -131,7 +131,7 @@ class RedundancyReward(RewardTermWrapper):
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> env = RedundancyReward(gym.make("hopgym/Tiny-v0", reward=None), query_penalty=0.1)
+        >>> env = RedundancyReward(gym.make("hopgym/Tiny-v1", reward=None), query_penalty=0.1)
         >>> _ = env.reset(seed=0)
         >>> _ = env.step("<search>Lorn</search>")
         >>> env.step("<search>lorn</search>")[1]

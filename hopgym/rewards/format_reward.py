@@ -50,12 +50,12 @@ class FormatReward(RewardTermWrapper):
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> env = FormatReward(gym.make("hopgym/Tiny-v0", reward=None), penalty=0.9, terminate=True)
+        >>> env = FormatReward(gym.make("hopgym/Tiny-v1", reward=None), penalty=0.9, terminate=True)
         >>> _ = env.reset(seed=0)
         >>> _, r, terminated, _, info = env.step("no tags at all")
         >>> r, terminated, info["reward_terms"]
         (-0.9, True, {'format': -0.9})
-        >>> env = FormatReward(gym.make("hopgym/Tiny-v0", reward=None), penalty=0.0,
+        >>> env = FormatReward(gym.make("hopgym/Tiny-v1", reward=None), penalty=0.0,
         ...                    issue_penalty=0.1)
         >>> _ = env.reset(seed=0)
         >>> _, r, _, _, info = env.step("<think>Lorn, so<search>Lorn</search>")

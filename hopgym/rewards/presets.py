@@ -102,7 +102,7 @@ def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym
     Example:
         >>> import gymnasium as gym, hopgym
         >>> from hopgym.rewards.base import reward_terms_of
-        >>> env = preset(gym.make("hopgym/Tiny-v0", reward=None), "r3rag")
+        >>> env = preset(gym.make("hopgym/Tiny-v1", reward=None), "r3rag")
         >>> reward_terms_of(env)
         ['format', 'relevance', 'relevance_scale', 'outcome']
     """

@@ -58,7 +58,7 @@ class RelevanceReward(RewardTermWrapper):
 
     Example:
         >>> import gymnasium as gym, hopgym
-        >>> env = RelevanceReward(gym.make("hopgym/Tiny-v0", reward=None), weight=1.0)
+        >>> env = RelevanceReward(gym.make("hopgym/Tiny-v1", reward=None), weight=1.0)
         >>> _ = env.reset(options={"question_id": "tiny-2"})
         >>> _, r, *_ , info = env.step("<search>Qelvor Dynamics founder</search>")
         >>> r, info["reward_terms"]

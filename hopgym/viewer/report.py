@@ -399,7 +399,7 @@ def write_report(paths: str | Path | Iterable[str | Path], out: str | Path | Non
     Example:
         >>> import gymnasium as gym, hopgym, tempfile, os
         >>> from hopgym.agents import OracleAgent, evaluate
-        >>> env = gym.make("hopgym/Tiny-v0")
+        >>> env = gym.make("hopgym/Tiny-v1")
         >>> run = os.path.join(tempfile.mkdtemp(), "run.jsonl")
         >>> _ = evaluate(env, OracleAgent(env), episodes=3, trajectories=run)
         >>> write_report(run).name

@@ -19,7 +19,7 @@ from hopgym.cli import main
 
 ray = pytest.importorskip("ray")
 
-ENV = functools.partial(gym.make, "hopgym/Tiny-v0", max_turns=4)
+ENV = functools.partial(gym.make, "hopgym/Tiny-v1", max_turns=4)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,7 +87,7 @@ def test_cli_ray(tmp_path, capsys):
     tok = build_tokenizer()
     build_model(tok).save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    common = ["eval", "--env", "hopgym/Tiny-v0", "--max-turns", "2", "--agent", "llm", "--model",
+    common = ["eval", "--env", "hopgym/Tiny-v1", "--max-turns", "2", "--agent", "llm", "--model",
               str(tmp_path / "m"), "--max-new-tokens", "6", "--episodes", "3", "--num-envs", "2"]
     main([*common, "--json", str(tmp_path / "here.json")])
     main([*common, "--ray", "--workers", "2", "--json", str(tmp_path / "ray.json")])
@@ -95,4 +95,4 @@ def test_cli_ray(tmp_path, capsys):
     assert there["worker_errors"] == 0
     for key in ("em", "f1", "avg_steps", "invalid_rate", "answered", "episodes"):
         assert here[key] == there[key], key
-    assert "hopgym/Tiny-v0, 3 episodes" in capsys.readouterr().out
+    assert "hopgym/Tiny-v1, 3 episodes" in capsys.readouterr().out

@@ -15,7 +15,7 @@ from hopgym.agents.trajectories import read_trajectories
 from hopgym.cli import main
 from hopgym.vector import BatchedSearchVectorEnv
 
-ENV = functools.partial(gym.make, "hopgym/Tiny-v0", max_turns=4)
+ENV = functools.partial(gym.make, "hopgym/Tiny-v1", max_turns=4)
 
 
 def _records(path):
@@ -52,6 +52,6 @@ def test_workers_are_checked():
     with pytest.raises(ValueError, match="workers"):
         evaluate(ENV, BatchedScript(), episodes=2, num_envs=2, workers=0)
     with pytest.raises(SystemExit, match="add --ray"):
-        main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "oracle", "--workers", "2"])
+        main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "oracle", "--workers", "2"])
     with pytest.raises(SystemExit, match="only the llm agents"):
-        main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "oracle", "--ray"])
+        main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "oracle", "--ray"])

@@ -41,7 +41,7 @@ pytest.importorskip("tokenizers")
 
 
 def _env(protocol: str = "tags", max_turns: int = 4) -> gym.Env:
-    return gym.make("hopgym/Tiny-v0", reward=None, protocol=protocol, max_turns=max_turns)
+    return gym.make("hopgym/Tiny-v1", reward=None, protocol=protocol, max_turns=max_turns)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -491,7 +491,7 @@ def test_llm_eval_example_runs_batched_episodes(tmp_path, model, tokenizer):
     spec.loader.exec_module(module)
     model.save_pretrained(tmp_path / "m")
     tokenizer.save_pretrained(tmp_path / "m")
-    metrics = module.main(["--env", "hopgym/Tiny-v0", "--kw", "reward=null", "max_turns=2",
+    metrics = module.main(["--env", "hopgym/Tiny-v1", "--kw", "reward=null", "max_turns=2",
                            "--model", str(tmp_path / "m"), "--episodes", "3", "--num-envs", "2",
                            "--max-new-tokens", "6", "--json", str(tmp_path / "m.json"),
                            "--trajectories", str(tmp_path / "t.jsonl")])

@@ -20,7 +20,7 @@ from hopgym.envs.featurized import FeaturizedEnv  # noqa: E402
 TINY_ID = "hopgym-test/TinyFeaturized-v0"
 if TINY_ID not in registry:
     register(id=TINY_ID, entry_point="hopgym.envs.featurized:make_featurized",
-             kwargs={"base_id": "hopgym/Tiny-v0", "max_candidates": 4, "hash_dim": 16})
+             kwargs={"base_id": "hopgym/Tiny-v1", "max_candidates": 4, "hash_dim": 16})
 
 TINY_HP = {"ppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 2},
            "maskppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 2},
@@ -67,7 +67,7 @@ def test_make_model_rejects_unknown_algorithms():
     with pytest.raises(ValueError, match="unknown algorithm"):
         rl_bench.make_model("sac", gym.make(TINY_ID), seed=0)
     with pytest.raises(TypeError, match="featurized env"):
-        rl_bench.bench_rl("hopgym/Tiny-v0", algos=["ppo"], seeds=[0], timesteps=8,
+        rl_bench.bench_rl("hopgym/Tiny-v1", algos=["ppo"], seeds=[0], timesteps=8,
                           eval_episodes=1, baselines=[], progress=False)
 
 
@@ -113,4 +113,4 @@ def test_featurized_env_is_what_the_bench_trains():
     assert isinstance(rl_bench._unwrap_featurized(env), FeaturizedEnv)
     assert env.unwrapped.task.name == "tiny"  # FeaturizedEnv is a wrapper of the text env
     with pytest.raises(TypeError, match="has text actions"):
-        rl_bench._unwrap_featurized(gym.make("hopgym/Tiny-v0"))
+        rl_bench._unwrap_featurized(gym.make("hopgym/Tiny-v1"))

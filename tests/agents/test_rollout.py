@@ -34,7 +34,7 @@ TINY = TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64, max_positions=512)
 
 
 def make_env(reward: str | None = "searchr1") -> gym.Env:
-    return gym.make("hopgym/Tiny-v0", reward=reward)
+    return gym.make("hopgym/Tiny-v1", reward=reward)
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +248,7 @@ def test_imperfect_teacher_flaws():
     assert info["answer"] == "Maren Oskdal" and r == 0.0  # the bridge entity, one hop early
     with pytest.raises(ValueError, match="contradict"):
         TeacherConfig(never_route=True, random_route=0.5)
-    routed = gym.make("hopgym/Tiny-v0", sources=("local", "web"), reward="default")
+    routed = gym.make("hopgym/Tiny-v1", sources=("local", "web"), reward="default")
     never = ImperfectTeacher(routed, TeacherConfig(never_route=True), seed=0)
     for q in ("tiny-5", "tiny-6"):
         never.reset()

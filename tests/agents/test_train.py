@@ -32,7 +32,7 @@ TINY_ARGS = ["--tiny", "layers=1", "hidden=32", "heads=2", "ffn=64", "max_positi
 
 
 def make_env(reward: str | None = "searchr1") -> gym.Env:
-    return gym.make("hopgym/Tiny-v0", reward=reward)
+    return gym.make("hopgym/Tiny-v1", reward=reward)
 
 
 class LengthReward(gym.Wrapper):
@@ -57,14 +57,14 @@ def changed(before, model) -> int:
 @pytest.mark.slow
 def test_cli_train_sft_then_grpo(tmp_path: Path, capsys):
     sft_out, grpo_out = tmp_path / "sft", tmp_path / "grpo"
-    assert main(["train", "sft", "--env", "hopgym/Tiny-v0", "--model", "tiny", *TINY_ARGS,
+    assert main(["train", "sft", "--env", "hopgym/Tiny-v1", "--model", "tiny", *TINY_ARGS,
                  "--out", str(sft_out), "--split", "none", "--steps", "3", "--batch-size", "4",
                  "--max-length", "400", "--logging-steps", "1"]) == 0
     summary = json.loads((sft_out / "hopgym_train.json").read_text())["summary"]
     assert summary["steps"] == 3 and summary["changed_tensors"] > 0
     assert summary["teacher_em"] == 1.0
     assert (sft_out / "tokenizer.json").exists() and (sft_out / "config.json").exists()
-    assert main(["train", "grpo", "--env", "hopgym/Tiny-v0", "--model", str(sft_out),
+    assert main(["train", "grpo", "--env", "hopgym/Tiny-v1", "--model", str(sft_out),
                  "--out", str(grpo_out), "--split", "none", "--reward", "kunlun",
                  "--steps", "2", "--questions-per-step", "2", "--group-size", "2",
                  "--max-length", "200", "--max-new-tokens", "12", "--logging-steps", "1",

@@ -41,11 +41,11 @@ def _steps(env, turns, seed=0, index=0):
 
 
 def test_header_records_env_options_reward_and_agent():
-    env = gym.make("hopgym/Tiny-v0", top_k=2, sources=("local", "web"), reward="r3rag")
+    env = gym.make("hopgym/Tiny-v1", top_k=2, sources=("local", "web"), reward="r3rag")
     h = trajectory_header(env, OracleAgent(env), seed=3)
     assert (h["format"], h["version"], h["hopgym_version"]) == ("hopgym-trajectories", 1,
                                                                 hopgym.__version__)
-    assert h["env_id"] == "hopgym/Tiny-v0" and h["reward"] == "r3rag"
+    assert h["env_id"] == "hopgym/Tiny-v1" and h["reward"] == "r3rag"
     # JSON: tuples are lists; the options decided by the others are recorded as they were decided
     assert h["env_options"] == {"top_k": 2, "sources": ["local", "web"], "parse": "lenient",
                                 "repeat_notice": False, "last_turn_notice": False}
@@ -54,7 +54,7 @@ def test_header_records_env_options_reward_and_agent():
     assert h["created"].endswith("Z")
     json.dumps(h)  # one JSON line
     # Without reward=, the preset that ran is the entry point's default.
-    assert trajectory_header(gym.make("hopgym/Tiny-v0"))["reward"] == "default"
+    assert trajectory_header(gym.make("hopgym/Tiny-v1"))["reward"] == "default"
     # An env built by hand has no spec: no id, and only the options decided by the others.
     bare = trajectory_header(MultiHopQAEnv(tiny_task(), parse="strict"), agent_name="me")
     assert bare["env_id"] is None and bare["agent"] == "me"
@@ -63,7 +63,7 @@ def test_header_records_env_options_reward_and_agent():
 
 
 def test_record_has_every_turn_parsed_with_documents_and_terms():
-    env = gym.make("hopgym/Tiny-v0", reward="r3rag", sources=("local", "web"))
+    env = gym.make("hopgym/Tiny-v1", reward="r3rag", sources=("local", "web"))
     res = run_episode(env, OracleAgent(env), seed=0, options={"index": 3}, record=True)
     sample = env.unwrapped.sample
     assert res["kind"] == sample.kind and res["hops"] == sample.hops and res["seed"] == 0
@@ -92,7 +92,7 @@ def test_record_has_every_turn_parsed_with_documents_and_terms():
 
 
 def test_record_marks_skipped_repeats_invalid_turns_and_how_the_episode_ended():
-    env = gym.make("hopgym/Tiny-v0")
+    env = gym.make("hopgym/Tiny-v1")
     res = _steps(env, ["<search>born</search>", "<search>born</search>", "no tags here",
                        "<think>stuck</think>", "<search>Qelvor Dynamics</search>",
                        "<search>Qelvor Dynamics</search>"])
@@ -109,14 +109,14 @@ def test_record_marks_skipped_repeats_invalid_turns_and_how_the_episode_ended():
     # ...and the env said it was a repeat (the turn records it too).
     assert "already searched for this, and it finds no new documents" in again["observation"]
     assert again["repeated_query"] and second["repeated_query"] and "repeated_query" not in first
-    budget = _steps(gym.make("hopgym/Tiny-v0", max_turns=1), ["<search>Cardell</search>"])
+    budget = _steps(gym.make("hopgym/Tiny-v1", max_turns=1), ["<search>Cardell</search>"])
     assert budget["end"] == "budget" and budget["prediction"] is None
-    ended = _steps(gym.make("hopgym/Tiny-v0", reward="r3rag"), ["no tags"])
+    ended = _steps(gym.make("hopgym/Tiny-v1", reward="r3rag"), ["no tags"])
     assert ended["end"] == "terminated" and ended["turns"][0]["reward_terms"]["format"] < 0
 
 
 def test_documents_are_cut_to_the_documented_length_and_background_is_kept():
-    env = gym.make("hopgym/Tiny-v0", background_k=2)
+    env = gym.make("hopgym/Tiny-v1", background_k=2)
     obs, info = env.reset(seed=0)
     rec = EpisodeRecorder(env, doc_text_chars=20)
     rec.start(info, seed=0)
@@ -128,13 +128,13 @@ def test_documents_are_cut_to_the_documented_length_and_background_is_kept():
 
 
 def test_recorder_without_turns_gives_the_metrics_only():
-    env = gym.make("hopgym/Tiny-v0")
+    env = gym.make("hopgym/Tiny-v1")
     res = run_episode(env, OracleAgent(env), seed=0, options={"index": 0})
     assert "turns" not in res and "documents" not in res and res["em"] == 1.0
 
 
 def test_evaluate_writes_header_then_episodes_and_reads_back(tmp_path):
-    env = gym.make("hopgym/Tiny-v0")
+    env = gym.make("hopgym/Tiny-v1")
     path = tmp_path / "run.jsonl"
     metrics = evaluate(env, OracleAgent(env), episodes=5, seed=2, trajectories=path,
                        agent_name="oracle")
@@ -201,7 +201,7 @@ def test_binary_and_missing_files(tmp_path):
 def test_writer_refuses_a_header_of_another_format(tmp_path):
     with pytest.raises(ValueError, match="trajectory_header"):
         TrajectoryWriter(tmp_path / "x.jsonl", {"format": "x"})
-    writer = TrajectoryWriter(tmp_path / "sub" / "x.jsonl", trajectory_header(gym.make("hopgym/Tiny-v0")))
+    writer = TrajectoryWriter(tmp_path / "sub" / "x.jsonl", trajectory_header(gym.make("hopgym/Tiny-v1")))
     writer.write({"question_id": "q"})
     writer.close()
     with pytest.raises(ValueError, match="x.jsonl is closed"):

@@ -184,7 +184,7 @@ def test_old_flags_from_the_readme_and_tests_still_work():
     g = config_from_args(args, GRPORunConfig)
     assert (g.output_dir, g.max_steps, g.learning_rate, g.max_completion_tokens,
             g.time_limit_s) == ("o", 2, 1e-2, 200, 5.0)
-    args = parse("train", "sft", "--env", "hopgym/Synthetic-v0", "--model", "tiny", "--out",
+    args = parse("train", "sft", "--env", "hopgym/Synthetic-v1", "--model", "tiny", "--out",
                  "runs/sft", "--teacher", "imperfect", "--teacher-kw", "early_answer=0.5",
                  "--kw", "hops=2", "kinds=bridge", "--split", "none", "--steps", "3",
                  "--batch-size", "4", "--max-length", "400", "--logging-steps", "1",
@@ -272,7 +272,7 @@ def test_cli_import_and_help_stay_light():
 
 @pytest.mark.parametrize("blocked, argv, extra", [
     (("torch", "transformers", "trl"),
-     ["train", "sft", "--model", "tiny", "--env", "hopgym/Tiny-v0", "--split", "none"], "train"),
+     ["train", "sft", "--model", "tiny", "--env", "hopgym/Tiny-v1", "--split", "none"], "train"),
     (("stable_baselines3",), ["bench-rl", "--timesteps", "10"], "sb3"),
     (("faiss",), ["index", "build", "--corpus", "tests/fixtures/wiki_corpus.jsonl",
                   "--retriever", "dense", "--model", "hashing-32"], "dense"),

@@ -16,8 +16,8 @@ import termios
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = [sys.executable, "-m", "hopgym.cli", "bench", "--env", "hopgym/Tiny-v0",
-         "hopgym/Tiny-v0", "--kw", "sources=('local','web')", "--episodes", "6"]
+BENCH = [sys.executable, "-m", "hopgym.cli", "bench", "--env", "hopgym/Tiny-v1",
+         "hopgym/Tiny-v1", "--kw", "sources=('local','web')", "--episodes", "6"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -63,7 +63,7 @@ def test_piped_bench_fits_80_columns_without_blank_lines():
     proc = subprocess.run(BENCH, capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=env(COLUMNS="80"), check=True)
     lines = check_tables(proc.stdout)
-    assert lines[0].strip() == "hopgym/Tiny-v0, 6 episodes, seed 0"  # no blank lines first
+    assert lines[0].strip() == "hopgym/Tiny-v1, 6 episodes, seed 0"  # no blank lines first
     assert lines.count("") == 1  # one between the two tables
     # The searches split by source, under the total at this width.
     assert "(local/web)" in proc.stdout
@@ -85,7 +85,7 @@ def test_bench_in_an_80_column_terminal():
     shown = ANSI.sub("", raw).replace("\r", "\n")
     # Progress bars (drawn on the terminal, then erased) say which env and agent they are for.
     for name in ("random", "direct", "single-search", "iterative", "oracle"):
-        assert f"Tiny-v0 {name}" in shown
+        assert f"Tiny-v1 {name}" in shown
     tables = [line for line in shown.splitlines() if "━" not in line and "╺" not in line]
     check_tables("\n".join(tables))
     assert "(local/web)" in shown
@@ -94,7 +94,7 @@ def test_bench_in_an_80_column_terminal():
 def test_shown_numbers_are_rounded_and_json_keeps_full_precision(tmp_path):
     out = tmp_path / "m.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "hopgym.cli", "eval", "--env", "hopgym/Tiny-v0", "--kw",
+        [sys.executable, "-m", "hopgym.cli", "eval", "--env", "hopgym/Tiny-v1", "--kw",
          "sources=('local','web')", "--agent", "iterative", "--episodes", "6", "--reward",
          "r3rag", "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
         env=env(COLUMNS="80"), check=True)
@@ -110,7 +110,7 @@ def test_shown_numbers_are_rounded_and_json_keeps_full_precision(tmp_path):
 
 def play(sources: str, script: str) -> str:
     return subprocess.run(
-        [sys.executable, "-m", "hopgym.cli", "play", "--env", "hopgym/Tiny-v0", "--kw",
+        [sys.executable, "-m", "hopgym.cli", "play", "--env", "hopgym/Tiny-v1", "--kw",
          f"sources={sources}", "--reward", "r3rag"], input=script, capture_output=True,
         text=True, timeout=120, cwd=ROOT, env=env(), check=True).stdout
 

@@ -93,7 +93,7 @@ def test_auto_detection_tries_the_newest_format_first(trivia):
 
 
 def test_a_registered_format_is_an_env(trivia):
-    env = gym.make("hopgym/MultiHopQA-v0", path=str(trivia), reward=None)
+    env = gym.make("hopgym/MultiHopQA-v1", path=str(trivia), reward=None)
     obs, info = env.reset(seed=0)
     assert env.unwrapped.sample.id in ("t1", "t2") and "question" in obs.lower()
     env.close()

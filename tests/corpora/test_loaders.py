@@ -517,7 +517,7 @@ def test_real_datasets_offline_and_unreachable_fail_fast(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     t0 = time.monotonic()
     with pytest.raises(DatasetUnavailableError, match="unreachable.*pass path="):
-        gym.make("hopgym/HotpotQA-v0")
+        gym.make("hopgym/HotpotQA-v1")
     assert time.monotonic() - t0 < 5
 
 

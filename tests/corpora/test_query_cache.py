@@ -270,7 +270,7 @@ def transcripts(env: gym.Env, episodes: int, seed: int) -> list[list[dict[str, s
 def test_episodes_are_identical_with_and_without_the_cache():
     task = build_task(WorldConfig(**SMALL_WORLD))
     retriever = task.sources["local"].retriever
-    env = gym.make("hopgym/Synthetic-v0", **SMALL_WORLD, top_k=2, max_turns=10)
+    env = gym.make("hopgym/Synthetic-v1", **SMALL_WORLD, top_k=2, max_turns=10)
     try:
         retriever.configure_cache(0, 0)
         plain = transcripts(env, 40, seed=5)
@@ -288,7 +288,7 @@ def test_episodes_are_identical_with_and_without_the_cache():
 
 
 def test_env_cache_info_names_each_source():
-    env = gym.make("hopgym/Synthetic-v0", n_entities=400, n_questions=40,
+    env = gym.make("hopgym/Synthetic-v1", n_entities=400, n_questions=40,
                    sources=("local", "web"))
     env.reset(seed=0)
     env.step(Search("anything at all"))
@@ -301,6 +301,6 @@ def test_synthetic_world_starts_with_an_empty_cache():
     """The world's hop-query checks are not the agents' searches: counters start at zero."""
     import gymnasium as gym
 
-    env = gym.make("hopgym/Synthetic-v0", n_entities=300, n_questions=20, seed=11)
+    env = gym.make("hopgym/Synthetic-v1", n_entities=300, n_questions=20, seed=11)
     info = env.unwrapped.retrieval_cache_info()["local"]
     assert (info.hits, info.misses) == (0, 0)

@@ -185,14 +185,14 @@ def test_a_registered_kind_works_everywhere(overlap_kind):
     assert isinstance(r, TermOverlapRetriever)
     assert r.search("Corvin Institute mineralogy", 1)[0].doc_id == "7"
     # Open mode: one index over the file's pooled paragraphs.
-    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", retriever=overlap_kind,
+    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", retriever=overlap_kind,
                    reward=None)
     assert isinstance(env.unwrapped.task.sources["local"].retriever, TermOverlapRetriever)
     env.reset(seed=0, options={"question_id": "3hop1__9285_5188_23307"})
     info = env.step(Search("Corvin Institute founded"))[4]
     assert info["documents"][0].title == "Corvin Institute"
     # Distractor mode: one small index per question, through the picklable builder.
-    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, retriever={"kind": overlap_kind},
+    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, retriever={"kind": overlap_kind},
                    reward=None)
     env.reset(seed=0, options={"question_id": "3hop1__9285_5188_23307"})
     info = env.step(Search("Corvin Institute founded"))[4]
@@ -233,7 +233,7 @@ def test_device_and_index_backend_reach_every_dense_retriever(tmp_path):
     clear_task_cache()
     idx = tmp_path / "idx"
     build_index(MUSIQUE, idx, retriever="dense", model="hashing-64")
-    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
                    retriever={"kind": "dense", "index_backend": "torch"}, reward=None)
     local = env.unwrapped.task.sources["local"].retriever
     assert local.index_backend == "torch" and isinstance(local.index, TorchFlatIndex)

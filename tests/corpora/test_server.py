@@ -268,7 +268,7 @@ def test_env_reports_a_server_that_dies_mid_episode():
 def test_dataset_env_with_a_server_url(server):
     import gymnasium as gym
 
-    env = gym.make("hopgym/Bamboogle-v0", path=str(FIX / "bamboogle_test.jsonl"),
+    env = gym.make("hopgym/Bamboogle-v1", path=str(FIX / "bamboogle_test.jsonl"),
                    retriever=server.url, reward=None)
     env.reset(seed=0, options={"question_id": "test_2"})
     from hopgym.envs.actions import Search
@@ -387,7 +387,7 @@ def test_gym_make_sets_the_servers_and_their_time_bound():
     frozen_url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
     try:
         spec = {"urls": [frozen_url, live.url], "timeout": 0.3, "retries": 1, "backoff": 0.05}
-        env = gym.make("hopgym/Bamboogle-v0", path=str(FIX / "bamboogle_test.jsonl"),
+        env = gym.make("hopgym/Bamboogle-v1", path=str(FIX / "bamboogle_test.jsonl"),
                        retriever=spec, reward=None)
         r = env.unwrapped.task.sources["local"].retriever
         assert (r.urls, r.timeout, r.retries) == ((frozen_url, live.url), 0.3, 1)

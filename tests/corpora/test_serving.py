@@ -411,3 +411,43 @@ def test_without_the_serve_extra_the_error_names_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "uvicorn", None)
     with pytest.raises(DependencyNotInstalled, match=r"pip install 'hopgym\[serve\]'"):
         RetrievalServer(BM25, port=0)
+
+
+def test_repeated_queries_are_answered_from_the_query_cache():
+    retriever = BM25Retriever(CORPUS)
+    srv = RetrievalServer(retriever, port=0).start()
+    try:
+        client = HTTPRetriever(srv.url)
+        first = client.search_batch(["music school founded", "research institute mineralogy"], 3)
+        before = client.health()["query_cache"]
+        again = client.search_batch(
+            ["research institute mineralogy", "music school founded", "research institute mineralogy"], 3)
+        after = client.health()["query_cache"]
+    finally:
+        srv.stop()
+    assert [[p.doc_id for p in hits] for hits in again] == [
+        [p.doc_id for p in first[1]], [p.doc_id for p in first[0]], [p.doc_id for p in first[1]]]
+    assert first[0] and first[1]
+    assert before["misses"] == 2 and before["hits"] == 0
+    assert after["hits"] == before["hits"] + 3 and after["misses"] == before["misses"]
+    # The same ranking as the retriever searched directly without a cache.
+    uncached = BM25Retriever(CORPUS, cache_entries=0)
+    assert [p.doc_id for p in uncached.search("research institute mineralogy", 3)] == [
+        p.doc_id for p in first[1]]
+
+
+@pytest.mark.parametrize(("entries", "size"), [(0, 0), (10, 1 << 20)])
+def test_a_served_index_gets_the_configured_query_cache(tmp_path, entries, size):
+    from hopgym.corpora.index_store import save_index
+    from hopgym.corpora.serving.app import load_served_index
+
+    save_index(BM25Retriever(CORPUS), tmp_path / "idx")
+    cfg = ServeConfig(index=str(tmp_path / "idx"), cache_entries=entries, cache_bytes=size)
+    retriever, manifest = load_served_index(cfg)
+    retriever.search("music school", 2)
+    retriever.search("music school", 2)
+    info = retriever.cache_info()
+    assert (info.max_entries, info.max_bytes) == (entries, size)
+    assert info.hits == (1 if entries else 0)
+    with pytest.raises(ValueError, match="cache_entries must be an int >= 0"):
+        ServeConfig(cache_entries=-1)

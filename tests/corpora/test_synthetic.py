@@ -449,10 +449,10 @@ def test_synthetic_and_tiny_envs_take_retriever():
     from hopgym.agents import OracleAgent
     from hopgym.agents.evaluation import evaluate
 
-    env = gym.make("hopgym/Tiny-v0", retriever="hybrid", reward=None)
+    env = gym.make("hopgym/Tiny-v1", retriever="hybrid", reward=None)
     assert evaluate(env, OracleAgent(env), episodes=6)["support_recall"] == 1.0
-    env = gym.make("hopgym/Synthetic-v0", n_entities=300, n_questions=20,
+    env = gym.make("hopgym/Synthetic-v1", n_entities=300, n_questions=20,
                    retriever={"kind": "dense", "model": "hashing-64"})
     assert evaluate(env, OracleAgent(env), episodes=20)["em"] == 1.0
     with pytest.raises(ValueError, match="retriever must be one of"):
-        gym.make("hopgym/Synthetic-v0", retriever="bm52")
+        gym.make("hopgym/Synthetic-v1", retriever="bm52")

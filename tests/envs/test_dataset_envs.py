@@ -27,10 +27,10 @@ BAMBOOGLE = str(FIX / "bamboogle_test.jsonl")
 CORPUS = str(FIX / "wiki_corpus.jsonl")
 
 DISTRACTOR = [
-    ("hopgym/HotpotQA-v0", HOTPOT),
-    ("hopgym/2WikiMultiHopQA-v0", WIKI2),
-    ("hopgym/MuSiQue-v0", MUSIQUE),
-    ("hopgym/MultiHopQA-v0", MUSIQUE),
+    ("hopgym/HotpotQA-v1", HOTPOT),
+    ("hopgym/2WikiMultiHopQA-v1", WIKI2),
+    ("hopgym/MuSiQue-v1", MUSIQUE),
+    ("hopgym/MultiHopQA-v1", MUSIQUE),
 ]
 
 
@@ -55,7 +55,7 @@ def test_check_env_and_same_seed_rollouts(env_id, path):
 
 
 def test_distractor_search_sees_only_the_questions_paragraphs():
-    env = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, reward=None)
+    env = gym.make("hopgym/HotpotQA-v1", path=HOTPOT, reward=None)
     _, info = env.reset(seed=0, options={"question_id": "5a7a06935542990198eaf050"})
     assert info["question"].startswith("Which was founded first")
     _, _, _, _, info = env.step(Search("Kaldor Tolva River Brenna Observatory"))
@@ -65,7 +65,7 @@ def test_distractor_search_sees_only_the_questions_paragraphs():
 def test_open_mode_and_dense_and_hybrid_retrievers():
     pytest.importorskip("faiss")
     for retriever in ("bm25", "dense", "hybrid"):
-        env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", retriever=retriever,
+        env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", retriever=retriever,
                        model="hashing-128", reward=None)
         task = env.unwrapped.task
         kind = getattr(task.sources["local"].retriever, "kind", "bm25")
@@ -76,7 +76,7 @@ def test_open_mode_and_dense_and_hybrid_retrievers():
 
 
 def test_bamboogle_with_a_corpus():
-    env = gym.make("hopgym/Bamboogle-v0", path=BAMBOOGLE, corpus=CORPUS)
+    env = gym.make("hopgym/Bamboogle-v1", path=BAMBOOGLE, corpus=CORPUS)
     task = env.unwrapped.task
     assert [s.id for s in task.samples] == ["test_0", "test_1", "test_2"]
     env.reset(seed=0, options={"question_id": "test_2"})
@@ -87,7 +87,7 @@ def test_bamboogle_with_a_corpus():
 
 
 def test_hotpotqa_over_an_external_corpus_maps_gold_to_corpus_ids():
-    env = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, corpus=CORPUS, reward=None)
+    env = gym.make("hopgym/HotpotQA-v1", path=HOTPOT, corpus=CORPUS, reward=None)
     task = env.unwrapped.task
     assert task.samples[0].supporting_ids == ("0", "2")
     assert set(task.documents) == {"0", "2", "6", "7"}
@@ -95,25 +95,25 @@ def test_hotpotqa_over_an_external_corpus_maps_gold_to_corpus_ids():
 
 def test_index_is_built_once_then_reused_and_checked(tmp_path):
     idx = tmp_path / "idx"
-    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx))
     m = read_manifest(idx)
     assert m.retriever == "bm25" and m.corpus_format == "musique"
     assert m.num_passages == len(env.unwrapped.task.sources["local"].retriever.passages)
     stamp = (idx / "manifest.json").stat().st_mtime_ns
     clear_task_cache()
-    env2 = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))  # loads it
+    env2 = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx))  # loads it
     assert (idx / "manifest.json").stat().st_mtime_ns == stamp
     env2.reset(seed=0)
     assert env2.step(Search("Van Hook Township"))[4]["new_ids"]
     # The same index with other questions' paragraphs is stale: refused, not used.
     with pytest.raises(StaleIndexError):
-        gym.make("hopgym/HotpotQA-v0", path=HOTPOT, mode="open", index=str(idx))
+        gym.make("hopgym/HotpotQA-v1", path=HOTPOT, mode="open", index=str(idx))
     # Bamboogle has no paragraphs: an index alone brings its corpus (recorded in the manifest).
     idx2 = tmp_path / "wiki"
     from hopgym.corpora.index_store import build_index
 
     build_index(CORPUS, idx2)
-    env3 = gym.make("hopgym/Bamboogle-v0", path=BAMBOOGLE, index=str(idx2), reward=None)
+    env3 = gym.make("hopgym/Bamboogle-v1", path=BAMBOOGLE, index=str(idx2), reward=None)
     env3.reset(seed=0, options={"question_id": "test_0"})
     assert env3.step(Search("Brenna Observatory"))[4]["documents"][0].doc_id == "0"
 
@@ -122,23 +122,23 @@ def test_an_index_without_its_manifest_is_refused_unless_rebuild(tmp_path):
     from hopgym.corpora.index_store import IndexIntegrityWarning, IndexStoreError
 
     idx = tmp_path / "idx"
-    gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx))
     (idx / "manifest.json").unlink()
     clear_task_cache()
     with pytest.raises(IndexStoreError, match="no manifest.json.*rebuild=True"):
-        gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+        gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx))
     with pytest.warns(IndexIntegrityWarning, match="rebuilding"):
-        env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+        env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
                        rebuild=True)
     assert read_manifest(idx).corpus_format == "musique"
     env.reset(seed=0)
     assert env.step(Search("Van Hook Township"))[4]["new_ids"]
     with pytest.raises(ValueError, match="rebuild=True rebuilds a saved index"):
-        gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", rebuild=True)
+        gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", rebuild=True)
 
 
 def test_pickled_env_rebuilds_its_task_from_the_cache():
-    env = gym.make("hopgym/2WikiMultiHopQA-v0", path=WIKI2)
+    env = gym.make("hopgym/2WikiMultiHopQA-v1", path=WIKI2)
     env.reset(seed=1)
     env.step("<search>Grey Harbour</search>")
     data = pickle.dumps(env)
@@ -151,7 +151,7 @@ def test_pickled_env_rebuilds_its_task_from_the_cache():
 
 def test_vector_envs_share_one_task():
     envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("hopgym/HotpotQA-v0", path=HOTPOT) for _ in range(3)])
+        [lambda: gym.make("hopgym/HotpotQA-v1", path=HOTPOT) for _ in range(3)])
     envs.reset(seed=0)
     tasks = {id(e.unwrapped.task) for e in envs.envs}
     assert len(tasks) == 1
@@ -162,7 +162,7 @@ def test_vector_envs_share_one_task():
 
 def test_async_vector_env_workers_build_their_own_task():
     envs = gym.vector.AsyncVectorEnv(
-        [lambda: gym.make("hopgym/HotpotQA-v0", path=HOTPOT) for _ in range(2)],
+        [lambda: gym.make("hopgym/HotpotQA-v1", path=HOTPOT) for _ in range(2)],
         shared_memory=False)
     try:
         _, info = envs.reset(seed=0)
@@ -175,9 +175,9 @@ def test_async_vector_env_workers_build_their_own_task():
 
 
 def test_cache_key_includes_the_arguments():
-    a = gym.make("hopgym/HotpotQA-v0", path=HOTPOT).unwrapped.task
-    b = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, limit=2).unwrapped.task
-    c = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, mode="open").unwrapped.task
+    a = gym.make("hopgym/HotpotQA-v1", path=HOTPOT).unwrapped.task
+    b = gym.make("hopgym/HotpotQA-v1", path=HOTPOT, limit=2).unwrapped.task
+    c = gym.make("hopgym/HotpotQA-v1", path=HOTPOT, mode="open").unwrapped.task
     assert len({id(a), id(b), id(c)}) == 3 and len(b.samples) == 2
     assert load_task(a.recipe[1][0]) is a
 
@@ -190,14 +190,14 @@ def test_cache_key_includes_the_arguments():
     ({"path": HOTPOT, "index_type": "lsh"}, "index_type"),
 ])
 def test_bad_arguments_say_what_to_do(kwargs, match):
-    env_id = "hopgym/Bamboogle-v0" if kwargs["path"] == BAMBOOGLE else "hopgym/HotpotQA-v0"
+    env_id = "hopgym/Bamboogle-v1" if kwargs["path"] == BAMBOOGLE else "hopgym/HotpotQA-v1"
     with pytest.raises(ValueError, match=match):
         gym.make(env_id, **kwargs)
 
 
 def test_missing_path_and_offline_hub(monkeypatch):
     with pytest.raises(ValueError, match="needs path="):
-        gym.make("hopgym/MuSiQue-v0")
+        gym.make("hopgym/MuSiQue-v1")
 
     def offline(*args, **kwargs):
         raise ConnectionError("offline")
@@ -206,13 +206,13 @@ def test_missing_path_and_offline_hub(monkeypatch):
     mod.load_dataset = offline  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "datasets", mod)
     with pytest.raises(DatasetUnavailableError, match="pass path="):
-        gym.make("hopgym/HotpotQA-v0")  # the default path is the hub name
+        gym.make("hopgym/HotpotQA-v1")  # the default path is the hub name
 
 
 def test_retriever_settings_reach_the_client_from_gym_make():
     from hopgym.corpora.http import HTTPRetriever
 
-    env = gym.make("hopgym/Bamboogle-v0", path=BAMBOOGLE, reward=None,
+    env = gym.make("hopgym/Bamboogle-v1", path=BAMBOOGLE, reward=None,
                    retriever={"url": "http://127.0.0.1:9", "timeout": 0.5, "retries": 0},
                    web="http://127.0.0.1:9")
     local = env.unwrapped.task.sources["local"].retriever
@@ -229,13 +229,13 @@ def test_shorthand_keywords_merge_into_the_retriever_spec():
     from hopgym.corpora.retrievers import RetrieverSpec
 
     pytest.importorskip("faiss")
-    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", retriever="dense",
+    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", retriever="dense",
                    model="hashing-128", index_type="hnsw", reward=None)
     spec = env.unwrapped.task.recipe[1][0].retriever
     assert spec == RetrieverSpec(kind="dense", model="hashing-128", index_type="hnsw")
     assert env.unwrapped.task.sources["local"].retriever.index_type == "hnsw"
     with pytest.raises(ValueError, match="model is given twice"):
-        gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, retriever={"kind": "dense", "model": "a"},
+        gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, retriever={"kind": "dense", "model": "a"},
                  model="b")
 
 
@@ -263,7 +263,7 @@ def test_old_factory_names_still_work():
     from hopgym.envs import datasets
 
     env = datasets.make_2wiki(WIKI2, top_k=2, reward=None)
-    assert env.unwrapped.task is gym.make("hopgym/2WikiMultiHopQA-v0", path=WIKI2).unwrapped.task
+    assert env.unwrapped.task is gym.make("hopgym/2WikiMultiHopQA-v1", path=WIKI2).unwrapped.task
     assert env.unwrapped.top_k == 2
     for name in ("make_hotpotqa", "make_musique", "make_bamboogle", "make_multihopqa"):
         assert callable(getattr(datasets, name))
@@ -271,13 +271,13 @@ def test_old_factory_names_still_work():
 
 def test_a_loaded_index_takes_the_specs_cache_bounds(tmp_path):
     idx = tmp_path / "idx"
-    gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx))
+    gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx))
     clear_task_cache()
-    env = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
                    retriever={"cache_entries": 7})
     assert env.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 7
     clear_task_cache()
-    off = gym.make("hopgym/MuSiQue-v0", path=MUSIQUE, mode="open", index=str(idx),
+    off = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
                    retriever={"cache_entries": 0})
     assert off.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 0
 

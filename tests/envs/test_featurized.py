@@ -76,9 +76,9 @@ def test_is_a_wrapper_of_the_text_env():
 
 def test_text_env_options_pass_through_with_the_text_env_defaults():
     defaults = EnvOptions()
-    env = make_featurized(base_id="hopgym/Tiny-v0", reward=None)
+    env = make_featurized(base_id="hopgym/Tiny-v1", reward=None)
     assert env.unwrapped.max_turns == defaults.max_turns and env.unwrapped.top_k == defaults.top_k
-    env = make_featurized(base_id="hopgym/Tiny-v0", reward=None, max_turns=3, top_k=2,
+    env = make_featurized(base_id="hopgym/Tiny-v1", reward=None, max_turns=3, top_k=2,
                           protocol="r3", base_kwargs={"sources": ("local", "web")})
     base = env.unwrapped
     assert (base.max_turns, base.top_k, base.protocol.name) == (3, 2, "r3")
@@ -116,14 +116,14 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="render_mode"):
         tiny(render_mode="human")
     with pytest.raises(ValueError, match="make_featurized directly"):
-        make_featurized(base_id="hopgym/Tiny-v0", base_kwargs={"reward": None})
+        make_featurized(base_id="hopgym/Tiny-v1", base_kwargs={"reward": None})
     with pytest.raises(ValueError, match="pass top_k= to make_featurized directly"):
-        make_featurized(base_id="hopgym/Tiny-v0", base_kwargs={"top_k": 2})
+        make_featurized(base_id="hopgym/Tiny-v1", base_kwargs={"top_k": 2})
     # Options are checked (EnvOptions) before the text env is built; typos get a suggestion.
     with pytest.raises(ValueError, match="top_k must be an int >= 1"):
-        make_featurized(base_id="hopgym/Synthetic-v0", top_k=0)
+        make_featurized(base_id="hopgym/Synthetic-v1", top_k=0)
     with pytest.raises(TypeError, match="did you mean 'max_candidates'"):
-        make_featurized(base_id="hopgym/Tiny-v0", max_candidate=4)
+        make_featurized(base_id="hopgym/Tiny-v1", max_candidate=4)
 
 
 def test_masks_match_candidates_along_random_rollouts():

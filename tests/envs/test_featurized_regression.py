@@ -100,19 +100,19 @@ def _team(kwargs: dict[str, Any], episodes: int) -> list[list[dict[str, Any]]]:
 
 CASES: dict[str, Callable[[], list[list[dict[str, Any]]]]] = {
     "tiny": lambda: _single(lambda: make_featurized(
-        base_id="hopgym/Tiny-v0", max_turns=6, max_candidates=6), 12),
+        base_id="hopgym/Tiny-v1", max_turns=6, max_candidates=6), 12),
     "tiny_routing_hashing": lambda: _single(lambda: make_featurized(
-        base_id="hopgym/Tiny-v0", base_kwargs={"sources": ("local", "web")}, reward="searchr1",
+        base_id="hopgym/Tiny-v1", base_kwargs={"sources": ("local", "web")}, reward="searchr1",
         max_turns=6, max_candidates=5, hash_dim=32, embedder="hashing-16"), 12),
     "synthetic_registered": lambda: _single(lambda: gym.make(
         "hopgym/SyntheticFeaturized-v0", base_kwargs=SMALL_WORLD), 16),
     "hotpotqa": lambda: _single(lambda: make_featurized(
-        base_id="hopgym/HotpotQA-v0", base_kwargs={"path": HOTPOT}, max_turns=6,
+        base_id="hopgym/HotpotQA-v1", base_kwargs={"path": HOTPOT}, max_turns=6,
         max_candidates=6), 4),
     "team_cooperative": lambda: _team(
-        {"base_id": "hopgym/Tiny-v0", "max_candidates": 4, "hash_dim": 16}, 8),
+        {"base_id": "hopgym/Tiny-v1", "max_candidates": 4, "hash_dim": 16}, 8),
     "team_competitive_text": lambda: _team(
-        {"mode": "competitive", "obs_mode": "text", "base_id": "hopgym/SyntheticRouting-v0",
+        {"mode": "competitive", "obs_mode": "text", "base_id": "hopgym/SyntheticRouting-v1",
          "base_kwargs": {k: v for k, v in SMALL_WORLD.items() if k != "sources"},
          "n_racers": 3}, 6),
 }

@@ -12,7 +12,7 @@ from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, see
 
 from hopgym.envs.multiagent import MultiHopTeamEnv, env, parallel_env  # noqa: E402
 
-KW = {"base_id": "hopgym/Tiny-v0", "reward": "default", "max_candidates": 4, "hash_dim": 16}
+KW = {"base_id": "hopgym/Tiny-v1", "reward": "default", "max_candidates": 4, "hash_dim": 16}
 CASES = [(m, o) for m in ("cooperative", "competitive") for o in ("featurized", "text")]
 
 

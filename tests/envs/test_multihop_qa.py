@@ -296,14 +296,14 @@ def test_the_paper_presets_switch_the_notices_off_and_the_others_on():
     for reward, on in [("default", True), ("em", True), ("f1", True), (None, True),
                        ("searchr1", False), ("search-r1", False), ("r3rag", False),
                        ("kunlun", False)]:
-        env = gym.make("hopgym/Tiny-v0", reward=reward)
+        env = gym.make("hopgym/Tiny-v1", reward=reward)
         opts = env.unwrapped.options
         assert opts.repeat_notice is on and opts.last_turn_notice is on, reward
         assert opts.parse == "lenient"
     # Explicit values win over the preset's default.
-    env = gym.make("hopgym/Tiny-v0", reward="searchr1", repeat_notice=True)
+    env = gym.make("hopgym/Tiny-v1", reward="searchr1", repeat_notice=True)
     assert env.unwrapped.options.repeat_notice and not env.unwrapped.options.last_turn_notice
-    assert gym.make("hopgym/Tiny-v0", parse="strict").unwrapped.protocol.parse_mode == "strict"
+    assert gym.make("hopgym/Tiny-v1", parse="strict").unwrapped.protocol.parse_mode == "strict"
 
 
 def test_huge_turn_is_invalid():

@@ -45,16 +45,18 @@ SMALL_WORLD = {"n_entities": 300, "n_questions": 40}
 
 #: What each registered id needs besides the options, and how the options are passed.
 ID_ARGS = {
-    "hopgym/Synthetic-v0": SMALL_WORLD,
-    "hopgym/SyntheticRouting-v0": SMALL_WORLD,
-    "hopgym/Tiny-v0": {},
-    "hopgym/HotpotQA-v0": {"path": str(FIX / "hotpotqa_dev.json")},
-    "hopgym/2WikiMultiHopQA-v0": {"path": str(FIX / "2wiki_dev.json")},
-    "hopgym/MuSiQue-v0": {"path": str(FIX / "musique_dev.jsonl")},
-    "hopgym/Bamboogle-v0": {"path": str(FIX / "bamboogle_test.jsonl"),
+    "hopgym/Synthetic-v1": SMALL_WORLD,
+    "hopgym/SyntheticRouting-v1": SMALL_WORLD,
+    "hopgym/Tiny-v1": {},
+    "hopgym/HotpotQA-v1": {"path": str(FIX / "hotpotqa_dev.json")},
+    "hopgym/2WikiMultiHopQA-v1": {"path": str(FIX / "2wiki_dev.json")},
+    "hopgym/MuSiQue-v1": {"path": str(FIX / "musique_dev.jsonl")},
+    "hopgym/Bamboogle-v1": {"path": str(FIX / "bamboogle_test.jsonl"),
                             "corpus": str(FIX / "wiki_corpus.jsonl")},
-    "hopgym/MultiHopQA-v0": {"path": str(FIX / "musique_dev.jsonl")},
+    "hopgym/MultiHopQA-v1": {"path": str(FIX / "musique_dev.jsonl")},
 }
+# Every -v1 id has a -v0 twin with 0.1's turn handling; both take the same arguments.
+ID_ARGS.update({i.replace("-v1", "-v0"): args for i, args in list(ID_ARGS.items())})
 FEATURIZED = "hopgym/SyntheticFeaturized-v0"
 HOPGYM_IDS = sorted(i for i in gym.registry if i.startswith("hopgym/"))
 
@@ -155,19 +157,19 @@ def test_bad_options_fail_before_any_world_or_index_is_built(monkeypatch, name, 
     monkeypatch.setattr("hopgym.corpora.tiny.tiny_task", no_build)
     monkeypatch.setattr("hopgym.envs.datasets._build_task", no_build)
     monkeypatch.setattr("hopgym.envs.datasets._load_dataset", no_build)
-    for env_id in ("hopgym/Synthetic-v0", "hopgym/Tiny-v0", "hopgym/HotpotQA-v0"):
+    for env_id in ("hopgym/Synthetic-v1", "hopgym/Tiny-v1", "hopgym/HotpotQA-v1"):
         with pytest.raises(ValueError, match=match):
             gym.make(env_id, **ID_ARGS[env_id], **{name: value})
 
 
 @pytest.mark.parametrize("env_id,kwargs,match", [
-    ("hopgym/Tiny-v0", {"top_kk": 2}, "unknown option 'top_kk' \\(did you mean 'top_k'\\?\\)"),
-    ("hopgym/Tiny-v0", {"max_turn": 2}, "did you mean 'max_turns'"),
-    ("hopgym/Synthetic-v0", {"n_entitis": 300}, "did you mean 'n_entities'"),
-    ("hopgym/Synthetic-v0", {"rewards": "f1"}, "did you mean 'reward'"),
-    ("hopgym/HotpotQA-v0", {"retreiver": "bm25"}, "did you mean 'retriever'"),
-    ("hopgym/HotpotQA-v0", {"web_costs": 2.0}, "did you mean 'web_cost'"),
-    ("hopgym/HotpotQA-v0", {"retriever": {"kind": "dense", "modle": "x"}},
+    ("hopgym/Tiny-v1", {"top_kk": 2}, "unknown option 'top_kk' \\(did you mean 'top_k'\\?\\)"),
+    ("hopgym/Tiny-v1", {"max_turn": 2}, "did you mean 'max_turns'"),
+    ("hopgym/Synthetic-v1", {"n_entitis": 300}, "did you mean 'n_entities'"),
+    ("hopgym/Synthetic-v1", {"rewards": "f1"}, "did you mean 'reward'"),
+    ("hopgym/HotpotQA-v1", {"retreiver": "bm25"}, "did you mean 'retriever'"),
+    ("hopgym/HotpotQA-v1", {"web_costs": 2.0}, "did you mean 'web_cost'"),
+    ("hopgym/HotpotQA-v1", {"retriever": {"kind": "dense", "modle": "x"}},
      "unknown retriever setting 'modle' \\(did you mean 'model'\\?\\)"),
 ])
 def test_unknown_keywords_suggest_the_close_match(monkeypatch, env_id, kwargs, match):
@@ -203,7 +205,7 @@ def _transcript_size(env):
 
 @pytest.mark.parametrize("protocol", ["tags", "r3"])
 def test_steps_after_an_answer_are_refused_and_not_recorded(protocol):
-    env = gym.make("hopgym/Tiny-v0", protocol=protocol)
+    env = gym.make("hopgym/Tiny-v1", protocol=protocol)
     env.reset(seed=0)
     env.step(hopgym.Search("Qelvor Dynamics"))
     _, _, term, trunc, info = env.step(hopgym.Answer("1962"))
@@ -221,7 +223,7 @@ def test_steps_after_an_answer_are_refused_and_not_recorded(protocol):
 
 
 def test_steps_after_the_budget_are_refused_as_truncation():
-    env = gym.make("hopgym/Tiny-v0", max_turns=2, reward="kunlun")
+    env = gym.make("hopgym/Tiny-v1", max_turns=2, reward="kunlun")
     env.reset(seed=0)
     env.step(hopgym.Search("Qelvor"))
     _, _, term, trunc, _ = env.step(hopgym.Search("Dynamics"))
@@ -234,7 +236,7 @@ def test_steps_after_the_budget_are_refused_as_truncation():
 
 @pytest.mark.parametrize("reward", ["default", "kunlun", "r3rag"])
 def test_twenty_thousand_steps_after_the_end_do_not_grow_memory(reward):
-    env = gym.make("hopgym/Tiny-v0", reward=reward)
+    env = gym.make("hopgym/Tiny-v1", reward=reward)
     env.reset(seed=0)
     env.step(hopgym.Answer("1962"))
     turn = "<think>" + "x" * 500 + "</think><answer>again</answer>"  # 20k of these were 11 MB
@@ -250,3 +252,26 @@ def test_twenty_thousand_steps_after_the_end_do_not_grow_memory(reward):
         tracemalloc.stop()
     assert len(env.unwrapped.transcript) == 2
     assert grown < 100_000, f"{grown} bytes kept after 20k post-end steps"
+
+
+@pytest.mark.parametrize("v1", BUILTIN_IDS)
+def test_v0_ids_keep_the_0_1_turn_handling(v1):
+    v0 = v1.replace("-v1", "-v0")
+    with pytest.warns(DeprecationWarning, match="out of date"):
+        old = gym.make(v0)
+    new = gym.make(v1)
+    assert (old.unwrapped.options.parse, old.unwrapped.options.repeat_notice,
+            old.unwrapped.options.last_turn_notice) == ("strict", False, False)
+    assert (new.unwrapped.options.parse, new.unwrapped.options.repeat_notice,
+            new.unwrapped.options.last_turn_notice) == ("lenient", True, True)
+    turn = "<think>the first hop <search>Cardell</search>"  # <think> left open
+    for env in (old, new):
+        env.reset(seed=0)
+    _, _, _, _, info_old = old.step(turn)
+    _, _, _, _, info_new = new.step(turn)
+    assert info_old["action_type"] == "invalid"
+    assert info_new["action_type"] == "search"
+    assert [i.code for i in info_new["format_issues"]] == ["unclosed_think"]
+    # Everything else is the same env: one option set apart.
+    assert old.unwrapped.options == dataclasses.replace(
+        new.unwrapped.options, parse="strict", repeat_notice=False, last_turn_notice=False)

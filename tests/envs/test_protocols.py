@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import gymnasium as gym
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -288,3 +289,14 @@ def test_the_canonical_fast_path_reads_as_the_general_parser(text):
     for mode, general in (("strict", "_parse_strict"), ("lenient", "_parse_lenient")):
         p = TagsProtocol(parse=mode)
         assert p.parse(text, SOURCES) == _valid_issues(getattr(p, general)(text, SOURCES)), mode
+
+
+def test_the_corrective_observation_names_routing_only_with_several_sources():
+    one = gym.make("hopgym/Tiny-v1")
+    two = gym.make("hopgym/Tiny-v1", sources=("local", "web"))
+    for env in (one, two):
+        env.reset(seed=0)
+    obs_one = one.step("no tags at all")[0]
+    obs_two = two.step("no tags at all")[0]
+    assert "Invalid turn" in obs_one and "<route>" not in obs_one and "<search>" in obs_one
+    assert "<route>source</route>" in obs_two

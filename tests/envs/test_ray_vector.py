@@ -32,7 +32,7 @@ def local_ray():
 
 
 def synthetic(**kwargs):
-    return lambda: gym.make("hopgym/SyntheticRouting-v0", **WORLD, **kwargs)
+    return lambda: gym.make("hopgym/SyntheticRouting-v1", **WORLD, **kwargs)
 
 
 class SlowOnCue(gym.Wrapper):
@@ -95,7 +95,7 @@ def test_a_killed_worker_ends_its_episodes_and_is_replaced():
 
 
 def test_a_hung_worker_times_out_and_next_step_resets_it():
-    fns = [lambda: SlowOnCue(gym.make("hopgym/Tiny-v0"))] * 2
+    fns = [lambda: SlowOnCue(gym.make("hopgym/Tiny-v1"))] * 2
     venv = RayVectorEnv(fns, workers=2, timeout=3)  # NEXT_STEP
     venv.reset(seed=0)
     t = time.monotonic()
@@ -112,9 +112,9 @@ def test_a_hung_worker_times_out_and_next_step_resets_it():
 
 
 def test_step_subset_and_per_env_options_for_collectors():
-    venv = make_vec("hopgym/Tiny-v0", 3, vectorization_mode="ray", workers=2,
+    venv = make_vec("hopgym/Tiny-v1", 3, vectorization_mode="ray", workers=2,
                     autoreset_mode="Disabled")
-    assert repr(venv) == "RayVectorEnv(hopgym/Tiny-v0, num_envs=3, workers=2)"
+    assert repr(venv) == "RayVectorEnv(hopgym/Tiny-v1, num_envs=3, workers=2)"
     ids = [s.id for s in venv.get_attr("task")[0].samples]
     _, infos = venv.reset(seed=[1, 2, 3], options=[{"question_id": ids[4]}, None,
                                                     {"question_id": ids[1]}])
@@ -147,7 +147,7 @@ def test_the_rollout_collector_on_ray_workers_collects_the_same_trajectories():
     from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts
 
     def env_fn():
-        return gym.make("hopgym/Tiny-v0", reward="searchr1")
+        return gym.make("hopgym/Tiny-v1", reward="searchr1")
 
     task = env_fn().unwrapped.task
     tok = build_tokenizer(task_texts(task))

@@ -33,11 +33,11 @@ def assert_same(fns, mode, steps=40, seed=3):
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
 @pytest.mark.parametrize("env_id,kwargs", [
-    ("hopgym/Synthetic-v0", {"protocol": "tags"}),
-    ("hopgym/Synthetic-v0", {"protocol": "r3", "dedup": False}),
-    ("hopgym/SyntheticRouting-v0", {"protocol": "tags", "reward": "kunlun"}),
-    ("hopgym/SyntheticRouting-v0", {"protocol": "r3", "reward": "r3rag", "max_docs": 5}),
-    ("hopgym/Synthetic-v0", {"parse": "strict", "background_k": 2, "reward": "searchr1",
+    ("hopgym/Synthetic-v1", {"protocol": "tags"}),
+    ("hopgym/Synthetic-v1", {"protocol": "r3", "dedup": False}),
+    ("hopgym/SyntheticRouting-v1", {"protocol": "tags", "reward": "kunlun"}),
+    ("hopgym/SyntheticRouting-v1", {"protocol": "r3", "reward": "r3rag", "max_docs": 5}),
+    ("hopgym/Synthetic-v1", {"parse": "strict", "background_k": 2, "reward": "searchr1",
                              "top_k": 2}),
 ], ids=["tags", "r3-nodedup", "routing-kunlun", "routing-r3rag-maxdocs", "strict-bg"])
 def test_the_same_as_sync_vector_env(env_id, kwargs, mode):
@@ -58,7 +58,7 @@ def test_one_call_per_retriever_per_step_at_the_largest_k():
             calls.append((tuple(queries), k))
             return super().search_batch(queries, k)
 
-    base = gym.make("hopgym/Tiny-v0").unwrapped.task
+    base = gym.make("hopgym/Tiny-v1").unwrapped.task
     (name, src), = base.sources.items()
     retriever = Recording(src.retriever.passages, cache_entries=0)
     task = QATask("tiny", base.samples, {name: Source(name, retriever)}, base.documents)
@@ -87,7 +87,7 @@ def test_a_retriever_that_fails_in_batches_is_searched_per_env():
         def search(self, query, k):
             raise RuntimeError("down")
 
-    base = gym.make("hopgym/Tiny-v0").unwrapped.task
+    base = gym.make("hopgym/Tiny-v1").unwrapped.task
     (name, src), = base.sources.items()
     for cls in (NoBatch, Broken):
         retriever = cls(src.retriever.passages)
@@ -102,7 +102,7 @@ def test_an_action_wrapper_changes_the_action_after_the_prepare():
             return action.replace("<search>", "<search>Kaldor ") if isinstance(action, str) \
                 else action
 
-    fns = [lambda: Shout(gym.make("hopgym/Tiny-v0"))] * 3
+    fns = [lambda: Shout(gym.make("hopgym/Tiny-v1"))] * 3
     sync, batched = SyncVectorEnv(fns), BatchedSearchVectorEnv(fns)
     for venv in (sync, batched):
         venv.reset(seed=1)
@@ -116,7 +116,7 @@ def test_an_action_wrapper_changes_the_action_after_the_prepare():
 
 def test_dense_batches_rank_as_single_searches():
     pytest.importorskip("faiss")
-    fns = [lambda: gym.make("hopgym/Tiny-v0", retriever={"kind": "dense",
+    fns = [lambda: gym.make("hopgym/Tiny-v1", retriever={"kind": "dense",
                                                           "model": "hashing-64"})] * 6
     # Dense batches take FAISS' BLAS path and may differ from single searches in the last float
     # bits; ranks use scores rounded to 1e-5, so on this corpus the transcripts are the same.
@@ -124,12 +124,12 @@ def test_dense_batches_rank_as_single_searches():
 
 
 def test_api_spaces_repr_and_attrs():
-    venv = make_vec("hopgym/Tiny-v0", num_envs=2, autoreset_mode="SameStep")
+    venv = make_vec("hopgym/Tiny-v1", num_envs=2, autoreset_mode="SameStep")
     assert isinstance(venv, gym.vector.VectorEnv) and Reexported is BatchedSearchVectorEnv
-    assert repr(venv) == "BatchedSearchVectorEnv(hopgym/Tiny-v0, num_envs=2)"
+    assert repr(venv) == "BatchedSearchVectorEnv(hopgym/Tiny-v1, num_envs=2)"
     assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     assert venv.single_observation_space == venv.envs[0].observation_space
-    assert venv.observation_space == SyncVectorEnv([lambda: gym.make("hopgym/Tiny-v0")] * 2
+    assert venv.observation_space == SyncVectorEnv([lambda: gym.make("hopgym/Tiny-v1")] * 2
                                                    ).observation_space
     obs, infos = venv.reset(seed=[5, None])
     assert venv.get_attr("np_random_seed")[0] == 5
@@ -144,27 +144,27 @@ def test_api_spaces_repr_and_attrs():
 
 
 def test_gym_make_vec_uses_it_and_sync_stays_available():
-    venv = gym.make_vec("hopgym/Tiny-v0", num_envs=2, autoreset_mode="SameStep", top_k=2)
+    venv = gym.make_vec("hopgym/Tiny-v1", num_envs=2, autoreset_mode="SameStep", top_k=2)
     assert isinstance(venv, BatchedSearchVectorEnv)
     assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     assert venv.get_attr("top_k") == (2, 2)
-    assert isinstance(gym.make_vec("hopgym/Tiny-v0", num_envs=2, vectorization_mode="sync"),
+    assert isinstance(gym.make_vec("hopgym/Tiny-v1", num_envs=2, vectorization_mode="sync"),
                       SyncVectorEnv)
     assert gym.spec("hopgym/SyntheticFeaturized-v0").vector_entry_point is None
 
 
 def test_make_vec_checks_its_arguments():
     with pytest.raises(ValueError, match="vectorization_mode"):
-        make_vec("hopgym/Tiny-v0", 2, vectorization_mode="threads")
+        make_vec("hopgym/Tiny-v1", 2, vectorization_mode="threads")
     with pytest.raises(ValueError, match="num_envs"):
-        make_vec("hopgym/Tiny-v0", 0)
+        make_vec("hopgym/Tiny-v1", 0)
     with pytest.raises(ValueError, match="workers"):
-        make_vec("hopgym/Tiny-v0", 2, workers=2)
-    assert isinstance(make_vec("hopgym/Tiny-v0", 2, vectorization_mode="sync"), SyncVectorEnv)
+        make_vec("hopgym/Tiny-v1", 2, workers=2)
+    assert isinstance(make_vec("hopgym/Tiny-v1", 2, vectorization_mode="sync"), SyncVectorEnv)
 
 
 def test_per_env_options_and_step_subset():
-    venv = BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v0")] * 3,
+    venv = BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v1")] * 3,
                                   autoreset_mode=AutoresetMode.DISABLED)
     ids = [s.id for s in venv.envs[0].unwrapped.task.samples]
     obs, infos = venv.reset(seed=[1, 2, 3], options=[{"question_id": ids[2]}, None,
@@ -184,12 +184,12 @@ def test_per_env_options_and_step_subset():
     venv.reset(options=[None, None, {}])
     assert venv.step_subset([2], ["<think>a</think>"])[0][4]["action_type"] == "think"
     with pytest.raises(ValueError, match="DISABLED"):
-        BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v0")]).step_subset([0], ["a"])
+        BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v1")]).step_subset([0], ["a"])
 
 
 def test_step_batched_is_the_envs_own_steps():
-    envs = [gym.make("hopgym/Tiny-v0") for _ in range(3)]
-    refs = [gym.make("hopgym/Tiny-v0") for _ in range(3)]
+    envs = [gym.make("hopgym/Tiny-v1") for _ in range(3)]
+    refs = [gym.make("hopgym/Tiny-v1") for _ in range(3)]
     acts = ["<search>Kaldor</search>", "<search>Kaldor</search>", "<answer>x</answer>"]
     for i, (e, r) in enumerate(zip(envs, refs, strict=True)):
         e.reset(seed=i)
@@ -213,7 +213,7 @@ def test_the_facade_exposes_vector():
 def test_the_info_merge_is_gymnasiums(entries):
     from gymnasium.vector import VectorEnv
 
-    venv = BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v0")] * 12)
+    venv = BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v1")] * 12)
     # A few infos are merged one by one, more (here 12-18) key by key: both as Gymnasium does.
     for batch in (entries, [(i + 4 * j, info) for j in range(3) for i, info in entries]):
         expected: dict = {}

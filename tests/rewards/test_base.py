@@ -166,7 +166,7 @@ def test_reset_clears_episode_state():
 
 
 def test_constructor_args_are_recorded_in_the_spec():
-    env = gym.make("hopgym/Tiny-v0", reward=None)
+    env = gym.make("hopgym/Tiny-v1", reward=None)
     env = OutcomeReward(env, "f1", weight=0.5)
     wrapper_spec = env.spec.additional_wrappers[-1]
     assert wrapper_spec.name == "OutcomeReward"

@@ -25,7 +25,7 @@ TERMS = {
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_each_preset_through_gym_make(name):
-    env = gym.make("hopgym/Tiny-v0", reward=name)
+    env = gym.make("hopgym/Tiny-v1", reward=name)
     assert reward_terms_of(env) == TERMS[name]
     ep = play(env, ORACLE, "tiny-2")
     assert ep.terminated and ep.total > 0
@@ -37,7 +37,7 @@ def test_each_preset_through_gym_make(name):
 def test_none_returns_the_env_and_the_default_is_exact_match():
     env = tiny(None)
     assert preset(env, None) is env
-    env = gym.make("hopgym/Tiny-v0")                # reward="default"
+    env = gym.make("hopgym/Tiny-v1")                # reward="default"
     assert reward_terms_of(env) == ["outcome"]
     env.reset(options={"question_id": "tiny-1"})
     assert env.step("<answer>1962</answer>")[1] == 1.0
@@ -51,7 +51,7 @@ def test_unknown_names_list_the_presets():
     with pytest.raises(ValueError, match="choose one of"):
         preset(tiny(None), 3)
     with pytest.raises(ValueError, match="unknown reward preset"):
-        gym.make("hopgym/Tiny-v0", reward="nope")
+        gym.make("hopgym/Tiny-v1", reward="nope")
 
 
 @pytest.mark.parametrize(("alias", "name"), [("search-r1", "searchr1"), ("R3-RAG", "r3rag"),
@@ -85,7 +85,7 @@ def test_kunlun_costs_are_normalised_to_the_budget(sources):
 
 def test_terms_in_a_vector_env_sum_to_the_rewards():
     envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("hopgym/Tiny-v0", reward="r3rag", max_turns=3)] * 2)
+        [lambda: gym.make("hopgym/Tiny-v1", reward="r3rag", max_turns=3)] * 2)
     envs.reset(seed=0, options={"question_id": "tiny-2"})
     # env 1 ends at its invalid turn (-0.9) and is reset on the next step (reward 0).
     expected = ([0.5, -0.9], [2.0 + 0.6 * 0.5, 0.0])
@@ -112,7 +112,7 @@ def test_format_issues_cost_only_in_the_presets_that_pay_for_format(name, clean,
     assert R3_ISSUE_PENALTY == 0.1
     for answer, expected in [("<answer>1962</answer>", clean),
                              ("<think>it was 1962<answer>1962</answer>", sloppy)]:
-        env = gym.make("hopgym/Tiny-v0", reward=name)
+        env = gym.make("hopgym/Tiny-v1", reward=name)
         env.reset(options={"question_id": "tiny-1"})
         total = env.step("<think>x</think><search>Qelvor Dynamics founded</search>")[1]
         if name == "kunlun":  # searches cost: compare the outcome and format terms only

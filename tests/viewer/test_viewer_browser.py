@@ -89,7 +89,7 @@ def page(browser):
 def runs(tmp_path_factory) -> dict[str, Path]:
     """Two real runs on the same questions: the iterative reader and the no-retrieval agent."""
     folder = tmp_path_factory.mktemp("runs")
-    common = ["--env", "hopgym/Synthetic-v0", "--episodes", "40", "--seed", "0"]
+    common = ["--env", "hopgym/Synthetic-v1", "--episodes", "40", "--seed", "0"]
     return {"iterative": eval_run(folder, "iterative", *common, "--agent", "iterative"),
             "direct": eval_run(folder, "direct", *common, "--agent", "direct")}
 
@@ -107,7 +107,7 @@ def test_report_of_a_real_eval_run(page, runs, screens):
         assert p.inner_text(f'#summary [data-count="{name}"] .n') == str(n), name
     em = sum(e["em"] for e in episodes) / len(episodes)
     assert p.inner_text('#summary [data-metric="em"] .value') == f"{em:.3f}"
-    assert "hopgym/Synthetic-v0" in p.inner_text(".run-info") and "iterative" in p.inner_text(".run-info")
+    assert "hopgym/Synthetic-v1" in p.inner_text(".run-info") and "iterative" in p.inner_text(".run-info")
     assert p.locator("#summary svg.chart").count() == 3
     page.shot(screens / "summary.png")
 
@@ -225,7 +225,7 @@ def test_dataset_text_cannot_inject_markup_or_script(browser, tmp_path, screens)
 
 
 def test_long_runs_are_paged_and_keyboard_navigable(page, tmp_path):
-    path = eval_run(tmp_path, "long", "--env", "hopgym/Tiny-v0", "--agent", "random",
+    path = eval_run(tmp_path, "long", "--env", "hopgym/Tiny-v1", "--agent", "random",
                     "--episodes", "120")
     p = page.open(write_report(path))
     p.click("button[data-tab=episodes]")

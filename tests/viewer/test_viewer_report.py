@@ -24,7 +24,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    return eval_run(tmp_path_factory.mktemp("run"), "tiny", "--env", "hopgym/Tiny-v0",
+    return eval_run(tmp_path_factory.mktemp("run"), "tiny", "--env", "hopgym/Tiny-v1",
                     "--agent", "iterative", "--episodes", "8")
 
 
@@ -90,7 +90,7 @@ def test_old_files_render_with_a_note(tmp_path):
 
 
 def test_two_runs_and_their_default_names(run, tmp_path):
-    other = eval_run(tmp_path, "direct", "--env", "hopgym/Tiny-v0", "--agent", "direct",
+    other = eval_run(tmp_path, "direct", "--env", "hopgym/Tiny-v1", "--agent", "direct",
                      "--episodes", "8")
     out = write_report([run, other])
     assert out == run.with_name(f"{run.stem}-vs-{other.stem}.html")
@@ -119,7 +119,7 @@ def test_view_command(run, tmp_path, capsys):
 
 def test_eval_report_flag_writes_the_report_without_a_trajectory_file(tmp_path, capsys):
     out = tmp_path / "eval.html"
-    assert main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "oracle", "--episodes", "6",
+    assert main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "oracle", "--episodes", "6",
                  "--report", str(out)]) == 0
     data = _data(out.read_text())
     assert len(data["runs"][0]["episodes"]) == 6 and data["runs"][0]["header"]["agent"] == "oracle"

@@ -45,7 +45,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from hopgym.corpora.retrieval import DependencyNotInstalled, Retriever
-from hopgym.corpora.serving.batching import Batcher
+from hopgym.corpora.serving.batching import Batcher, cache_stats
 from hopgym.corpora.serving.config import ServeConfig
 from hopgym.corpora.serving.metrics import CONTENT_TYPE, ServerMetrics
 from hopgym.corpora.serving.protocol import (
@@ -387,7 +387,8 @@ class RetrievalServer:
 
     def _info(self) -> dict[str, Any]:
         return {"passages": len(getattr(self.retriever, "passages", ())), "retriever": self.kind,
-                "default_topk": self.config.topk, "server": "uvicorn"}
+                "default_topk": self.config.topk, "server": "uvicorn",
+                "query_cache": cache_stats(self.retriever)}
 
     @property
     def url(self) -> str:
@@ -491,13 +492,17 @@ def _raise_open_files_limit() -> None:
 
 def load_served_index(cfg: ServeConfig) -> tuple[Retriever, Any]:
     """The retriever and manifest of ``cfg.index``, verified (``cfg.verify``) and rebuilt when
-    ``cfg.rebuild`` says so (see :func:`~hopgym.corpora.index_store.load_index`)."""
+    ``cfg.rebuild`` says so (see :func:`~hopgym.corpora.index_store.load_index`), with a query
+    cache of ``cfg.cache_entries`` / ``cfg.cache_bytes``."""
     from hopgym.corpora.index_store import load_index, read_manifest
 
     retriever = load_index(cfg.index, corpus=cfg.corpus, model=cfg.model, retriever=cfg.retriever,
                            threads=cfg.threads, device=cfg.device,
                            index_backend=cfg.index_backend, verify=cfg.verify,
                            rebuild=cfg.rebuild)
+    configure = getattr(retriever, "configure_cache", None)
+    if configure is not None:
+        configure(cfg.cache_entries, cfg.cache_bytes)
     return retriever, read_manifest(cfg.index)
 
 

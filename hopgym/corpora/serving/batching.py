@@ -25,7 +25,7 @@ from hopgym.corpora.hybrid import scored_search_batch
 from hopgym.corpora.retrieval import Retriever, SearchHit
 from hopgym.corpora.serving.protocol import RequestError
 
-__all__ = ["Batcher", "Job", "answer_jobs", "chunks"]
+__all__ = ["Batcher", "Job", "answer_jobs", "cache_stats", "chunks"]
 
 
 @dataclass
@@ -48,17 +48,25 @@ def chunks(queries: Sequence[str], size: int) -> list[list[str]]:
     return [list(queries[i:i + size]) for i in range(0, len(queries), size)]
 
 
+def cache_stats(retriever: Retriever) -> dict[str, int] | None:
+    """The retriever's query-cache counters for ``GET /health`` (``None``: it has no cache)."""
+    info = getattr(retriever, "cache_info", None)
+    return info()._asdict() if info is not None else None
+
+
 def answer_jobs(retriever: Retriever, jobs: Sequence[tuple[Sequence[str], int]]
                 ) -> list[list[list[SearchHit]]]:
     """Answer several ``(queries, topk)`` jobs with one engine call.
 
-    The engine is asked for the largest ``topk`` of the batch; each job gets its own cut.
+    The engine is asked for the largest ``topk`` of the batch; each job gets its own cut. The
+    retriever's query cache answers queries it has ranked before (a GRPO group's repeated
+    queries from many clients), and a batch searches each distinct query once.
     """
     queries = [q for qs, _ in jobs for q in qs]
     if not queries:
         return [[] for _ in jobs]
     k = max(topk for _, topk in jobs)
-    hits = scored_search_batch(retriever, queries, k)
+    hits = scored_search_batch(retriever, queries, k, cached=True)
     out, off = [], 0
     for qs, topk in jobs:
         out.append([h[:topk] for h in hits[off:off + len(qs)]])

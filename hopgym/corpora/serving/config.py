@@ -15,6 +15,7 @@ from typing import Any
 
 from hopgym.corpora.devices import INDEX_BACKENDS, check_device
 from hopgym.corpora.index_store import RETRIEVER_KINDS, VERIFY_MODES
+from hopgym.corpora.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES
 
 __all__ = ["ServeConfig"]
 
@@ -65,6 +66,10 @@ class ServeConfig:
         None, "The index kind expected (another is refused), and the kind --rebuild builds when "
               "there is no manifest (default: what the index holds; bm25 for a new one).",
         choices=RETRIEVER_KINDS)
+    cache_entries: int = _opt(
+        DEFAULT_CACHE_ENTRIES, "Ranked results the query cache keeps: a query the engine ranked "
+                               "before is answered from it (0: off).")
+    cache_bytes: int = _opt(DEFAULT_CACHE_BYTES, "Bytes the query cache may hold (0: off).")
     # ---- where
     host: str = _opt("127.0.0.1", "Address to listen on (0.0.0.0: every interface).")
     port: int = _opt(8000, "Port to listen on (0: any free port).")
@@ -129,6 +134,8 @@ class ServeConfig:
             whole(name, 1)
         whole("max_header_bytes", 256)
         whole("port", 0)
+        whole("cache_entries", 0)
+        whole("cache_bytes", 0)
         if self.port > 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
         whole("topk", 1)

@@ -34,7 +34,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from hopgym.corpora.retrieval import DependencyNotInstalled
-from hopgym.corpora.serving.batching import answer_jobs, chunks
+from hopgym.corpora.serving.batching import answer_jobs, cache_stats, chunks
 from hopgym.corpora.serving.config import ServeConfig
 
 __all__ = ["APP_NAME", "deploy", "undeploy", "serve_ray", "replica_class"]
@@ -94,7 +94,8 @@ def replica_class() -> Any:
         def _info(self) -> dict[str, Any]:
             return {"passages": len(self.retriever.passages), "retriever": self.kind,
                     "default_topk": self.cfg.topk, "server": "ray-serve",
-                    "replica": self.replica, "pid": os.getpid()}
+                    "replica": self.replica, "pid": os.getpid(),
+                    "query_cache": cache_stats(self.retriever)}
 
         async def search(self, queries: list[str], topk: int) -> list[Any]:
             from hopgym.corpora.serving.protocol import RequestError

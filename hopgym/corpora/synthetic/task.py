@@ -144,7 +144,7 @@ def build_task(config: WorldConfig | None = None, engine: str | None = None,
         raise ValueError(f"retriever kind {spec.resolved_kind!r} searches a server's corpus, but a "
                          "synthetic task indexes its own world: export the world (`hopgym data "
                          "--out DIR`), serve it (`hopgym index build` + `hopgym serve`) and use "
-                         "hopgym/MultiHopQA-v0 with retriever=URL")
+                         "hopgym/MultiHopQA-v1 with retriever=URL")
     if split not in (None, "train", "test"):
         raise ValueError(f"split must be None, 'train' or 'test', got {split!r}")
     return _build_task(config, spec, split)

@@ -88,7 +88,7 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
     - ``render_mode``: ``None`` or ``"ansi"`` (the transcript plus the candidate actions).
 
     >>> import gymnasium as gym, hopgym
-    >>> env = FeaturizedEnv(gym.make("hopgym/Tiny-v0", reward=None))
+    >>> env = FeaturizedEnv(gym.make("hopgym/Tiny-v1", reward=None))
     >>> obs, info = env.reset(seed=0)
     >>> obs.shape == env.observation_space.shape, bool(env.action_masks()[0])
     (True, True)
@@ -184,7 +184,7 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
 
         Example:
             >>> import gymnasium as gym, hopgym
-            >>> env = FeaturizedEnv(gym.make("hopgym/Tiny-v0", reward=None), max_candidates=4)
+            >>> env = FeaturizedEnv(gym.make("hopgym/Tiny-v1", reward=None), max_candidates=4)
             >>> [env.slot("search_question"), env.slot("search", 0), env.slot("route", 0),
             ...  env.slot("answer", 0)]
             [0, 1, 5, 6]
@@ -422,7 +422,7 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
 
 def make_featurized(
     *,
-    base_id: str = "hopgym/Synthetic-v0",
+    base_id: str = "hopgym/Synthetic-v1",
     base_kwargs: Mapping[str, Any] | None = None,
     max_candidates: int = _MAX_CANDIDATES,
     hash_dim: int = _HASH_DIM,
@@ -448,7 +448,7 @@ def make_featurized(
         TypeError: an unknown keyword (the message suggests the closest known one).
 
     Example:
-        >>> env = make_featurized(base_id="hopgym/Tiny-v0", reward=None, max_candidates=4)
+        >>> env = make_featurized(base_id="hopgym/Tiny-v1", reward=None, max_candidates=4)
         >>> env.action_space
         Discrete(10)
     """
