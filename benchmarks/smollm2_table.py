@@ -3,7 +3,9 @@
 One script, one process, one CPU thread. It
 
 1. fine-tunes the model on teacher trajectories (the oracle's episodes on the synthetic world's
-   *train* split; :func:`hopgym.agents.train_cli.run_sft`, what ``hopgym train sft`` runs),
+   *train* split; :func:`hopgym.agents.train_cli.run_sft`, what ``hopgym train sft`` runs), in
+   ``--sft-rounds`` rounds of ``--sft-steps`` steps, each round continuing from the last on fresh
+   teacher episodes,
 2. evaluates the base and the fine-tuned model, closed book (``llm-direct``) and with retrieval
    (``llm``, in the ``lenient`` and ``strict`` parse modes), on held-out synthetic questions
    (``split=test``, 2 hops) and on a HotpotQA file the user supplies (``--hotpot PATH``: HotpotQA's
@@ -75,26 +77,36 @@ def _env_fn(args: argparse.Namespace, ds: str, parse: str | None) -> Any:
 
 
 def _sft(args: argparse.Namespace) -> Path:
-    """The fine-tuned model's folder (trained unless it is there already)."""
+    """The fine-tuned model's folder: ``--sft-rounds`` rounds of ``--sft-steps`` steps, each
+    continuing from the last with fresh teacher episodes (its own seed). A round whose folder
+    holds a model is reused."""
     from hopgym.agents.sft import SFTRunConfig
     from hopgym.agents.train_cli import SFTDataConfig, TrainConfig, run_sft
 
-    out = Path(args.out) / "sft"
-    if (out / "hopgym_train.json").exists() and not args.fresh:
-        print(f"[sft] reusing {out}", flush=True)
-        return out
-    start = time.process_time()
-    summary = run_sft(
-        TrainConfig(model=args.model, env=args.synthetic, kw={"hops": 2}, split="train"),
-        SFTRunConfig(output_dir=str(out), max_steps=args.sft_steps, batch_size=args.sft_batch,
-                     learning_rate=args.sft_lr, warmup_steps=3, max_length=1024,
-                     logging_steps=1, seed=0, time_limit_s=args.sft_cpu_limit,
-                     time_limit_clock="process"),
-        SFTDataConfig(teacher="oracle"))
-    summary["cpu_s"] = round(time.process_time() - start, 1)
-    (Path(args.out) / "sft_summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"[sft] {summary}", flush=True)
-    return out
+    root = Path(args.out)
+    model: str | Path = args.model
+    summaries = []
+    for r in range(args.sft_rounds):
+        out = root / ("sft" if r == 0 else f"sft_round{r + 1}")
+        done = out / "hopgym_train.json"
+        if done.exists() and not args.fresh:
+            print(f"[sft] reusing {out}", flush=True)
+            summaries.append(json.loads(done.read_text())["summary"])
+        else:
+            start = time.process_time()
+            summary = run_sft(
+                TrainConfig(model=str(model), env=args.synthetic, kw={"hops": 2}, split="train"),
+                SFTRunConfig(output_dir=str(out), max_steps=args.sft_steps,
+                             batch_size=args.sft_batch, learning_rate=args.sft_lr,
+                             warmup_steps=3, max_length=1024, logging_steps=1, seed=r,
+                             time_limit_s=args.sft_cpu_limit, time_limit_clock="process"),
+                SFTDataConfig(teacher="oracle"))
+            summary["cpu_s"] = round(time.process_time() - start, 1)
+            print(f"[sft] {summary}", flush=True)
+            summaries.append(summary)
+        model = out
+    (root / "sft_summary.json").write_text(json.dumps(summaries, indent=2))
+    return Path(model)
 
 
 def _run_row(args: argparse.Namespace, row: tuple[str, str, str, str | None],
@@ -171,11 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--num-envs", type=int, default=8)
-    p.add_argument("--sft-steps", type=int, default=12)
+    p.add_argument("--sft-steps", type=int, default=12, help="Optimizer steps per round.")
+    p.add_argument("--sft-rounds", type=int, default=2)
     p.add_argument("--sft-batch", type=int, default=4)
     p.add_argument("--sft-lr", type=float, default=1e-4)
     p.add_argument("--sft-cpu-limit", type=float, default=900.0,
-                   help="Stop SFT after this many CPU seconds.")
+                   help="Stop an SFT round after this many CPU seconds.")
     p.add_argument("--rows", nargs="*", help="Only these rows (names as in the JSON).")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--fresh", action="store_true", help="Rerun rows already written.")
