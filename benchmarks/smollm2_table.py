@@ -43,7 +43,7 @@ ROWS = [
     ("syn", "base", "llm-direct", None), ("syn", "base", "llm", "lenient"),
     ("hot", "sft", "llm", "lenient"), ("hot", "sft", "llm-direct", None),
     ("hot", "base", "llm-direct", None), ("hot", "base", "llm", "lenient"),
-    ("syn", "base", "llm", "strict"), ("syn", "sft", "llm", "strict"),
+    ("syn", "sft", "llm", "strict"), ("syn", "base", "llm", "strict"),
     ("syn", "base+2shot", "llm", "lenient"),
 ]
 
