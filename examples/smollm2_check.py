@@ -12,7 +12,9 @@ with the ``gguf`` package:
 
 The first run de-quantizes the GGUF weights to float32 (about a minute) and saves an ordinary
 transformers copy in ``--model-dir`` (``runs/smollm2-135m-instruct``), which later runs load
-directly (``--gguf-dir`` is then not needed). Everything runs offline.
+directly (``--gguf-dir`` is then not needed); ``--convert-only`` stops there, so that the copy can
+serve ``hopgym eval --agent llm --model runs/smollm2-135m-instruct`` and ``hopgym train sft``.
+Everything runs offline.
 
 What it does: builds the synthetic world (``hopgym/Synthetic-v1``, 2-hop questions), lets the model
 act greedily on ``--episodes`` held-out test questions (all episodes batched through
@@ -79,6 +81,8 @@ class Config:
     """torch threads."""
     json: str | None = None
     """Write the figures as JSON here."""
+    convert_only: bool = False
+    """Only save the transformers copy in --model-dir, then stop."""
 
     def __post_init__(self) -> None:
         if self.gguf_dir is None and not os.path.exists(os.path.join(self.model_dir,
@@ -94,8 +98,12 @@ def parse_args() -> Config:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        if str(f.type) == "bool":
+            parser.add_argument(flag, action="store_true")
+            continue
         kind = {"int": int, "float": float}.get(str(f.type), str)
-        parser.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default)
+        parser.add_argument(flag, type=kind, default=f.default)
     return Config(**vars(parser.parse_args()))
 
 
@@ -241,6 +249,9 @@ def sft(cfg: Config, model, tok, data) -> list[float]:
 def main(cfg: Config) -> dict:
     torch.set_num_threads(cfg.threads)
     model, tok = load(cfg)
+    if cfg.convert_only:
+        print(f"transformers copy in {cfg.model_dir}")
+        return {"model_dir": cfg.model_dir}
     backend = TransformersBackend(model, tok, device="cpu")
     agent = LLMAgent(backend, protocol=cfg.protocol, system_prompt=cfg.system_prompt,
                      sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens,

@@ -1,10 +1,19 @@
 """The evaluation harness: :func:`evaluate` runs an agent for N episodes and returns metrics.
 
+Functions: :func:`evaluate`, :func:`run_episode`, :func:`aggregate`, :func:`make_vector_env` (the
+vector env that batched evaluation acts through).
+
 Metrics (keys of the returned dict): ``em``, ``f1``, ``support_recall``, ``avg_steps``,
 ``avg_searches``, ``searches_by_source`` (mean per episode, by source), ``invalid_rate`` (invalid
 turns / all turns), ``answered`` (share of episodes with an answer), ``reward`` (mean return),
-``reward_terms`` (mean per-episode sum of each term in ``info["reward_terms"]``), ``episodes``,
-``episodes_per_s``, ``steps_per_s``.
+``reward_terms`` (mean per-episode sum of each term in ``info["reward_terms"]``),
+``format_issue_rate`` (turns with ``info["format_issues"]`` / all turns), ``truncated_rate``
+(turns the agent's model cut at its token limit, or that the env reported as
+``truncated_turn``, / all turns), ``episodes`` (finished), ``episodes_requested``, ``stopped``
+(``None``, or ``"time_limit"`` when the time cap ended the run early), ``seconds``,
+``episodes_per_s``, ``steps_per_s`` and, for agents that report token counts
+(:class:`~hopgym.agents.llm.LLMAgent`), ``tokens`` (``prompt``, ``cached``, ``completion``: sums
+over all turns). With no finished episode the means are ``None``.
 """
 
 from __future__ import annotations
@@ -23,34 +32,86 @@ import numpy as np
 from hopgym.agents.scripted import Agent
 from hopgym.agents.trajectories import EpisodeRecorder, TrajectoryWriter, trajectory_header
 
-__all__ = ["evaluate", "run_episode", "aggregate"]
+__all__ = ["evaluate", "run_episode", "aggregate", "make_vector_env"]
+
+#: The info key through which a recorded sub-env hands back a finished episode's record.
+_RESULT_KEY = "eval_result"
+
+
+def _turn_info(agent: Any, slot: int) -> dict[str, Any] | None:
+    """What the agent reports about its last turn in ``slot`` (LLM agents), token ids left out."""
+    info = getattr(agent, "turn_info", None)
+    if isinstance(info, list) and slot < len(info) and isinstance(info[slot], dict) and info[slot]:
+        return {k: v for k, v in info[slot].items() if k != "token_ids"}
+    return None
+
+
+class _TurnExtras:
+    """What an episode record gets beyond :class:`EpisodeRecorder`'s: format issues, turns cut
+    at the token limit, token counts and the agent's per-turn report."""
+
+    def __init__(self) -> None:
+        self.issues = self.truncated = 0
+        self.tokens: dict[str, int] = defaultdict(int)
+        self.agent: list[dict[str, Any] | None] = []
+
+    def step(self, info: Mapping[str, Any], agent_info: dict[str, Any] | None) -> None:
+        self.issues += bool(info.get("format_issues"))
+        self.truncated += bool(info.get("truncated_turn")) or bool(
+            agent_info and agent_info.get("truncated"))
+        self.agent.append(agent_info)
+        for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+            value = (agent_info or {}).get(key)
+            if isinstance(value, int):
+                self.tokens[key.removesuffix("_tokens")] += value
+
+    def into(self, result: dict[str, Any]) -> dict[str, Any]:
+        result["format_issues"] = self.issues
+        result["truncated"] = self.truncated
+        if self.tokens:
+            result["tokens"] = dict(self.tokens)
+        for turn, info in zip(result.get("turns") or (), self.agent, strict=False):
+            if info:
+                turn["agent"] = info
+        return result
 
 
 def run_episode(env: gym.Env, agent: Agent, *, seed: int | None = None,
-                options: dict[str, Any] | None = None, record: bool = False) -> dict[str, Any]:
+                options: dict[str, Any] | None = None, record: bool = False,
+                deadline: float | None = None) -> dict[str, Any] | None:
     """One episode; returns its outcome (and, with ``record``, every turn and document shown).
 
-    The result is an episode record of the trajectory format (:mod:`hopgym.agents.trajectories`).
+    The result is an episode record of the trajectory format (:mod:`hopgym.agents.trajectories`),
+    with ``format_issues`` and ``truncated`` (turn counts), ``tokens`` (for agents that report
+    them) and, per recorded turn, what the agent reported as ``agent``. With ``deadline`` (a
+    :func:`time.perf_counter` value) the episode is abandoned, and ``None`` returned, when the
+    deadline passes before a turn.
     """
     agent.reset()
     obs, info = env.reset(seed=seed, options=options)
     recorder = EpisodeRecorder(env, turns=record)
     recorder.start(info, seed=seed)
+    extras = _TurnExtras()
     done = False
     while not done:
+        if deadline is not None and time.perf_counter() >= deadline:
+            return None
         action = agent.act(obs, info)
         obs, reward, terminated, truncated, info = env.step(action)
         recorder.step(obs, reward, terminated, truncated, info)
+        extras.step(info, _turn_info(agent, 0))
         done = terminated or truncated
-    return recorder.result()
+    return extras.into(recorder.result())
 
 
 def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Means over episode results (of :func:`run_episode`, or read from a trajectory file).
 
-    Returns the metrics of :func:`evaluate` except the speeds: ``em``, ``f1``, ``support_recall``,
-    ``avg_steps``, ``avg_searches``, ``searches_by_source``, ``invalid_rate``, ``answered``,
-    ``reward``, ``reward_terms``, ``episodes``.
+    Returns the metrics of :func:`evaluate` except the run's own (``episodes_requested``,
+    ``stopped``, the speeds): ``em``, ``f1``, ``support_recall``, ``avg_steps``,
+    ``avg_searches``, ``searches_by_source``, ``invalid_rate``, ``format_issue_rate``,
+    ``truncated_rate``, ``answered``, ``reward``, ``reward_terms``, ``episodes`` and, when the
+    records have them, ``tokens``.
 
     Example:
         >>> aggregate([{"em": 1.0, "f1": 1.0, "support_recall": 1.0, "steps": 3, "searches": 2,
@@ -65,12 +126,15 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     # Sum first, divide once: adding v / episodes per episode leaves float noise (3.0000000000000027).
     by_source: dict[str, list[float]] = defaultdict(list)
     terms: dict[str, list[float]] = defaultdict(list)
+    tokens: dict[str, int] = defaultdict(int)
     for r in results:
         for k, v in r["searches_by_source"].items():
             by_source[k].append(v)
         for k, v in r["reward_terms"].items():
             terms[k].append(v)
-    return {
+        for k, v in (r.get("tokens") or {}).items():
+            tokens[k] += v
+    out = {
         "em": float(np.mean([r["em"] for r in results])),
         "f1": float(np.mean([r["f1"] for r in results])),
         "support_recall": float(np.mean([r["support_recall"] for r in results])),
@@ -78,15 +142,161 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "avg_searches": float(np.mean([r["searches"] for r in results])),
         "searches_by_source": {k: math.fsum(v) / episodes for k, v in by_source.items()},
         "invalid_rate": sum(r["invalid"] for r in results) / max(steps, 1),
+        "format_issue_rate": sum(r.get("format_issues") or 0 for r in results) / max(steps, 1),
+        "truncated_rate": sum(r.get("truncated") or 0 for r in results) / max(steps, 1),
         "answered": float(np.mean([r["prediction"] is not None for r in results])),
         "reward": float(np.mean([r["return"] for r in results])),
         "reward_terms": {k: math.fsum(v) / episodes for k, v in terms.items()},
         "episodes": episodes,
     }
+    if tokens:
+        out["tokens"] = dict(tokens)
+    return out
 
 
+_NO_EPISODES = {"em": None, "f1": None, "support_recall": None, "avg_steps": None,
+                "avg_searches": None, "searches_by_source": {}, "invalid_rate": None,
+                "format_issue_rate": None, "truncated_rate": None, "answered": None,
+                "reward": None, "reward_terms": {}, "episodes": 0}
+
+
+# ------------------------------------------------------------------------------ vector envs
+def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]], *,
+                    workers: int | None = None) -> gym.vector.VectorEnv:
+    """The vector env that batched evaluation acts through (the one place that chooses it).
+
+    :class:`~hopgym.envs.vector.BatchedSearchVectorEnv` (one ``search_batch`` call per
+    retriever per turn for all sub-envs), or with ``workers`` a
+    :class:`~hopgym.envs.ray_vector.RayVectorEnv` whose sub-envs live in that many Ray workers
+    (``hopgym[ray]``). Both with ``autoreset_mode=DISABLED``: the caller resets each finished
+    sub-env with the next episode's question and seed (``reset(seed=[...], options=[...])``) and
+    steps the running ones with ``step_subset``.
+    """
+    if workers is None:
+        from hopgym.envs.vector import BatchedSearchVectorEnv
+
+        return BatchedSearchVectorEnv(list(env_fns),
+                                      autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    from hopgym.envs.ray_vector import RayVectorEnv
+
+    return RayVectorEnv(list(env_fns), workers=workers,
+                        autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+
+
+#: The reset option (taken off before the env sees it) that tells a sub-env which episode it runs.
+_EPISODE_KEY = "eval_episode"
+
+
+class _Recorded(gym.Wrapper):
+    """A sub-env that records its episodes (in its own process: a Ray worker's, too); the episode
+    number comes with the reset options, and a finished episode's record comes back in
+    ``info["eval_result"]``."""
+
+    def __init__(self, env: gym.Env, record: bool) -> None:
+        super().__init__(env)
+        self.recorder = EpisodeRecorder(env, turns=record)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        opts = dict(options or {})
+        episode = opts.pop(_EPISODE_KEY, -1)
+        obs, info = self.env.reset(seed=seed, options=opts)
+        self.recorder.start(info, seed=seed)
+        return obs, {**info, _EPISODE_KEY: episode}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.recorder.step(obs, reward, terminated, truncated, info)
+        if terminated or truncated:
+            info = {**info, _RESULT_KEY: self.recorder.result()}
+        return obs, reward, terminated, truncated, info
+
+
+def _recorded_fn(env_fn: Callable[[], gym.Env], record: bool) -> Callable[[], gym.Env]:
+    def make() -> gym.Env:
+        return _Recorded(env_fn(), record)
+
+    return make
+
+
+def _run_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, episodes: int,
+                seed: int, order: np.ndarray, emit: Callable[[dict[str, Any]], None],
+                deadline: float | None, record: bool, workers: int | None) -> dict[str, Any]:
+    """Run the episodes over ``num_envs`` sub-envs of :func:`make_vector_env`, with one
+    ``act_batch`` call per turn for the running ones. Episode ``k`` asks question
+    ``order[k % n]`` with reset seed ``seed + k``, as the one-env loop does; a sub-env that
+    finishes starts the next episode not yet started.
+
+    Returns ``{"stopped": bool, "worker_errors": int}``: whether the deadline stopped the run, and
+    how many episodes a lost Ray worker ended (each is run again from its start).
+    """
+    from hopgym.agents.llm import unbatch_infos
+
+    if not callable(getattr(agent, "act_batch", None)):
+        raise ValueError(f"num_envs > 1 and workers act in batches: the agent needs "
+                         f"act_batch(observations, infos, active=...), which "
+                         f"{type(agent).__name__} lacks (the LLM agents have it; use num_envs=1 "
+                         f"for scripted agents)")
+    n_q = len(order)
+    n = min(num_envs, episodes)
+    queue = list(range(episodes))  # episodes not started yet (a lost one goes back in front)
+    running: list[int | None] = [None] * n  # the episode each sub-env runs
+    extras: list[_TurnExtras] = [_TurnExtras() for _ in range(n)]
+    obs: list[Any] = [None] * n
+    per: list[dict[str, Any]] = [{} for _ in range(n)]
+    errors = 0
+
+    def start(venv: gym.vector.VectorEnv, slots: list[int]) -> None:
+        seeds: list[int | None] = [None] * n
+        options: list[dict[str, Any] | None] = [None] * n
+        for i in slots:
+            k = queue.pop(0)
+            running[i], extras[i] = k, _TurnExtras()
+            seeds[i] = seed + k
+            options[i] = {"index": int(order[k % n_q]), _EPISODE_KEY: k}
+        new_obs, infos = venv.reset(seed=seeds, options=options)
+        new_per = unbatch_infos(infos, n)
+        for i in slots:
+            obs[i], per[i] = new_obs[i], new_per[i]
+
+    venv = make_vector_env([_recorded_fn(env_fn, record)] * n, workers=workers)
+    try:
+        agent.reset()
+        start(venv, list(range(n)))
+        while any(k is not None for k in running):
+            if deadline is not None and time.perf_counter() >= deadline:
+                return {"stopped": True, "worker_errors": errors}
+            active = [k is not None for k in running]
+            actions = agent.act_batch(obs, per, active=active)
+            idx = [i for i in range(n) if active[i]]
+            results = venv.step_subset(idx, [actions[i] for i in idx])
+            restart = []
+            for i, (o, _, terminated, truncated, info) in zip(idx, results, strict=True):
+                obs[i], per[i] = o, info
+                extras[i].step(info, _turn_info(agent, i))
+                if not (terminated or truncated):
+                    continue
+                if _RESULT_KEY in info:
+                    emit(extras[i].into(info[_RESULT_KEY]))
+                else:  # its Ray worker was lost (info["worker_error"]): run it again
+                    errors += 1
+                    if errors > episodes:
+                        raise RuntimeError(f"{errors} episodes lost to failed env workers; the "
+                                           f"last: {info.get('worker_error')}")
+                    queue.insert(0, running[i])
+                running[i] = None
+                if len(restart) < len(queue):
+                    restart.append(i)
+            if restart:
+                start(venv, restart)
+        return {"stopped": False, "worker_errors": errors}
+    finally:
+        venv.close()
+
+
+# ------------------------------------------------------------------------------ evaluate
 def evaluate(
-    env: gym.Env,
+    env: gym.Env | Callable[[], gym.Env],
     agent: Agent,
     episodes: int = 100,
     seed: int = 0,
@@ -94,24 +304,44 @@ def evaluate(
     trajectories: str | Path | None = None,
     agent_name: str | None = None,
     progress: bool | str | Callable[[int], None] = False,
+    time_limit: float | None = None,
+    num_envs: int = 1,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Run ``agent`` for ``episodes`` episodes and return aggregate metrics.
 
     Questions are a seeded permutation of the task's questions (distinct until the task runs out,
-    then cycling), so every agent evaluated with the same ``seed`` sees the same questions.
+    then cycling), so every agent evaluated with the same ``seed`` sees the same questions —
+    with any ``num_envs``.
 
     Args:
-        env: a hopgym env (wrapped or not).
-        agent: anything with ``reset()`` and ``act(observation, info)``.
+        env: a hopgym env (wrapped or not), or a function that makes one.
+        agent: anything with ``reset()`` and ``act(observation, info)``; with ``num_envs > 1``
+            also ``act_batch(observations, infos, active=...)``
+            (:class:`~hopgym.agents.llm.LLMAgent`).
         episodes: number of episodes.
         seed: seeds the question order and each episode's ``reset``.
         trajectories: optional ``.jsonl`` path: a header line, then one line per episode with
-            every turn (the format of :mod:`hopgym.agents.trajectories`; ``hopgym view`` reads it).
+            every turn (the format of :mod:`hopgym.agents.trajectories`; ``hopgym view`` reads it),
+            written as each episode ends.
         agent_name: what the trajectory file's header records as the agent (default: the
             agent's class name).
         progress: ``True`` or a label (``"Synthetic-v1 iterative"``) for a progress bar on a
             terminal's stderr (none when stderr is not a terminal), or a callback called with
             the episode count.
+        time_limit: seconds (wall clock) after which the run stops before the next turn: the
+            episodes finished so far are scored and written, unfinished ones are dropped, and
+            ``metrics["stopped"]`` is ``"time_limit"``.
+        num_envs: episodes acted on side by side through :func:`make_vector_env`, one
+            ``act_batch`` call per turn for all of them. The sub-envs are made by ``env`` when
+            it is a function, else by ``gym.make(env.spec)`` (wrappers added by hand after
+            ``gym.make`` are not copied).
+        workers: run the sub-envs in this many Ray workers
+            (:class:`~hopgym.envs.ray_vector.RayVectorEnv`, ``pip install 'hopgym[ray]'``; a
+            local Ray is started when none runs) instead of in this process; the same episodes
+            and results. The env function is sent to the workers (it must pickle with
+            cloudpickle). An episode whose worker is lost is run again from its start on the
+            replacement worker, and counted in ``metrics["worker_errors"]``.
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -120,16 +350,45 @@ def evaluate(
         >>> evaluate(env, OracleAgent(env), episodes=6)["em"]
         1.0
     """
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
-    n = len(env.unwrapped.task.samples)
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
+        raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    if time_limit is not None and not (isinstance(time_limit, (int, float))
+                                       and not isinstance(time_limit, bool)
+                                       and time_limit > 0 and math.isfinite(time_limit)):
+        raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
+    if isinstance(env, gym.Env):
+        first, env_fn = env, None
+    elif callable(env):
+        env_fn = env
+        first = env_fn()
+    else:
+        raise TypeError(f"env must be a gymnasium Env or a function that makes one, got "
+                        f"{type(env).__name__}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or not 1 <= workers <= num_envs):
+        raise ValueError(f"workers must be an int in [1, num_envs={num_envs}] or None, got "
+                         f"{workers!r}")
+    if (num_envs > 1 or workers is not None) and env_fn is None:
+        spec = first.spec
+        if spec is None:
+            raise ValueError("num_envs > 1 makes more envs: pass an env made by gym.make (its "
+                             "spec is copied) or a function that makes one")
+
+        def env_fn() -> gym.Env:
+            return gym.make(spec)
+
+    n = len(first.unwrapped.task.samples)
     order = np.random.default_rng(seed).permutation(n)
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
+    deadline = None if time_limit is None else start + float(time_limit)
+    stopped, worker_errors = False, 0
     with contextlib.ExitStack() as stack:
         writer = None
         if trajectories is not None:
-            header = trajectory_header(env, agent, seed=seed, agent_name=agent_name)
+            header = trajectory_header(first, agent, seed=seed, agent_name=agent_name)
             writer = stack.enter_context(TrajectoryWriter(trajectories, header))
         bar = None
         if progress is True or isinstance(progress, str):
@@ -141,9 +400,8 @@ def evaluate(
                 bar = stack.enter_context(Progress(console=err, transient=True))
                 task_id = bar.add_task(progress if isinstance(progress, str) else "episodes",
                                        total=episodes)
-        for i in range(episodes):
-            res = run_episode(env, agent, seed=seed + i,
-                              options={"index": int(order[i % n])}, record=writer is not None)
+
+        def emit(res: dict[str, Any]) -> None:
             if writer is not None:
                 writer.write(res)
                 # Keep only the numbers: 10k recorded episodes would otherwise stay in memory.
@@ -153,9 +411,29 @@ def evaluate(
             if bar is not None:
                 bar.update(task_id, advance=1)
             elif callable(progress):
-                progress(i + 1)
+                progress(len(results))
+
+        if num_envs == 1 and workers is None:
+            for i in range(episodes):
+                res = run_episode(first, agent, seed=seed + i,
+                                  options={"index": int(order[i % n])},
+                                  record=writer is not None, deadline=deadline)
+                if res is None:
+                    stopped = True
+                    break
+                emit(res)
+        else:
+            assert env_fn is not None
+            run = _run_vector(env_fn, agent, num_envs, episodes, seed, order, emit, deadline,
+                              writer is not None, workers)
+            stopped, worker_errors = run["stopped"], run["worker_errors"]
     elapsed = max(time.perf_counter() - start, 1e-9)
-    metrics = aggregate(results)
-    metrics["episodes_per_s"] = episodes / elapsed
+    metrics = aggregate(results) if results else dict(_NO_EPISODES)
+    metrics["episodes_requested"] = episodes
+    metrics["stopped"] = "time_limit" if stopped else None
+    if workers is not None:
+        metrics["worker_errors"] = worker_errors
+    metrics["seconds"] = elapsed
+    metrics["episodes_per_s"] = len(results) / elapsed
     metrics["steps_per_s"] = sum(r["steps"] for r in results) / elapsed
     return metrics

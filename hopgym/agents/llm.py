@@ -1,7 +1,9 @@
 """LLM agents: :class:`LLMAgent` drives a causal language model through a backend.
 
-Classes: :class:`LLMAgent`. Function: :func:`make_llm_agent` builds an agent from a model name and
-a backend name (the CLI's ``hopgym eval --agent llm``).
+Classes: :class:`LLMAgent`. Functions: :func:`make_llm_agent` builds an agent from a model name
+and a backend name (the CLI's ``hopgym eval --agent llm`` and ``--agent llm-direct``, the
+closed-book baseline); :func:`few_shot_examples` builds worked examples from a teacher's
+episodes; :func:`unbatch_infos` splits a vector env's info dict per sub-env.
 
 The backends live one floor down, in :mod:`hopgym.backends` (so that judges can use them too), and
 are re-exported here: :class:`SamplingParams`, :class:`Backend` (the protocol),
@@ -29,18 +31,26 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hopgym.agents.prompts import (
+    CLOSED_BOOK_SYSTEM_PROMPTS,
+    answer_prefix,
     chat_messages,
+    close_open_tag,
+    closed_book_prompt,
     continuation_parts,
     cut_at_stop,
     default_system_prompt,
+    few_shot_messages,
+    few_shot_text,
+    last_turn_message,
     plain_head,
+    think_delimiters,
 )
 
 # The backends moved to hopgym.backends; these names stay importable from here.
@@ -48,25 +58,39 @@ from hopgym.backends import (
     BACKENDS,
     Backend,
     BackendError,
+    Completion,
     Message,
     OpenAIBackend,
     Prompt,
     SamplingParams,
     TransformersBackend,
     VLLMBackend,
+    complete,
+    merge_reasoning,
 )
 from hopgym.envs.protocols import Protocol as TurnProtocol
 from hopgym.envs.protocols import get_protocol
 
+if TYPE_CHECKING:
+    import gymnasium as gym
+
 __all__ = ["SamplingParams", "Backend", "BackendError", "TransformersBackend", "VLLMBackend",
-           "OpenAIBackend", "LLMAgent", "make_llm_agent", "BACKENDS", "Message", "Prompt"]
+           "OpenAIBackend", "LLMAgent", "make_llm_agent", "BACKENDS", "Message", "Prompt",
+           "Completion", "FORCE_ANSWER", "few_shot_examples", "unbatch_infos"]
 
 MODES = ("auto", "chat", "continuation")
 
 
 # ---------------------------------------------------------------------------------- agent
-def _unbatch_infos(infos: Any, n: int) -> list[dict[str, Any]]:
-    """Per-env info dicts from a list of dicts or a Gymnasium vector env's info dict."""
+def unbatch_infos(infos: Any, n: int) -> list[dict[str, Any]]:
+    """Per-env info dicts from a list of dicts or a Gymnasium vector env's info dict.
+
+    Example:
+        >>> import numpy as np
+        >>> unbatch_infos({"turn": np.array([0, 2]), "answer": np.array([None, "x"]),
+        ...                "_answer": np.array([False, True])}, 2)
+        [{'turn': 0}, {'turn': 2, 'answer': 'x'}]
+    """
     if isinstance(infos, (list, tuple)):
         if len(infos) != n:
             raise ValueError(f"got {len(infos)} infos for {n} observations")
@@ -80,14 +104,19 @@ def _unbatch_infos(infos: Any, n: int) -> list[dict[str, Any]]:
             continue
         mask = infos.get("_" + key)
         if isinstance(value, dict):
-            for i, sub in enumerate(_unbatch_infos(value, n)):
+            for i, sub in enumerate(unbatch_infos(value, n)):
                 if mask is None or mask[i]:
                     out[i][key] = sub
             continue
         for i in range(n):
             if mask is None or bool(mask[i]):
-                out[i][key] = value[i]
+                item = value[i]
+                out[i][key] = item.item() if isinstance(item, np.generic) else item
     return out
+
+
+#: When :class:`LLMAgent` prefills the answer: never, on the last turn, or on every turn.
+FORCE_ANSWER = ("never", "last", "always")
 
 
 class LLMAgent:
@@ -101,10 +130,11 @@ class LLMAgent:
     Args:
         backend: a :class:`Backend`.
         protocol: the env's protocol, ``"tags"`` or ``"r3"`` (or a protocol object).
-        system_prompt: ``None`` for the protocol's default, ``""`` for none (templates without a
-            system role), or your own.
+        system_prompt: ``None`` for the default (the protocol's, or the closed-book one), ``""``
+            for none (templates without a system role), or your own.
         sampling: temperature, top-p, max new tokens and seed (its ``stop`` is replaced by the
-            protocol's stop strings unless ``stop`` is given).
+            protocol's stop strings unless ``stop`` is given); default: ``SamplingParams()``
+            (greedy, seed 0, 500 tokens a turn).
         use_chat_template: render through the model's chat template; ``False`` uses raw text
             (``system_prompt``, a blank line, the prompt, then the rollout).
         mode: ``"chat"`` (one chat message per turn and observation), ``"continuation"`` (the
@@ -112,6 +142,34 @@ class LLMAgent:
             as Search-R1 trains), or ``"auto"``: chat when the chat template is used and the
             backend supports chat, else continuation.
         stop: stop strings instead of the protocol's.
+        force_answer: ``"last"`` (default): on the episode's last turn (``info["turns_left"]
+            == 1``) the protocol's answer opening (``<answer>``) is prefilled and the model
+            completes the answer; ``"always"``: on every turn; ``"never"``. Continuation mode
+            appends the opening to the text; chat mode continues it as a final assistant
+            message when the backend can (``backend.supports_prefill``: local models, or an
+            :class:`OpenAIBackend` made with ``prefill=True``), and otherwise adds the
+            protocol's last-turn notice (:func:`~hopgym.agents.prompts.last_turn_message`) to
+            the observation unless the env's ``last_turn_notice`` already did.
+        closed_book: the closed-book baseline: the conversation starts from the bare question
+            (``info["question"]``, without the env's search instructions), the system prompt
+            defaults to :data:`~hopgym.agents.prompts.CLOSED_BOOK_SYSTEM_PROMPTS`, and every
+            turn is an answer (``force_answer="always"``). It still acts in the env, so its
+            metrics compare with the searching agent's.
+        few_shot: worked examples, each a transcript that ends with the answer (see
+            :func:`few_shot_examples`; build them from training questions). Chat mode puts them
+            before the conversation as prior messages; continuation mode appends them to the
+            system prompt as text. A question that appears in an example raises ``ValueError``
+            when it is asked.
+
+    A turn that ends inside an open action tag — cut at ``max_new_tokens``, or ended by the
+    model without its closing tag — gets the closing tag (``<answer>Oslo`` becomes
+    ``<answer>Oslo</answer>``), so that the action counts; a thought cut inside ``<think>`` with
+    no action is left open for the env to report (``info["truncated_turn"]``). Reasoning a
+    server returns apart from the text goes back in front of it as the protocol's thought.
+    :attr:`turn_info` records, per conversation, how the last turn was made: ``finish_reason``,
+    ``truncated`` (cut at ``max_new_tokens``), ``closed`` (the closing tag added, or ``None``),
+    ``forced`` (the answer was prefilled or asked for), the backend's token counts and the
+    generated ``token_ids`` (local models).
 
     Example:
         >>> class Fixed:
@@ -137,13 +195,23 @@ class LLMAgent:
         use_chat_template: bool = True,
         mode: str = "auto",
         stop: Sequence[str] | None = None,
+        force_answer: str = "last",
+        closed_book: bool = False,
+        few_shot: Sequence[Sequence[Message]] = (),
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if force_answer not in FORCE_ANSWER:
+            raise ValueError(f"force_answer must be one of {', '.join(FORCE_ANSWER)}, "
+                             f"got {force_answer!r}")
         self.backend = backend
         self.protocol = get_protocol(protocol)
-        self.system_prompt = (default_system_prompt(self.protocol) if system_prompt is None
-                              else system_prompt)
+        self.closed_book = bool(closed_book)
+        if system_prompt is None:
+            system_prompt = (CLOSED_BOOK_SYSTEM_PROMPTS.get(self.protocol.name, "")
+                             if self.closed_book else default_system_prompt(self.protocol))
+        self.system_prompt = system_prompt
+        self.force_answer = "always" if self.closed_book else force_answer
         self.stop = tuple(self.protocol.stop if stop is None else stop)
         sampling = sampling if sampling is not None else SamplingParams()
         self.sampling = replace(sampling, stop=self.stop)
@@ -154,8 +222,20 @@ class LLMAgent:
             raise ValueError("mode='chat' needs a backend with a chat template and "
                              "use_chat_template=True; use mode='continuation' for raw text")
         self.mode = mode
+        self.few_shot = [list(example) for example in few_shot]
+        for example in self.few_shot:
+            if not example or example[-1].get("role") != "assistant":
+                raise ValueError("each few-shot example is a transcript that ends with the "
+                                 "model's answer turn")
+        self._examples: list[Message] = few_shot_messages(self.few_shot) if self.few_shot else []
+        self._examples_text = few_shot_text(self.few_shot) if self.few_shot else ""
+        self._prefix = answer_prefix(self.protocol)
+        self._think = think_delimiters(self.protocol)
         self._rng = None if sampling.seed is None else np.random.default_rng(sampling.seed)
         self.transcripts: list[list[Message]] = [[]]
+        self._turns_left: list[int | None] = [None]
+        #: How the last turn of each conversation was made (see the class docstring).
+        self.turn_info: list[dict[str, Any]] = [{}]
 
     # -------------------------------------------------------------- conversation
     @property
@@ -166,11 +246,24 @@ class LLMAgent:
     def reset(self) -> None:
         """Forget every conversation (the sampling seed sequence continues)."""
         self.transcripts = [[]]
+        self._turns_left = [None]
+        self.turn_info = [{}]
 
     def _slot(self, i: int) -> list[Message]:
         while len(self.transcripts) <= i:
             self.transcripts.append([])
+            self._turns_left.append(None)
+            self.turn_info.append({})
         return self.transcripts[i]
+
+    def _check_not_an_example(self, observation: str, info: dict[str, Any]) -> None:
+        question = info.get("question")
+        for example in self.few_shot:
+            first = example[0].get("content", "")
+            if (question and question in first) or first == observation:
+                raise ValueError(f"the question being asked is one of the few-shot examples "
+                                 f"({question or observation[:80]!r}): build the examples from "
+                                 f"training questions, never from the evaluated ones")
 
     def observe(self, observation: str, info: dict[str, Any] | None = None, slot: int = 0) -> None:
         """Add an env observation to conversation ``slot`` (a new episode when ``turn == 0``)."""
@@ -179,45 +272,95 @@ class LLMAgent:
             raise TypeError(f"observations are strings, got {type(observation).__name__}")
         conv = self._slot(slot)
         if info.get("turn") == 0 or not conv:
+            if self.few_shot:
+                self._check_not_an_example(observation, info)
+            if self.closed_book and isinstance(info.get("question"), str):
+                observation = closed_book_prompt(info["question"])
             conv[:] = [{"role": "user", "content": observation}]
-        elif observation:
-            conv.append({"role": "user", "content": observation})
+            self._turns_left[slot] = info.get("max_turns")
+        else:
+            if observation:
+                conv.append({"role": "user", "content": observation})
+            self._turns_left[slot] = info.get("turns_left")
 
     def messages(self, slot: int = 0) -> list[Message]:
-        """The chat messages for conversation ``slot`` (system prompt first)."""
-        return chat_messages(self._slot(slot), self.system_prompt)
+        """The chat messages for conversation ``slot`` (system prompt and examples first)."""
+        msgs = chat_messages(self._slot(slot), self.system_prompt)
+        if not self._examples:
+            return msgs
+        at = 1 if self.system_prompt else 0
+        return msgs[:at] + self._examples + msgs[at:]
+
+    def _forced(self, slot: int) -> bool:
+        if self.force_answer == "always":
+            return True
+        return self.force_answer == "last" and self._turns_left[slot] == 1
+
+    def _system_text(self) -> str:
+        if not self._examples_text:
+            return self.system_prompt
+        head = "Worked examples:\n\n" + self._examples_text
+        return f"{self.system_prompt}\n\n{head}" if self.system_prompt else head
+
+    def _request(self, slot: int) -> tuple[Prompt, str]:
+        """What to send the backend for ``slot``, and the prefilled text the reply continues."""
+        conv = self._slot(slot)
+        forced = self._forced(slot)
+        if self.mode == "chat":
+            msgs = self.messages(slot)
+            if not forced:
+                return msgs, ""
+            if getattr(self.backend, "supports_prefill", False):
+                return msgs + [{"role": "assistant", "content": self._prefix}], self._prefix
+            note = last_turn_message(self.protocol)
+            last = msgs[-1]
+            if note not in last["content"]:  # the env's last_turn_notice already says it
+                msgs[-1] = {"role": "user", "content": f"{last['content']}\n{note}".lstrip()}
+            return msgs, ""
+        prompt, rollout = continuation_parts(conv)
+        prefix = self._prefix if forced else ""
+        system = self._system_text()
+        if self.use_chat_template and self.backend.has_chat_template:
+            head = [{"role": "user", "content": prompt}]
+            if system:
+                head.insert(0, {"role": "system", "content": system})
+            rendered = self.backend.apply_chat_template(head, add_generation_prompt=True)
+            return rendered + rollout + prefix, prefix
+        return plain_head(prompt, system) + rollout + prefix, prefix
 
     def build_prompt(self, slot: int = 0) -> Prompt:
         """What :meth:`act` sends the backend for conversation ``slot``."""
-        conv = self._slot(slot)
-        if self.mode == "chat":
-            return self.messages(slot)
-        prompt, rollout = continuation_parts(conv)
-        if self.use_chat_template and self.backend.has_chat_template:
-            head = [{"role": "user", "content": prompt}]
-            if self.system_prompt:
-                head.insert(0, {"role": "system", "content": self.system_prompt})
-            return self.backend.apply_chat_template(head, add_generation_prompt=True) + rollout
-        return plain_head(prompt, self.system_prompt) + rollout
+        return self._request(slot)[0]
 
     def _params(self) -> SamplingParams:
         seed = None if self._rng is None else int(self._rng.integers(2**31 - 1))
         return replace(self.sampling, seed=seed)
 
-    def _generate(self, prompts: list[Prompt]) -> list[str]:
-        texts = self.backend.generate(prompts, self._params())
-        if len(texts) != len(prompts):
-            raise BackendError(f"the backend returned {len(texts)} texts for {len(prompts)} "
-                               f"prompts")
-        return [cut_at_stop(t, self.stop) for t in texts]
+    def _turns(self, slots: list[int]) -> list[str]:
+        """Generate one turn for each slot with one backend call; record and return them."""
+        requests = [self._request(i) for i in slots]
+        results = complete(self.backend, [r for r, _ in requests], self._params())
+        texts = []
+        for slot, (_, prefix), res in zip(slots, requests, results, strict=True):
+            text = merge_reasoning(cut_at_stop(res.text, self.stop), res.reasoning,
+                                   res.truncated, open_tag=self._think[0],
+                                   close_tag=self._think[1])
+            text = prefix + text
+            closed = close_open_tag(text, self.stop)
+            self.turn_info[slot] = {
+                "finish_reason": res.finish_reason, "truncated": res.truncated,
+                "closed": closed[len(text):] or None, "forced": self._forced(slot),
+                "prompt_tokens": res.prompt_tokens, "cached_tokens": res.cached_tokens,
+                "completion_tokens": res.completion_tokens, "token_ids": res.token_ids}
+            self.transcripts[slot].append({"role": "assistant", "content": closed})
+            texts.append(closed)
+        return texts
 
     # -------------------------------------------------------------- acting
     def act(self, observation: str, info: dict[str, Any]) -> str:
         """Read an observation and return the model's next turn as text."""
         self.observe(observation, info, 0)
-        text = self._generate([self.build_prompt(0)])[0]
-        self.transcripts[0].append({"role": "assistant", "content": text})
-        return text
+        return self._turns([0])[0]
 
     def act_batch(
         self,
@@ -238,19 +381,67 @@ class LLMAgent:
         finished sub-env hands back its next prompt at once (``info["turn"] == 0``).
         """
         n = len(observations)
-        per_env = _unbatch_infos(infos, n)
+        per_env = unbatch_infos(infos, n)
         mask = [True] * n if active is None else [bool(a) for a in active]
         if len(mask) != n:
             raise ValueError(f"active has {len(mask)} entries for {n} observations")
         rows = [i for i in range(n) if mask[i]]
         for i in rows:
             self.observe(observations[i], per_env[i], i)
-        texts = self._generate([self.build_prompt(i) for i in rows]) if rows else []
         out = [""] * n
-        for i, text in zip(rows, texts, strict=True):
+        for i, text in zip(rows, self._turns(rows) if rows else [], strict=True):
             out[i] = text
-            self.transcripts[i].append({"role": "assistant", "content": text})
         return out
+
+
+def few_shot_examples(env: gym.Env, n: int, *, seed: int = 0,
+                      agent_fn: Callable[[gym.Env], Any] | None = None,
+                      closed_book: bool = False) -> list[list[Message]]:
+    """``n`` worked examples for :class:`LLMAgent`'s ``few_shot``: transcripts of a teacher (the
+    oracle by default) on the env's questions, in a seeded order, keeping those it answered right.
+
+    Build them from *training* questions (``split="train"`` for the synthetic world, another
+    file or slice for a benchmark): :class:`LLMAgent` refuses to be asked an example's question.
+
+    Args:
+        env: the env whose questions the examples use.
+        n: how many examples.
+        seed: seeds the question order and each episode's reset.
+        agent_fn: builds the teacher for ``env`` (default :class:`~hopgym.agents.OracleAgent`).
+        closed_book: question-and-answer pairs for the closed-book baseline
+            (:func:`~hopgym.agents.prompts.closed_book_prompt` and the answer turn).
+
+    Raises:
+        ValueError: ``n < 1``, or fewer than ``n`` questions the teacher answers right.
+    """
+    from hopgym.agents.scripted import OracleAgent
+    from hopgym.rewards.scoring import exact_match
+
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    teacher = (agent_fn or OracleAgent)(env)
+    count = len(env.unwrapped.task.samples)
+    out: list[list[Message]] = []
+    for k, index in enumerate(np.random.default_rng(seed).permutation(count)):
+        teacher.reset()
+        obs, info = env.reset(seed=seed + k, options={"index": int(index)})
+        answer, done = None, False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(teacher.act(obs, info))
+            done = terminated or truncated
+            answer = info.get("answer") or answer
+        sample = env.unwrapped.sample
+        if answer is None or not exact_match(answer, list(sample.answers)):
+            continue
+        transcript = [dict(m) for m in env.unwrapped.transcript]
+        if closed_book:
+            transcript = [{"role": "user", "content": closed_book_prompt(sample.question)},
+                          transcript[-1]]
+        out.append(transcript)
+        if len(out) == n:
+            return out
+    raise ValueError(f"only {len(out)} of the env's {count} questions were answered right by the "
+                     f"teacher; asked for {n} examples")
 
 
 def make_llm_agent(
@@ -268,8 +459,12 @@ def make_llm_agent(
     api_key: str | None = None,
     device: str = "auto",
     dtype: str = "auto",
+    closed_book: bool = False,
+    force_answer: str = "last",
+    few_shot: Sequence[Sequence[Message]] = (),
 ) -> LLMAgent:
-    """An :class:`LLMAgent` for ``model`` on a named backend (the CLI's ``--agent llm``).
+    """An :class:`LLMAgent` for ``model`` on a named backend (the CLI's ``--agent llm``, and
+    ``--agent llm-direct`` with ``closed_book=True``).
 
     Args:
         model: a model id or path (``transformers``/``vllm``; a ``.gguf`` file works with
@@ -278,7 +473,7 @@ def make_llm_agent(
         protocol: the env's protocol.
         base_url: the server's API root, required for ``openai``.
         temperature, max_new_tokens, seed, top_p: sampling.
-        mode, system_prompt: see :class:`LLMAgent`.
+        mode, system_prompt, closed_book, force_answer, few_shot: see :class:`LLMAgent`.
         api_key: for ``openai``.
         device, dtype: for ``transformers``.
 
@@ -302,4 +497,5 @@ def make_llm_agent(
             raise ValueError("backend 'openai' needs base_url, e.g. http://127.0.0.1:8000/v1")
         impl = OpenAIBackend(base_url, model, api_key=api_key)
     return LLMAgent(impl, protocol=protocol, system_prompt=system_prompt, sampling=sampling,
-                    mode=mode)
+                    mode=mode, closed_book=closed_book, force_answer=force_answer,
+                    few_shot=few_shot)

@@ -1,8 +1,11 @@
 """Prompts for LLM agents: system prompts per protocol, chat messages from an env transcript, stops.
 
 Functions: :func:`default_system_prompt`, :func:`chat_messages`, :func:`continuation_parts`,
-:func:`plain_head`, :func:`cut_at_stop`, :func:`close_open_tag`, :func:`stop_is_kept`.
-Constants: :data:`SYSTEM_PROMPTS`, :data:`CONTINUE_MESSAGE`.
+:func:`plain_head`, :func:`cut_at_stop`, :func:`close_open_tag`, :func:`stop_is_kept`;
+for answer forcing, the closed-book baseline and few-shot examples: :func:`answer_prefix`,
+:func:`think_delimiters`, :func:`last_turn_message`, :func:`closed_book_prompt`,
+:func:`few_shot_messages`, :func:`few_shot_text`.
+Constants: :data:`SYSTEM_PROMPTS`, :data:`CLOSED_BOOK_SYSTEM_PROMPTS`, :data:`CONTINUE_MESSAGE`.
 
 An env transcript (``env.unwrapped.transcript``) is a list of ``{"role", "content"}`` messages: the
 prompt (instructions and question) as the first ``user`` message, then the model's turns
@@ -27,10 +30,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hopgym.backends.stops import close_open_tag, cut_at_stop, stop_is_kept  # re-exported
+from hopgym.envs.actions import Answer, Think
 from hopgym.envs.protocols import Protocol, get_protocol
 
 __all__ = ["SYSTEM_PROMPTS", "CONTINUE_MESSAGE", "default_system_prompt", "chat_messages",
-           "continuation_parts", "plain_head", "cut_at_stop", "close_open_tag", "stop_is_kept"]
+           "continuation_parts", "plain_head", "cut_at_stop", "close_open_tag", "stop_is_kept",
+           "CLOSED_BOOK_SYSTEM_PROMPTS", "answer_prefix", "think_delimiters", "last_turn_message",
+           "closed_book_prompt", "few_shot_messages", "few_shot_text"]
 
 #: Default system prompts, by protocol name. The env's first observation already holds the full
 #: instructions; the system prompt restates the one-step-per-reply contract with an example of a
@@ -156,3 +162,113 @@ def plain_head(prompt: str, system_prompt: str | None = None) -> str:
         'Be brief.\\n\\nQuestion: X?\\n'
     """
     return f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
+
+
+# ------------------------------------------------------------------ answer forcing, closed book
+#: System prompts of the closed-book baseline (``LLMAgent(closed_book=True)``, the CLI's
+#: ``--agent llm-direct``), by protocol: answer at once from memory, as a short span.
+CLOSED_BOOK_SYSTEM_PROMPTS: dict[str, str] = {
+    "tags": (
+        "Answer the question from your own knowledge, without searching. Reply with the answer "
+        "only, as a short span inside <answer> and </answer>, for example <answer>Paris</answer>."
+    ),
+    "r3": (
+        "Answer the question from your own knowledge, without searching. Reply with one line "
+        "'The final answer: ...' that holds only the answer as a short span, for example "
+        "'The final answer: Paris'."
+    ),
+}
+
+_MARK = "\x00"
+
+
+def _split_render(protocol: Protocol, action: Answer | Think) -> tuple[str, str]:
+    before, _, after = protocol.render(action).partition(_MARK)
+    return before, after
+
+
+def answer_prefix(protocol: str | Protocol) -> str:
+    """The text that opens an answer under ``protocol``: what answer forcing prefills.
+
+    It is the protocol's own rendering of an answer, up to the answer text.
+
+    Example:
+        >>> answer_prefix("tags")
+        '<answer>'
+        >>> answer_prefix("r3")
+        'The problem analysis: -\\nThe final answer: '
+    """
+    return _split_render(get_protocol(protocol), Answer(_MARK))[0]
+
+
+def think_delimiters(protocol: str | Protocol) -> tuple[str, str]:
+    """What opens and closes a thought under ``protocol`` (reasoning returned apart by a server
+    goes back between them).
+
+    Example:
+        >>> think_delimiters("tags")
+        ('<think>', '</think>')
+        >>> think_delimiters("r3")
+        ('The problem analysis: ', '\\n')
+    """
+    before, after = _split_render(get_protocol(protocol), Think(_MARK))
+    return before, after or "\n"
+
+
+def last_turn_message(protocol: str | Protocol) -> str:
+    """The protocol's last-turn notice, which the agent adds to the last observation itself when
+    it cannot prefill the answer (a chat server that does not continue a final assistant message)
+    and the env did not (``last_turn_notice=False``).
+
+    Example:
+        >>> last_turn_message("tags")
+        'This is your last turn: give your final answer now, as a short answer in the answer tags.'
+    """
+    return get_protocol(protocol).last_turn("", 0).strip()
+
+
+def closed_book_prompt(question: str) -> str:
+    """The user message of the closed-book baseline: the question alone, without search
+    instructions.
+
+    Example:
+        >>> closed_book_prompt("Who founded Acme?")
+        'Question: Who founded Acme?\\n'
+    """
+    return f"Question: {question}\n"
+
+
+def few_shot_messages(examples: Sequence[Sequence[dict[str, str]]]) -> list[dict[str, str]]:
+    """Worked examples (env transcripts, each ending with the answer) as prior chat messages.
+
+    Example:
+        >>> ex = [{"role": "user", "content": "Q?\\n"},
+        ...       {"role": "assistant", "content": "<answer>A</answer>"}]
+        >>> [m["role"] for m in few_shot_messages([ex, ex])]
+        ['user', 'assistant', 'user', 'assistant']
+    """
+    out: list[dict[str, str]] = []
+    for example in examples:
+        msgs = chat_messages(example, None, for_generation=False)
+        if msgs[-1]["role"] != "assistant":
+            raise ValueError("a few-shot example must end with the model's turn (its answer)")
+        out += msgs
+    return out
+
+
+def few_shot_text(examples: Sequence[Sequence[dict[str, str]]]) -> str:
+    """Worked examples as text (continuation mode): each prompt and rollout, byte for byte.
+
+    Example:
+        >>> ex = [{"role": "user", "content": "Q?\\n"},
+        ...       {"role": "assistant", "content": "<answer>A</answer>"}]
+        >>> print(few_shot_text([ex]))
+        Example 1:
+        Q?
+        <answer>A</answer>
+    """
+    parts = []
+    for i, example in enumerate(examples):
+        prompt, rollout = continuation_parts(example)
+        parts.append(f"Example {i + 1}:\n{prompt}{rollout}")
+    return "\n\n".join(parts)

@@ -1,7 +1,9 @@
 """What every backend shares: :class:`SamplingParams`, the :class:`Backend` protocol, the
-prompt types and the chat-template rendering.
+:class:`Completion` record, the prompt types and the chat-template rendering.
 
 Types: ``Message`` (a ``{"role", "content"}`` dict) and ``Prompt`` (raw text, or chat messages).
+Function: :func:`complete` (a backend's :class:`Completion` records, also for backends that only
+have ``generate``). Constant: :data:`FINISH_REASONS`.
 :class:`BackendError` is defined in :mod:`hopgym.errors` and re-exported here.
 """
 
@@ -12,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from hopgym.backends.stops import cut_at_stop
 from hopgym.errors import BackendError, DependencyNotInstalled
 
-__all__ = ["SamplingParams", "Backend", "BackendError", "Message", "Prompt"]
+__all__ = ["SamplingParams", "Backend", "BackendError", "Message", "Prompt", "Completion",
+           "complete", "FINISH_REASONS"]
 
 Message = dict[str, str]
 #: A raw text prompt (completed as is) or chat messages (rendered with the chat template).
@@ -71,6 +73,48 @@ class SamplingParams:
         return self.temperature == 0
 
 
+#: Why a completion ended: ``"stop"`` (a stop string or the end-of-sequence token) or
+#: ``"length"`` (``max_new_tokens`` reached, so the text may end mid-tag). ``None`` means unknown.
+FINISH_REASONS: tuple[str, ...] = ("stop", "length")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completed prompt: the text and what is known about how it was made.
+
+    Attributes:
+        text: the new text, cut after the first stop string (as ``generate`` returns it), without
+            ``reasoning``.
+        finish_reason: one of :data:`FINISH_REASONS`, or ``None`` when the backend cannot tell.
+        reasoning: thinking that the server returned apart from the text (an OpenAI-compatible
+            server's ``message.reasoning_content``, ``reasoning`` or ``thinking`` field), or
+            ``None``.
+        prompt_tokens: tokens in the prompt, if known.
+        cached_tokens: prompt tokens whose KV states were reused rather than computed (a
+            prefix cache), if known; ``prompt_tokens - cached_tokens`` were prefilled.
+        completion_tokens: tokens generated, if known.
+        token_ids: the generated token ids (before the text was cut at a stop string), when the
+            backend has them (local models).
+
+    Example:
+        >>> Completion("<answer>Oslo", finish_reason="length").truncated
+        True
+    """
+
+    text: str
+    finish_reason: str | None = None
+    reasoning: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    token_ids: tuple[int, ...] | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether generation stopped at ``max_new_tokens`` (the text may end inside a tag)."""
+        return self.finish_reason == "length"
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What agents (:class:`~hopgym.agents.llm.LLMAgent`) and judges need from a model.
@@ -79,6 +123,12 @@ class Backend(Protocol):
     messages is rendered with the model's chat template first (a final ``assistant`` message is
     continued rather than closed). It returns the new text only, cut after the first stop string
     of ``params.stop`` (kept or dropped by :func:`~hopgym.backends.stops.cut_at_stop`'s rule).
+
+    A backend may also have ``complete(prompts, params) -> list[Completion]``, the same
+    generation with its finish reason, separate reasoning and token counts; every hopgym backend
+    has it, and :func:`complete` falls back to ``generate`` for one that does not. And it may set
+    ``supports_prefill = True`` when a chat prompt may end with an ``assistant`` message that the
+    model continues (answer forcing prefills ``<answer>`` that way).
     """
 
     #: Whether :meth:`apply_chat_template` can render messages to text locally.
@@ -90,6 +140,32 @@ class Backend(Protocol):
 
     def apply_chat_template(self, messages: Sequence[Message], *,
                             add_generation_prompt: bool = True) -> str: ...
+
+
+def complete(backend: Any, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
+    """``backend.complete(prompts, params)``, or ``generate`` wrapped in :class:`Completion` records
+    (finish reason unknown) for a backend without ``complete``.
+
+    Raises:
+        BackendError: the backend returned a different number of results than prompts.
+
+    Example:
+        >>> class Echo:
+        ...     def generate(self, prompts, params):
+        ...         return [p.upper() for p in prompts]
+        >>> complete(Echo(), ["a"], SamplingParams())
+        [Completion(text='A', finish_reason=None, reasoning=None, prompt_tokens=None, \
+cached_tokens=None, completion_tokens=None, token_ids=None)]
+    """
+    prompts = list(prompts)
+    method = getattr(backend, "complete", None)
+    if callable(method):
+        out = list(method(prompts, params))
+    else:
+        out = [Completion(t) for t in backend.generate(prompts, params)]
+    if len(out) != len(prompts):
+        raise BackendError(f"the backend returned {len(out)} results for {len(prompts)} prompts")
+    return out
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -119,7 +195,3 @@ def _render_template(tokenizer: Any, messages: Sequence[Message],
     return tokenizer.apply_chat_template(
         messages, tokenize=False, continue_final_message=continue_final,
         add_generation_prompt=add_generation_prompt and not continue_final)
-
-
-def _fix_stops(texts: Sequence[str], stops: Sequence[str]) -> list[str]:
-    return [cut_at_stop(t, stops) for t in texts]

@@ -10,19 +10,26 @@ from urllib.parse import urlsplit
 
 from hopgym.backends.base import (
     BackendError,
+    Completion,
     Message,
     Prompt,
     SamplingParams,
     _render_template,
     _transformers,
 )
-from hopgym.backends.stops import close_open_tag, cut_at_stop
+from hopgym.backends.stops import close_open_tag, cut_at_stop, merge_reasoning
 from hopgym.httpclient import HTTPClient, HTTPError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["OpenAIBackend"]
+__all__ = ["OpenAIBackend", "REASONING_FIELDS"]
+
+#: Fields of a chat reply's ``message`` that hold thinking returned apart from ``content``, in the
+#: order they are read: ``reasoning_content`` (SGLang, llama.cpp's ``llama-server``,
+#: ``transformers serve``, DeepSeek, vLLM before 0.11), ``reasoning`` (vLLM since 0.11, OpenRouter,
+#: Ollama's OpenAI-compatible API), ``thinking`` (Ollama's own API, some response templates).
+REASONING_FIELDS: tuple[str, ...] = ("reasoning_content", "reasoning", "thinking")
 
 
 class OpenAIBackend:
@@ -48,9 +55,20 @@ class OpenAIBackend:
         tokenizer: optional local tokenizer (object, id or path) used only to render a chat
             template locally (``LLMAgent(mode="continuation")`` with a template).
         headers: extra HTTP headers sent with every request.
+        extra_body: more fields for every request body, e.g. ``{"n": 1}`` or
+            ``{"chat_template_kwargs": {"enable_thinking": False}}``; they override the fields
+            the backend sets. No ``n`` is sent unless given here (some servers warn about it).
+        prefill: the server continues a final ``assistant`` message when asked with
+            ``continue_final_message`` (vLLM and SGLang do; ``transformers serve`` does not).
+            Chat prompts that end with an assistant message (a prefilled answer tag) are only
+            accepted with ``prefill=True``.
 
     Servers drop the stop string from the reply; for closing-tag stops (``</search>``) it is
     put back (:func:`~hopgym.backends.stops.close_open_tag`) so that the turn parses.
+    Thinking that the server returns apart from the content (:data:`REASONING_FIELDS`, filled
+    when the server runs a reasoning parser) comes back in :attr:`Completion.reasoning
+    <hopgym.backends.base.Completion.reasoning>` from :meth:`complete`; :meth:`generate` puts it
+    back in front of the text as ``<think>…</think>``, as the model wrote it.
 
     Example:
         >>> OpenAIBackend("http://127.0.0.1:8000", "m").base_url
@@ -74,6 +92,8 @@ class OpenAIBackend:
         max_concurrency: int = 8,
         tokenizer: str | PreTrainedTokenizerBase | None = None,
         headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        prefill: bool = False,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -87,6 +107,12 @@ class OpenAIBackend:
         self._http = HTTPClient(self.base_url, timeout=timeout, retries=retries, backoff=backoff,
                                 max_backoff=max_backoff, headers={**(headers or {}), **auth})
         self.max_concurrency = max_concurrency
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise ValueError(f"extra_body must be a mapping of request fields, got "
+                             f"{type(extra_body).__name__}")
+        self.extra_body = dict(extra_body or {})
+        #: Whether a chat prompt may end with an assistant message for the model to continue.
+        self.supports_prefill = bool(prefill)
         if isinstance(tokenizer, str):
             tokenizer = _transformers().AutoTokenizer.from_pretrained(tokenizer)
         self.tokenizer = tokenizer
@@ -118,33 +144,52 @@ class OpenAIBackend:
                 else ""
             raise BackendError(f"{exc}.{hint}") from exc
 
-    def _one(self, prompt: Prompt, params: SamplingParams, seed: int | None) -> str:
+    def _one(self, prompt: Prompt, params: SamplingParams, seed: int | None) -> Completion:
         payload: dict[str, Any] = {"model": self.model, "max_tokens": params.max_new_tokens,
                                    "temperature": float(params.temperature),
-                                   "top_p": float(params.top_p), "n": 1}
+                                   "top_p": float(params.top_p)}
         if seed is not None:
             payload["seed"] = seed
         if params.stop:
             payload["stop"] = list(params.stop)
-        if isinstance(prompt, str):
-            payload["prompt"] = prompt
-            reply = self._post("/completions", payload)
-        else:
+        chat = not isinstance(prompt, str)
+        if chat:
             payload["messages"] = list(prompt)
-            reply = self._post("/chat/completions", payload)
+            if prompt and prompt[-1].get("role") == "assistant":
+                if not self.supports_prefill:
+                    raise ValueError("the chat prompt ends with an assistant message to continue: "
+                                     "pass OpenAIBackend(prefill=True) if the server supports "
+                                     "continue_final_message (vLLM, SGLang)")
+                payload.update(continue_final_message=True, add_generation_prompt=False)
+        else:
+            payload["prompt"] = prompt
+        payload.update(self.extra_body)
+        reply = self._post("/chat/completions" if chat else "/completions", payload)
         try:
             choice = reply["choices"][0]
-            text = choice["text"] if isinstance(prompt, str) else choice["message"]["content"]
+            message = choice["message"] if chat else choice
+            text = message["content" if chat else "text"]
         except (KeyError, IndexError, TypeError):
-            field = "text" if isinstance(prompt, str) else "message.content"
+            field = "message.content" if chat else "text"
             raise BackendError(f"unexpected reply from {self.base_url}: no choices[0].{field} in "
                                f"{json.dumps(reply)[:300]}") from None
         text = text or ""
-        if choice.get("finish_reason") == "stop" and params.stop:
+        reasoning = next((message[f] for f in REASONING_FIELDS
+                          if isinstance(message.get(f), str) and message[f]), None)
+        finish = choice.get("finish_reason")
+        if finish == "stop" and params.stop:
             text = close_open_tag(text, params.stop)
-        return cut_at_stop(text, params.stop)
+        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return Completion(cut_at_stop(text, params.stop),
+                          finish_reason=finish if finish in ("stop", "length") else None,
+                          reasoning=reasoning, prompt_tokens=usage.get("prompt_tokens"),
+                          cached_tokens=cached, completion_tokens=usage.get("completion_tokens"))
 
-    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]:
+    def complete(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
+        """One :class:`~hopgym.backends.base.Completion` per prompt (finish reason, reasoning
+        and the server's token counts); requests run ``max_concurrency`` at a time."""
         prompts = list(prompts)
         seeds = [None if params.seed is None else params.seed + i for i in range(len(prompts))]
         if len(prompts) <= 1 or self.max_concurrency == 1:
@@ -153,3 +198,8 @@ class OpenAIBackend:
             jobs = [pool.submit(self._one, p, params, s)
                     for p, s in zip(prompts, seeds, strict=True)]
             return [job.result() for job in jobs]
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]:
+        """The texts of :meth:`complete`, with returned reasoning put back as ``<think>…</think>``."""
+        return [merge_reasoning(c.text, c.reasoning, c.truncated)
+                for c in self.complete(prompts, params)]

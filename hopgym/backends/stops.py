@@ -1,7 +1,7 @@
 """Stop strings: where a model's turn ends, and what of the stop string the turn keeps.
 
 Functions: :func:`stop_is_kept`, :func:`cut_at_stop`, :func:`close_open_tag` (also re-exported by
-:mod:`hopgym.agents.prompts`).
+:mod:`hopgym.agents.prompts`), :func:`merge_reasoning`.
 
 A protocol's ``stop`` strings end one model turn. Those that close a tag (``</search>``) belong to
 the turn and are kept; the others (``r3``'s ``"\\nThe retrieval documents:"``, ``"\\nStep "``) are
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["stop_is_kept", "cut_at_stop", "close_open_tag"]
+__all__ = ["stop_is_kept", "cut_at_stop", "close_open_tag", "merge_reasoning"]
 
 
 def stop_is_kept(stop: str) -> bool:
@@ -66,3 +66,27 @@ def close_open_tag(text: str, stops: Sequence[str]) -> str:
         if text.rfind(opening) > text.rfind(close):
             return text + close
     return text
+
+
+def merge_reasoning(text: str, reasoning: str | None, truncated: bool = False, *,
+                    open_tag: str = "<think>", close_tag: str = "</think>") -> str:
+    """Put thinking that a server returned apart (``reasoning_content``) back in front of the text.
+
+    Nothing is added when there is no reasoning or the text already opens ``open_tag``. When
+    generation stopped at the token limit with no text after the thinking, the thought was cut
+    before it closed, and it is left open as the model wrote it.
+
+    Example:
+        >>> merge_reasoning("<search>Acme</search>", "who founded Acme?")
+        '<think>who founded Acme?</think><search>Acme</search>'
+        >>> merge_reasoning("", "Acme was founded by", truncated=True)
+        '<think>Acme was founded by'
+        >>> merge_reasoning("The retrieval query: Acme", "need Acme",
+        ...                 open_tag="The problem analysis: ", close_tag="\\n")
+        'The problem analysis: need Acme\\nThe retrieval query: Acme'
+    """
+    if not reasoning or open_tag.strip() in text:
+        return text
+    if truncated and not text.strip():
+        return open_tag + reasoning
+    return open_tag + reasoning + close_tag + text

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hopgym.backends.base import Message, Prompt, SamplingParams, _fix_stops, _render_template
+from hopgym.backends.base import Completion, Message, Prompt, SamplingParams, _render_template
+from hopgym.backends.stops import cut_at_stop
 from hopgym.errors import DependencyNotInstalled
 
 __all__ = ["VLLMBackend"]
@@ -26,6 +27,9 @@ class VLLMBackend:
         max_model_len: context length cap (``None``: the model's).
         tensor_parallel_size: GPUs per model.
     """
+
+    #: A chat prompt may end with an assistant message, which the model continues.
+    supports_prefill = True
 
     def __init__(
         self,
@@ -56,6 +60,10 @@ class VLLMBackend:
         return _render_template(self.tokenizer, messages, add_generation_prompt)
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]:
+        return [c.text for c in self.complete(prompts, params)]
+
+    def complete(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
+        """:meth:`generate` with each output's finish reason and token counts."""
         texts = [p if isinstance(p, str) else self.apply_chat_template(p) for p in prompts]
         sampling = [
             self._vllm.SamplingParams(
@@ -66,4 +74,14 @@ class VLLMBackend:
             for i in range(len(texts))
         ]
         outputs = self.llm.generate(texts, sampling, use_tqdm=False)
-        return _fix_stops([o.outputs[0].text for o in outputs], params.stop)
+        out = []
+        for o in outputs:
+            first = o.outputs[0]
+            reason = getattr(first, "finish_reason", None)
+            out.append(Completion(
+                cut_at_stop(first.text, params.stop),
+                finish_reason=reason if reason in ("stop", "length") else None,
+                prompt_tokens=len(o.prompt_token_ids or ()),
+                cached_tokens=getattr(o, "num_cached_tokens", None),
+                completion_tokens=len(first.token_ids or ())))
+        return out

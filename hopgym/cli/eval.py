@@ -1,8 +1,9 @@
 """``hopgym eval``: evaluate one agent on an env; prints a table, writes JSON and trajectories.
 
 Options: :class:`~hopgym.cli._common.EnvConfig` and the env options
-(:data:`~hopgym.cli._common.ENV_OPTIONS`), :class:`EvalConfig` and, for ``--agent llm``,
-:class:`LLMConfig` (its defaults are those of :func:`hopgym.agents.llm.make_llm_agent`).
+(:data:`~hopgym.cli._common.ENV_OPTIONS`), :class:`EvalConfig` and, for ``--agent llm`` and
+``--agent llm-direct`` (the closed-book baseline), :class:`LLMConfig` (its defaults are those of
+:func:`hopgym.agents.llm.make_llm_agent`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.llm import BACKENDS, make_llm_agent
+from hopgym.agents.llm import BACKENDS, FORCE_ANSWER, MODES, make_llm_agent
 from hopgym.agents.scripted import AGENTS
 from hopgym.cli._common import (
     CommandError,
@@ -31,9 +32,11 @@ from hopgym.cli._common import (
 )
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
 
-__all__ = ["EvalConfig", "LLMConfig", "add_parser", "make_cli_agent", "run"]
+__all__ = ["EvalConfig", "LLMConfig", "LLM_AGENTS", "add_parser", "make_cli_agent", "run"]
 
 _LLM = inspect.signature(make_llm_agent).parameters
+#: The LLM agents, by ``--agent`` name: searching, and the closed-book baseline.
+LLM_AGENTS = ("llm", "llm-direct")
 
 
 @dataclass
@@ -41,8 +44,22 @@ class EvalConfig:
     """Which agent, for how long, and where the results go."""
 
     agent: str = field(default="oracle", metadata={
-        "help": f"A scripted agent ({', '.join(AGENTS)}) or llm (needs --model)."})
+        "help": f"A scripted agent ({', '.join(AGENTS)}), llm (a language model that searches; "
+                f"needs --model) or llm-direct (the same model answering at once from memory, "
+                f"without searching: the closed-book baseline)."})
     episodes: int = field(default=100, metadata={"help": "Episodes to run."})
+    num_envs: int = field(default=1, metadata={
+        "help": "Episodes acted on side by side (llm agents): one batched generate call per "
+                "turn for all of them."})
+    ray: bool = field(default=False, metadata={
+        "help": "Run the --num-envs sub-envs in Ray workers (hopgym[ray]; a local Ray is "
+                "started when none runs) instead of in this process: the same episodes and "
+                "results (llm agents)."})
+    workers: int | None = field(default=None, metadata={
+        "help": "With --ray: how many workers (default: one per 8 sub-envs).", "metavar": "W"})
+    time_limit: float | None = field(default=None, metadata={
+        "help": "Stop after this many seconds (checked before each turn); the episodes finished "
+                "by then are scored and written.", "metavar": "S"})
     json: str | None = field(default=None, metadata={
         "help": "Write the metrics here as JSON (full precision).", "metavar": "PATH"})
     trajectories: str | None = field(default=None, metadata={
@@ -68,6 +85,43 @@ class LLMConfig:
     top_p: float = field(default=_LLM["top_p"].default, metadata={"help": "Nucleus sampling mass."})
     max_new_tokens: int = field(default=_LLM["max_new_tokens"].default, metadata={
         "help": "Longest model turn in tokens."})
+    mode: str = field(default=_LLM["mode"].default, metadata={
+        "help": "chat: one chat message per turn and observation; continuation: the rollout as "
+                "one growing assistant message (Search-R1's layout, and hopgym train sft's); "
+                "auto: chat when the model has a chat template.", "choices": MODES})
+    system_prompt: str | None = field(default=None, metadata={
+        "help": "The system prompt: TEXT, or @FILE to read it from a file; '' for none. Default: "
+                "the protocol's (or the closed-book one for llm-direct).", "metavar": "TEXT"})
+    force_answer: str = field(default=_LLM["force_answer"].default, metadata={
+        "help": "When to prefill the answer tag so that the model answers: on the last turn, "
+                "always, or never.", "choices": FORCE_ANSWER})
+    few_shot: int = field(default=0, metadata={
+        "help": "Worked examples shown to the model: the oracle's episodes on other questions, "
+                "from the env made with --few-shot-kw on top of the evaluated env's "
+                "arguments.", "metavar": "N"})
+    few_shot_kw: dict[str, Any] = field(default_factory=lambda: {"split": "train"}, metadata={
+        "help": "Env keyword arguments for the few-shot questions, e.g. split=train (the "
+                "synthetic worlds) or start=0 limit=20 with the evaluated file sliced from "
+                "start=20."})
+
+    def __post_init__(self) -> None:
+        if self.few_shot < 0:
+            raise ValueError(f"--few-shot must be >= 0, got {self.few_shot}")
+
+    def read_system_prompt(self) -> str | None:
+        """The system prompt, read from its file for ``@FILE``.
+
+        Raises:
+            CommandError: an unreadable file.
+        """
+        text = self.system_prompt
+        if text is None or not text.startswith("@"):
+            return text
+        try:
+            return Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"--system-prompt {text}: cannot read {text[1:]} "
+                               f"({exc.strerror or exc})") from None
 
 
 LLM_SPEC = ConfigSpec(LLMConfig, title="llm agent")
@@ -85,28 +139,77 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def make_cli_agent(name: str, env: Any, seed: int, llm: LLMConfig | None = None) -> Any:
-    """A scripted agent by name, or the LLM agent ``llm`` describes.
+def make_cli_agent(name: str, env: Any, seed: int, llm: LLMConfig | None = None,
+                   few_shot_env: Any = None) -> Any:
+    """A scripted agent by name, or the LLM agent ``llm`` describes (``llm-direct``: closed book).
+
+    Args:
+        name: a scripted agent's name, ``llm`` or ``llm-direct``.
+        env: the evaluated env.
+        seed: the agent's seed.
+        llm: the model and how it acts.
+        few_shot_env: the env whose questions the few-shot examples use (``llm.few_shot > 0``).
 
     Raises:
-        CommandError: an unknown name, or ``llm`` without a model.
+        CommandError: an unknown name, ``llm`` without a model, or a bad LLM setting.
     """
     from hopgym.agents.scripted import make_agent
 
-    if name == "llm":
+    if name in LLM_AGENTS:
         if llm is None or not llm.model:
-            raise CommandError("--agent llm needs --model PATH_OR_ID")
+            raise CommandError(f"--agent {name} needs --model PATH_OR_ID")
+        closed_book = name == "llm-direct"
         try:
+            few_shot = []
+            if llm.few_shot:
+                from hopgym.agents.llm import few_shot_examples
+
+                few_shot = few_shot_examples(few_shot_env, llm.few_shot, seed=seed,
+                                             closed_book=closed_book)
             return make_llm_agent(llm.model, backend=llm.backend,
                                   protocol=env.unwrapped.protocol.name, base_url=llm.base_url,
                                   temperature=llm.temperature, top_p=llm.top_p,
-                                  max_new_tokens=llm.max_new_tokens, seed=seed)
+                                  max_new_tokens=llm.max_new_tokens, seed=seed, mode=llm.mode,
+                                  system_prompt=llm.read_system_prompt(),
+                                  closed_book=closed_book, force_answer=llm.force_answer,
+                                  few_shot=few_shot)
         except ValueError as exc:  # e.g. the openai backend without --base-url
             raise CommandError(str(exc)) from None
     try:
         return make_agent(name, env, seed=seed)
     except ValueError as exc:
-        raise CommandError(f"{exc} (or llm)") from None
+        raise CommandError(f"{exc} (or {' or '.join(LLM_AGENTS)})") from None
+
+
+def _workers(ev: EvalConfig) -> int | None:
+    """How many Ray workers ``--ray`` asks for (``None``: the envs run in this process)."""
+    from hopgym.envs.ray_vector import ENVS_PER_WORKER
+
+    if not ev.ray:
+        if ev.workers is not None:
+            raise CommandError(f"--workers {ev.workers} is the number of Ray workers: add --ray")
+        return None
+    if ev.workers is None:
+        return min(ev.num_envs, -(-ev.num_envs // ENVS_PER_WORKER))
+    if not 1 <= ev.workers <= ev.num_envs:
+        raise CommandError(f"--workers must be in [1, --num-envs {ev.num_envs}], got "
+                           f"{ev.workers}")
+    return ev.workers
+
+
+def _llm_line(metrics: dict[str, Any]) -> str:
+    """What the table leaves out for LLM agents: answered, cut and flawed turns, tokens."""
+    def share(key: str) -> str:
+        value = metrics.get(key)
+        return "-" if value is None else f"{value:.3f}"
+
+    parts = [f"answered {share('answered')}", f"turns cut at the token limit "
+             f"{share('truncated_rate')}", f"turns with format issues {share('format_issue_rate')}"]
+    tokens = metrics.get("tokens")
+    if tokens:
+        parts.append(f"tokens: prompt {tokens.get('prompt', 0)} (reused "
+                     f"{tokens.get('cached', 0)}), generated {tokens.get('completion', 0)}")
+    return "; ".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,31 +218,53 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args, EnvConfig)
     ev = config_from_args(args, EvalConfig)
-    env = make_env(cfg.env, env_kwargs(args, cfg.kw))
+    kwargs = env_kwargs(args, cfg.kw)
+    env = make_env(cfg.env, kwargs)
     llm = config_from_args(args, LLM_SPEC)
-    agent = make_cli_agent(ev.agent, env, cfg.seed, llm)
-    agent_name = f"llm:{llm.model}" if ev.agent == "llm" else ev.agent
+    few_shot_env = (make_env(cfg.env, {**kwargs, **llm.few_shot_kw})
+                    if ev.agent in LLM_AGENTS and llm.few_shot else None)
+    agent = make_cli_agent(ev.agent, env, cfg.seed, llm, few_shot_env)
+    agent_name = f"{ev.agent}:{llm.model}" if ev.agent in LLM_AGENTS else ev.agent
+    if ev.num_envs > 1 and ev.agent not in LLM_AGENTS:
+        raise CommandError(f"--num-envs {ev.num_envs} acts in batches, which only the llm agents "
+                           f"do; {ev.agent} runs one env")
+    workers = _workers(ev)
+    if workers is not None and ev.agent not in LLM_AGENTS:
+        raise CommandError(f"--ray runs the envs in workers, which only the llm agents act on "
+                           f"(the scripted agents read their env in this process); {ev.agent} "
+                           f"runs one env")
     with tempfile.TemporaryDirectory() as tmp:
         # The report is built from a trajectory file; without --trajectories it is a temporary one.
         trajectories = ev.trajectories or (str(Path(tmp) / "run.jsonl") if ev.report else None)
         try:
             metrics = evaluate(env, agent, episodes=ev.episodes, seed=cfg.seed,
                                trajectories=trajectories, agent_name=agent_name,
-                               progress=progress_label(cfg.env, ev.agent))
+                               progress=progress_label(cfg.env, ev.agent),
+                               time_limit=ev.time_limit, num_envs=ev.num_envs,
+                               workers=workers)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        if ev.report:
+        if ev.report and metrics["episodes"]:
             from hopgym.viewer import write_report
 
             report = write_report(trajectories, ev.report,
                                   title=f"hopgym: {ev.agent} on {cfg.env}")
     out = console()
-    out.print(metrics_table(f"{cfg.env}, {ev.episodes} episodes, seed {cfg.seed}",
-                            [(ev.agent, metrics)], getattr(env.unwrapped, "source_names", ())))
-    if metrics["reward_terms"]:
-        out.print(terms_table(metrics))
+    done = metrics["episodes"]
+    if metrics["stopped"]:
+        out.print(f"stopped by --time-limit {ev.time_limit:g} s after {done} of {ev.episodes} "
+                  f"episodes")
+    if metrics.get("worker_errors"):
+        out.print(f"{metrics['worker_errors']} episodes were lost with a Ray worker and run again")
+    if done:
+        out.print(metrics_table(f"{cfg.env}, {done} episodes, seed {cfg.seed}",
+                                [(ev.agent, metrics)], getattr(env.unwrapped, "source_names", ())))
+        if ev.agent in LLM_AGENTS:
+            out.print(_llm_line(metrics))
+        if metrics["reward_terms"]:
+            out.print(terms_table(metrics))
     if ev.json:
         write_json(ev.json, metrics)
-    if ev.report:
+    if ev.report and done:
         out.print(f"report: {report}")
     return 0

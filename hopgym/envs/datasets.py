@@ -18,7 +18,7 @@ registry of :mod:`hopgym.corpora.datasets`::
 Keyword arguments are of three kinds, and a misspelt one is refused with the closest name:
 
 - the task (:class:`TaskSpec`): ``path``, ``mode``, ``corpus``, ``retriever``, ``index``,
-  ``rebuild``, ``limit``, ``lenient``, ``web``, ``web_cost``;
+  ``rebuild``, ``start``, ``limit``, ``lenient``, ``web``, ``web_cost``;
 - the env options (:class:`~hopgym.envs.options.EnvOptions`): ``protocol``, ``top_k``, ...;
 - shorthands for three retriever settings: ``model``, ``index_type``, ``engine`` (the same as
   ``retriever={"model": ...}``; giving a setting both ways with different values is an error).
@@ -44,7 +44,7 @@ import os
 import threading
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +146,9 @@ class TaskSpec:
     rebuild: bool = _task(False, "rebuild the index at index= when it cannot be used as it is (no "
                                  "manifest, a corrupted file, a changed corpus) instead of "
                                  "raising")
-    limit: int | None = _task(None, "use only the first N questions")
+    start: int = _task(0, "skip the first N questions of the file (a slice with limit: "
+                          "questions start .. start+limit-1)")
+    limit: int | None = _task(None, "use only N questions (the first N from start)")
     lenient: bool = _task(False, "skip malformed records instead of raising")
     web: str | None = _task(None, "a second source, web: a server URL or an index directory")
     web_cost: float = _task(1.0, "the web source's cost per search (read by cost rewards)")
@@ -182,6 +184,8 @@ class TaskSpec:
         if self.mode == "distractor" and (self.remote or self.index is not None):
             raise ValueError("mode='distractor' searches each question's own paragraphs in "
                              "memory: it takes no index= or server URL (use mode='open')")
+        if not isinstance(self.start, int) or isinstance(self.start, bool) or self.start < 0:
+            raise ValueError(f"start must be an int >= 0, got {self.start!r}")
         if self.limit is not None and (not isinstance(self.limit, int)
                                        or isinstance(self.limit, bool) or self.limit < 1):
             raise ValueError(f"limit must be None or an int >= 1, got {self.limit!r}")
@@ -220,6 +224,7 @@ class DatasetKwargs(EnvKwargs, total=False):
     retriever: Any
     index: str | os.PathLike[str] | None
     rebuild: bool
+    start: int
     limit: int | None
     lenient: bool
     web: str | os.PathLike[str] | None
@@ -254,8 +259,26 @@ def _load_dataset(spec: TaskSpec, mode: str | None) -> QADataset:
     fmt = resolve_format(spec.dataset, spec.path)  # "auto": detected from the file
     if not fmt.has_paragraphs or (spec.dataset == "auto" and spec.corpus is not None):
         mode = None  # questions only, or auto with corpus=: the mode follows from corpus=
-    return load_dataset(fmt, spec.path, mode=mode, corpus=spec.corpus, lenient=spec.lenient,
-                        limit=spec.limit)
+    read = None if spec.limit is None else spec.start + spec.limit
+    ds = load_dataset(fmt, spec.path, mode=mode, corpus=spec.corpus, lenient=spec.lenient,
+                      limit=read)
+    return _sliced(ds, spec) if spec.start else ds
+
+
+def _sliced(ds: QADataset, spec: TaskSpec) -> QADataset:
+    """The questions from ``spec.start`` on. In distractor mode the skipped questions' paragraphs
+    go too; a pooled corpus (open mode, an external corpus) stays as read."""
+    if spec.start >= len(ds.samples):
+        raise ValueError(f"start={spec.start} skips every question: {spec.path} has "
+                         f"{len(ds.samples)} questions (that were read)")
+    samples = ds.samples[spec.start:]
+    if ds.mode != "distractor":
+        return replace(ds, samples=samples)
+    kept = {s.id for s in samples}
+    by_sample = {qid: ps for qid, ps in ds.by_sample.items() if qid in kept}
+    doc_ids = {p.doc_id for ps in by_sample.values() for p in ps}
+    return replace(ds, samples=samples, by_sample=by_sample,
+                   passages=[p for p in ds.passages if p.doc_id in doc_ids])
 
 
 def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
@@ -290,8 +313,9 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
                                    corpus_format="corpus", overwrite=spec.rebuild)
         else:
             # The index records the QA file to re-pool it later (hopgym serve); a partial load
-            # (limit, skipped records) cannot be re-read that way, so its passages are stored.
-            whole = spec.limit is None and ds.skipped == 0
+            # (start, limit, skipped records) cannot be re-read that way, so its passages are
+            # stored.
+            whole = spec.limit is None and spec.start == 0 and ds.skipped == 0
             index_store.save_index(built, spec.index, corpus_path=spec.path if whole else None,
                                    overwrite=spec.rebuild)
         return built
@@ -369,9 +393,8 @@ def make_dataset_env(dataset: str = "auto", path: str | os.PathLike[str] | None 
         dataset: a registered dataset format, or ``"auto"`` (the registered ids set it).
         path: the QA file (``hotpotqa`` defaults to its hub name, read through ``datasets``).
         **kwargs: :class:`TaskSpec` fields (``mode``, ``corpus``, ``retriever``, ``index``,
-            ``rebuild``, ``limit``, ``lenient``, ``web``, ``web_cost``), the retriever shorthands
-            ``model``,
-            ``index_type``, ``engine``, and the env options
+            ``rebuild``, ``start``, ``limit``, ``lenient``, ``web``, ``web_cost``), the retriever
+            shorthands ``model``, ``index_type``, ``engine``, and the env options
             (:class:`~hopgym.envs.options.EnvOptions`).
 
     Raises:

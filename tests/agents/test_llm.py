@@ -1,7 +1,8 @@
 """Tests for hopgym.agents.llm and hopgym.agents.prompts: no network, no downloads.
 
-A tiny random Qwen2 model and a byte-level BPE tokenizer trained here on the tiny corpus stand in
-for a real model; the OpenAI-compatible backend talks to a stub HTTP server on 127.0.0.1.
+A tiny random Qwen2 model and a byte-level BPE tokenizer trained on the tiny corpus (built by
+``tiny_llm.py``) stand in for a real model; the OpenAI-compatible backend talks to a stub HTTP
+server on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import pytest
+from tiny_llm import TEMPLATE, build_model, build_tokenizer
 
 import hopgym  # noqa: F401  (registers the ids)
 from hopgym.agents.llm import (
@@ -36,8 +38,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 
 
 def _env(protocol: str = "tags", max_turns: int = 4) -> gym.Env:
@@ -54,43 +54,12 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from hopgym.corpora.tiny import TINY_PASSAGES
-
-    lines = [p.contents for p in TINY_PASSAGES]
-    for protocol in ("tags", "r3"):
-        env = _env(protocol)
-        for i in range(6):
-            obs, _ = env.reset(options={"index": i})
-            lines += obs.splitlines()
-    lines += ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
-              "<information>", "</information>", "The retrieval query:", "The final answer:"]
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=1, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<|pad|>", "<|end|>"])
-    tok.train_from_iterator(lines * 3, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|end|>")
-    fast.chat_template = TEMPLATE
-    return fast
+    return build_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=2048, tie_word_embeddings=True,
-                         initializer_range=0.2, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
-    config._attn_implementation = "eager"
-    return Qwen2ForCausalLM(config).eval()
+    return build_model(tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +197,7 @@ def test_backend_without_template_rejects_chat(model, tokenizer):
 def test_llm_agent_episode_runs_and_mirrors_env_transcript(backend, tokenizer, protocol, mode):
     env = _env(protocol, max_turns=3)
     agent = LLMAgent(backend, protocol=protocol, sampling=SamplingParams(max_new_tokens=10),
-                     mode=mode)
+                     mode=mode, force_answer="never")
     agent.reset()
     obs, info = env.reset(seed=0)
     done, steps = False, 0

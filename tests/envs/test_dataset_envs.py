@@ -280,3 +280,39 @@ def test_a_loaded_index_takes_the_specs_cache_bounds(tmp_path):
     off = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
                    retriever={"cache_entries": 0})
     assert off.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 0
+
+
+SLICEABLE = [
+    ("hopgym/HotpotQA-v0", {"path": HOTPOT}),
+    ("hopgym/2WikiMultiHopQA-v0", {"path": WIKI2}),
+    ("hopgym/MuSiQue-v0", {"path": MUSIQUE, "mode": "open"}),
+    ("hopgym/Bamboogle-v0", {"path": BAMBOOGLE, "corpus": CORPUS}),
+    ("hopgym/MultiHopQA-v0", {"path": MUSIQUE}),
+]
+
+
+@pytest.mark.parametrize("env_id,kwargs", SLICEABLE, ids=[s[0] for s in SLICEABLE])
+def test_start_and_limit_slice_every_dataset(env_id, kwargs):
+    def ids(**kw):
+        return [s.id for s in gym.make(env_id, **kw, **kwargs).unwrapped.task.samples]
+
+    whole = ids()
+    n = len(whole)
+    assert n >= 2
+    assert ids(start=1, limit=1) == whole[1:2]
+    assert ids(start=1) == whole[1:]
+    assert ids(start=n - 1, limit=5) == whole[n - 1:]
+    with pytest.raises(ValueError, match=rf"start={n} skips every question: .* has {n} questions"):
+        gym.make(env_id, start=n, **kwargs)
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="start must be an int >= 0"):
+            gym.make(env_id, start=bad, **kwargs)
+
+
+def test_a_distractor_slice_keeps_only_its_questions_paragraphs():
+    env = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, start=2, reward=None)
+    task = env.unwrapped.task
+    (sample,) = task.samples
+    assert set(task.documents) and all(d.startswith(f"{sample.id}:") for d in task.documents)
+    m = evaluate(env, make_agent("oracle", env), episodes=1)
+    assert m["em"] == 1.0 and m["support_recall"] == 1.0
