@@ -8,7 +8,7 @@ An LLM agent re-sends the whole conversation every turn. Without reuse the backe
 of it again; with its prefix cache (``TransformersBackend(prefix_cache=...)``, on by default) it
 reuses the KV states of the previous turn's prompt and generation and prefills only the new
 tokens: the env's observation and the next turn's header. The script runs the same greedy
-episodes (``hopgym/Synthetic-v0``, 2-hop test questions, batched through ``evaluate(...,
+episodes (``hopgym/Synthetic-v1``, 2-hop test questions, batched through ``evaluate(...,
 num_envs=N)``) with one model behind both backends, checks that every episode's turns are the
 same, and prints prompt tokens prefilled per generated token and turns per CPU second
 (``time.process_time``: fair on a shared machine), side by side.
@@ -39,7 +39,7 @@ from hopgym.backends import SamplingParams, TransformersBackend  # noqa: E402
 
 
 def run(backend: TransformersBackend, args: argparse.Namespace, path: Path) -> dict:
-    env = gym.make("hopgym/Synthetic-v0", seed=0, n_entities=300, n_questions=200, hops=2,
+    env = gym.make("hopgym/Synthetic-v1", seed=0, n_entities=300, n_questions=200, hops=2,
                    split="test", top_k=args.top_k, max_turns=args.max_turns, reward=None)
     agent = LLMAgent(backend, sampling=SamplingParams(max_new_tokens=args.max_new_tokens))
     cpu, wall = time.process_time(), time.perf_counter()

@@ -7,7 +7,7 @@
     python examples/llm_eval.py --env hopgym/Tiny-v1 --backend openai \\
         --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-0.5B-Instruct --num-envs 8
     # the closed-book baseline: the bare question, answered at once
-    python examples/llm_eval.py --env hopgym/Synthetic-v0 --model M --closed-book
+    python examples/llm_eval.py --env hopgym/Synthetic-v1 --model M --closed-book
 
 ``--num-envs`` envs run side by side (``hopgym.agents.evaluate(..., num_envs=N)``); each turn the
 agent generates for all unfinished episodes with one batched call (``LLMAgent.act_batch``), and an

@@ -63,7 +63,8 @@ def test_data_exports_flashrag_files(tmp_path):
 def test_bad_input_exits_with_a_message(capsys):
     with pytest.raises(SystemExit, match="key=value"):
         parse_kwargs(["novalue"])
-    with pytest.raises(SystemExit, match="unknown agent"):
+    with pytest.raises(SystemExit, match="unknown agent .genius.; choose one of random.*"
+                                         "oracle, llm, llm-direct, or give module:factory"):
         main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "genius", "--episodes", "1"])
     with pytest.raises(SystemExit, match="cannot make"):
         main(["eval", "--env", "hopgym/Nope-v0", "--episodes", "1"])

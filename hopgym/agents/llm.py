@@ -8,7 +8,7 @@ episodes; :func:`unbatch_infos` splits a vector env's info dict per sub-env.
 The backends live one floor down, in :mod:`hopgym.backends` (so that judges can use them too), and
 are re-exported here: :class:`SamplingParams`, :class:`Backend` (the protocol),
 :class:`TransformersBackend` (local ``transformers`` model, batched ``generate``),
-:class:`VLLMBackend` (optional ``vllm`` extra; untested here), :class:`OpenAIBackend` (an
+:class:`VLLMBackend` (optional ``vllm`` extra; not run in our tests), :class:`OpenAIBackend` (an
 OpenAI-compatible HTTP server such as vLLM, SGLang or llama.cpp, over the standard library),
 :class:`BackendError`.
 

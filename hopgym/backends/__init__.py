@@ -9,7 +9,7 @@ agents (:class:`~hopgym.agents.llm.LLMAgent`) and the judges
   :class:`Completion` (a result with its finish reason, reasoning and token counts) and
   :func:`complete` (a backend's completions, also from one with only ``generate``).
 - :class:`TransformersBackend` — a local ``transformers`` model (``hopgym[train]``).
-- :class:`VLLMBackend` — an in-process vLLM engine (``hopgym[vllm]``; untested here).
+- :class:`VLLMBackend` — an in-process vLLM engine (``hopgym[vllm]``; not run in our tests).
 - :class:`OpenAIBackend` — an OpenAI-compatible HTTP server (vLLM, SGLang, llama.cpp, OpenAI)
   through :class:`~hopgym.httpclient.HTTPClient`, standard library only.
 - :mod:`hopgym.backends.stops` — where a turn ends (:func:`cut_at_stop`, :func:`close_open_tag`)

@@ -14,7 +14,7 @@ __all__ = ["VLLMBackend"]
 class VLLMBackend:
     """An in-process vLLM engine (``pip install 'hopgym[vllm]'``).
 
-    UNTESTED: vLLM cannot be installed in the workplace where hopgym was written; this class
+    Not run in our tests (vLLM is not among hopgym's test dependencies); this class
     follows vLLM's documented ``LLM.generate`` API and is kept deliberately small. Prefer
     :class:`OpenAIBackend` against ``vllm serve`` when in doubt: that path is tested.
 

@@ -153,7 +153,7 @@ def make_cli_agent(name: str, env: Any, seed: int, llm: LLMConfig | None = None,
     Raises:
         CommandError: an unknown name, ``llm`` without a model, or a bad LLM setting.
     """
-    from hopgym.agents.scripted import make_agent
+    from hopgym.agents.scripted import agent_names, make_agent
 
     if name in LLM_AGENTS:
         if llm is None or not llm.model:
@@ -175,10 +175,14 @@ def make_cli_agent(name: str, env: Any, seed: int, llm: LLMConfig | None = None,
                                   few_shot=few_shot)
         except ValueError as exc:  # e.g. the openai backend without --base-url
             raise CommandError(str(exc)) from None
+    if ":" not in name and name not in agent_names():
+        known = ", ".join((*agent_names(), *LLM_AGENTS))
+        raise CommandError(f"unknown agent {name!r}; choose one of {known}, or give "
+                           "module:factory")
     try:
         return make_agent(name, env, seed=seed)
-    except ValueError as exc:
-        raise CommandError(f"{exc} (or {' or '.join(LLM_AGENTS)})") from None
+    except ValueError as exc:  # a module:factory that cannot be loaded
+        raise CommandError(str(exc)) from None
 
 
 def _workers(ev: EvalConfig) -> int | None:

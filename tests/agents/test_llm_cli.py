@@ -36,7 +36,7 @@ def _llm(*argv: str):
 
 
 def test_llm_options_reach_the_agent(model_dir, tmp_path):
-    env = gym.make("hopgym/Tiny-v0", max_turns=3)
+    env = gym.make("hopgym/Tiny-v1", max_turns=3)
     prompt = tmp_path / "system.txt"
     prompt.write_text("Answer in one word.\n", encoding="utf-8")
     agent = make_cli_agent("llm", env, 0, _llm("--model", model_dir, "--mode", "continuation",
@@ -54,7 +54,7 @@ def test_llm_options_reach_the_agent(model_dir, tmp_path):
     assert direct.closed_book and direct.force_answer == "always"
     assert direct.system_prompt == CLOSED_BOOK_SYSTEM_PROMPTS["tags"]
     few = make_cli_agent("llm", env, 0, _llm("--model", model_dir, "--few-shot", "2"),
-                         few_shot_env=gym.make("hopgym/Tiny-v0", max_turns=4))
+                         few_shot_env=gym.make("hopgym/Tiny-v1", max_turns=4))
     assert len(few.few_shot) == 2
     with pytest.raises(CommandError, match="cannot read"):
         make_cli_agent("llm", env, 0, _llm("--model", model_dir, "--system-prompt",
@@ -65,7 +65,7 @@ def test_llm_options_reach_the_agent(model_dir, tmp_path):
 
 def test_eval_llm_batched_writes_metrics_and_trajectories(model_dir, tmp_path, capsys):
     out, traj = tmp_path / "m.json", tmp_path / "t.jsonl"
-    assert main(["eval", "--env", "hopgym/Tiny-v0", "--max-turns", "2", "--agent", "llm",
+    assert main(["eval", "--env", "hopgym/Tiny-v1", "--max-turns", "2", "--agent", "llm",
                  "--model", model_dir, "--max-new-tokens", "6", "--episodes", "3",
                  "--num-envs", "2", "--mode", "continuation", "--json", str(out),
                  "--trajectories", str(traj)]) == 0
@@ -80,7 +80,7 @@ def test_eval_llm_batched_writes_metrics_and_trajectories(model_dir, tmp_path, c
 
 def test_eval_llm_direct_answers_in_one_turn(model_dir, tmp_path):
     out = tmp_path / "m.json"
-    assert main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "llm-direct", "--model",
+    assert main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "llm-direct", "--model",
                  model_dir, "--max-new-tokens", "5", "--episodes", "2", "--json", str(out)]) == 0
     metrics = json.loads(out.read_text())
     assert metrics["avg_searches"] == 0.0 and metrics["answered"] == 1.0
@@ -88,7 +88,7 @@ def test_eval_llm_direct_answers_in_one_turn(model_dir, tmp_path):
 
 def test_eval_time_limit_stops_cleanly_and_still_writes(model_dir, tmp_path, capsys):
     out, traj = tmp_path / "m.json", tmp_path / "t.jsonl"
-    assert main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "llm", "--model", model_dir,
+    assert main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "llm", "--model", model_dir,
                  "--max-new-tokens", "4", "--episodes", "500", "--time-limit", "2",
                  "--json", str(out), "--trajectories", str(traj)]) == 0
     metrics = json.loads(out.read_text())
@@ -99,5 +99,5 @@ def test_eval_time_limit_stops_cleanly_and_still_writes(model_dir, tmp_path, cap
 
 def test_num_envs_needs_an_llm_agent():
     with pytest.raises(SystemExit, match="only the llm agents"):
-        main(["eval", "--env", "hopgym/Tiny-v0", "--agent", "oracle", "--num-envs", "2",
+        main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "oracle", "--num-envs", "2",
               "--episodes", "2"])

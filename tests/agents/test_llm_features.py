@@ -33,7 +33,7 @@ pytest.importorskip("transformers")
 
 
 def _env(protocol: str = "tags", max_turns: int = 4, **kw) -> gym.Env:
-    return gym.make("hopgym/Tiny-v0", reward=None, protocol=protocol, max_turns=max_turns, **kw)
+    return gym.make("hopgym/Tiny-v1", reward=None, protocol=protocol, max_turns=max_turns, **kw)
 
 
 @pytest.fixture(scope="module", autouse=True)

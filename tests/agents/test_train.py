@@ -314,7 +314,7 @@ def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Pat
 @pytest.mark.slow
 def test_cli_train_rft(tmp_path: Path, capsys):
     out = tmp_path / "rft"
-    assert main(["train", "rft", "--env", "hopgym/Tiny-v0", "--model", "tiny", *TINY_ARGS,
+    assert main(["train", "rft", "--env", "hopgym/Tiny-v1", "--model", "tiny", *TINY_ARGS,
                  "--out", str(out), "--split", "none", "--steps", "2",
                  "--questions-per-step", "2", "--group-size", "2", "--max-length", "120",
                  "--max-new-tokens", "8", "--min-reward", "-1"]) == 0

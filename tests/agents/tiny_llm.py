@@ -25,7 +25,7 @@ def build_tokenizer() -> Any:
 
     lines = [p.contents for p in TINY_PASSAGES]
     for protocol in ("tags", "r3"):
-        env = gym.make("hopgym/Tiny-v0", reward=None, protocol=protocol)
+        env = gym.make("hopgym/Tiny-v1", reward=None, protocol=protocol)
         for i in range(6):
             obs, _ = env.reset(options={"index": i})
             lines += obs.splitlines()

@@ -152,7 +152,7 @@ def test_agent_keeps_the_thought_in_history_and_transcript(server):
     agent = LLMAgent(OpenAIBackend(url, model, timeout=60, retries=0),
                      sampling=SamplingParams(max_new_tokens=20), force_answer="never")
     assert agent.mode == "chat"
-    env = gym.make("hopgym/Tiny-v0", reward=None, max_turns=3)
+    env = gym.make("hopgym/Tiny-v1", reward=None, max_turns=3)
     obs, info = env.reset(options={"index": 0})
     for _ in range(2):
         text = agent.act(obs, info)
@@ -168,7 +168,7 @@ def test_raw_completions_cut_at_the_limit_are_closed(server):
     be = OpenAIBackend(url, model, timeout=60, retries=0, tokenizer=model)
     agent = LLMAgent(be, mode="continuation", system_prompt="",
                      sampling=SamplingParams(max_new_tokens=5), force_answer="never")
-    env = gym.make("hopgym/Tiny-v0", reward=None, max_turns=3)
+    env = gym.make("hopgym/Tiny-v1", reward=None, max_turns=3)
     obs, info = env.reset(options={"index": 0})
     text = agent.act(obs, info)
     assert agent.turn_info[0]["finish_reason"] == "length" and agent.turn_info[0]["truncated"]

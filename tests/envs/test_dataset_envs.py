@@ -283,11 +283,11 @@ def test_a_loaded_index_takes_the_specs_cache_bounds(tmp_path):
 
 
 SLICEABLE = [
-    ("hopgym/HotpotQA-v0", {"path": HOTPOT}),
-    ("hopgym/2WikiMultiHopQA-v0", {"path": WIKI2}),
-    ("hopgym/MuSiQue-v0", {"path": MUSIQUE, "mode": "open"}),
-    ("hopgym/Bamboogle-v0", {"path": BAMBOOGLE, "corpus": CORPUS}),
-    ("hopgym/MultiHopQA-v0", {"path": MUSIQUE}),
+    ("hopgym/HotpotQA-v1", {"path": HOTPOT}),
+    ("hopgym/2WikiMultiHopQA-v1", {"path": WIKI2}),
+    ("hopgym/MuSiQue-v1", {"path": MUSIQUE, "mode": "open"}),
+    ("hopgym/Bamboogle-v1", {"path": BAMBOOGLE, "corpus": CORPUS}),
+    ("hopgym/MultiHopQA-v1", {"path": MUSIQUE}),
 ]
 
 
@@ -310,7 +310,7 @@ def test_start_and_limit_slice_every_dataset(env_id, kwargs):
 
 
 def test_a_distractor_slice_keeps_only_its_questions_paragraphs():
-    env = gym.make("hopgym/HotpotQA-v0", path=HOTPOT, start=2, reward=None)
+    env = gym.make("hopgym/HotpotQA-v1", path=HOTPOT, start=2, reward=None)
     task = env.unwrapped.task
     (sample,) = task.samples
     assert set(task.documents) and all(d.startswith(f"{sample.id}:") for d in task.documents)
