@@ -228,6 +228,30 @@ def run_sft(train: TrainConfig, sft: SFTRunConfig, data: SFTDataConfig | None = 
     return summary
 
 
+def _on_policy_setup(train: TrainConfig, cfg: Any, tiny: TinyLMConfig | None, command: str
+                     ) -> tuple[Any, Any, Any, list[str], dict[str, Any], Any]:
+    """What ``train grpo`` and ``train rft`` start from: the env factory (the default preset
+    when ``train.reward`` is None), the policy, the question ids, the summary so far, and
+    ``held_out(key)``, which writes greedy EM on ``train.eval_split`` under ``key`` (a no-op
+    without one); it is called with ``"eval_before"`` here."""
+    reward = train.reward or "default"
+    env_fn = _env_fn(train, reward, train.split)
+    env = env_fn()
+    model, tok = load_policy(train.model, env, tiny, cfg.seed)
+    qids = _question_ids(env, train.questions)
+    summary: dict[str, Any] = {"command": command, "reward": reward, "out": cfg.output_dir}
+    eval_fn = _env_fn(train, reward, train.eval_split) if train.eval_split else None
+    eval_q = _question_ids(eval_fn(), train.eval_n) if eval_fn is not None else []
+
+    def held_out(key: str) -> None:
+        if eval_fn is not None:
+            summary[key] = _eval_em(model, tok, eval_fn, eval_q, cfg.max_new_tokens,
+                                    cfg.max_completion_tokens)
+
+    held_out("eval_before")
+    return env_fn, model, tok, qids, summary, held_out
+
+
 def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *,
              tiny: TinyLMConfig | None = None) -> dict[str, Any]:
     """GRPO with the env's reward (what ``hopgym train grpo`` runs); returns a summary.
@@ -239,18 +263,7 @@ def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *,
     """
     from hopgym.agents.grpo import train_grpo
 
-    reward = train.reward or "default"
-    env_fn = _env_fn(train, reward, train.split)
-    env = env_fn()
-    model, tok = load_policy(train.model, env, tiny, grpo.seed)
-    qids = _question_ids(env, train.questions)
-    summary: dict[str, Any] = {"command": "grpo", "reward": reward, "out": grpo.output_dir}
-    eval_fn = None
-    if train.eval_split:
-        eval_fn = _env_fn(train, reward, train.eval_split)
-        eval_q = _question_ids(eval_fn(), train.eval_n)
-        summary["eval_before"] = _eval_em(model, tok, eval_fn, eval_q, grpo.max_new_tokens,
-                                          grpo.max_completion_tokens)
+    env_fn, model, tok, qids, summary, held_out = _on_policy_setup(train, grpo, tiny, "grpo")
     before = [p.detach().clone() for p in model.parameters()]
     start = time.perf_counter()
     trainer = train_grpo(model, tok, env_fn, qids, grpo)
@@ -258,9 +271,7 @@ def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *,
     summary["steps"] = trainer.state.global_step
     summary["changed_tensors"] = _changed(before, model)
     summary["last_log"] = trainer.hopgym_history[-1] if trainer.hopgym_history else {}
-    if eval_fn is not None:
-        summary["eval_after"] = _eval_em(model, tok, eval_fn, eval_q, grpo.max_new_tokens,
-                                         grpo.max_completion_tokens)
+    held_out("eval_after")
     _save(model, tok, Path(grpo.output_dir), {"train": train, "grpo": grpo, "tiny": tiny},
           summary)
     return summary
@@ -278,18 +289,7 @@ def run_rft(train: TrainConfig, rft: RFTRunConfig, *,
     """
     from hopgym.agents.rft import train_rft
 
-    reward = train.reward or "default"
-    env_fn = _env_fn(train, reward, train.split)
-    env = env_fn()
-    model, tok = load_policy(train.model, env, tiny, rft.seed)
-    qids = _question_ids(env, train.questions)
-    summary: dict[str, Any] = {"command": "rft", "reward": reward, "out": rft.output_dir}
-    eval_fn = None
-    if train.eval_split:
-        eval_fn = _env_fn(train, reward, train.eval_split)
-        eval_q = _question_ids(eval_fn(), train.eval_n)
-        summary["eval_before"] = _eval_em(model, tok, eval_fn, eval_q, rft.max_new_tokens,
-                                          rft.max_completion_tokens)
+    env_fn, model, tok, qids, summary, held_out = _on_policy_setup(train, rft, tiny, "rft")
     before = [p.detach().clone() for p in model.parameters()]
     res = train_rft(model, tok, env_fn, qids, rft)
     summary.update(rounds=res.rounds, episodes=res.episodes, kept=res.kept,
@@ -297,8 +297,6 @@ def run_rft(train: TrainConfig, rft: RFTRunConfig, *,
                    cpu_seconds=round(res.cpu_seconds, 2))
     summary["changed_tensors"] = _changed(before, model)
     summary["last_log"] = res.history[-1] if res.history else {}
-    if eval_fn is not None:
-        summary["eval_after"] = _eval_em(model, tok, eval_fn, eval_q, rft.max_new_tokens,
-                                         rft.max_completion_tokens)
+    held_out("eval_after")
     _save(model, tok, Path(rft.output_dir), {"train": train, "rft": rft, "tiny": tiny}, summary)
     return summary

@@ -314,12 +314,16 @@ def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Pat
 @pytest.mark.slow
 def test_cli_train_rft(tmp_path: Path, capsys):
     out = tmp_path / "rft"
-    assert main(["train", "rft", "--env", "hopgym/Tiny-v1", "--model", "tiny", *TINY_ARGS,
-                 "--out", str(out), "--split", "none", "--steps", "2",
+    assert main(["train", "rft", "--env", "hopgym/Synthetic-v1", "--model", "tiny", *TINY_ARGS,
+                 "--kw", "n_entities=100", "n_questions=20", "hops=2", "--out", str(out),
+                 "--split", "train", "--steps", "2",
                  "--questions-per-step", "2", "--group-size", "2", "--max-length", "120",
-                 "--max-new-tokens", "8", "--min-reward", "-1"]) == 0
+                 "--max-new-tokens", "8", "--min-reward", "-1",
+                 "--eval-split", "test", "--eval-n", "2"]) == 0
     summary = json.loads((out / "hopgym_train.json").read_text())["summary"]
     assert summary["rounds"] == 2 and summary["episodes"] == 8 and summary["kept"] == 8
+    for key in ("eval_before", "eval_after"):  # greedy episodes on two held-out questions
+        assert 0.0 <= summary[key]["em"] <= 1.0 and 0.0 <= summary[key]["answered"] <= 1.0
     assert summary["optimizer_steps"] > 0 and summary["changed_tensors"] > 0
     assert (out / "curves.png").exists() and (out / "config.json").exists()
     capsys.readouterr()
