@@ -1,5 +1,6 @@
-"""The README's "Adding a retriever, a dataset, a reward or an agent" snippets run as written and
-print what the README shows (each in its own process, so their registrations stay there)."""
+"""README examples run as written and print what the README shows: the quick start, and the
+"Adding a retriever, a dataset, a reward or an agent" snippets (each in its own process, so
+their registrations stay there)."""
 
 from __future__ import annotations
 
@@ -22,20 +23,24 @@ def _section() -> str:
     return text[start: end if end != -1 else len(text)]
 
 
-def _blocks(lang: str) -> list[str]:
-    """The fenced blocks of the section whose info string is ``lang`` ("" for a bare fence)."""
+def _fences(text: str) -> list[tuple[str, str]]:
+    """``(info string, body)`` of each fenced block of ``text``, in order."""
     blocks, current, info = [], None, ""
-    for line in _section().splitlines():
+    for line in text.splitlines():
         if line.startswith("```"):
             if current is None:
                 current, info = [], line[3:].strip()
             else:
-                if info == lang:
-                    blocks.append("\n".join(current) + "\n")
+                blocks.append((info, "\n".join(current) + "\n"))
                 current = None
         elif current is not None:
             current.append(line)
     return blocks
+
+
+def _blocks(lang: str) -> list[str]:
+    """The fenced blocks of the section whose info string is ``lang`` ("" for a bare fence)."""
+    return [body for info, body in _fences(_section()) if info == lang]
 
 
 def _env() -> dict[str, str]:
@@ -70,3 +75,14 @@ def test_agent_module_runs_from_the_command_line(tmp_path):
     # Every line but the speed column is as shown.
     drop_speed = [re.sub(r"\s+\d+$", "", line) for line in _lines("\n".join(shown[1:]))]
     assert [re.sub(r"\s+\d+$", "", line) for line in _lines(out.stdout)] == drop_speed
+
+
+def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = text[text.index("## Quick start"):]
+    (lang, code), (_, shown) = _fences(quick)[:2]
+    assert lang == "python"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert _lines(out.stdout) == _lines(shown)
