@@ -51,7 +51,7 @@ from hopgym.agents.rollout import (
     policy_stats,
     summarize,
 )
-from hopgym.agents.sft import CLOCKS, SFTRunConfig, train_sft
+from hopgym.agents.sft import CLOCKS, SFTRunConfig, check_time_limit, train_sft
 from hopgym.corpora.retrieval import DependencyNotInstalled
 
 __all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "trajectory_example"]
@@ -110,11 +110,7 @@ class RFTRunConfig:
         if self.max_completion_tokens < self.max_new_tokens:
             raise ValueError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
                              f"max_new_tokens ({self.max_new_tokens})")
-        if self.time_limit_s is not None and self.time_limit_s <= 0:
-            raise ValueError(f"time_limit_s must be > 0 or None, got {self.time_limit_s}")
-        if self.time_limit_clock not in CLOCKS:
-            raise ValueError(f"time_limit_clock must be one of {sorted(CLOCKS)}, "
-                             f"got {self.time_limit_clock!r}")
+        check_time_limit(self.time_limit_s, self.time_limit_clock)
 
     @property
     def episodes_per_round(self) -> int:

@@ -38,6 +38,15 @@ __all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback",
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "process": time.process_time}
 
 
+def check_time_limit(seconds: float | None, clock: str) -> None:
+    """Raise ``ValueError`` for a time limit that is not ``None`` or > 0, or an unknown clock
+    (the check of every training config that takes ``time_limit_s`` and ``time_limit_clock``)."""
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"time_limit_s must be > 0 or None, got {seconds}")
+    if clock not in CLOCKS:
+        raise ValueError(f"time_limit_clock must be one of {sorted(CLOCKS)}, got {clock!r}")
+
+
 def teacher_examples(
     env_fn: Callable[[], gym.Env],
     agent_fn: Callable[[gym.Env], Any],
@@ -218,11 +227,7 @@ class SFTRunConfig:
         if self.warmup_steps >= self.max_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be < max_steps "
                              f"({self.max_steps}): lower warmup_steps")
-        if self.time_limit_s is not None and self.time_limit_s <= 0:
-            raise ValueError(f"time_limit_s must be > 0 or None, got {self.time_limit_s}")
-        if self.time_limit_clock not in CLOCKS:
-            raise ValueError(f"time_limit_clock must be one of {sorted(CLOCKS)}, "
-                             f"got {self.time_limit_clock!r}")
+        check_time_limit(self.time_limit_s, self.time_limit_clock)
 
 
 def _transformers_callback_base() -> Any:

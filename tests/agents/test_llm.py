@@ -5,6 +5,8 @@ A tiny random Qwen2 model and a byte-level BPE tokenizer trained on the tiny cor
 server on 127.0.0.1.
 """
 
+# ruff: noqa: F811  (test arguments take the imported fixtures' names)
+
 from __future__ import annotations
 
 import json
@@ -14,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import pytest
-from tiny_llm import TEMPLATE, build_model, build_tokenizer
+from tiny_llm import TEMPLATE, backend, model, one_thread, tokenizer  # noqa: F401  (fixtures)
 
 import hopgym  # noqa: F401  (registers the ids)
 from hopgym.agents.llm import (
@@ -43,28 +45,6 @@ pytest.importorskip("tokenizers")
 def _env(protocol: str = "tags", max_turns: int = 4) -> gym.Env:
     return gym.make("hopgym/Tiny-v1", reward=None, protocol=protocol, max_turns=max_turns)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return build_model(tokenizer)
-
-
-@pytest.fixture(scope="module")
-def backend(model, tokenizer):
-    return TransformersBackend(model, tokenizer, device="cpu")
 
 
 GREEDY = SamplingParams(max_new_tokens=12)

@@ -4,6 +4,8 @@ few-shot examples, and batched / time-capped evaluation. Offline: a tiny random 
 (``tiny_llm.py``), scripted fake backends and a stub HTTP server on 127.0.0.1.
 """
 
+# ruff: noqa: F811  (test arguments take the imported fixtures' names)
+
 from __future__ import annotations
 
 import json
@@ -13,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import pytest
-from tiny_llm import build_model, build_tokenizer
+from tiny_llm import backend, model, one_thread, tokenizer  # noqa: F401  (fixtures)
 
 import hopgym  # noqa: F401  (registers the ids)
 from hopgym.agents import OracleAgent
@@ -35,28 +37,6 @@ pytest.importorskip("transformers")
 def _env(protocol: str = "tags", max_turns: int = 4, **kw) -> gym.Env:
     return gym.make("hopgym/Tiny-v1", reward=None, protocol=protocol, max_turns=max_turns, **kw)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return build_model(tokenizer)
-
-
-@pytest.fixture(scope="module")
-def backend(model, tokenizer):
-    return TransformersBackend(model, tokenizer, device="cpu")
 
 
 class Fake:

@@ -1,13 +1,15 @@
 """A tiny random Qwen2 model and a byte-level BPE tokenizer trained on the tiny corpus, offline:
-what the LLM-agent tests run instead of a real model. Test modules build them in their own
-fixtures (``from tiny_llm import build_model, build_tokenizer``); a ``conftest.py`` here would clash
-with ``tests/conftest.py`` under ``--doctest-modules``."""
+what the LLM-agent tests run instead of a real model, and the module-scoped fixtures that serve
+them, which a test module imports by name (``from tiny_llm import backend, model, tokenizer,
+one_thread``); a ``conftest.py`` here would clash with ``tests/conftest.py`` under
+``--doctest-modules``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import gymnasium as gym
+import pytest
 
 import hopgym  # noqa: F401  (registers the ids)
 
@@ -56,3 +58,31 @@ def build_model(tokenizer: Any) -> Any:
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
     config._attn_implementation = "eager"
     return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread for the importing module's tests (restored after)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return build_model(tokenizer)
+
+
+@pytest.fixture(scope="module")
+def backend(model, tokenizer):
+    from hopgym.backends import TransformersBackend
+
+    return TransformersBackend(model, tokenizer, device="cpu")
