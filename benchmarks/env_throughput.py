@@ -27,12 +27,8 @@ from rich.table import Table  # noqa: E402
 
 import hopgym  # noqa: E402, F401
 from hopgym.agents import OracleAgent, evaluate  # noqa: E402
-from hopgym.corpora.synthetic import (  # noqa: E402
-    WorldConfig,
-    build_task,
-    clear_caches,
-    generate_world,
-)
+from hopgym.corpora.synthetic import WorldConfig, generate_world
+from hopgym.tasks.synthetic import build_task, clear_caches
 
 
 def main() -> None:

@@ -19,7 +19,7 @@
 #   - the encoder, optional: a sentence-transformers model directory at .device/minilm, e.g. the
 #     packaged MiniLM in float16 (~45 MB):
 #       python -c "from sentence_transformers import SentenceTransformer as S; \
-#         from hopgym.corpora.dense import default_model_path as p; \
+#         from hopgym.retrieval.dense import default_model_path as p; \
 #         m = S(p()); m.half(); m.save('.device/minilm')"
 #     Without sentence-transformers there, the benchmark runs the same model and pooling on
 #     transformers alone (labelled so). Without a model, the encoder rows are skipped.

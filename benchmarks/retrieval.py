@@ -57,8 +57,8 @@ from rich.table import Table  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hopgym.corpora.retrieval import BM25Retriever  # noqa: E402
 from hopgym.corpora.types import Passage  # noqa: E402
+from hopgym.retrieval.sparse import BM25Retriever
 
 console = Console(width=160)
 
@@ -275,8 +275,8 @@ class _MeanPoolEncoder:
 def _encoder(model: str, device: str) -> tuple[object | None, str]:
     """hopgym's encoder on ``device``, or the transformers-only one for a model directory when
     sentence-transformers is missing; ``(None, reason)`` when neither loads."""
-    from hopgym.corpora.dense import make_embedder
     from hopgym.errors import DependencyNotInstalled
+    from hopgym.retrieval.dense import make_embedder
 
     try:
         e = make_embedder(model, device=device, batch_size=1024, threads=None)
@@ -308,8 +308,8 @@ def bench_dense(sizes: Sequence[int], device: str, dim: int, batches: Sequence[i
                 model: str | None, min_time: float, json_path: Path | None) -> None:
     import torch
 
-    from hopgym.corpora.dense import DenseRetriever, HashingEmbedder, import_faiss, place_index
-    from hopgym.corpora.devices import TorchFlatIndex, resolve_device
+    from hopgym.retrieval.dense import DenseRetriever, HashingEmbedder, import_faiss, place_index
+    from hopgym.retrieval.devices import TorchFlatIndex, resolve_device
 
     device = resolve_device(device)
     on_gpu = device != "cpu"
@@ -414,13 +414,13 @@ def bench_dense(sizes: Sequence[int], device: str, dim: int, batches: Sequence[i
 
 # ------------------------------------------------------------------------------------- server
 def _serve(kind: str, size: int, port_q: mp.Queue) -> None:  # child process
-    from hopgym.corpora.server import RetrievalServer
+    from hopgym.retrieval.serving import RetrievalServer
 
     passages, _ = corpus_and_queries(size, 10)
     if kind == "bm25":
         r = BM25Retriever(passages)
     else:
-        from hopgym.corpora.dense import DenseRetriever, HashingEmbedder
+        from hopgym.retrieval.dense import DenseRetriever, HashingEmbedder
 
         r = DenseRetriever(passages, embedder=HashingEmbedder(384))
     srv = RetrievalServer(r, port=0, max_batch=64)
@@ -429,7 +429,7 @@ def _serve(kind: str, size: int, port_q: mp.Queue) -> None:  # child process
 
 
 def bench_server(sizes: Sequence[int], n_queries: int, clients: int, k: int) -> None:
-    from hopgym.corpora.http import HTTPRetriever
+    from hopgym.retrieval.http import HTTPRetriever
 
     table = Table(title=f"retrieval server (POST /retrieve, top-{k}), clients on loopback")
     for col in ("passages", "engine", "mode", "q/s", "p50 ms", "p99 ms", "vs sequential",
@@ -504,9 +504,9 @@ def bench_server(sizes: Sequence[int], n_queries: int, clients: int, k: int) -> 
 
 # ------------------------------------------------------------------------------------- recall
 def bench_recall(data: Path, model: str, ks: Sequence[int], limit: int | None) -> None:
-    from hopgym.corpora.dense import DenseRetriever, make_embedder
-    from hopgym.corpora.hybrid import HybridRetriever
-    from hopgym.corpora.loaders import detect_format, load_qa
+    from hopgym.corpora.datasets import detect_format, load_qa
+    from hopgym.retrieval.dense import DenseRetriever, make_embedder
+    from hopgym.retrieval.hybrid import HybridRetriever
 
     files = []
     for f in sorted(data.glob("*.json*")):

@@ -77,12 +77,14 @@ sys.path.insert(0, str(ROOT))
 from hopgym.agents import OracleAgent  # noqa: E402
 from hopgym.agents.evaluation import run_episode  # noqa: E402
 from hopgym.agents.iterative import IterativeAgent  # noqa: E402
-from hopgym.corpora.retrieval import BM25Retriever, Retriever  # noqa: E402
-from hopgym.corpora.sources import QATask, Source  # noqa: E402
-from hopgym.corpora.synthetic import WorldConfig, build_task, clear_caches, generate_world  # noqa: E402
+from hopgym.corpora.synthetic import WorldConfig, generate_world
 from hopgym.envs.actions import Search  # noqa: E402
 from hopgym.envs.registration import make_task_env  # noqa: E402
 from hopgym.envs.vector import BatchedSearchVectorEnv  # noqa: E402
+from hopgym.retrieval.base import Retriever
+from hopgym.retrieval.sparse import BM25Retriever
+from hopgym.tasks.base import QATask, Source  # noqa: E402
+from hopgym.tasks.synthetic import build_task, clear_caches
 
 console = Console(width=150)
 #: The sections, in the order they print.
@@ -508,7 +510,7 @@ def drive(venv: Any, steps: int, noise: float, seed: int) -> dict[str, Any]:
 def dense_retriever(task: QATask, cache_dir: Path, random_vectors: bool) -> Retriever:
     """A flat FAISS index over the task's passages for the packaged MiniLM: the passages encoded
     by MiniLM (cached in ``cache_dir``) or, with ``random_vectors``, random unit vectors."""
-    from hopgym.corpora.dense import DenseRetriever, SentenceTransformerEmbedder
+    from hopgym.retrieval.dense import DenseRetriever, SentenceTransformerEmbedder
 
     passages = task.sources["local"].retriever.passages
     embedder = SentenceTransformerEmbedder("default", threads=1)

@@ -5,7 +5,7 @@
     OMP_NUM_THREADS=1 python benchmarks/sb3_learning.py --json runs/sb3.json --plot runs/sb3.png
 
 Trains each algorithm (Stable-Baselines3 ``MlpPolicy``, the hyper-parameters of
-``hopgym.agents.rl_bench.HYPERPARAMS``) on the *train* questions of the default synthetic world
+``hopgym.cli.bench_rl_jobs.HYPERPARAMS``) on the *train* questions of the default synthetic world
 through ``hopgym/SyntheticFeaturized-v0`` (reward preset ``default``: exact match; 6 turns), then
 evaluates the greedy policies and the baselines on the same held-out *test* questions (entities no
 training question's documents describe). Prints EM as mean ± std over the seeds with the
@@ -29,7 +29,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import hopgym  # noqa: E402, F401
-from hopgym.agents.rl_bench import bench_rl  # noqa: E402
+from hopgym.cli.bench_rl_jobs import bench_rl  # noqa: E402
 
 ENV_ID = "hopgym/SyntheticFeaturized-v0"
 if ENV_ID not in registry:  # older checkouts: register it here

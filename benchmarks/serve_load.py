@@ -58,19 +58,19 @@ from rich.table import Table  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hopgym.corpora.index_store import (  # noqa: E402
+from hopgym.retrieval.index_store import (  # noqa: E402
     index_exists,
     read_manifest,
     save_index,
     verify_index,
 )
-from hopgym.corpora.serving import ServeConfig  # noqa: E402
+from hopgym.retrieval.serving import ServeConfig  # noqa: E402
 
 console = Console(width=160)
 
 _SERVER = """
 import json, sys
-from hopgym.corpora.serving import ServeConfig, serve_index
+from hopgym.retrieval.serving import ServeConfig, serve_index
 serve_index(config=ServeConfig(**json.loads(sys.argv[1])))
 """
 
@@ -100,11 +100,11 @@ def build_indexes(workdir: Path, size: int, kinds: set[str]) -> tuple[dict[str, 
             continue
         t0 = time.perf_counter()
         if kind == "bm25":
-            from hopgym.corpora.retrieval import BM25Retriever
+            from hopgym.retrieval.sparse import BM25Retriever
 
             r = BM25Retriever(passages)
         else:
-            from hopgym.corpora.dense import DenseRetriever
+            from hopgym.retrieval.dense import DenseRetriever
 
             rng = np.random.default_rng(0)
             vecs = rng.standard_normal((len(passages), 384), dtype=np.float32)

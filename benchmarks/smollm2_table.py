@@ -3,7 +3,7 @@
 One script, one process, one CPU thread. It
 
 1. fine-tunes the model on teacher trajectories (the oracle's episodes on the synthetic world's
-   *train* split; :func:`hopgym.agents.train_cli.run_sft`, what ``hopgym train sft`` runs), in
+   *train* split; :func:`hopgym.cli.train_jobs.run_sft`, what ``hopgym train sft`` runs), in
    ``--sft-rounds`` rounds of ``--sft-steps`` steps, each round continuing from the last on fresh
    teacher episodes,
 2. evaluates the base and the fine-tuned model, closed book (``llm-direct``) and with retrieval
@@ -80,7 +80,7 @@ def _sft(args: argparse.Namespace) -> Path:
     continuing from the last with fresh teacher episodes (its own seed). A round whose folder
     holds a model is reused."""
     from hopgym.agents.sft import SFTRunConfig
-    from hopgym.agents.train_cli import SFTDataConfig, TrainConfig, run_sft
+    from hopgym.cli.train_jobs import SFTDataConfig, TrainConfig, run_sft
 
     root = Path(args.out)
     model: str | Path = args.model

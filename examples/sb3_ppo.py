@@ -35,7 +35,7 @@ from gymnasium.envs.registration import register, registry  # noqa: E402
 
 import hopgym  # noqa: E402, F401  (registers the ids)
 from hopgym.agents import evaluate  # noqa: E402
-from hopgym.agents.rl_bench import MaskedRandomAgent, PolicyAgent, make_model  # noqa: E402
+from hopgym.cli.bench_rl_jobs import MaskedRandomAgent, PolicyAgent, make_model  # noqa: E402
 
 ENV_ID = "hopgym/SyntheticFeaturized-v0"
 if ENV_ID not in registry:  # older checkouts: register it here

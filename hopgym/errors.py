@@ -9,17 +9,17 @@ Classes defined here (and re-exported where they were first defined):
 - :class:`HopgymError` — the root.
 - :class:`DependencyNotInstalled` — an optional extra is missing (also Gymnasium's
   ``gymnasium.error.DependencyNotInstalled`` and an ``ImportError``); also
-  :mod:`hopgym.corpora.retrieval`.
+  :mod:`hopgym.retrieval`.
 - :class:`HTTPError` — an HTTP request failed for good (:mod:`hopgym.httpclient`).
-- :class:`RetrievalError` — a retriever could not answer (:mod:`hopgym.corpora.retrieval`).
+- :class:`RetrievalError` — a retriever could not answer (:mod:`hopgym.retrieval`).
 - :class:`BackendError` — a language-model backend failed (:mod:`hopgym.backends`).
 - :class:`JudgeError` — a judge could not give a verdict (:mod:`hopgym.rewards.judges`).
 - :class:`RewardTermError`, :class:`RewardArgumentError` — reward wrappers
   (:mod:`hopgym.rewards.base`).
 
 Defined beside the code that raises them, on the same root: ``IndexStoreError``,
-``StaleIndexError``, ``ForeignIndexError`` (:mod:`hopgym.corpora.index_store`),
-``DeviceUnavailableError`` (:mod:`hopgym.corpora.devices`),
+``StaleIndexError``, ``ForeignIndexError`` (:mod:`hopgym.retrieval.index_store`),
+``DeviceUnavailableError`` (:mod:`hopgym.retrieval.devices`),
 ``DatasetFormatError``, ``DatasetUnavailableError`` (:mod:`hopgym.corpora.datasets`),
 ``TrajectoryFormatError`` (:mod:`hopgym.agents.trajectories`), ``WorkerError``
 (:mod:`hopgym.envs.ray_vector`).

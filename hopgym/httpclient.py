@@ -1,6 +1,6 @@
 """hopgym's one HTTP client: :class:`HTTPClient` (keep-alive, retries, back-off, timeouts).
 
-The retrieval client (:class:`~hopgym.corpora.http.HTTPRetriever`), the OpenAI-compatible backend
+The retrieval client (:class:`~hopgym.retrieval.http.HTTPRetriever`), the OpenAI-compatible backend
 (:class:`~hopgym.backends.OpenAIBackend`) and the judges that run on it all send their requests
 through this client, so the retry policy below is written once. Standard library only
 (:mod:`http.client`).

@@ -1,19 +1,21 @@
 """Vector envs for hopgym: ``hopgym.vector`` (as ``gymnasium.vector``).
 
+``gym.make_vec("hopgym/...", num_envs=n)`` is the one way to build them:
+
 - :class:`~hopgym.envs.vector.BatchedSearchVectorEnv`: a ``gymnasium.vector.VectorEnv`` that
-  answers its sub-envs' searches with one ``search_batch`` call per retriever per step;
-  ``gym.make_vec("hopgym/...", num_envs=n)`` builds one.
+  answers its sub-envs' searches with one ``search_batch`` call per retriever per step (what
+  ``gym.make_vec`` builds for a hopgym text id).
 - :class:`~hopgym.envs.ray_vector.RayVectorEnv`: the same, with the sub-envs in Ray actors
-  (``pip install 'hopgym[ray]'``; Ray is imported when it is built).
-- :func:`~hopgym.envs.vector.make_vec`, :func:`~hopgym.envs.vector.step_batched`,
-  :func:`~hopgym.envs.vector.prefetch_searches`, :class:`~hopgym.envs.vector.EnvBatch`,
-  :class:`~hopgym.envs.vector.SearchStats`.
+  (``gym.make_vec(id, num_envs=n, ray_workers=W)``; ``pip install 'hopgym[ray]'``; Ray is
+  imported when it is built).
+- :func:`~hopgym.envs.vector.step_batched`, :func:`~hopgym.envs.vector.prefetch_searches`,
+  :class:`~hopgym.envs.vector.EnvBatch`, :class:`~hopgym.envs.vector.SearchStats`.
 
 Example:
-    >>> import hopgym.vector
-    >>> envs = hopgym.vector.make_vec("hopgym/Tiny-v1", num_envs=2, autoreset_mode="SameStep")
-    >>> envs.num_envs, envs.metadata["autoreset_mode"].value
-    (2, 'SameStep')
+    >>> import gymnasium as gym, hopgym
+    >>> envs = gym.make_vec("hopgym/Tiny-v1", num_envs=2, autoreset_mode="SameStep")
+    >>> type(envs).__name__, envs.num_envs
+    ('BatchedSearchVectorEnv', 2)
 """
 
 from __future__ import annotations
@@ -21,11 +23,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hopgym.envs.vector import (
-    VECTORIZATION_MODES,
     BatchedSearchVectorEnv,
     EnvBatch,
     SearchStats,
-    make_vec,
     prefetch_searches,
     step_batched,
 )
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from hopgym.envs.ray_vector import RayVectorEnv, WorkerError
 
 __all__ = ["BatchedSearchVectorEnv", "RayVectorEnv", "WorkerError", "EnvBatch", "SearchStats",
-           "make_vec", "step_batched", "prefetch_searches", "VECTORIZATION_MODES"]
+           "step_batched", "prefetch_searches"]
 
 
 def __getattr__(name: str) -> Any:

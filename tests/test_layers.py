@@ -1,4 +1,5 @@
-"""No import runs up a floor: corpora < rewards < envs < agents < cli.
+"""No import runs up a floor (corpora < retrieval < tasks < rewards < envs < agents < cli), and no
+two modules import each other, directly or through others.
 
 Every module under ``hopgym/`` is parsed (not imported) and every import in it is checked: the
 module statements, imports inside functions (lazy imports count: they run too), imports under
@@ -12,13 +13,18 @@ Floors (a module may import its own floor and the floors below it):
   ``hopgym/backends/`` (the language-model backends sit here, not in ``agents/``, so that the
   judges in ``rewards/`` can run on them; they need nothing of hopgym but errors and the HTTP
   client);
-- 1 ``hopgym/corpora``, 2 ``hopgym/rewards``, 3 ``hopgym/envs`` and ``hopgym/vector.py`` (the
-  ``hopgym.vector`` namespace, as ``gymnasium.vector``: re-exports of ``hopgym/envs``' vector
-  envs), 4 ``hopgym/agents``, 5 ``hopgym/cli`` and ``hopgym/viewer``.
+- 1 ``hopgym/corpora`` (data: passages, questions, the synthetic world, benchmark formats),
+  2 ``hopgym/retrieval`` (search over data: engines, specs, index store, the service), 3
+  ``hopgym/tasks`` (questions plus sources), 4 ``hopgym/rewards``, 5 ``hopgym/envs`` and
+  ``hopgym/vector.py`` (the ``hopgym.vector`` namespace, as ``gymnasium.vector``), 6
+  ``hopgym/agents``, 7 ``hopgym/cli`` and ``hopgym/viewer``.
 
-``hopgym/__init__.py`` is the facade: it may import floors 0-3 (it registers the envs), and a
+``hopgym/__init__.py`` is the facade: it may import floors 0-5 (it registers the envs), and a
 module that imports ``hopgym`` itself (``from hopgym import __version__``) imports the facade,
-floor 3.
+floor 5.
+
+Cycles: every import counts (lazy ones inside functions too: they run), except those under
+``if TYPE_CHECKING:``, which never run.
 """
 
 from __future__ import annotations
@@ -37,22 +43,20 @@ FLOORS = {
     "hopgym._kwargs": 0,
     "hopgym.backends": 0,
     "hopgym.corpora": 1,
-    "hopgym.rewards": 2,
-    "hopgym.envs": 3,
-    "hopgym.vector": 3,
-    "hopgym.agents": 4,
-    "hopgym.cli": 5,
-    "hopgym.viewer": 5,
+    "hopgym.retrieval": 2,
+    "hopgym.tasks": 3,
+    "hopgym.rewards": 4,
+    "hopgym.envs": 5,
+    "hopgym.vector": 5,
+    "hopgym.agents": 6,
+    "hopgym.cli": 7,
+    "hopgym.viewer": 7,
 }
 FACADE = "hopgym"
-FACADE_FLOOR = 3
+FACADE_FLOOR = 5
 
 # (importing file, imported module) pairs that may run up a floor.
-ALLOWED = {
-    # `hopgym.evaluate` keeps working for one release through the facade's module __getattr__,
-    # with a DeprecationWarning that points to hopgym.agents.evaluate. Delete with that alias.
-    ("hopgym/__init__.py", "hopgym.agents.evaluation"),
-}
+ALLOWED: set[tuple[str, str]] = set()
 KNOWN: set[tuple[str, str]] = set()
 
 
@@ -156,7 +160,8 @@ def test_every_module_is_on_a_floor():
 
 def test_no_import_runs_up_a_floor():
     bad = [v for v in violations() if (v[0], v[2]) not in ALLOWED | KNOWN]
-    assert not bad, "imports that run up a floor (corpora < rewards < envs < agents < cli):\n" + \
+    assert not bad, "imports that run up a floor (corpora < retrieval < tasks < rewards < envs < " \
+        "agents < cli):\n" + \
         "\n".join(f"  {f}:{line}: `{src}` {why}" for f, line, _, src, why in bad)
 
 
@@ -193,7 +198,84 @@ def test_the_checker_finds_lazy_relative_and_dynamic_imports(tmp_path, monkeypat
 def test_importing_the_lower_floors_loads_no_upper_floor_or_heavy_library():
     # Every `import hopgym.x` runs the facade first, so one interpreter covers them all.
     code = ("import sys, hopgym, hopgym.rewards, hopgym.backends, hopgym.httpclient, "
-            "hopgym.corpora.http; print(sorted(m for m in ('torch', 'transformers', 'trl', "
+            "hopgym.retrieval.http; print(sorted(m for m in ('torch', 'transformers', 'trl', "
             "'faiss', 'vllm', 'hopgym.agents', 'hopgym.cli') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                lines.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
+    return lines
+
+
+def import_graph(files: list[Path]) -> dict[str, set[str]]:
+    """Module -> the hopgym modules it imports (the facade and type-checking imports left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        importer = _module_name(path)
+        skip = _type_checking_lines(ast.parse(path.read_text(encoding="utf-8")))
+        graph[importer] = {target for line, target, _ in imports_of(path)
+                           if line not in skip and target != FACADE and target != importer}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph(FILES))
+    assert not found, "import cycles (lazy imports inside functions count):\n" + \
+        "\n".join("  " + " <-> ".join(c) for c in found)
+
+
+def test_the_cycle_check_finds_a_lazy_cycle(tmp_path, monkeypatch):
+    pkg = tmp_path / "hopgym"
+    (pkg / "envs").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "envs" / "__init__.py").write_text("")
+    (pkg / "envs" / "a.py").write_text("from hopgym.envs.b import B\n")
+    (pkg / "envs" / "b.py").write_text("def f():\n    from hopgym.envs.a import A\n")
+    (pkg / "envs" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                      "    from hopgym.envs.a import A\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
+    files = sorted(pkg.rglob("*.py"))
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", {_module_name(p) for p in files})
+    assert cycles(import_graph(files)) == [["hopgym.envs.a", "hopgym.envs.b"]]

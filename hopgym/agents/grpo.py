@@ -53,7 +53,7 @@ from hopgym.agents.rollout import (
     stop_token_ids,
     summarize,
 )
-from hopgym.corpora.retrieval import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled
 
 __all__ = ["GRPORunConfig", "EnvRolloutFunc", "EnvReward", "train_grpo", "plot_curves",
            "make_curve_callback", "CURVE_KEYS", "LOSS_TYPES"]

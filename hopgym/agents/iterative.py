@@ -117,7 +117,8 @@ class IterativeAgent:
             the same way.
 
     Example:
-        >>> from hopgym.corpora.synthetic import WorldConfig, build_task
+        >>> from hopgym.corpora.synthetic import WorldConfig
+        >>> from hopgym.tasks.synthetic import build_task
         >>> from hopgym.envs.multihop_qa import MultiHopQAEnv
         >>> env = MultiHopQAEnv(build_task(WorldConfig(n_entities=300, n_questions=20)))
         >>> agent = IterativeAgent()

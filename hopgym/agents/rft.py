@@ -52,7 +52,7 @@ from hopgym.agents.rollout import (
     summarize,
 )
 from hopgym.agents.sft import CLOCKS, SFTRunConfig, check_time_limit, train_sft
-from hopgym.corpora.retrieval import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled
 
 __all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "trajectory_example"]
 

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
-from hopgym.corpora.retrieval import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled
 from hopgym.rewards.scoring import exact_match, token_f1
 
 __all__ = ["RolloutConfig", "Trajectory", "RolloutCollector", "TurnEngine", "TRLVLLMEngine",

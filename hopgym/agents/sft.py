@@ -28,7 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym.agents.rollout import encode_prompt
-from hopgym.corpora.retrieval import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled
 from hopgym.rewards.scoring import exact_match
 
 __all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback", "CLOCKS",

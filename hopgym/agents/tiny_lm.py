@@ -33,10 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hopgym.corpora.retrieval import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled
 
 if TYPE_CHECKING:
-    from hopgym.corpora.sources import QATask
+    from hopgym.tasks.base import QATask
 
 __all__ = ["TinyLMConfig", "build_tokenizer", "build_model", "task_texts", "normalize_text",
            "SPECIAL_TOKENS", "TAG_TOKENS", "CHAT_TEMPLATE"]

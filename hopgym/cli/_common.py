@@ -156,7 +156,7 @@ def _sources(rows: list[tuple[str, dict[str, Any]]], sources: tuple[str, ...]) -
 
 def metrics_table(title: str, rows: list[tuple[str, dict[str, Any]]],
                   sources: tuple[str, ...] = ()) -> Any:
-    """One row of :func:`hopgym.evaluate` metrics per agent, narrow enough for 80 columns.
+    """One row of :func:`hopgym.agents.evaluate` metrics per agent, narrow enough for 80 columns.
 
     With more than one source the searches column shows the split, ``2.77 (2.15/0.62)``, which
     wraps under the total below 85 columns; headers are short or two-line (77 columns without a

@@ -1,7 +1,7 @@
 """``hopgym bench-rl``: train and evaluate Stable-Baselines3 algorithms (and baselines) on a
 featurized env; prints a table, writes JSON and learning curves. Needs ``hopgym[sb3]``.
 
-Options: :class:`BenchRLConfig` (defaults from :func:`hopgym.agents.rl_bench.bench_rl`).
+Options: :class:`BenchRLConfig` (defaults from :func:`hopgym.cli.bench_rl_jobs.bench_rl`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from hopgym.agents.rl_bench import ALGOS, bench_rl
 from hopgym.agents.scripted import AGENTS
 from hopgym.cli._common import CommandError, command_parser, console, write_json
 from hopgym.cli._dataclass_args import add_config_arguments, config_from_args
+from hopgym.cli.bench_rl_jobs import ALGOS, bench_rl
 
 __all__ = ["BenchRLConfig", "add_parser", "run"]
 
@@ -78,7 +78,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``hopgym bench-rl``."""
-    from hopgym.agents.rl_bench import render_table
+    from hopgym.cli.bench_rl_jobs import render_table
 
     cfg = config_from_args(args, BenchRLConfig)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported

@@ -43,7 +43,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``hopgym data``."""
-    from hopgym.corpora.synthetic import export_flashrag
+    from hopgym.tasks.synthetic import export_flashrag
 
     cfg = config_from_args(args, DataConfig)
     for path in export_flashrag(cfg.out, config_from_args(args, WORLD_SPEC)):

@@ -4,7 +4,7 @@ its files against the manifest's checksums.
 ``--corpus`` takes a FlashRAG corpus jsonl, or a HotpotQA / 2Wiki / MuSiQue file whose paragraphs
 are pooled as in the env's open mode (same doc ids), so ``index=DIR`` fits that env.
 Options: :class:`IndexBuildConfig` and the retriever's
-:class:`~hopgym.corpora.retrievers.RetrieverSpec` (:data:`RETRIEVER`) for ``build``;
+:class:`~hopgym.retrieval.specs.RetrieverSpec` (:data:`RETRIEVER`) for ``build``;
 :class:`IndexInfoConfig` for ``info``; :class:`IndexVerifyConfig` for ``verify``.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 from hopgym.cli._common import CommandError, command_parser
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
 from hopgym.corpora.datasets.registry import REGISTRY
-from hopgym.corpora.dense import INDEX_BACKENDS, INDEX_TYPES
-from hopgym.corpora.index_store import RETRIEVER_KINDS, VERIFY_MODES, build_index
-from hopgym.corpora.retrievers import RetrieverSpec
+from hopgym.retrieval.dense import INDEX_BACKENDS, INDEX_TYPES
+from hopgym.retrieval.index_store import RETRIEVER_KINDS, VERIFY_MODES, build_index
+from hopgym.retrieval.specs import RetrieverSpec
 
 __all__ = ["CORPUS_FORMATS", "IndexBuildConfig", "IndexInfoConfig", "IndexVerifyConfig",
            "RETRIEVER", "add_parser", "run_build", "run_info", "run_verify"]
@@ -114,7 +114,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     """Run ``hopgym index info``: print the manifest as JSON."""
-    from hopgym.corpora.index_store import read_manifest
+    from hopgym.retrieval.index_store import read_manifest
 
     m = read_manifest(config_from_args(args, IndexInfoConfig).index)
     print(json.dumps(json.loads(m.to_json()), indent=2))
@@ -123,7 +123,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Run ``hopgym index verify``: every file against the manifest (``--verify full``)."""
-    from hopgym.corpora.index_store import verify_index
+    from hopgym.retrieval.index_store import verify_index
 
     cfg = config_from_args(args, IndexVerifyConfig)
     t0 = time.perf_counter()

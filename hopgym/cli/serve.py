@@ -1,7 +1,7 @@
 """``hopgym serve``: serve a saved index over HTTP (Search-R1's ``POST /retrieve``), on uvicorn or
 on Ray Serve replicas (``--ray --replicas N``).
 
-Options: :class:`~hopgym.corpora.serving.ServeConfig`, every field a flag (the limits, timeouts and
+Options: :class:`~hopgym.retrieval.serving.ServeConfig`, every field a flag (the limits, timeouts and
 batching of the server are documented there, once).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from hopgym.cli._common import CommandError, command_parser
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
-from hopgym.corpora.serving import ServeConfig
+from hopgym.retrieval.serving import ServeConfig
 
 __all__ = ["SERVE", "ServeConfig", "add_parser", "run"]
 
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``hopgym serve`` until SIGINT or SIGTERM."""
-    from hopgym.corpora.serving import serve_index
+    from hopgym.retrieval.serving import serve_index
 
     cfg = config_from_args(args, SERVE)
     try:

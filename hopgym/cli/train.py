@@ -7,12 +7,12 @@
     hopgym train grpo --env hopgym/Synthetic-v1 --model runs/sft --reward r3rag --out runs/grpo
     hopgym train rft  --env hopgym/Synthetic-v1 --model runs/sft --out runs/rft
 
-Options, per subcommand (:data:`SUBCOMMANDS`): :class:`~hopgym.agents.train_cli.TrainConfig`
+Options, per subcommand (:data:`SUBCOMMANDS`): :class:`~hopgym.cli.train_jobs.TrainConfig`
 (env, questions, model), the run config of the trainer
 (:class:`~hopgym.agents.sft.SFTRunConfig`, :class:`~hopgym.agents.grpo.GRPORunConfig` or
 :class:`~hopgym.agents.rft.RFTRunConfig`: every field is an option,
 ``--steps``/``--lr``/``--out``/``--time-limit`` are short spellings), the
-teacher of SFT (:class:`~hopgym.agents.train_cli.SFTDataConfig` and, with ``--teacher
+teacher of SFT (:class:`~hopgym.cli.train_jobs.SFTDataConfig` and, with ``--teacher
 imperfect``, :class:`~hopgym.agents.teachers.TeacherConfig` as ``--teacher-*`` or ``--teacher-kw
 KEY=VALUE``) and, with ``--model tiny``, :class:`~hopgym.agents.tiny_lm.TinyLMConfig` as
 ``--tiny-*`` or ``--tiny KEY=VALUE``. The summary is printed with rounded numbers; the output
@@ -32,7 +32,6 @@ from hopgym.agents.rft import RFTRunConfig
 from hopgym.agents.sft import SFTRunConfig
 from hopgym.agents.teachers import TeacherConfig
 from hopgym.agents.tiny_lm import TinyLMConfig
-from hopgym.agents.train_cli import SFTDataConfig, TrainConfig, run_grpo, run_rft, run_sft
 from hopgym.cli._common import CommandError, command_parser, rounded
 from hopgym.cli._dataclass_args import (
     ConfigError,
@@ -42,6 +41,7 @@ from hopgym.cli._dataclass_args import (
     config_from_args,
     config_values,
 )
+from hopgym.cli.train_jobs import SFTDataConfig, TrainConfig, run_grpo, run_rft, run_sft
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "add_parser"]
 

@@ -68,7 +68,7 @@ _BATCHED_IDS = tuple(i for i in _IDS if i != "hopgym/SyntheticFeaturized-v0")
 
 def register_envs() -> None:
     """Register every hopgym id with Gymnasium (idempotent)."""
-    from hopgym.envs.vector import vector_entry_point
+    from hopgym.envs.vector_entry import vector_entry_point
 
     for env_id, (entry_point, kwargs) in _IDS.items():
         if env_id not in registry:

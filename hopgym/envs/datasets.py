@@ -23,7 +23,7 @@ Keyword arguments are of three kinds, and a misspelt one is refused with the clo
 - shorthands for three retriever settings: ``model``, ``index_type``, ``engine`` (the same as
   ``retriever={"model": ...}``; giving a setting both ways with different values is an error).
 
-Search (``retriever``): anything :meth:`~hopgym.corpora.retrievers.RetrieverSpec.coerce` takes:
+Search (``retriever``): anything :meth:`~hopgym.retrieval.specs.RetrieverSpec.coerce` takes:
 ``"bm25"`` (default), ``"dense"``, ``"hybrid"`` or another registered kind in process, the URL of a
 retrieval server (``hopgym serve``, or Search-R1's), or a dict / ``RetrieverSpec`` with every
 setting, e.g. a server's ``timeout``, ``retries`` and ``backoff``. ``index`` names a saved index
@@ -51,18 +51,12 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym._kwargs import unknown_name_error
-from hopgym.corpora.datasets import (
-    REGISTRY,
-    PerSampleIndex,
-    QADataset,
-    get_format,
-    load_dataset,
-    resolve_format,
-)
-from hopgym.corpora.retrieval import Retriever
-from hopgym.corpora.retrievers import RetrieverBuilder, RetrieverSpec, make_retriever, retriever_kind
-from hopgym.corpora.sources import QATask, Source
+from hopgym.corpora.datasets import REGISTRY, QADataset, get_format, load_dataset, resolve_format
 from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions, Unpack
+from hopgym.retrieval.base import Retriever
+from hopgym.retrieval.per_sample import PerSampleIndex
+from hopgym.retrieval.specs import RetrieverBuilder, RetrieverSpec, make_retriever, retriever_kind
+from hopgym.tasks.base import QATask, Source
 
 __all__ = [
     "TaskSpec",
@@ -283,7 +277,7 @@ def _sliced(ds: QADataset, spec: TaskSpec) -> QADataset:
 
 def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
     """The retriever of the ``local`` source in open / corpus mode."""
-    from hopgym.corpora import index_store
+    from hopgym.retrieval import index_store
 
     r = spec.retriever
     if spec.index is not None:
@@ -332,7 +326,7 @@ def _web_source(spec: TaskSpec) -> Source:
         r: Retriever = make_retriever(spec.web)
         desc = "a remote search service; more coverage, costs more"
     else:
-        from hopgym.corpora.index_store import load_index
+        from hopgym.retrieval.index_store import load_index
 
         r = load_index(spec.web)
         desc = "a larger corpus; more coverage, costs more"

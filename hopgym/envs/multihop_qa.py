@@ -8,14 +8,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from hopgym.corpora.retrieval import Retriever
-from hopgym.corpora.sources import QATask
 from hopgym.corpora.types import Passage, QASample
 from hopgym.envs.actions import Answer, ParsedTurn, Route, Search, Think
 from hopgym.envs.options import RENDER_MODES, EnvKwargs, EnvOptions, Unpack
 from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
+from hopgym.retrieval.base import Retriever
 from hopgym.rewards.scoring import query_key
+from hopgym.tasks.base import QATask
 
 __all__ = ["MultiHopQAEnv", "SearchRequest"]
 
@@ -123,7 +123,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``retrieved_ids``/``new_ids``/``documents``.
 
     ## Arguments
-    - ``task``: a :class:`~hopgym.corpora.sources.QATask` (questions and sources).
+    - ``task``: a :class:`~hopgym.tasks.base.QATask` (questions and sources).
     - ``options``: an :class:`~hopgym.envs.options.EnvOptions` (or a mapping of its fields); keyword
       arguments override single fields: ``MultiHopQAEnv(task, top_k=2)``. The fields: ``protocol``
       (``"tags"``, ``"r3"`` or a protocol instance), ``top_k``, ``dedup``, ``max_docs``,
@@ -215,7 +215,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
 
     def retrieval_cache_info(self) -> dict[str, Any]:
         """Each source's query-cache counters (``hits``, ``misses``, ``hit_rate``, sizes: a
-        :class:`~hopgym.corpora.query_cache.CacheInfo`), for sources whose retriever has one.
+        :class:`~hopgym.retrieval.query_cache.CacheInfo`), for sources whose retriever has one.
 
         A retriever and its cache are shared by every env of the process that searches it, so
         the counters are the process's, not this env's.

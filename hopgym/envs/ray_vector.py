@@ -134,7 +134,7 @@ class RayVectorEnv(BatchVectorEnvBase):
 
     Args:
         env_fns: callables that build the sub-envs (sent to the workers: they must pickle with
-            cloudpickle; a :class:`~hopgym.corpora.sources.QATask` with a ``recipe`` is rebuilt
+            cloudpickle; a :class:`~hopgym.tasks.base.QATask` with a ``recipe`` is rebuilt
             in each worker rather than copied).
         workers: how many workers (default: one per :data:`ENVS_PER_WORKER` sub-envs); the
             sub-envs are split into contiguous slices of nearly equal size.
@@ -154,9 +154,8 @@ class RayVectorEnv(BatchVectorEnvBase):
         ValueError: bad ``workers`` or ``timeout``, no env fns, or sub-envs whose spaces differ.
 
     Example (not run here: it starts Ray):
-        >>> import hopgym.vector  # doctest: +SKIP
-        >>> envs = hopgym.vector.make_vec("hopgym/Synthetic-v1", 16, vectorization_mode="ray",
-        ...                               workers=2)  # doctest: +SKIP
+        >>> import gymnasium as gym, hopgym  # doctest: +SKIP
+        >>> envs = gym.make_vec("hopgym/Synthetic-v1", 16, ray_workers=2)  # doctest: +SKIP
 
     Change logs:
         v0.2.0: added.

@@ -17,11 +17,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from hopgym.corpora.retrievers import RetrieverSpec
-from hopgym.corpora.sources import QATask
 from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.envs.options import EnvKwargs, EnvOptions, Unpack
 from hopgym.envs.wrappers import StepBudget
+from hopgym.retrieval.specs import RetrieverSpec
+from hopgym.tasks.base import QATask
 
 __all__ = ["make_task_env", "make_tiny", "make_synthetic"]
 
@@ -61,19 +61,19 @@ def make_tiny(
     engine: str | None = None,
     **options: Unpack[EnvKwargs],
 ) -> gym.Env:
-    """The hand-written tiny corpus (:mod:`hopgym.corpora.tiny`) as an env: ``hopgym/Tiny-v1``.
+    """The hand-written tiny corpus (:mod:`hopgym.tasks.tiny`) as an env: ``hopgym/Tiny-v1``.
 
     Args:
         sources: ``("local",)`` or ``("local", "web")``.
         retriever: how each source is indexed: a kind (``"bm25"``, the default, ``"dense"``,
             ``"hybrid"``), a dict of settings or a
-            :class:`~hopgym.corpora.retrievers.RetrieverSpec`.
+            :class:`~hopgym.retrieval.specs.RetrieverSpec`.
         engine: shorthand for the BM25 engine, ``bm25s`` or ``rank_bm25``.
         **options: the env options (:class:`~hopgym.envs.options.EnvOptions`).
     """
     opts = EnvOptions.from_kwargs(options, also=_own_args(make_tiny))
     spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
-    from hopgym.corpora.tiny import tiny_task
+    from hopgym.tasks.tiny import tiny_task
 
     return make_task_env(tiny_task(tuple(sources), retriever=spec), opts)
 
@@ -104,13 +104,14 @@ def make_synthetic(
     order comes from ``reset(seed=...)``). ``split`` picks ``"train"`` or ``"test"`` questions
     (``None``: all). ``retriever`` says how each source is indexed (a kind — ``"bm25"``, the
     default, ``"dense"``, ``"hybrid"`` —, a dict of settings or a
-    :class:`~hopgym.corpora.retrievers.RetrieverSpec`); ``engine`` is a shorthand for its BM25
+    :class:`~hopgym.retrieval.specs.RetrieverSpec`); ``engine`` is a shorthand for its BM25
     engine. The world and its indexes are built once per process and shared. ``**options`` are the env options
     (:class:`~hopgym.envs.options.EnvOptions`), checked before the world is built.
     """
     opts = EnvOptions.from_kwargs(options, also=_own_args(make_synthetic))
     spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
-    from hopgym.corpora.synthetic import KINDS, WorldConfig, build_task
+    from hopgym.corpora.synthetic import KINDS, WorldConfig
+    from hopgym.tasks.synthetic import build_task
 
     config = WorldConfig(
         seed=seed, n_entities=n_entities, hops=hops, kinds=KINDS if kinds is None else kinds,

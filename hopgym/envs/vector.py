@@ -2,8 +2,9 @@
 
 Classes: :class:`BatchedSearchVectorEnv` (a ``gymnasium.vector.VectorEnv``), :class:`EnvBatch`
 (a list of envs stepped together: the engine of the vector envs and of each Ray worker),
-:class:`SearchStats`. Functions: :func:`step_batched`, :func:`prefetch_searches`,
-:func:`make_vec`, :func:`vector_entry_point`. Constants: :data:`VECTORIZATION_MODES`.
+:class:`SearchStats`. Functions: :func:`step_batched`, :func:`prefetch_searches`.
+``gym.make_vec("hopgym/...", num_envs=n)`` builds a :class:`BatchedSearchVectorEnv` through
+:func:`hopgym.envs.vector_entry.vector_entry_point`.
 
 **How a step is batched.** Gymnasium's ``SyncVectorEnv`` steps its sub-envs one after the other,
 so each search of each sub-env is a call of its own. Here a step has three phases:
@@ -41,8 +42,8 @@ so do the resets, and hopgym's sub-envs share nothing but their retrievers (whos
 depend on the order), so the results are the same.
 
 Example:
-    >>> import hopgym
-    >>> envs = make_vec("hopgym/Tiny-v1", num_envs=3)
+    >>> import gymnasium as gym, hopgym
+    >>> envs = gym.make_vec("hopgym/Tiny-v1", num_envs=3)
     >>> envs
     BatchedSearchVectorEnv(hopgym/Tiny-v1, num_envs=3)
     >>> obs, infos = envs.reset(seed=0)
@@ -64,16 +65,11 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from hopgym.corpora.retrieval import Retriever
 from hopgym.envs.multihop_qa import SearchRequest
+from hopgym.retrieval.base import Retriever
 
 __all__ = ["BatchedSearchVectorEnv", "EnvBatch", "SearchStats", "step_batched",
-           "prefetch_searches", "make_vec", "vector_entry_point", "VECTORIZATION_MODES",
-           "StepResult"]
-
-#: ``make_vec``'s vectorization modes: searches batched in this process, sub-envs in Ray workers
-#: (``hopgym[ray]``), or Gymnasium's own ``SyncVectorEnv`` / ``AsyncVectorEnv``.
-VECTORIZATION_MODES: tuple[str, ...] = ("batched", "ray", "sync", "async")
+           "prefetch_searches", "StepResult"]
 
 #: One sub-env's step: ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
@@ -714,72 +710,3 @@ class BatchedSearchVectorEnv(BatchVectorEnvBase):
     def _backend_close(self) -> None:
         self.batch.close()
 
-
-def make_vec(env_id: str | gym.envs.registration.EnvSpec, num_envs: int = 1, *,
-             vectorization_mode: str = "batched",
-             autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-             workers: int | None = None, vector_kwargs: dict[str, Any] | None = None,
-             **kwargs: Any) -> VectorEnv:
-    """``gym.make_vec`` for hopgym ids: ``num_envs`` copies of ``gym.make(env_id, **kwargs)``.
-
-    Args:
-        env_id: a registered id (or spec).
-        num_envs: how many sub-envs.
-        vectorization_mode: one of :data:`VECTORIZATION_MODES`: ``"batched"``
-            (:class:`BatchedSearchVectorEnv`), ``"ray"``
-            (:class:`~hopgym.envs.ray_vector.RayVectorEnv`, ``hopgym[ray]``), ``"sync"`` or
-            ``"async"`` (Gymnasium's).
-        autoreset_mode: the vector env's autoreset mode.
-        workers: ``"ray"``: how many Ray workers (default: one per 8 sub-envs, at most the
-            sub-envs).
-        vector_kwargs: further arguments of the vector env's class.
-        **kwargs: the env's keyword arguments (``gym.make``'s).
-
-    ``gym.make_vec(id, num_envs=n)`` builds the same :class:`BatchedSearchVectorEnv`: every hopgym
-    id registers :func:`vector_entry_point`, which Gymnasium uses when no
-    ``vectorization_mode`` is given.
-
-    Raises:
-        ValueError: an unknown mode, ``num_envs < 1``, or ``workers`` without ``"ray"``.
-    """
-    if vectorization_mode not in VECTORIZATION_MODES:
-        raise ValueError(f"vectorization_mode must be one of {list(VECTORIZATION_MODES)}, "
-                         f"got {vectorization_mode!r}")
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    if workers is not None and vectorization_mode != "ray":
-        raise ValueError(f"workers={workers} is for vectorization_mode='ray', not "
-                         f"{vectorization_mode!r}")
-    extra = dict(vector_kwargs or {})
-
-    def env_fn() -> gym.Env:
-        return gym.make(env_id, **kwargs)
-
-    fns = [env_fn] * num_envs
-    if vectorization_mode == "batched":
-        venv: VectorEnv = BatchedSearchVectorEnv(fns, autoreset_mode=autoreset_mode, **extra)
-    elif vectorization_mode == "ray":
-        from hopgym.envs.ray_vector import RayVectorEnv
-
-        venv = RayVectorEnv(fns, workers=workers, autoreset_mode=autoreset_mode, **extra)
-    elif vectorization_mode == "sync":
-        venv = gym.vector.SyncVectorEnv(fns, autoreset_mode=autoreset_mode, **extra)
-    else:
-        venv = gym.vector.AsyncVectorEnv(fns, autoreset_mode=autoreset_mode, **extra)
-    return venv
-
-
-def vector_entry_point(env_id: str, num_envs: int = 1, *,
-                       autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-                       **kwargs: Any) -> VectorEnv:
-    """What ``gym.make_vec(env_id, num_envs=n, **kwargs)`` builds for a hopgym text env: a
-    :class:`BatchedSearchVectorEnv` of ``gym.make(env_id, **kwargs)``.
-
-    Registered for each id as ``functools.partial(vector_entry_point, env_id)`` (the spec's
-    ``vector_entry_point``), which Gymnasium uses when ``make_vec`` is given no
-    ``vectorization_mode``; ``vectorization_mode="sync"`` or ``"async"`` still gives Gymnasium's
-    own. The autoreset mode is a keyword here (Gymnasium passes no ``vector_kwargs`` to a vector
-    entry point): ``gym.make_vec(id, num_envs=n, autoreset_mode="SameStep")``.
-    """
-    return BatchedSearchVectorEnv([lambda: gym.make(env_id, **kwargs)] * num_envs,
-                                  autoreset_mode=autoreset_mode)

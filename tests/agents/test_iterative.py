@@ -8,16 +8,11 @@ from gymnasium.wrappers import TimeLimit
 from hopgym.agents.evaluation import evaluate, run_episode
 from hopgym.agents.iterative import IterativeAgent, Side, extract, parse_question
 from hopgym.agents.scripted import DirectAgent, OracleAgent
-from hopgym.corpora.synthetic import (
-    RELATION_SENTENCES,
-    SENTENCES,
-    WorldConfig,
-    build_task,
-    generate_world,
-)
+from hopgym.corpora.synthetic import RELATION_SENTENCES, SENTENCES, WorldConfig, generate_world
 from hopgym.corpora.types import Passage
 from hopgym.envs.actions import Answer, Route, Search
 from hopgym.envs.multihop_qa import MultiHopQAEnv
+from hopgym.tasks.synthetic import build_task
 
 DEFAULT = WorldConfig(n_questions=300)
 ROUTING = WorldConfig(n_questions=300, sources=("local", "web"))

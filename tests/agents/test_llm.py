@@ -499,7 +499,7 @@ def test_vllm_backend_names_the_extra_when_missing():
     import importlib.util
 
     from hopgym.agents.llm import VLLMBackend
-    from hopgym.corpora.retrieval import DependencyNotInstalled
+    from hopgym.errors import DependencyNotInstalled
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed")

@@ -5,7 +5,6 @@ import json
 import gymnasium as gym
 import pytest
 
-import hopgym
 from hopgym.agents import (
     AGENTS,
     DirectAgent,
@@ -74,11 +73,6 @@ def test_make_agent_names():
     assert isinstance(make_agent("oracle", env), OracleAgent)
     with pytest.raises(ValueError, match="unknown agent"):
         make_agent("smart", env)
-
-
-def test_top_level_evaluate_is_the_harness_and_deprecated():
-    with pytest.warns(DeprecationWarning, match="hopgym.agents.evaluate"):
-        assert hopgym.evaluate is evaluate
 
 
 def test_aggregate_means_carry_no_float_noise():

@@ -20,8 +20,8 @@ from hopgym.agents.trajectories import (
     read_trajectories,
     trajectory_header,
 )
-from hopgym.corpora.tiny import tiny_task
 from hopgym.envs.multihop_qa import MultiHopQAEnv
+from hopgym.tasks.tiny import tiny_task
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 OLD = FIXTURES / "trajectories_hopgym_0_1.jsonl"  # `hopgym eval --agent iterative` of hopgym 0.1

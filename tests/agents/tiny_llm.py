@@ -23,7 +23,7 @@ def build_tokenizer() -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from hopgym.corpora.tiny import TINY_PASSAGES
+    from hopgym.tasks.tiny import TINY_PASSAGES
 
     lines = [p.contents for p in TINY_PASSAGES]
     for protocol in ("tags", "r3"):

@@ -14,12 +14,12 @@ from hopgym.agents.grpo import GRPORunConfig
 from hopgym.agents.sft import SFTRunConfig
 from hopgym.agents.teachers import TeacherConfig
 from hopgym.agents.tiny_lm import TinyLMConfig
-from hopgym.agents.train_cli import TrainConfig
 from hopgym.cli import COMMANDS, build_parser, main
 from hopgym.cli._common import EnvConfig
 from hopgym.cli._dataclass_args import config_from_args, config_specs, config_values
 from hopgym.cli.bench import BenchConfig
 from hopgym.cli.bench_rl import BenchRLConfig
+from hopgym.cli.train_jobs import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,12 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hopgym.corpora.datasets.hub import offline_reason, unreachable_reason
-from hopgym.corpora.loaders import (
+from hopgym.corpora.datasets import (
     DatasetFormatError,
     DatasetUnavailableError,
-    PerSampleIndex,
-    _iter_json_array,
     detect_format,
     iter_corpus,
     iter_records,
@@ -31,7 +28,10 @@ from hopgym.corpora.loaders import (
     parse_contents,
     passage_id,
 )
+from hopgym.corpora.datasets.hub import offline_reason, unreachable_reason
+from hopgym.corpora.datasets.records import _iter_json_array
 from hopgym.corpora.types import Passage, QASample
+from hopgym.retrieval.per_sample import PerSampleIndex
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 HOTPOT_ARRAY = FIX / "hotpotqa_dev.json"

@@ -15,13 +15,11 @@ from hopgym.corpora.synthetic import (
     KINDS,
     QUESTIONS,
     SENTENCES,
-    SyntheticTask,
     WorldConfig,
-    build_task,
-    export_flashrag,
     generate_world,
 )
 from hopgym.corpora.types import Passage
+from hopgym.tasks.synthetic import SyntheticTask, build_task, export_flashrag
 
 SMALL = WorldConfig(n_entities=600, n_questions=150)
 ROUTING = WorldConfig(n_entities=1500, n_questions=300, sources=("local", "web"))
@@ -428,7 +426,7 @@ def test_verified_hop_queries_are_unchanged():
 def test_build_task_takes_a_retriever_spec():
     """Each source is indexed by make_retriever(spec): a dense world checks its hop queries against
     the dense index, pickles as its recipe with the spec, and a server kind is refused."""
-    from hopgym.corpora.retrievers import RetrieverSpec
+    from hopgym.retrieval.specs import RetrieverSpec
 
     cfg = WorldConfig(n_entities=300, n_questions=20)
     dense = build_task(cfg, retriever={"kind": "dense", "model": "hashing-64"})

@@ -14,10 +14,10 @@ from gymnasium.utils.env_checker import check_env, data_equivalence
 import hopgym  # noqa: F401  (registers the ids)
 from hopgym.agents.evaluation import evaluate
 from hopgym.agents.scripted import make_agent
-from hopgym.corpora.index_store import StaleIndexError, read_manifest
-from hopgym.corpora.loaders import DatasetUnavailableError
+from hopgym.corpora.datasets import DatasetUnavailableError
 from hopgym.envs.actions import Answer, Search
 from hopgym.envs.datasets import clear_task_cache, load_task
+from hopgym.retrieval.index_store import StaleIndexError, read_manifest
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 HOTPOT = str(FIX / "hotpotqa_dev.json")
@@ -110,7 +110,7 @@ def test_index_is_built_once_then_reused_and_checked(tmp_path):
         gym.make("hopgym/HotpotQA-v1", path=HOTPOT, mode="open", index=str(idx))
     # Bamboogle has no paragraphs: an index alone brings its corpus (recorded in the manifest).
     idx2 = tmp_path / "wiki"
-    from hopgym.corpora.index_store import build_index
+    from hopgym.retrieval.index_store import build_index
 
     build_index(CORPUS, idx2)
     env3 = gym.make("hopgym/Bamboogle-v1", path=BAMBOOGLE, index=str(idx2), reward=None)
@@ -119,7 +119,7 @@ def test_index_is_built_once_then_reused_and_checked(tmp_path):
 
 
 def test_an_index_without_its_manifest_is_refused_unless_rebuild(tmp_path):
-    from hopgym.corpora.index_store import IndexIntegrityWarning, IndexStoreError
+    from hopgym.retrieval.index_store import IndexIntegrityWarning, IndexStoreError
 
     idx = tmp_path / "idx"
     gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx))
@@ -210,7 +210,7 @@ def test_missing_path_and_offline_hub(monkeypatch):
 
 
 def test_retriever_settings_reach_the_client_from_gym_make():
-    from hopgym.corpora.http import HTTPRetriever
+    from hopgym.retrieval.http import HTTPRetriever
 
     env = gym.make("hopgym/Bamboogle-v1", path=BAMBOOGLE, reward=None,
                    retriever={"url": "http://127.0.0.1:9", "timeout": 0.5, "retries": 0},
@@ -226,7 +226,7 @@ def test_retriever_settings_reach_the_client_from_gym_make():
 
 
 def test_shorthand_keywords_merge_into_the_retriever_spec():
-    from hopgym.corpora.retrievers import RetrieverSpec
+    from hopgym.retrieval.specs import RetrieverSpec
 
     pytest.importorskip("faiss")
     env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", retriever="dense",

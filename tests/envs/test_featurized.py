@@ -11,7 +11,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
 import hopgym  # noqa: F401 - registers the ids
-from hopgym.corpora.tiny import tiny_task
 from hopgym.envs.actions import Answer, Route, Search
 from hopgym.envs.featurized import (
     SLOT_FEATURES,
@@ -24,6 +23,7 @@ from hopgym.envs.featurized import (
 from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.envs.options import EnvOptions
 from hopgym.envs.registration import make_task_env
+from hopgym.tasks.tiny import tiny_task
 
 
 def tiny(sources=("local",), reward=None, **kw) -> FeaturizedEnv:

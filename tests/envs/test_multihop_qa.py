@@ -8,12 +8,12 @@ from gymnasium.wrappers import TimeLimit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hopgym.corpora.retrieval import RetrievalError
-from hopgym.corpora.sources import QATask, Source
-from hopgym.corpora.tiny import TINY_PASSAGES, TINY_SAMPLES, tiny_task
 from hopgym.envs import Answer, MultiHopQAEnv, Route, Search, Think
 from hopgym.envs.actions import FORMAT_ISSUES
 from hopgym.envs.protocols import TagsProtocol
+from hopgym.errors import RetrievalError
+from hopgym.tasks.base import QATask, Source
+from hopgym.tasks.tiny import TINY_PASSAGES, TINY_SAMPLES, tiny_task
 
 
 def make(**kw) -> MultiHopQAEnv:

@@ -13,12 +13,12 @@ import gymnasium as gym
 import pytest
 
 import hopgym
-from hopgym.corpora.tiny import tiny_task
 from hopgym.envs import BUILTIN_IDS, MultiHopQAEnv
 from hopgym.envs.datasets import DATASETS, RETRIEVER_SHORTHANDS, TASK_ARGS, DatasetKwargs
 from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions
 from hopgym.envs.protocols import R3Protocol
 from hopgym.rewards.base import reward_terms_of
+from hopgym.tasks.tiny import tiny_task
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -153,8 +153,8 @@ def _no_build(*args, **kwargs):
 @pytest.mark.parametrize("name,value,match", BAD[:3] + BAD[-3:], ids=lambda v: str(v))
 def test_bad_options_fail_before_any_world_or_index_is_built(monkeypatch, name, value, match):
     no_build = _no_build
-    monkeypatch.setattr("hopgym.corpora.synthetic.build_task", no_build)
-    monkeypatch.setattr("hopgym.corpora.tiny.tiny_task", no_build)
+    monkeypatch.setattr("hopgym.tasks.synthetic.build_task", no_build)
+    monkeypatch.setattr("hopgym.tasks.tiny.tiny_task", no_build)
     monkeypatch.setattr("hopgym.envs.datasets._build_task", no_build)
     monkeypatch.setattr("hopgym.envs.datasets._load_dataset", no_build)
     for env_id in ("hopgym/Synthetic-v1", "hopgym/Tiny-v1", "hopgym/HotpotQA-v1"):
@@ -173,7 +173,7 @@ def test_bad_options_fail_before_any_world_or_index_is_built(monkeypatch, name, 
      "unknown retriever setting 'modle' \\(did you mean 'model'\\?\\)"),
 ])
 def test_unknown_keywords_suggest_the_close_match(monkeypatch, env_id, kwargs, match):
-    monkeypatch.setattr("hopgym.corpora.synthetic.build_task", _no_build)
+    monkeypatch.setattr("hopgym.tasks.synthetic.build_task", _no_build)
     monkeypatch.setattr("hopgym.envs.datasets._load_dataset", _no_build)
     with pytest.raises(TypeError, match=match):
         gym.make(env_id, **ID_ARGS.get(env_id, {}), **kwargs)

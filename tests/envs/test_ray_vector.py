@@ -16,7 +16,6 @@ from vector_helpers import WORLD, assert_same_logs, drive
 ray = pytest.importorskip("ray")
 
 from hopgym.envs.ray_vector import RayVectorEnv, WorkerError  # noqa: E402
-from hopgym.vector import make_vec  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -128,8 +127,7 @@ def test_a_hung_worker_times_out_and_next_step_resets_it():
 
 
 def test_step_subset_and_per_env_options_for_collectors():
-    venv = make_vec("hopgym/Tiny-v1", 3, vectorization_mode="ray", workers=2,
-                    autoreset_mode="Disabled")
+    venv = gym.make_vec("hopgym/Tiny-v1", 3, ray_workers=2, autoreset_mode="Disabled")
     assert repr(venv) == "RayVectorEnv(hopgym/Tiny-v1, num_envs=3, workers=2)"
     ids = [s.id for s in venv.get_attr("task")[0].samples]
     _, infos = venv.reset(seed=[1, 2, 3], options=[{"question_id": ids[4]}, None,

@@ -13,10 +13,10 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from vector_helpers import WORLD, assert_same_logs, drive, per_env
 
 import hopgym
-from hopgym.corpora.retrieval import BM25Retriever
-from hopgym.corpora.sources import QATask, Source
 from hopgym.envs.registration import make_task_env
-from hopgym.envs.vector import BatchedSearchVectorEnv, make_vec, step_batched
+from hopgym.envs.vector import BatchedSearchVectorEnv, step_batched
+from hopgym.retrieval.sparse import BM25Retriever
+from hopgym.tasks.base import QATask, Source
 from hopgym.vector import BatchedSearchVectorEnv as Reexported
 
 MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
@@ -124,7 +124,7 @@ def test_dense_batches_rank_as_single_searches():
 
 
 def test_api_spaces_repr_and_attrs():
-    venv = make_vec("hopgym/Tiny-v1", num_envs=2, autoreset_mode="SameStep")
+    venv = gym.make_vec("hopgym/Tiny-v1", num_envs=2, autoreset_mode="SameStep")
     assert isinstance(venv, gym.vector.VectorEnv) and Reexported is BatchedSearchVectorEnv
     assert repr(venv) == "BatchedSearchVectorEnv(hopgym/Tiny-v1, num_envs=2)"
     assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
@@ -151,16 +151,6 @@ def test_gym_make_vec_uses_it_and_sync_stays_available():
     assert isinstance(gym.make_vec("hopgym/Tiny-v1", num_envs=2, vectorization_mode="sync"),
                       SyncVectorEnv)
     assert gym.spec("hopgym/SyntheticFeaturized-v0").vector_entry_point is None
-
-
-def test_make_vec_checks_its_arguments():
-    with pytest.raises(ValueError, match="vectorization_mode"):
-        make_vec("hopgym/Tiny-v1", 2, vectorization_mode="threads")
-    with pytest.raises(ValueError, match="num_envs"):
-        make_vec("hopgym/Tiny-v1", 0)
-    with pytest.raises(ValueError, match="workers"):
-        make_vec("hopgym/Tiny-v1", 2, workers=2)
-    assert isinstance(make_vec("hopgym/Tiny-v1", 2, vectorization_mode="sync"), SyncVectorEnv)
 
 
 def test_per_env_options_and_step_subset():
@@ -198,8 +188,9 @@ def test_step_batched_is_the_envs_own_steps():
                                                                                   strict=True)])
 
 
-def test_the_facade_exposes_vector():
-    assert hopgym.vector.make_vec is make_vec
+def test_the_facade_exposes_vector_and_no_second_make_vec():
+    assert hopgym.vector.BatchedSearchVectorEnv is BatchedSearchVectorEnv
+    assert not hasattr(hopgym.vector, "make_vec")  # gym.make_vec is the one way
 
 
 @pytest.mark.parametrize("entries", [

@@ -10,11 +10,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from hopgym.corpora.retrieval import BM25Retriever
-from hopgym.corpora.sources import QATask, Source
 from hopgym.corpora.types import Hop, Passage, QASample
 from hopgym.envs import Answer, Route, Search, Think
 from hopgym.envs.spaces import FreeText
+from hopgym.retrieval.sparse import BM25Retriever
+from hopgym.tasks.base import QATask, Source
 
 GOLD = QASample(
     "q1", "Where was the founder of Qelvor Dynamics born?", ("Cardell", "Cardell City"),

@@ -75,10 +75,10 @@ def payload_run(folder: Path) -> Path:
     import gymnasium as gym  # noqa: F401
 
     from hopgym.agents import OracleAgent, evaluate
-    from hopgym.corpora.retrieval import BM25Retriever
-    from hopgym.corpora.sources import QATask, Source
     from hopgym.corpora.types import Hop, Passage, QASample
     from hopgym.envs.registration import make_task_env
+    from hopgym.retrieval.sparse import BM25Retriever
+    from hopgym.tasks.base import QATask, Source
 
     passages = [Passage("d1", f"Zorvath Keep {PAYLOAD}", f"Zorvath Keep was founded by {PAYLOAD} Ilmar."),
                 Passage("d2", "Other", "Another keep, founded by nobody.")]

@@ -8,7 +8,8 @@ one of three modes:
 - ``"distractor"``: each question keeps its own paragraphs (HotpotQA's and 2Wiki's ten, MuSiQue's
   twenty). Doc ids are ``"{question id}:{title}"`` (``#2``, ``#3``... for a repeated title with
   another text), so they do not depend on the order of the paragraphs, which differs between
-  copies of 2Wiki. :class:`PerSampleIndex` gives each question a small index of its own.
+  copies of 2Wiki. :class:`~hopgym.retrieval.per_sample.PerSampleIndex` gives each question a
+  small index of its own.
 - ``"open"``: the paragraphs of the whole file pooled into one corpus, de-duplicated by title and
   text; doc ids are :func:`passage_id` of title and text, the same in every file and run.
 - ``"corpus"`` (``corpus=`` given): an external corpus such as wiki-18; gold paragraphs are mapped
@@ -30,7 +31,7 @@ Modules: ``records`` (JSON reading and the record loop), ``base`` (:class:`Datas
 :class:`RawSample`, field checks), one parser per benchmark (``hotpotqa``, ``twowiki``,
 ``musique``, ``flashrag``), ``corpus`` (corpus files), ``hub`` (hub access), ``assemble`` (modes
 and doc ids), ``registry`` (the format table), ``load`` (:func:`load_dataset` and the
-per-benchmark shortcuts), ``per_sample`` (:class:`PerSampleIndex`).
+per-benchmark shortcuts).
 
 Adding a dataset: a parser module with ``parse(record, file, line) -> RawSample`` (and
 ``detect(record) -> bool``), and one line, ``register_format(DatasetFormat("name", parse,
@@ -54,7 +55,6 @@ from hopgym.corpora.datasets.load import (
     load_pooled_corpus,
     load_qa,
 )
-from hopgym.corpora.datasets.per_sample import PerSampleIndex
 from hopgym.corpora.datasets.records import LoadReport, iter_records
 from hopgym.corpora.datasets.registry import (
     REGISTRY,
@@ -75,7 +75,6 @@ __all__ = [
     "detect_format",
     "QADataset",
     "LoadReport",
-    "PerSampleIndex",
     "DatasetFormatError",
     "DatasetUnavailableError",
     "MODES",

@@ -1,7 +1,7 @@
 """The procedural synthetic multi-hop world: hopgym's embedded default corpus.
 
 Classes and functions: :class:`WorldConfig`, :class:`SyntheticWorld`, :func:`generate_world`,
-:func:`build_task`, :class:`SyntheticTask`, :func:`export_flashrag`; the phrasing tables
+the phrasing tables
 (:data:`SENTENCES`, :data:`NOUN_PHRASES`, :data:`QUESTIONS`, :data:`COMPARISONS`,
 :data:`BRIDGE_COMPARISONS`, :data:`INFERENCES`, :data:`RELATION_SENTENCES`) that the world writes
 with and that the rule-based :class:`~hopgym.agents.iterative.IterativeAgent` reads with.
@@ -9,8 +9,8 @@ with and that the rule-based :class:`~hopgym.agents.iterative.IterativeAgent` re
 Modules, in the order a world is made: ``tables`` (phrasing tables, entity types) and ``names``
 (name syllables per region); ``config`` (:class:`WorldConfig`, :data:`KINDS`); ``graph`` (the
 entity graph, built in phases); ``writer`` (documents); ``questions`` (questions and their gold
-decompositions); ``world`` (:class:`SyntheticWorld`, :func:`generate_world`); ``task``
-(:func:`build_task`, the per-process world/index cache, :func:`export_flashrag`).
+decompositions); ``world`` (:class:`SyntheticWorld`, :func:`generate_world`). A world becomes a task with
+one index per source in :mod:`hopgym.tasks.synthetic` (:func:`~hopgym.tasks.build_task`).
 
 The world is fictional, so no model can answer from memory. It has countries, cities, people,
 companies, films and universities with generated, regionally flavoured names; relations (born in,
@@ -67,18 +67,13 @@ from hopgym.corpora.synthetic.tables import (
     SENTENCES,
     SUB_QUESTIONS,
 )
-from hopgym.corpora.synthetic.task import SyntheticTask, build_task, clear_caches, export_flashrag
 from hopgym.corpora.synthetic.world import SyntheticWorld, generate_world
 
 __all__ = [
     "KINDS",
     "WorldConfig",
     "SyntheticWorld",
-    "SyntheticTask",
     "generate_world",
-    "build_task",
-    "export_flashrag",
-    "clear_caches",
     "SENTENCES",
     "NOUN_PHRASES",
     "QUESTIONS",

