@@ -7,6 +7,8 @@ keeps a standard-library base that says what kind of failure it is (``RuntimeErr
 Classes defined here (and re-exported where they were first defined):
 
 - :class:`HopgymError` — the root.
+- :class:`InvalidOptionError` — an option, argument or setting has a bad value (also a
+  ``ValueError``); :class:`InvalidOptionTypeError` — one has the wrong type (also a ``TypeError``).
 - :class:`DependencyNotInstalled` — an optional extra is missing (also Gymnasium's
   ``gymnasium.error.DependencyNotInstalled`` and an ``ImportError``); also
   :mod:`hopgym.retrieval`.
@@ -43,6 +45,8 @@ import gymnasium.error
 
 __all__ = [
     "HopgymError",
+    "InvalidOptionError",
+    "InvalidOptionTypeError",
     "DependencyNotInstalled",
     "HTTPError",
     "RetrievalError",
@@ -55,6 +59,23 @@ __all__ = [
 
 class HopgymError(Exception):
     """The root of every exception hopgym raises."""
+
+
+class InvalidOptionError(HopgymError, ValueError):
+    """An option, argument or setting hopgym was given has a bad value; the message names it.
+
+    Example:
+        >>> import gymnasium as gym, hopgym
+        >>> try:
+        ...     gym.make("hopgym/Tiny-v1", top_k=0)
+        ... except HopgymError as err:
+        ...     print(type(err).__name__, isinstance(err, ValueError))
+        InvalidOptionError True
+    """
+
+
+class InvalidOptionTypeError(InvalidOptionError, TypeError):
+    """An option or argument has the wrong type (also a ``TypeError``)."""
 
 
 class DependencyNotInstalled(HopgymError, gymnasium.error.DependencyNotInstalled, ImportError):

@@ -59,7 +59,7 @@ from datetime import timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from hopgym.errors import HTTPError
+from hopgym.errors import HTTPError, InvalidOptionError
 
 __all__ = ["HTTPClient", "HTTPError", "Response", "RETRYABLE_STATUS", "parse_retry_after"]
 
@@ -212,18 +212,18 @@ class HTTPClient:
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"url must look like http://host:port, got {base_url!r}")
+            raise InvalidOptionError(f"url must look like http://host:port, got {base_url!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
                 or not (timeout > 0 and math.isfinite(timeout)):
-            raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+            raise InvalidOptionError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+            raise InvalidOptionError(f"retries must be an int >= 0, got {retries!r}")
         for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not (value >= 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+                raise InvalidOptionError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an int or None, got {seed!r}")
+            raise InvalidOptionError(f"seed must be an int or None, got {seed!r}")
         self.scheme = parts.scheme
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)

@@ -103,3 +103,28 @@ def test_the_facade_has_no_evaluate_alias():
     assert not hasattr(hopgym, "evaluate")
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         hopgym.nope  # noqa: B018
+
+
+def test_a_bad_option_is_a_hopgym_error_and_a_value_error():
+    import gymnasium as gym
+
+    from hopgym.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="top_k") as info:
+        gym.make("hopgym/Tiny-v1", top_k=0)
+    assert isinstance(info.value, HopgymError) and isinstance(info.value, ValueError)
+
+
+def test_hopgym_raises_no_bare_value_or_type_error():
+    # Every refusal is typed (InvalidOptionError / InvalidOptionTypeError keep the standard base),
+    # so `except HopgymError` catches all of them. A bare `raise TypeError` (no message) that the
+    # same function catches is control flow, not a refusal.
+    import ast
+
+    bad = []
+    for path in sorted((ROOT / "hopgym").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
+                    getattr(node.exc.func, "id", None) in ("ValueError", "TypeError"):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, f"raise InvalidOptionError / InvalidOptionTypeError instead: {bad}"

@@ -31,6 +31,7 @@ import numpy as np
 
 from hopgym.agents.scripted import Agent
 from hopgym.agents.trajectories import EpisodeRecorder, TrajectoryWriter, trajectory_header
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 __all__ = ["evaluate", "run_episode", "aggregate", "make_vector_env"]
 
@@ -121,7 +122,7 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     episodes = len(results)
     if episodes < 1:
-        raise ValueError("aggregate needs at least one episode")
+        raise InvalidOptionError("aggregate needs at least one episode")
     steps = sum(r["steps"] for r in results)
     # Sum first, divide once: adding v / episodes per episode leaves float noise (3.0000000000000027).
     by_source: dict[str, list[float]] = defaultdict(list)
@@ -233,7 +234,7 @@ def _run_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, episod
     from hopgym.agents.llm import unbatch_infos
 
     if not callable(getattr(agent, "act_batch", None)):
-        raise ValueError(f"num_envs > 1 and workers act in batches: the agent needs "
+        raise InvalidOptionError(f"num_envs > 1 and workers act in batches: the agent needs "
                          f"act_batch(observations, infos, active=...), which "
                          f"{type(agent).__name__} lacks (the LLM agents have it; use num_envs=1 "
                          f"for scripted agents)")
@@ -351,29 +352,29 @@ def evaluate(
         1.0
     """
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
-        raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
+        raise InvalidOptionError(f"episodes must be an int >= 1, got {episodes!r}")
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
-        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        raise InvalidOptionError(f"num_envs must be an int >= 1, got {num_envs!r}")
     if time_limit is not None and not (isinstance(time_limit, (int, float))
                                        and not isinstance(time_limit, bool)
                                        and time_limit > 0 and math.isfinite(time_limit)):
-        raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
+        raise InvalidOptionError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
     if isinstance(env, gym.Env):
         first, env_fn = env, None
     elif callable(env):
         env_fn = env
         first = env_fn()
     else:
-        raise TypeError(f"env must be a gymnasium Env or a function that makes one, got "
+        raise InvalidOptionTypeError(f"env must be a gymnasium Env or a function that makes one, got "
                         f"{type(env).__name__}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or not 1 <= workers <= num_envs):
-        raise ValueError(f"workers must be an int in [1, num_envs={num_envs}] or None, got "
+        raise InvalidOptionError(f"workers must be an int in [1, num_envs={num_envs}] or None, got "
                          f"{workers!r}")
     if (num_envs > 1 or workers is not None) and env_fn is None:
         spec = first.spec
         if spec is None:
-            raise ValueError("num_envs > 1 makes more envs: pass an env made by gym.make (its "
+            raise InvalidOptionError("num_envs > 1 makes more envs: pass an env made by gym.make (its "
                              "spec is copied) or a function that makes one")
 
         def env_fn() -> gym.Env:

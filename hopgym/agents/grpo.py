@@ -53,7 +53,7 @@ from hopgym.agents.rollout import (
     stop_token_ids,
     summarize,
 )
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
 __all__ = ["GRPORunConfig", "EnvRolloutFunc", "EnvReward", "train_grpo", "plot_curves",
            "make_curve_callback", "CURVE_KEYS", "LOSS_TYPES"]
@@ -118,28 +118,28 @@ class GRPORunConfig:
 
     def __post_init__(self) -> None:
         if self.vllm_mode not in ("colocate", "server"):
-            raise ValueError(f"vllm_mode must be 'colocate' or 'server', got {self.vllm_mode!r}")
+            raise InvalidOptionError(f"vllm_mode must be 'colocate' or 'server', got {self.vllm_mode!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise ValueError("vllm_gpu_memory_utilization must be in (0, 1], got "
+            raise InvalidOptionError("vllm_gpu_memory_utilization must be in (0, 1], got "
                              f"{self.vllm_gpu_memory_utilization}")
         if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (GRPO normalises rewards within a group), "
+            raise InvalidOptionError(f"group_size must be >= 2 (GRPO normalises rewards within a group), "
                              f"got {self.group_size}")
         if self.questions_per_step < 1 or self.max_steps < 1:
-            raise ValueError("questions_per_step and max_steps must be >= 1")
+            raise InvalidOptionError("questions_per_step and max_steps must be >= 1")
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+            raise InvalidOptionError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
         if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
                 self.env_workers < 0:
-            raise ValueError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
+            raise InvalidOptionError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
         if self.max_completion_tokens < self.max_new_tokens:
-            raise ValueError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
+            raise InvalidOptionError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
                              f"max_new_tokens ({self.max_new_tokens})")
         if self.scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(
+            raise InvalidOptionError(
                 f"scale_rewards must be group, batch or none, got {self.scale_rewards!r}")
         if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, "
+            raise InvalidOptionError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, "
                              f"got {self.loss_type!r}")
 
     @property
@@ -163,7 +163,7 @@ class EnvReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
                  env_reward: Sequence[float] | None = None, **kwargs: Any) -> list[float]:
         if env_reward is None:
-            raise ValueError("env_reward is missing: use EnvRolloutFunc as the rollout_func")
+            raise InvalidOptionError("env_reward is missing: use EnvRolloutFunc as the rollout_func")
         return [float(r) for r in env_reward]
 
 
@@ -330,7 +330,7 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     from hopgym.agents.sft import TimeLimitCallback, _bf16
 
     if not question_ids:
-        raise ValueError("no training questions")
+        raise InvalidOptionError("no training questions")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     ref_model = None
     if config.track_kl:

@@ -70,6 +70,7 @@ from hopgym.backends import (
 )
 from hopgym.envs.protocols import Protocol as TurnProtocol
 from hopgym.envs.protocols import get_protocol
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -93,10 +94,10 @@ def unbatch_infos(infos: Any, n: int) -> list[dict[str, Any]]:
     """
     if isinstance(infos, (list, tuple)):
         if len(infos) != n:
-            raise ValueError(f"got {len(infos)} infos for {n} observations")
+            raise InvalidOptionError(f"got {len(infos)} infos for {n} observations")
         return [dict(i or {}) for i in infos]
     if not isinstance(infos, dict):
-        raise TypeError(f"infos must be a list of dicts or a vector env's info dict, "
+        raise InvalidOptionTypeError(f"infos must be a list of dicts or a vector env's info dict, "
                         f"got {type(infos).__name__}")
     out: list[dict[str, Any]] = [{} for _ in range(n)]
     for key, value in infos.items():
@@ -200,9 +201,9 @@ class LLMAgent:
         few_shot: Sequence[Sequence[Message]] = (),
     ) -> None:
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+            raise InvalidOptionError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if force_answer not in FORCE_ANSWER:
-            raise ValueError(f"force_answer must be one of {', '.join(FORCE_ANSWER)}, "
+            raise InvalidOptionError(f"force_answer must be one of {', '.join(FORCE_ANSWER)}, "
                              f"got {force_answer!r}")
         self.backend = backend
         self.protocol = get_protocol(protocol)
@@ -219,13 +220,13 @@ class LLMAgent:
         if mode == "auto":
             mode = "chat" if use_chat_template and backend.supports_chat else "continuation"
         if mode == "chat" and not (use_chat_template and backend.supports_chat):
-            raise ValueError("mode='chat' needs a backend with a chat template and "
+            raise InvalidOptionError("mode='chat' needs a backend with a chat template and "
                              "use_chat_template=True; use mode='continuation' for raw text")
         self.mode = mode
         self.few_shot = [list(example) for example in few_shot]
         for example in self.few_shot:
             if not example or example[-1].get("role") != "assistant":
-                raise ValueError("each few-shot example is a transcript that ends with the "
+                raise InvalidOptionError("each few-shot example is a transcript that ends with the "
                                  "model's answer turn")
         self._examples: list[Message] = few_shot_messages(self.few_shot) if self.few_shot else []
         self._examples_text = few_shot_text(self.few_shot) if self.few_shot else ""
@@ -261,7 +262,7 @@ class LLMAgent:
         for example in self.few_shot:
             first = example[0].get("content", "")
             if (question and question in first) or first == observation:
-                raise ValueError(f"the question being asked is one of the few-shot examples "
+                raise InvalidOptionError(f"the question being asked is one of the few-shot examples "
                                  f"({question or observation[:80]!r}): build the examples from "
                                  f"training questions, never from the evaluated ones")
 
@@ -269,7 +270,7 @@ class LLMAgent:
         """Add an env observation to conversation ``slot`` (a new episode when ``turn == 0``)."""
         info = info or {}
         if not isinstance(observation, str):
-            raise TypeError(f"observations are strings, got {type(observation).__name__}")
+            raise InvalidOptionTypeError(f"observations are strings, got {type(observation).__name__}")
         conv = self._slot(slot)
         if info.get("turn") == 0 or not conv:
             if self.few_shot:
@@ -384,7 +385,7 @@ class LLMAgent:
         per_env = unbatch_infos(infos, n)
         mask = [True] * n if active is None else [bool(a) for a in active]
         if len(mask) != n:
-            raise ValueError(f"active has {len(mask)} entries for {n} observations")
+            raise InvalidOptionError(f"active has {len(mask)} entries for {n} observations")
         rows = [i for i in range(n) if mask[i]]
         for i in rows:
             self.observe(observations[i], per_env[i], i)
@@ -418,7 +419,7 @@ def few_shot_examples(env: gym.Env, n: int, *, seed: int = 0,
     from hopgym.rewards.scoring import exact_match
 
     if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+        raise InvalidOptionError(f"n must be an int >= 1, got {n!r}")
     teacher = (agent_fn or OracleAgent)(env)
     count = len(env.unwrapped.task.samples)
     out: list[list[Message]] = []
@@ -440,7 +441,7 @@ def few_shot_examples(env: gym.Env, n: int, *, seed: int = 0,
         out.append(transcript)
         if len(out) == n:
             return out
-    raise ValueError(f"only {len(out)} of the env's {count} questions were answered right by the "
+    raise InvalidOptionError(f"only {len(out)} of the env's {count} questions were answered right by the "
                      f"teacher; asked for {n} examples")
 
 
@@ -484,7 +485,7 @@ def make_llm_agent(
         ValueError: unknown backend 'tgi'; choose one of transformers, vllm, openai
     """
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        raise InvalidOptionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     sampling = SamplingParams(temperature=temperature, top_p=top_p,
                               max_new_tokens=max_new_tokens, seed=seed)
     impl: Backend
@@ -494,7 +495,7 @@ def make_llm_agent(
         impl = VLLMBackend(model, seed=seed)
     else:
         if not base_url:
-            raise ValueError("backend 'openai' needs base_url, e.g. http://127.0.0.1:8000/v1")
+            raise InvalidOptionError("backend 'openai' needs base_url, e.g. http://127.0.0.1:8000/v1")
         impl = OpenAIBackend(base_url, model, api_key=api_key)
     return LLMAgent(impl, protocol=protocol, system_prompt=system_prompt, sampling=sampling,
                     mode=mode, closed_book=closed_book, force_answer=force_answer,

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from hopgym.backends.stops import close_open_tag, cut_at_stop, stop_is_kept  # re-exported
 from hopgym.envs.actions import Answer, Think
 from hopgym.envs.protocols import Protocol, get_protocol
+from hopgym.errors import InvalidOptionError
 
 __all__ = ["SYSTEM_PROMPTS", "CONTINUE_MESSAGE", "default_system_prompt", "chat_messages",
            "continuation_parts", "plain_head", "cut_at_stop", "close_open_tag", "stop_is_kept",
@@ -86,14 +87,14 @@ def default_system_prompt(protocol: str | Protocol) -> str:
 
 def _check_transcript(transcript: Sequence[dict[str, str]]) -> None:
     if not transcript:
-        raise ValueError("empty transcript: it must start with the env's prompt (reset's "
+        raise InvalidOptionError("empty transcript: it must start with the env's prompt (reset's "
                          "observation) as a user message")
     if transcript[0].get("role") != "user":
-        raise ValueError(f"a transcript starts with the prompt as a user message, got role "
+        raise InvalidOptionError(f"a transcript starts with the prompt as a user message, got role "
                          f"{transcript[0].get('role')!r}")
     for m in transcript:
         if m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
-            raise ValueError(f"transcript messages are {{'role': 'user'|'assistant', 'content': "
+            raise InvalidOptionError(f"transcript messages are {{'role': 'user'|'assistant', 'content': "
                              f"str}}, got {m!r}")
 
 
@@ -251,7 +252,7 @@ def few_shot_messages(examples: Sequence[Sequence[dict[str, str]]]) -> list[dict
     for example in examples:
         msgs = chat_messages(example, None, for_generation=False)
         if msgs[-1]["role"] != "assistant":
-            raise ValueError("a few-shot example must end with the model's turn (its answer)")
+            raise InvalidOptionError("a few-shot example must end with the model's turn (its answer)")
         out += msgs
     return out
 

@@ -52,7 +52,7 @@ from hopgym.agents.rollout import (
     summarize,
 )
 from hopgym.agents.sft import CLOCKS, SFTRunConfig, check_time_limit, train_sft
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
 __all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "trajectory_example"]
 
@@ -98,17 +98,17 @@ class RFTRunConfig:
         for name in ("max_rounds", "questions_per_round", "group_size", "epochs", "batch_size",
                      "max_new_tokens", "rollout_batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InvalidOptionError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+            raise InvalidOptionError(f"learning_rate must be > 0, got {self.learning_rate}")
         if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
                 self.env_workers < 0:
-            raise ValueError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
+            raise InvalidOptionError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0: rejection sampling needs diverse "
+            raise InvalidOptionError(f"temperature must be > 0: rejection sampling needs diverse "
                              f"samples, got {self.temperature}")
         if self.max_completion_tokens < self.max_new_tokens:
-            raise ValueError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
+            raise InvalidOptionError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
                              f"max_new_tokens ({self.max_new_tokens})")
         check_time_limit(self.time_limit_s, self.time_limit_clock)
 
@@ -211,7 +211,7 @@ def train_rft(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     from hopgym.agents.grpo import plot_curves
 
     if not question_ids:
-        raise ValueError("no training questions")
+        raise InvalidOptionError("no training questions")
     now = CLOCKS[config.time_limit_clock]
     t_wall, t_cpu, t_budget = time.perf_counter(), time.process_time(), now()
     out = Path(config.output_dir)

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
 __all__ = ["RolloutConfig", "Trajectory", "RolloutCollector", "TurnEngine", "TRLVLLMEngine",
@@ -73,19 +73,19 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+            raise InvalidOptionError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InvalidOptionError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+            raise InvalidOptionError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.max_new_tokens < 1 or self.batch_size < 1:
-            raise ValueError("max_new_tokens and batch_size must be >= 1")
+            raise InvalidOptionError("max_new_tokens and batch_size must be >= 1")
         if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
                 self.env_workers < 0:
-            raise ValueError(f"env_workers must be an int >= 0 (0: envs in this process), got "
+            raise InvalidOptionError(f"env_workers must be an int >= 0 (0: envs in this process), got "
                              f"{self.env_workers!r}")
         if self.max_completion_tokens < self.max_new_tokens:
-            raise ValueError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
+            raise InvalidOptionError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
                              f"max_new_tokens ({self.max_new_tokens}): raise it or lower the other")
 
     @property
@@ -219,7 +219,7 @@ class TRLVLLMEngine:
         _, comp, lps, _ = self.generation.generate([list(contexts[i]) for i in rows], None, 1)
         self.calls += 1
         if lps is None:
-            raise ValueError("the vLLM engine returned no log-probs: TRL's VLLMGeneration must "
+            raise InvalidOptionError("the vLLM engine returned no log-probs: TRL's VLLMGeneration must "
                              "be built with logprobs=0 (GRPOTrainer does this)")
         for i, c, lp in zip(rows, comp, lps, strict=True):
             n = min(len(c), budgets[i])
@@ -264,7 +264,7 @@ class RolloutCollector:
     def __init__(self, model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
                  config: RolloutConfig | None = None, engine: TurnEngine | None = None) -> None:
         if tokenizer.pad_token_id is None:
-            raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token first")
+            raise InvalidOptionError("the tokenizer has no pad token: set tokenizer.pad_token first")
         self.engine = engine
         self.model = model
         self.tokenizer = tokenizer
@@ -284,7 +284,7 @@ class RolloutCollector:
             seed: seeds the sampling generator (and the envs' ``reset``) for reproducible runs.
         """
         if group_size < 1:
-            raise ValueError(f"group_size must be >= 1, got {group_size}")
+            raise InvalidOptionError(f"group_size must be >= 1, got {group_size}")
         torch = _torch()
         rows = [q for q in question_ids for _ in range(group_size)]
         # The generator lives where the logits do (a CPU generator cannot sample CUDA tensors).
@@ -529,7 +529,7 @@ def _cut_at_stops(ids: list[list[int]], logps: list[list[float]],
     out_ids, out_lp = [], []
     for turn, lp in zip(ids, logps, strict=True):
         if len(turn) != len(lp):
-            raise ValueError(f"the engine returned {len(turn)} token ids but {len(lp)} log-probs")
+            raise InvalidOptionError(f"the engine returned {len(turn)} token ids but {len(lp)} log-probs")
         end = next((j + 1 for j, t in enumerate(turn) if t in stop_ids), len(turn))
         out_ids.append(turn[:end])
         out_lp.append(lp[:end])

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from hopgym.envs.actions import Action, Answer, Route, Search, Think
+from hopgym.errors import InvalidOptionError
 
 __all__ = ["Agent", "RandomAgent", "DirectAgent", "SingleSearchAgent", "OracleAgent",
            "make_agent", "register_agent", "agent_names", "AgentFactory", "AGENTS"]
@@ -183,12 +184,12 @@ def register_agent(name: str, factory: AgentFactory, *, override: bool = False) 
             name already registered (unless ``override``), or a factory that is not callable.
     """
     if not isinstance(name, str) or not name.strip() or ":" in name:
-        raise ValueError(f"an agent name must be a non-empty string without ':', got {name!r}")
+        raise InvalidOptionError(f"an agent name must be a non-empty string without ':', got {name!r}")
     if name in _FACTORIES and not override:
-        raise ValueError(f"agent {name!r} is already registered (pass override=True to replace "
+        raise InvalidOptionError(f"agent {name!r} is already registered (pass override=True to replace "
                          "it)")
     if not callable(factory):
-        raise ValueError(f"the factory of agent {name!r} must be callable, got {factory!r}")
+        raise InvalidOptionError(f"the factory of agent {name!r} must be callable, got {factory!r}")
     _FACTORIES[name] = factory
 
 
@@ -228,11 +229,11 @@ def make_agent(name: str, env: gym.Env, seed: int | None = None) -> Agent:
         try:
             factory = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
-            raise ValueError(f"cannot load agent {name!r}: {exc}") from None
+            raise InvalidOptionError(f"cannot load agent {name!r}: {exc}") from None
         return factory(env, seed)
     try:
         factory = _FACTORIES[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(_FACTORIES)}, or "
+        raise InvalidOptionError(f"unknown agent {name!r}; choose one of {', '.join(_FACTORIES)}, or "
                          "give 'module:factory'") from None
     return factory(env, seed)

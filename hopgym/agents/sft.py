@@ -28,7 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym.agents.rollout import encode_prompt
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match
 
 __all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback", "CLOCKS",
@@ -42,9 +42,9 @@ def check_time_limit(seconds: float | None, clock: str) -> None:
     """Raise ``ValueError`` for a time limit that is not ``None`` or > 0, or an unknown clock
     (the check of every training config that takes ``time_limit_s`` and ``time_limit_clock``)."""
     if seconds is not None and seconds <= 0:
-        raise ValueError(f"time_limit_s must be > 0 or None, got {seconds}")
+        raise InvalidOptionError(f"time_limit_s must be > 0 or None, got {seconds}")
     if clock not in CLOCKS:
-        raise ValueError(f"time_limit_clock must be one of {sorted(CLOCKS)}, got {clock!r}")
+        raise InvalidOptionError(f"time_limit_clock must be one of {sorted(CLOCKS)}, got {clock!r}")
 
 
 def teacher_examples(
@@ -156,7 +156,7 @@ class EntityRenamer:
 
         docs = [d for d in (getattr(task, "documents", None) or {}).values() if d is not None]
         if not docs:
-            raise ValueError("EntityRenamer needs a task with documents (their titles are the "
+            raise InvalidOptionError("EntityRenamer needs a task with documents (their titles are the "
                              "entity names)")
         titles = sorted({d.title for d in docs}, key=len, reverse=True)
         names = re.compile("|".join(re.escape(t) for t in titles))
@@ -172,7 +172,7 @@ class EntityRenamer:
                 present.update(e["input_ids"])
             ids &= present
         if len(ids) < 2:
-            raise ValueError(f"only {len(ids)} name tokens to rename: is this a word-level "
+            raise InvalidOptionError(f"only {len(ids)} name tokens to rename: is this a word-level "
                              f"tokenizer built from the task's texts?")
         self.pool = np.array(sorted(ids), dtype=np.int64)
         self.vocab_size = max(len(tokenizer), int(self.pool.max()) + 1)
@@ -221,11 +221,11 @@ class SFTRunConfig:
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.batch_size < 1:
-            raise ValueError("max_steps and batch_size must be >= 1")
+            raise InvalidOptionError("max_steps and batch_size must be >= 1")
         if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+            raise InvalidOptionError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.warmup_steps >= self.max_steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be < max_steps "
+            raise InvalidOptionError(f"warmup_steps ({self.warmup_steps}) must be < max_steps "
                              f"({self.max_steps}): lower warmup_steps")
         check_time_limit(self.time_limit_s, self.time_limit_clock)
 
@@ -299,7 +299,7 @@ def train_sft(model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
     except ImportError as exc:
         raise DependencyNotInstalled.for_extra("trl/datasets", "train") from exc
     if not examples:
-        raise ValueError("no SFT examples: give at least one question id")
+        raise InvalidOptionError("no SFT examples: give at least one question id")
     rows = [{"input_ids": e["input_ids"], "completion_mask": e["completion_mask"]}
             for e in examples]
     dataset = Dataset.from_list(rows)

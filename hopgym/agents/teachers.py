@@ -35,6 +35,7 @@ import gymnasium as gym
 import numpy as np
 
 from hopgym.envs.actions import Action, Answer, Route, Search
+from hopgym.errors import InvalidOptionError
 
 __all__ = ["TeacherConfig", "ImperfectTeacher"]
 
@@ -62,13 +63,13 @@ class TeacherConfig:
         for name in ("early_answer", "wrong_answer", "random_route"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {v}")
+                raise InvalidOptionError(f"{name} must be in [0, 1], got {v}")
         if self.extra_searches < 0:
-            raise ValueError(f"extra_searches must be >= 0, got {self.extra_searches}")
+            raise InvalidOptionError(f"extra_searches must be >= 0, got {self.extra_searches}")
         if self.never_route and self.random_route:
-            raise ValueError("never_route and random_route contradict each other: set one of them")
+            raise InvalidOptionError("never_route and random_route contradict each other: set one of them")
         if self.early_answer + self.wrong_answer > 1.0:
-            raise ValueError("early_answer + wrong_answer must be <= 1 (they are exclusive shares)")
+            raise InvalidOptionError("early_answer + wrong_answer must be <= 1 (they are exclusive shares)")
 
 
 class ImperfectTeacher:

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
 if TYPE_CHECKING:
     from hopgym.tasks.base import QATask
@@ -111,7 +111,7 @@ def build_tokenizer(texts: Iterable[str], *, min_count: int = 1,
         :data:`CHAT_TEMPLATE`, and the tags of both protocols as single tokens.
     """
     if min_count < 1:
-        raise ValueError(f"min_count must be >= 1, got {min_count}")
+        raise InvalidOptionError(f"min_count must be >= 1, got {min_count}")
     tk = _tokenizers()
     try:
         from transformers import PreTrainedTokenizerFast
@@ -209,16 +209,16 @@ class TinyLMConfig:
 
     def __post_init__(self) -> None:
         if self.arch not in ("llama", "qwen2"):
-            raise ValueError(f"arch must be 'llama' or 'qwen2', got {self.arch!r}")
+            raise InvalidOptionError(f"arch must be 'llama' or 'qwen2', got {self.arch!r}")
         for name in ("layers", "hidden", "heads", "ffn", "max_positions"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InvalidOptionError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.hidden % self.heads:
-            raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden}): "
+            raise InvalidOptionError(f"heads ({self.heads}) must divide hidden ({self.hidden}): "
                              f"try heads={max(d for d in range(1, 17) if self.hidden % d == 0)}")
         kv = self.kv_heads or self.heads
         if self.heads % kv:
-            raise ValueError(f"kv_heads ({kv}) must divide heads ({self.heads})")
+            raise InvalidOptionError(f"kv_heads ({kv}) must divide heads ({self.heads})")
 
 
 def build_model(config: TinyLMConfig, tokenizer: Any, *, seed: int = 0) -> Any:

@@ -64,7 +64,7 @@ import gymnasium as gym
 
 from hopgym._version import __version__
 from hopgym.envs.options import AUTO_OPTIONS, EnvOptions
-from hopgym.errors import HopgymError
+from hopgym.errors import HopgymError, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
 __all__ = ["FORMAT", "VERSION", "DOC_TEXT_CHARS", "EpisodeRecorder", "TrajectoryWriter",
@@ -326,7 +326,7 @@ class TrajectoryWriter:
 
     def __init__(self, path: str | Path, header: Mapping[str, Any]) -> None:
         if header.get("format") != FORMAT or header.get("version") != VERSION:
-            raise ValueError(f"header must have format={FORMAT!r} and version={VERSION} "
+            raise InvalidOptionError(f"header must have format={FORMAT!r} and version={VERSION} "
                              "(build it with trajectory_header)")
         self.path = Path(path)
         self.header = dict(header)
@@ -337,7 +337,7 @@ class TrajectoryWriter:
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one episode record (as built by :class:`EpisodeRecorder`)."""
         if self._file is None:
-            raise ValueError(f"TrajectoryWriter for {self.path} is closed")
+            raise InvalidOptionError(f"TrajectoryWriter for {self.path} is closed")
         self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from hopgym.errors import BackendError, DependencyNotInstalled
+from hopgym.errors import BackendError, DependencyNotInstalled, InvalidOptionError
 
 __all__ = ["SamplingParams", "Backend", "BackendError", "Message", "Prompt", "Completion",
            "complete", "FINISH_REASONS"]
@@ -56,15 +56,15 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0
                 and math.isfinite(self.temperature)):
-            raise ValueError(f"temperature must be a finite float >= 0, got {self.temperature!r}")
+            raise InvalidOptionError(f"temperature must be a finite float >= 0, got {self.temperature!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            raise InvalidOptionError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+            raise InvalidOptionError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
         if self.seed is not None and not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+            raise InvalidOptionError(f"seed must be an int or None, got {self.seed!r}")
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
-            raise ValueError(f"stop must be a tuple of non-empty strings, got {self.stop!r}")
+            raise InvalidOptionError(f"stop must be a tuple of non-empty strings, got {self.stop!r}")
         object.__setattr__(self, "stop", tuple(self.stop))
 
     @property
@@ -188,7 +188,7 @@ def _transformers():
 def _render_template(tokenizer: Any, messages: Sequence[Message],
                      add_generation_prompt: bool) -> str:
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("the tokenizer has no chat template: use LLMAgent(mode='continuation', "
+        raise InvalidOptionError("the tokenizer has no chat template: use LLMAgent(mode='continuation', "
                          "use_chat_template=False) for raw text, or set tokenizer.chat_template")
     messages = list(messages)
     continue_final = bool(messages) and messages[-1]["role"] == "assistant"

@@ -18,6 +18,7 @@ from hopgym.backends.base import (
     _transformers,
 )
 from hopgym.backends.stops import close_open_tag, cut_at_stop, merge_reasoning
+from hopgym.errors import InvalidOptionError
 from hopgym.httpclient import HTTPClient, HTTPError
 
 if TYPE_CHECKING:
@@ -96,9 +97,9 @@ class OpenAIBackend:
         prefill: bool = False,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+            raise InvalidOptionError(f"base_url must start with http:// or https://, got {base_url!r}")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
+            raise InvalidOptionError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
         base = base_url.rstrip("/")
         self.base_url = base if urlsplit(base).path else base + "/v1"
         self.model, self.api_key = model, api_key
@@ -108,7 +109,7 @@ class OpenAIBackend:
                                 max_backoff=max_backoff, headers={**(headers or {}), **auth})
         self.max_concurrency = max_concurrency
         if extra_body is not None and not isinstance(extra_body, Mapping):
-            raise ValueError(f"extra_body must be a mapping of request fields, got "
+            raise InvalidOptionError(f"extra_body must be a mapping of request fields, got "
                              f"{type(extra_body).__name__}")
         self.extra_body = dict(extra_body or {})
         #: Whether a chat prompt may end with an assistant message for the model to continue.
@@ -131,7 +132,7 @@ class OpenAIBackend:
     def apply_chat_template(self, messages: Sequence[Message], *,
                             add_generation_prompt: bool = True) -> str:
         if self.tokenizer is None:
-            raise ValueError("OpenAIBackend renders chat templates on the server; pass "
+            raise InvalidOptionError("OpenAIBackend renders chat templates on the server; pass "
                              "tokenizer= to render one locally (mode='continuation')")
         return _render_template(self.tokenizer, messages, add_generation_prompt)
 
@@ -157,7 +158,7 @@ class OpenAIBackend:
             payload["messages"] = list(prompt)
             if prompt and prompt[-1].get("role") == "assistant":
                 if not self.supports_prefill:
-                    raise ValueError("the chat prompt ends with an assistant message to continue: "
+                    raise InvalidOptionError("the chat prompt ends with an assistant message to continue: "
                                      "pass OpenAIBackend(prefill=True) if the server supports "
                                      "continue_final_message (vLLM, SGLang)")
                 payload.update(continue_final_message=True, add_generation_prompt=False)

@@ -29,6 +29,7 @@ from hopgym.backends.base import (
     _transformers,
 )
 from hopgym.backends.stops import cut_at_stop
+from hopgym.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +49,7 @@ def _resolve_gguf(model: str, gguf_file: str | None) -> tuple[str, str | None]:
         if len(ggufs) == 1:
             return model, ggufs[0]
         if len(ggufs) > 1:
-            raise ValueError(f"{model} holds several .gguf files ({', '.join(ggufs)}): pass "
+            raise InvalidOptionError(f"{model} holds several .gguf files ({', '.join(ggufs)}): pass "
                              f"gguf_file= or the path of one file")
     return model, None
 
@@ -192,10 +193,10 @@ class TransformersBackend:
         torch = _torch()
         tf = _transformers()
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(f"batch_size must be None or an int >= 1, got {batch_size!r}")
+            raise InvalidOptionError(f"batch_size must be None or an int >= 1, got {batch_size!r}")
         if (not isinstance(prefix_cache, int) or isinstance(prefix_cache, bool)
                 or prefix_cache < 0):
-            raise ValueError(f"prefix_cache must be an int >= 0 (token positions; 0: off), "
+            raise InvalidOptionError(f"prefix_cache must be an int >= 0 (token positions; 0: off), "
                              f"got {prefix_cache!r}")
         self.batch_size = batch_size
         if device == "auto":
@@ -218,7 +219,7 @@ class TransformersBackend:
             self.model = loaded
         else:
             if tokenizer is None:
-                raise ValueError("pass tokenizer= with a loaded model")
+                raise InvalidOptionError("pass tokenizer= with a loaded model")
             if dev is not None:
                 model.to(torch.device(dev))
             if dtype != "auto":
@@ -235,7 +236,7 @@ class TransformersBackend:
         if self.pad_token_id is None:
             self.pad_token_id = tokenizer.eos_token_id
         if self.pad_token_id is None:
-            raise ValueError("the tokenizer has neither a pad nor an eos token: set "
+            raise InvalidOptionError("the tokenizer has neither a pad nor an eos token: set "
                              "tokenizer.pad_token before building the backend")
         eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         eos = [eos] if isinstance(eos, int) else list(eos or [])

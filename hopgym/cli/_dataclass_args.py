@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from hopgym._kwargs import KwargsError, parse_kwarg
-from hopgym.errors import HopgymError
+from hopgym.errors import HopgymError, InvalidOptionTypeError
 
 __all__ = ["ArgumentParser", "ConfigError", "ConfigSpec", "add_config_arguments", "changed",
            "config_from_args", "config_specs", "config_values", "given_values", "plain"]
@@ -155,7 +155,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
         if len(args) != 1 and str in args:
             return str, optional  # ``str | Protocol``: the command line gives the name
         if len(args) != 1:
-            raise TypeError(f"only X | None unions (or unions with str) can become options, "
+            raise InvalidOptionTypeError(f"only X | None unions (or unions with str) can become options, "
                             f"got {tp}")
         return args[0], optional
     return tp, False
@@ -164,7 +164,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 def _scalar(tp: Any, optional: bool) -> Callable[[str], Any]:
     """A converter for one command-line word of type ``tp``."""
     if tp not in (int, float, str):
-        raise TypeError(f"cannot make an option of type {tp}")
+        raise InvalidOptionTypeError(f"cannot make an option of type {tp}")
 
     def convert(text: str) -> Any:
         if optional and tp is not str and text.lower() in ("none", "null"):
@@ -267,7 +267,7 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
     meta = {**f.metadata, **spec.metadata.get(f.name, {})}
     help_text = meta.get("help")
     if not help_text:
-        raise TypeError(f"{spec.cls.__name__}.{f.name} has no metadata['help']")
+        raise InvalidOptionTypeError(f"{spec.cls.__name__}.{f.name} has no metadata['help']")
     help_text = plain(help_text).rstrip()
     notes: list[str] = []  # shown in parentheses after the help: choices, default
     default = _default(f)

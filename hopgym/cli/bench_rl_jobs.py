@@ -30,7 +30,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError, InvalidOptionTypeError
 
 __all__ = [
     "ALGOS",
@@ -89,7 +89,7 @@ def _unwrap_featurized(env: gym.Env) -> Any:
     layer = env  # the FeaturizedEnv wrapper, under gym.make's own wrappers
     while not isinstance(layer, FeaturizedEnv):
         if not isinstance(layer, gym.Wrapper):
-            raise TypeError(f"bench-rl needs a featurized env (e.g. {DEFAULT_ENV}); "
+            raise InvalidOptionTypeError(f"bench-rl needs a featurized env (e.g. {DEFAULT_ENV}); "
                             f"{type(layer).__name__} has text actions")
         layer = layer.env
     return layer
@@ -107,7 +107,7 @@ def make_model(algo: str, env: gym.Env, seed: int, *,
         device: torch device.
     """
     if algo not in ALGOS:
-        raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGOS)}")
+        raise InvalidOptionError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGOS)}")
     sb3 = _import_sb3()
     kwargs = {**HYPERPARAMS[algo], **dict(hyperparams or {})}
     if algo == "maskppo":
@@ -268,11 +268,11 @@ def bench_rl(
 
     unknown = [a for a in algos if a not in ALGOS]
     if unknown:
-        raise ValueError(f"unknown algorithm(s) {unknown}; choose from {', '.join(ALGOS)}")
+        raise InvalidOptionError(f"unknown algorithm(s) {unknown}; choose from {', '.join(ALGOS)}")
     if timesteps < 1:
-        raise ValueError(f"timesteps must be >= 1, got {timesteps}")
+        raise InvalidOptionError(f"timesteps must be >= 1, got {timesteps}")
     if eval_episodes < 1:
-        raise ValueError(f"eval_episodes must be >= 1, got {eval_episodes}")
+        raise InvalidOptionError(f"eval_episodes must be >= 1, got {eval_episodes}")
     if algos:
         _import_sb3()
         from stable_baselines3.common.env_util import make_vec_env
@@ -360,7 +360,7 @@ def _n_envs(n_envs: int | Mapping[str, int] | None, algo: str) -> int:
         return N_ENVS[algo]
     n = n_envs if isinstance(n_envs, int) else int(n_envs.get(algo, N_ENVS[algo]))
     if n < 1:
-        raise ValueError(f"n_envs must be >= 1, got {n}")
+        raise InvalidOptionError(f"n_envs must be >= 1, got {n}")
     return n
 
 

@@ -31,6 +31,7 @@ from hopgym.cli._common import (
     write_json,
 )
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
+from hopgym.errors import InvalidOptionError
 
 __all__ = ["EvalConfig", "LLMConfig", "LLM_AGENTS", "add_parser", "make_cli_agent", "run"]
 
@@ -106,7 +107,7 @@ class LLMConfig:
 
     def __post_init__(self) -> None:
         if self.few_shot < 0:
-            raise ValueError(f"--few-shot must be >= 0, got {self.few_shot}")
+            raise InvalidOptionError(f"--few-shot must be >= 0, got {self.few_shot}")
 
     def read_system_prompt(self) -> str | None:
         """The system prompt, read from its file for ``@FILE``.

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from hopgym.agents.rollout import RolloutConfig
+from hopgym.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from hopgym.agents.grpo import GRPORunConfig
@@ -74,9 +75,9 @@ class TrainConfig:
         if self.split in ("none", "all", ""):
             self.split = None
         if self.questions is not None and self.questions < 1:
-            raise ValueError(f"questions must be >= 1 or None, got {self.questions}")
+            raise InvalidOptionError(f"questions must be >= 1 or None, got {self.questions}")
         if self.eval_n < 1:
-            raise ValueError(f"eval_n must be >= 1, got {self.eval_n}")
+            raise InvalidOptionError(f"eval_n must be >= 1, got {self.eval_n}")
 
 
 @dataclass
@@ -92,7 +93,7 @@ class SFTDataConfig:
 
     def __post_init__(self) -> None:
         if self.episodes is not None and self.episodes < 1:
-            raise ValueError(f"episodes must be >= 1 or None, got {self.episodes}")
+            raise InvalidOptionError(f"episodes must be >= 1 or None, got {self.episodes}")
 
 
 def _env_fn(train: TrainConfig, reward: str | None, split: str | None) -> Any:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hopgym.errors import InvalidOptionError
+
 __all__ = ["Passage", "Hop", "QASample"]
 
 
@@ -86,7 +88,7 @@ class QASample:
 
     def __post_init__(self) -> None:
         if not self.answers:
-            raise ValueError(f"QASample {self.id!r} has no answers")
+            raise InvalidOptionError(f"QASample {self.id!r} has no answers")
 
     @property
     def answer(self) -> str:

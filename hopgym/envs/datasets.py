@@ -53,6 +53,7 @@ import gymnasium as gym
 from hopgym._kwargs import unknown_name_error
 from hopgym.corpora.datasets import REGISTRY, QADataset, get_format, load_dataset, resolve_format
 from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions, Unpack
+from hopgym.errors import InvalidOptionError
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.per_sample import PerSampleIndex
 from hopgym.retrieval.specs import RetrieverBuilder, RetrieverSpec, make_retriever, retriever_kind
@@ -155,13 +156,13 @@ class TaskSpec:
 
         if self.dataset != "auto" and (not isinstance(self.dataset, str)
                                        or self.dataset not in REGISTRY):
-            raise ValueError(f"dataset must be one of {['auto', *REGISTRY]} (the registered "
+            raise InvalidOptionError(f"dataset must be one of {['auto', *REGISTRY]} (the registered "
                              f"dataset formats), got {self.dataset!r}")
         fmt = None if self.dataset == "auto" else get_format(self.dataset)
         path = fmt.default_hub_name if self.path is None and fmt is not None else self.path
         if path is None:
             hint = _AUTO_HINT if fmt is None else fmt.download_hint
-            raise ValueError(f"this env needs path=<file>: download {hint} and pass its path")
+            raise InvalidOptionError(f"this env needs path=<file>: download {hint} and pass its path")
         path = os.fspath(path)
         put("path", str(Path(path).resolve()) if os.path.exists(path) else path)
         put("corpus", _resolved(self.corpus))
@@ -170,28 +171,28 @@ class TaskSpec:
         put("retriever", RetrieverSpec.coerce(self.retriever))
         if self.mode is not None:
             if fmt is not None and not fmt.has_paragraphs:
-                raise ValueError(f"mode does not apply to {self.dataset!r} (questions only): "
+                raise InvalidOptionError(f"mode does not apply to {self.dataset!r} (questions only): "
                                  "search needs corpus=, index= or a server URL as retriever")
             if self.mode not in _MODES:
-                raise ValueError(f"mode must be 'distractor' or 'open' (corpus= implies the "
+                raise InvalidOptionError(f"mode must be 'distractor' or 'open' (corpus= implies the "
                                  f"external corpus), got {self.mode!r}")
         if self.mode == "distractor" and (self.remote or self.index is not None):
-            raise ValueError("mode='distractor' searches each question's own paragraphs in "
+            raise InvalidOptionError("mode='distractor' searches each question's own paragraphs in "
                              "memory: it takes no index= or server URL (use mode='open')")
         if not isinstance(self.start, int) or isinstance(self.start, bool) or self.start < 0:
-            raise ValueError(f"start must be an int >= 0, got {self.start!r}")
+            raise InvalidOptionError(f"start must be an int >= 0, got {self.start!r}")
         if self.limit is not None and (not isinstance(self.limit, int)
                                        or isinstance(self.limit, bool) or self.limit < 1):
-            raise ValueError(f"limit must be None or an int >= 1, got {self.limit!r}")
+            raise InvalidOptionError(f"limit must be None or an int >= 1, got {self.limit!r}")
         if not isinstance(self.lenient, bool):
-            raise ValueError(f"lenient must be True or False, got {self.lenient!r}")
+            raise InvalidOptionError(f"lenient must be True or False, got {self.lenient!r}")
         if not isinstance(self.rebuild, bool):
-            raise ValueError(f"rebuild must be True or False, got {self.rebuild!r}")
+            raise InvalidOptionError(f"rebuild must be True or False, got {self.rebuild!r}")
         if self.rebuild and self.index is None:
-            raise ValueError("rebuild=True rebuilds a saved index: give index=<dir> too")
+            raise InvalidOptionError("rebuild=True rebuilds a saved index: give index=<dir> too")
         if (not isinstance(self.web_cost, (int, float)) or isinstance(self.web_cost, bool)
                 or not self.web_cost >= 0):
-            raise ValueError(f"web_cost must be a number >= 0, got {self.web_cost!r}")
+            raise InvalidOptionError(f"web_cost must be a number >= 0, got {self.web_cost!r}")
         put("path_key", _file_key(self.path))
         put("corpus_key", _file_key(self.corpus))
 
@@ -263,7 +264,7 @@ def _sliced(ds: QADataset, spec: TaskSpec) -> QADataset:
     """The questions from ``spec.start`` on. In distractor mode the skipped questions' paragraphs
     go too; a pooled corpus (open mode, an external corpus) stays as read."""
     if spec.start >= len(ds.samples):
-        raise ValueError(f"start={spec.start} skips every question: {spec.path} has "
+        raise InvalidOptionError(f"start={spec.start} skips every question: {spec.path} has "
                          f"{len(ds.samples)} questions (that were read)")
     samples = ds.samples[spec.start:]
     if ds.mode != "distractor":
@@ -299,7 +300,7 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
                 warnings.warn(f"rebuilding the index at {spec.index} because: {exc}",
                               index_store.IndexIntegrityWarning, stacklevel=2)
         if not ds.passages:
-            raise ValueError(f"{spec.path} has questions only and there is no index at "
+            raise InvalidOptionError(f"{spec.path} has questions only and there is no index at "
                              f"{spec.index}: pass corpus=<corpus jsonl> to build one")
         built = make_retriever(r, ds.passages)
         if ds.mode == "corpus":
@@ -314,7 +315,7 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
                                    overwrite=spec.rebuild)
         return built
     if not ds.passages:
-        raise ValueError(
+        raise InvalidOptionError(
             f"{spec.path} has questions only (no paragraphs): pass corpus=<corpus jsonl, e.g. "
             "wiki-18>, index=<saved index dir>, or retriever='http://host:port' (hopgym serve)")
     return make_retriever(r, ds.passages)

@@ -31,7 +31,7 @@ from gymnasium import spaces
 from hopgym.envs.actions import Think
 from hopgym.envs.featurized import FeaturizedEnv, make_featurized
 from hopgym.envs.spaces import FreeText
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
 try:
     from pettingzoo import ParallelEnv
@@ -103,15 +103,15 @@ class MultiHopTeamEnv(ParallelEnv):
         if not _HAVE_PZ:
             raise DependencyNotInstalled.for_extra("pettingzoo", "marl")
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise InvalidOptionError(f"mode must be one of {MODES}, got {mode!r}")
         if obs_mode not in OBS_MODES:
-            raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
+            raise InvalidOptionError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
         if not isinstance(n_racers, int) or n_racers < 1:
-            raise ValueError(f"n_racers must be an int >= 1, got {n_racers!r}")
+            raise InvalidOptionError(f"n_racers must be an int >= 1, got {n_racers!r}")
         if search_budget is not None and (not isinstance(search_budget, int) or search_budget < 0):
-            raise ValueError(f"search_budget must be None or an int >= 0, got {search_budget!r}")
+            raise InvalidOptionError(f"search_budget must be None or an int >= 0, got {search_budget!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            raise InvalidOptionError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.mode, self.obs_mode, self.render_mode = mode, obs_mode, render_mode
         n_cores = 1 if mode == "cooperative" else n_racers
         kwargs = {**gym.spec(_TRAJECTORY_ID).kwargs, **trajectory}

@@ -13,6 +13,7 @@ from hopgym.envs.actions import Answer, ParsedTurn, Route, Search, Think
 from hopgym.envs.options import RENDER_MODES, EnvKwargs, EnvOptions, Unpack
 from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
+from hopgym.errors import InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
 from hopgym.rewards.scoring import query_key
 from hopgym.tasks.base import QATask
@@ -156,7 +157,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         **kwargs: Unpack[EnvKwargs],
     ) -> None:
         if not isinstance(task, QATask):
-            raise TypeError(f"task must be a hopgym.corpora.QATask, got {type(task).__name__}")
+            raise InvalidOptionTypeError(f"task must be a hopgym.corpora.QATask, got {type(task).__name__}")
         #: The env's :class:`~hopgym.envs.options.EnvOptions` (``options`` updated by ``kwargs``),
         #: resolved: ``parse`` and the notices hold what they mean for this env, never ``None``.
         self.options = EnvOptions.from_kwargs(kwargs, base=options).resolved()

@@ -34,6 +34,7 @@ from typing import Any, TypedDict
 
 from hopgym._kwargs import unknown_name_error
 from hopgym.envs.protocols import PARSE_MODES, PROTOCOLS, Protocol
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -110,38 +111,38 @@ class EnvOptions:
                     isinstance(value, int) and not isinstance(value, bool) and value >= low):
                 continue
             want = f"None or an int >= {low}" if optional else f"an int >= {low}"
-            raise ValueError(f"{f.name} must be {want}, got {value!r}")
+            raise InvalidOptionError(f"{f.name} must be {want}, got {value!r}")
         if not isinstance(self.dedup, bool):
-            raise ValueError(f"dedup must be True or False, got {self.dedup!r}")
+            raise InvalidOptionError(f"dedup must be True or False, got {self.dedup!r}")
         if not isinstance(self.protocol, Protocol) and self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)} or a Protocol instance, "
+            raise InvalidOptionError(f"protocol must be one of {sorted(PROTOCOLS)} or a Protocol instance, "
                              f"got {self.protocol!r}")
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
-            raise ValueError(f"render_mode must be None or one of {list(RENDER_MODES)}, "
+            raise InvalidOptionError(f"render_mode must be None or one of {list(RENDER_MODES)}, "
                              f"got {self.render_mode!r}")
         if self.parse is not None and self.parse not in PARSE_MODES:
-            raise ValueError(f"parse must be None or one of {list(PARSE_MODES)}, "
+            raise InvalidOptionError(f"parse must be None or one of {list(PARSE_MODES)}, "
                              f"got {self.parse!r}")
         if isinstance(self.protocol, Protocol) and self.parse not in (None,
                                                                       self.protocol.parse_mode):
-            raise ValueError(f"parse={self.parse!r} contradicts the protocol instance "
+            raise InvalidOptionError(f"parse={self.parse!r} contradicts the protocol instance "
                              f"{self.protocol!r}: pass the protocol by name, or leave parse None")
         for name in ("repeat_notice", "last_turn_notice"):
             value = getattr(self, name)
             if not (value is None or isinstance(value, bool)):
-                raise ValueError(f"{name} must be None, True or False, got {value!r}")
+                raise InvalidOptionError(f"{name} must be None, True or False, got {value!r}")
         if self.reward is not None:
             # Imported here: the presets module holds the names, and hopgym.rewards sits below
             # hopgym.envs (it is already loaded by ``import hopgym``).
             from hopgym.rewards.presets import PRESETS, preset_name
 
             if not isinstance(self.reward, str):
-                raise ValueError(f"reward must be a preset name or None, got {self.reward!r}; "
+                raise InvalidOptionError(f"reward must be a preset name or None, got {self.reward!r}; "
                                  f"choose one of {list(PRESETS)}")
             try:
                 preset_name(self.reward)
             except ValueError as exc:
-                raise ValueError(f"reward: {exc}") from None
+                raise InvalidOptionError(f"reward: {exc}") from None
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any], *,
@@ -174,7 +175,7 @@ class EnvOptions:
         elif isinstance(base, Mapping):
             start = cls.from_kwargs(base, also=also)
         else:
-            raise TypeError(f"options must be an EnvOptions, a mapping or None, "
+            raise InvalidOptionTypeError(f"options must be an EnvOptions, a mapping or None, "
                             f"got {type(base).__name__}")
         for key in kwargs:
             if key not in OPTION_NAMES:

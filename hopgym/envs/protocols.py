@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from hopgym.corpora.types import Passage
 from hopgym.envs.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think
+from hopgym.errors import InvalidOptionError
 
 __all__ = ["Protocol", "TagsProtocol", "R3Protocol", "get_protocol", "PROTOCOLS", "PARSE_MODES"]
 
@@ -55,7 +56,7 @@ class Protocol:
 
     def __init__(self, parse: str = "lenient") -> None:
         if parse not in PARSE_MODES:
-            raise ValueError(f"parse must be one of {list(PARSE_MODES)}, got {parse!r}")
+            raise InvalidOptionError(f"parse must be one of {list(PARSE_MODES)}, got {parse!r}")
         self.parse_mode = parse
 
     def __repr__(self) -> str:
@@ -661,11 +662,11 @@ def get_protocol(name: str | Protocol, parse: str | None = None) -> Protocol:
     """
     if isinstance(name, Protocol):
         if parse is not None and parse != name.parse_mode:
-            raise ValueError(f"protocol {name!r} parses {name.parse_mode!r}, but parse={parse!r} "
+            raise InvalidOptionError(f"protocol {name!r} parses {name.parse_mode!r}, but parse={parse!r} "
                              "was asked for: pass the protocol's name instead of an instance")
         return name
     try:
         cls = PROTOCOLS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown protocol {name!r}; choose one of {sorted(PROTOCOLS)}") from None
+        raise InvalidOptionError(f"unknown protocol {name!r}; choose one of {sorted(PROTOCOLS)}") from None
     return cls() if parse is None else cls(parse=parse)

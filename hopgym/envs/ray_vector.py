@@ -35,7 +35,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from hopgym.envs.vector import BatchVectorEnvBase, EnvBatch, ResetResult, SearchStats, StepResult
-from hopgym.errors import DependencyNotInstalled, HopgymError
+from hopgym.errors import DependencyNotInstalled, HopgymError, InvalidOptionError
 
 __all__ = ["RayVectorEnv", "WorkerError", "DEFAULT_TIMEOUT", "DEFAULT_START_TIMEOUT",
            "ENVS_PER_WORKER"]
@@ -171,15 +171,15 @@ class RayVectorEnv(BatchVectorEnvBase):
         self.env_fns = list(env_fns)
         n = len(self.env_fns)
         if n == 0:
-            raise ValueError("RayVectorEnv needs at least one env fn")
+            raise InvalidOptionError("RayVectorEnv needs at least one env fn")
         if workers is None:
             workers = min(n, max(1, -(-n // ENVS_PER_WORKER)))
         if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= n:
-            raise ValueError(f"workers must be an int in [1, {n}] (the number of sub-envs), "
+            raise InvalidOptionError(f"workers must be an int in [1, {n}] (the number of sub-envs), "
                              f"got {workers!r}")
         for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+                raise InvalidOptionError(f"{name} must be a number of seconds > 0, got {value!r}")
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
         ray = self._ray = _ray()
         if not ray.is_initialized():
@@ -203,7 +203,7 @@ class RayVectorEnv(BatchVectorEnvBase):
             if (got["observation_space"], got["action_space"]) != \
                     (first["observation_space"], first["action_space"]):
                 self._kill_all()
-                raise ValueError(f"worker {w}'s sub-envs have other spaces than worker 0's")
+                raise InvalidOptionError(f"worker {w}'s sub-envs have other spaces than worker 0's")
         self._setup(n, first, autoreset_mode, copy)
         #: Replacements so far, per worker.
         self.replacements = [0] * workers

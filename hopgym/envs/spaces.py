@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
+from hopgym.errors import InvalidOptionError
+
 __all__ = ["FreeText"]
 
 # Sorted so that samples are identical across processes (set order depends on hash seeds).
@@ -35,7 +37,7 @@ class FreeText(Space[str]):
 
     def __init__(self, max_length: int, *, seed: int | np.random.Generator | None = None) -> None:
         if max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {max_length}")
+            raise InvalidOptionError(f"max_length must be >= 1, got {max_length}")
         self.max_length = int(max_length)
         super().__init__(dtype=str, seed=seed)
 

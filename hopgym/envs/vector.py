@@ -66,6 +66,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from hopgym.envs.multihop_qa import SearchRequest
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
 
 __all__ = ["BatchedSearchVectorEnv", "EnvBatch", "SearchStats", "step_batched",
@@ -215,7 +216,7 @@ class EnvBatch:
     def __init__(self, env_fns: Iterable[Callable[[], gym.Env]]) -> None:
         self.envs: list[gym.Env] = [fn() for fn in env_fns]
         if not self.envs:
-            raise ValueError("an EnvBatch needs at least one env")
+            raise InvalidOptionError("an EnvBatch needs at least one env")
         self._counter = _Counter()
         # Seeds for the next reset of envs that have none (an env rebuilt to replace a lost one).
         self._next_seed: dict[int, int] = {}
@@ -230,7 +231,7 @@ class EnvBatch:
         for i, env in enumerate(self.envs):
             if env.observation_space != first.observation_space or \
                     env.action_space != first.action_space:
-                raise ValueError(f"sub-env {i} has other spaces than sub-env 0 "
+                raise InvalidOptionError(f"sub-env {i} has other spaces than sub-env 0 "
                                  f"({env.observation_space}, {env.action_space} vs "
                                  f"{first.observation_space}, {first.action_space})")
         return {"observation_space": first.observation_space,
@@ -471,7 +472,7 @@ class BatchVectorEnvBase(VectorEnv):
         else:
             seeds = list(seed)
         if len(seeds) != n:
-            raise ValueError(f"If seeds are passed as a list the length must match "
+            raise InvalidOptionError(f"If seeds are passed as a list the length must match "
                              f"num_envs={n} but got length={len(seeds)}.")
         if options is None or isinstance(options, dict):
             # As SyncVectorEnv: every chosen sub-env gets the same options, less the mask.
@@ -484,16 +485,16 @@ class BatchVectorEnvBase(VectorEnv):
         else:
             per = list(options)
             if len(per) != n:
-                raise ValueError(f"options as a sequence needs one entry per sub-env "
+                raise InvalidOptionError(f"options as a sequence needs one entry per sub-env "
                                  f"({n}), got {len(per)}")
             for i, o in enumerate(per):
                 if o is not None and not isinstance(o, dict):
-                    raise TypeError(f"options[{i}] must be a dict or None, got "
+                    raise InvalidOptionTypeError(f"options[{i}] must be a dict or None, got "
                                     f"{type(o).__name__}")
             chosen = [i for i in range(n) if per[i] is not None]
             given = [per[i] for i in chosen]
             if not chosen:
-                raise ValueError("options selects no sub-env to reset (every entry is None)")
+                raise InvalidOptionError("options selects no sub-env to reset (every entry is None)")
         results = self._backend_reset(chosen, [seeds[i] for i in chosen], given)
         for i, (obs, _) in zip(chosen, results, strict=True):
             self._env_obs[i] = obs
@@ -510,7 +511,7 @@ class BatchVectorEnvBase(VectorEnv):
         acts = list(iterate(self.action_space, actions))
         n = self.num_envs
         if len(acts) != n:
-            raise ValueError(f"got {len(acts)} actions for {n} sub-envs")
+            raise InvalidOptionError(f"got {len(acts)} actions for {n} sub-envs")
         mode = self.autoreset_mode
         if mode == AutoresetMode.NEXT_STEP:
             reset_first = [i for i in range(n) if self._autoreset_envs[i]]
@@ -525,7 +526,7 @@ class BatchVectorEnvBase(VectorEnv):
         elif mode == AutoresetMode.SAME_STEP:
             reset_first, stepped = [], list(range(n))
         else:  # pragma: no cover - AutoresetMode has three members
-            raise ValueError(f"Unexpected autoreset mode, {mode}")
+            raise InvalidOptionError(f"Unexpected autoreset mode, {mode}")
         results, resets = self._backend_step(stepped, [acts[i] for i in stepped], reset_first,
                                              mode == AutoresetMode.SAME_STEP)
         by_index = dict(zip(stepped, results, strict=True))
@@ -571,14 +572,14 @@ class BatchVectorEnvBase(VectorEnv):
             gymnasium.error.ResetNeeded: a sub-env that finished and was not reset.
         """
         if self.autoreset_mode != AutoresetMode.DISABLED:
-            raise ValueError("step_subset steps some sub-envs and resets none: it needs "
+            raise InvalidOptionError("step_subset steps some sub-envs and resets none: it needs "
                              "autoreset_mode=DISABLED")
         idx = [int(i) for i in indices]
         acts = list(actions)
         if len(acts) != len(idx):
-            raise ValueError(f"got {len(acts)} actions for {len(idx)} sub-envs")
+            raise InvalidOptionError(f"got {len(acts)} actions for {len(idx)} sub-envs")
         if len(set(idx)) != len(idx) or any(not 0 <= i < self.num_envs for i in idx):
-            raise ValueError(f"indices must be distinct, in [0, {self.num_envs}), got {idx}")
+            raise InvalidOptionError(f"indices must be distinct, in [0, {self.num_envs}), got {idx}")
         ended = [i for i in idx if self._autoreset_envs[i]]
         if ended:
             raise gym.error.ResetNeeded(f"sub-env(s) {ended} finished: reset them first")
@@ -610,7 +611,7 @@ class BatchVectorEnvBase(VectorEnv):
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
-            raise ValueError(f"values has {len(values)} entries for {self.num_envs} sub-envs")
+            raise InvalidOptionError(f"values has {len(values)} entries for {self.num_envs} sub-envs")
         self._backend_set_attr(name, list(values))
 
     @property
@@ -635,13 +636,13 @@ def _numeric(value: Any) -> bool:
 
 def _check_mask(mask: Any, n: int) -> np.ndarray:
     if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+        raise InvalidOptionTypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
     if mask.shape != (n,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
+        raise InvalidOptionError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
     if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+        raise InvalidOptionTypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
     if not np.any(mask):
-        raise ValueError(f"`options['reset_mask']` must contain a boolean array with at least "
+        raise InvalidOptionError(f"`options['reset_mask']` must contain a boolean array with at least "
                          f"one True value, got reset_mask={mask}")
     return mask
 
@@ -674,7 +675,7 @@ class BatchedSearchVectorEnv(BatchVectorEnvBase):
         super().__init__()
         self.env_fns = list(env_fns)
         if not self.env_fns:
-            raise ValueError("BatchedSearchVectorEnv needs at least one env fn")
+            raise InvalidOptionError("BatchedSearchVectorEnv needs at least one env fn")
         self.batch = EnvBatch(self.env_fns)
         self._setup(len(self.batch), self.batch.spaces(), autoreset_mode, copy)
 

@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from hopgym.corpora.types import Passage
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.retrieval.base import BatchScoredRetriever, SearchHit, tokenize
 from hopgym.retrieval.devices import (
     FAISS_GPU_MAX_K,
@@ -205,7 +205,7 @@ class HashingEmbedder:
 
     def __init__(self, dim: int = 256, *, bigrams: bool = True) -> None:
         if dim < 8:
-            raise ValueError(f"dim must be at least 8, got {dim}")
+            raise InvalidOptionError(f"dim must be at least 8, got {dim}")
         self.dim = dim
         self.bigrams = bigrams
         self.name = f"hashing-{dim}" + ("" if bigrams else "-unigram")
@@ -352,7 +352,7 @@ def place_index(index_type: str = "flat", device: str = "cpu",
         (('cpu', 'faiss'), ('cpu', 'torch'))
     """
     if index_type not in INDEX_TYPES:
-        raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
+        raise InvalidOptionError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
     check_index_backend(index_backend, index_type)
     dev = resolve_device(device)
     try:
@@ -447,7 +447,7 @@ class DenseRetriever(BatchScoredRetriever):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if not passages:
-            raise ValueError("cannot build a dense index over an empty corpus")
+            raise InvalidOptionError("cannot build a dense index over an empty corpus")
         self.device, self.index_backend = place_index(index_type, device, index_backend)
         self.configure_cache(cache_entries, cache_bytes)
         self.passages: list[Passage] = list(passages)
@@ -470,7 +470,7 @@ class DenseRetriever(BatchScoredRetriever):
         vectors = None
         if index is not None:
             if index.ntotal != n:
-                raise ValueError(f"the index holds {index.ntotal} vectors for {n} passages")
+                raise InvalidOptionError(f"the index holds {index.ntotal} vectors for {n} passages")
             self.host_index = index
             self.nlist = getattr(index, "nlist", None)
         else:
@@ -480,7 +480,7 @@ class DenseRetriever(BatchScoredRetriever):
                                                   show_progress=show_progress)
             vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
             if vectors.shape != (n, self.embedder.dim):
-                raise ValueError(f"embeddings have shape {vectors.shape}, expected "
+                raise InvalidOptionError(f"embeddings have shape {vectors.shape}, expected "
                                  f"{(n, self.embedder.dim)}")
             if self.index_backend != "torch":
                 self.host_index = self._build_faiss(faiss, vectors, nlist)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hopgym.errors import DependencyNotInstalled, HopgymError
+from hopgym.errors import DependencyNotInstalled, HopgymError, InvalidOptionError
 
 __all__ = [
     "DEVICES",
@@ -84,7 +84,7 @@ def check_device(device: Any) -> str:
         close = low if _DEVICE.fullmatch(low) else next(
             iter(difflib.get_close_matches(low, ["cpu", "cuda", "auto"], n=1)), "")
         hint = f" (did you mean {close!r}?)" if close and close != device else ""
-    raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}{hint}")
+    raise InvalidOptionError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}{hint}")
 
 
 def _torch_or_none() -> Any:
@@ -157,9 +157,9 @@ def check_index_backend(index_backend: Any, index_type: str) -> str:
         ValueError: index_backend='torch' is an exact flat index, so index_type must be 'flat', ...
     """
     if index_backend not in INDEX_BACKENDS:
-        raise ValueError(f"index_backend must be one of {INDEX_BACKENDS}, got {index_backend!r}")
+        raise InvalidOptionError(f"index_backend must be one of {INDEX_BACKENDS}, got {index_backend!r}")
     if index_backend == "torch" and index_type != "flat":
-        raise ValueError(f"index_backend='torch' is an exact flat index, so index_type must be "
+        raise InvalidOptionError(f"index_backend='torch' is an exact flat index, so index_type must be "
                          f"'flat', got {index_type!r} (an {index_type} index is a FAISS index: use "
                          "index_backend='faiss' or 'auto')")
     return index_backend
@@ -193,7 +193,7 @@ def choose_index_backend(index_backend: str, index_type: str, device: str,
         return "faiss"
     if index_backend == "faiss":
         if index_type == "hnsw":
-            raise ValueError(f"FAISS has no GPU HNSW index, so index_backend='faiss' with "
+            raise InvalidOptionError(f"FAISS has no GPU HNSW index, so index_backend='faiss' with "
                              f"index_type='hnsw' cannot run on device {device!r}: use "
                              "index_backend='auto' (the HNSW index stays on the CPU, the encoder "
                              "runs on the GPU), device='cpu', or index_type='flat' / 'ivf'")
@@ -246,7 +246,7 @@ def flat_vectors(faiss: Any, index: Any) -> np.ndarray:
     """
     flat = faiss.downcast_index(index)
     if not isinstance(flat, faiss.IndexFlat) or flat.metric_type != faiss.METRIC_INNER_PRODUCT:
-        raise ValueError(f"the torch index reads FAISS inner-product flat indexes, not a "
+        raise InvalidOptionError(f"the torch index reads FAISS inner-product flat indexes, not a "
                          f"{type(flat).__name__}: use index_backend='faiss' for it")
     n, d = int(flat.ntotal), int(flat.d)
     if n == 0:
@@ -294,17 +294,17 @@ class TorchFlatIndex:
             raise DependencyNotInstalled.for_extra("torch", "dense") from None
         self._torch = torch
         if vectors.ndim != 2 or vectors.dtype != np.float32:
-            raise ValueError(f"vectors must be a 2-d float32 array, got {vectors.dtype} "
+            raise InvalidOptionError(f"vectors must be a 2-d float32 array, got {vectors.dtype} "
                              f"{vectors.shape}")
         if dtype is None:
             dtype = "float32" if device == "cpu" else "float16"
         if dtype not in ("float16", "float32"):
-            raise ValueError(f"dtype must be 'float16', 'float32' or None, got {dtype!r}")
+            raise InvalidOptionError(f"dtype must be 'float16', 'float32' or None, got {dtype!r}")
         self.device = torch.device(device)
         self.dtype = getattr(torch, dtype)
         self.max_scores = int(max_scores or (1 << 24 if self.device.type == "cpu" else 1 << 28))
         if self.max_scores < 1:
-            raise ValueError(f"max_scores must be >= 1, got {max_scores}")
+            raise InvalidOptionError(f"max_scores must be >= 1, got {max_scores}")
         self.ntotal, self.d = (int(s) for s in vectors.shape)
         self._fp32_out = True
         #: The float32 rows on the host (what a saved index holds), shared or kept beside a copy.
@@ -328,7 +328,7 @@ class TorchFlatIndex:
         torch = self._torch
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.d:
-            raise ValueError(f"queries must have shape (n, {self.d}), got {q.shape}")
+            raise InvalidOptionError(f"queries must have shape (n, {self.d}), got {q.shape}")
         k = min(int(k), self.ntotal)
         nq = len(q)
         scores = np.empty((nq, max(k, 0)), dtype=np.float32)

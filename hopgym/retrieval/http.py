@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hopgym.corpora.types import Passage
-from hopgym.errors import RetrievalError
+from hopgym.errors import InvalidOptionError, RetrievalError
 from hopgym.httpclient import HTTPClient, HTTPError
 from hopgym.retrieval.base import BatchScoredRetriever, SearchHit
 
@@ -87,7 +87,7 @@ class HTTPRetriever(BatchScoredRetriever):
                  backoff: float = 0.1, max_backoff: float = 2.0, cooldown: float = 5.0) -> None:
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
-            raise ValueError("url must be a server URL or a non-empty list of them")
+            raise InvalidOptionError("url must be a server URL or a non-empty list of them")
         self.urls = tuple(urls)
         self.url = self.urls[0]
         self.clients: list[HTTPClient] = []
@@ -95,7 +95,7 @@ class HTTPRetriever(BatchScoredRetriever):
         for u in self.urls:
             parts = urlsplit(u) if isinstance(u, str) else None
             if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"url must look like http://host:port, got {u!r}")
+                raise InvalidOptionError(f"url must look like http://host:port, got {u!r}")
             path = parts.path.rstrip("/")
             self.paths.append(path if path.endswith("/retrieve") else path + "/retrieve")
             # The client checks timeout, retries and the waits.
@@ -103,7 +103,7 @@ class HTTPRetriever(BatchScoredRetriever):
                                            retries=retries, backoff=backoff,
                                            max_backoff=max_backoff))
         if not (isinstance(cooldown, (int, float)) and cooldown >= 0):
-            raise ValueError(f"cooldown must be a number of seconds >= 0, got {cooldown!r}")
+            raise InvalidOptionError(f"cooldown must be a number of seconds >= 0, got {cooldown!r}")
         self.cooldown = float(cooldown)
         self._setup()
 

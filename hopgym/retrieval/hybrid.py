@@ -15,6 +15,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from hopgym.corpora.types import Passage
+from hopgym.errors import InvalidOptionError
 from hopgym.retrieval.base import BatchScoredRetriever, Retriever, SearchHit
 from hopgym.retrieval.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES
 
@@ -74,14 +75,14 @@ class HybridRetriever(BatchScoredRetriever):
                  rrf_k: float = 60.0, depth: int = 50, cache_entries: int = DEFAULT_CACHE_ENTRIES,
                  cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if len(retrievers) < 2:
-            raise ValueError(
+            raise InvalidOptionError(
                 f"hybrid retrieval fuses at least two retrievers, got {len(retrievers)}")
         if weights is not None and len(weights) != len(retrievers):
-            raise ValueError(f"{len(weights)} weights for {len(retrievers)} retrievers")
+            raise InvalidOptionError(f"{len(weights)} weights for {len(retrievers)} retrievers")
         if rrf_k < 0:
-            raise ValueError(f"rrf_k must be non-negative, got {rrf_k}")
+            raise InvalidOptionError(f"rrf_k must be non-negative, got {rrf_k}")
         if depth < 1:
-            raise ValueError(f"depth must be at least 1, got {depth}")
+            raise InvalidOptionError(f"depth must be at least 1, got {depth}")
         self.retrievers = list(retrievers)
         self.weights = [1.0] * len(retrievers) if weights is None else [float(w) for w in weights]
         self.rrf_k = float(rrf_k)

@@ -55,7 +55,7 @@ from typing import Any
 
 from hopgym._version import __version__
 from hopgym.corpora.types import Passage
-from hopgym.errors import HopgymError
+from hopgym.errors import HopgymError, InvalidOptionError
 from hopgym.retrieval import base as _retrieval
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.sparse import BM25Retriever
@@ -315,7 +315,7 @@ def verify_index(path: str | os.PathLike[str], verify: str = "full",
             that records no checksums (written before they existed): rebuild the index.
     """
     if verify not in VERIFY_MODES:
-        raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+        raise InvalidOptionError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
     root = Path(path)
     manifest = read_manifest(root) if manifest is None else manifest
     if verify == "none":
@@ -517,7 +517,7 @@ def build_index(
     if spec.kind is None:
         spec = replace(spec, kind="bm25")
     if spec.kind not in persistable_kinds():
-        raise ValueError(f"retriever must be one of {persistable_kinds()} to be saved, got "
+        raise InvalidOptionError(f"retriever must be one of {persistable_kinds()} to be saved, got "
                          f"{spec.kind!r}")
     if isinstance(corpus, (str, os.PathLike)):
         from hopgym.corpora.datasets import detect_format, load_pooled_corpus
@@ -635,7 +635,7 @@ def load_index(
         ForeignIndexError: another retriever kind, embedding model or tokenizer.
     """
     if verify not in VERIFY_MODES:
-        raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+        raise InvalidOptionError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
     settings = {"passages": passages, "corpus": corpus, "retriever": retriever, "model": model,
                 "mmap": mmap, "threads": threads, "blas_min_queries": blas_min_queries,
                 "device": device, "index_backend": index_backend}

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hopgym.corpora.types import Passage, QASample
+from hopgym.errors import InvalidOptionError
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.specs import RetrieverBuilder
 
@@ -36,7 +37,7 @@ class PerSampleIndex:
                  build: Callable[[Sequence[Passage]], Retriever] | None = None,
                  maxsize: int = 4096) -> None:
         if maxsize < 1:
-            raise ValueError(f"maxsize must be at least 1, got {maxsize}")
+            raise InvalidOptionError(f"maxsize must be at least 1, got {maxsize}")
         self.by_sample = by_sample
         self.build = build if build is not None else RetrieverBuilder()
         self.maxsize = maxsize

@@ -49,6 +49,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple
 
+from hopgym.errors import InvalidOptionError
+
 __all__ = ["QueryCache", "CacheInfo", "DEFAULT_CACHE_ENTRIES", "DEFAULT_CACHE_BYTES",
            "check_cache_bounds"]
 
@@ -93,7 +95,7 @@ def check_cache_bounds(max_entries: Any, max_bytes: Any) -> tuple[int, int]:
     """The two bounds as ints; ``ValueError`` naming the one that is not an int >= 0."""
     for name, value in (("cache_entries", max_entries), ("cache_bytes", max_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0 (0 turns the cache off), got {value!r}")
+            raise InvalidOptionError(f"{name} must be an int >= 0 (0 turns the cache off), got {value!r}")
     return int(max_entries), int(max_bytes)
 
 

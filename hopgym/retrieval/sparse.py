@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from hopgym.corpora.types import Passage
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.retrieval.base import BatchScoredRetriever, SearchHit, tokenize
 from hopgym.retrieval.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES
 from hopgym.retrieval.sparse_topk import SparseTopK, top_k_indices
@@ -76,11 +76,11 @@ class BM25Retriever(BatchScoredRetriever):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if engine not in BM25_ENGINES:
-            raise ValueError(f"engine must be one of {BM25_ENGINES}, got {engine!r}")
+            raise InvalidOptionError(f"engine must be one of {BM25_ENGINES}, got {engine!r}")
         if backend not in BM25_BACKENDS:
-            raise ValueError(f"backend must be one of {BM25_BACKENDS}, got {backend!r}")
+            raise InvalidOptionError(f"backend must be one of {BM25_BACKENDS}, got {backend!r}")
         if not passages:
-            raise ValueError("cannot build a BM25 index over an empty corpus")
+            raise InvalidOptionError("cannot build a BM25 index over an empty corpus")
         self.passages: list[Passage] = list(passages)
         self.engine = engine
         self.k1, self.b = k1, b
@@ -117,7 +117,7 @@ class BM25Retriever(BatchScoredRetriever):
         ``passages``, whose vocabulary came from :func:`tokenize`; nothing is re-indexed.
         ``backend`` is ``"sparse"`` or ``"numpy"`` (see the class)."""
         if backend not in ("sparse", "numpy"):
-            raise ValueError(f"a loaded index searches with backend 'sparse' or 'numpy', got "
+            raise InvalidOptionError(f"a loaded index searches with backend 'sparse' or 'numpy', got "
                              f"{backend!r}")
         self = cls.__new__(cls)
         self.passages = list(passages)

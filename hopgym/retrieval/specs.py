@@ -47,6 +47,7 @@ from typing import Any
 
 from hopgym._kwargs import unknown_name_error
 from hopgym.corpora.types import Passage
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.dense import INDEX_TYPES
 from hopgym.retrieval.devices import check_device, check_index_backend
@@ -108,12 +109,12 @@ def register_retriever(kind: str, build: Build, *, remote: bool = False, persist
             ``override``).
     """
     if not isinstance(kind, str) or not kind.replace("_", "").replace("-", "").isalnum():
-        raise ValueError(f"a retriever kind must be a non-empty identifier, got {kind!r}")
+        raise InvalidOptionError(f"a retriever kind must be a non-empty identifier, got {kind!r}")
     if kind in _KINDS and not override:
-        raise ValueError(f"retriever kind {kind!r} is already registered (pass override=True "
+        raise InvalidOptionError(f"retriever kind {kind!r} is already registered (pass override=True "
                          "to replace it)")
     if not callable(build):
-        raise ValueError(f"the builder of retriever kind {kind!r} must be callable, got {build!r}")
+        raise InvalidOptionError(f"the builder of retriever kind {kind!r} must be callable, got {build!r}")
     entry = RetrieverKind(kind, build, remote=remote, persists=persists, check=check)
     _KINDS[kind] = entry
     return entry
@@ -153,7 +154,7 @@ def retriever_kind(kind: str) -> RetrieverKind:
     if entry is None:
         close = difflib.get_close_matches(str(kind), list(_KINDS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"retriever must be one of {list(_KINDS)} or an http:// URL, got "
+        raise InvalidOptionError(f"retriever must be one of {list(_KINDS)} or an http:// URL, got "
                          f"{kind!r}{hint}")
     return entry
 
@@ -241,39 +242,39 @@ class RetrieverSpec:
         if isinstance(urls, str):
             urls = (urls,)
         if not isinstance(urls, (tuple, list)):
-            raise ValueError(f"urls must be a URL or a list of URLs, got {urls!r}")
+            raise InvalidOptionError(f"urls must be a URL or a list of URLs, got {urls!r}")
         object.__setattr__(self, "urls", tuple(urls))
         for url in self.urls:
             if not _is_url(url):
-                raise ValueError(f"urls must be http:// or https:// URLs, got {url!r}")
+                raise InvalidOptionError(f"urls must be http:// or https:// URLs, got {url!r}")
         if self.kind is None and self.urls:
             object.__setattr__(self, "kind", "http")
         if self.kind is not None:
             entry = retriever_kind(self.kind)
             if entry.remote and not self.urls:
-                raise ValueError(f"retriever kind {self.kind!r} needs urls=('http://host:port',)")
+                raise InvalidOptionError(f"retriever kind {self.kind!r} needs urls=('http://host:port',)")
             if not entry.remote and self.urls:
-                raise ValueError(f"urls are for a retrieval server (kind 'http'), not for kind "
+                raise InvalidOptionError(f"urls are for a retrieval server (kind 'http'), not for kind "
                                  f"{self.kind!r}")
         if self.engine not in BM25_ENGINES:
-            raise ValueError(f"engine must be one of {BM25_ENGINES}, got {self.engine!r}")
+            raise InvalidOptionError(f"engine must be one of {BM25_ENGINES}, got {self.engine!r}")
         if self.backend not in BM25_BACKENDS:
-            raise ValueError(f"backend must be one of {BM25_BACKENDS}, got {self.backend!r}")
+            raise InvalidOptionError(f"backend must be one of {BM25_BACKENDS}, got {self.backend!r}")
         if self.engine == "rank_bm25" and self.backend != BM25_BACKENDS[0]:  # not the default
-            raise ValueError(f"backend={self.backend!r} is a bm25s backend; engine='rank_bm25' "
+            raise InvalidOptionError(f"backend={self.backend!r} is a bm25s backend; engine='rank_bm25' "
                              "has none")
         check_cache_bounds(0 if self.cache_entries is None else self.cache_entries,
                            0 if self.cache_bytes is None else self.cache_bytes)
         model = self.model
         if not (model is None or (model if isinstance(model, str)
                                   else hasattr(model, "encode") and hasattr(model, "dim"))):
-            raise ValueError(f"model must be a model name or path, 'hashing-<dim>', an Embedder "
+            raise InvalidOptionError(f"model must be a model name or path, 'hashing-<dim>', an Embedder "
                              f"or None, got {self.model!r}")
         if self.index_type not in INDEX_TYPES:
-            raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {self.index_type!r}")
+            raise InvalidOptionError(f"index_type must be one of {INDEX_TYPES}, got {self.index_type!r}")
         check_index_backend(self.index_backend, self.index_type)
         if not _number(self.rrf_k) or self.rrf_k < 0:
-            raise ValueError(f"rrf_k must be a number >= 0, got {self.rrf_k!r}")
+            raise InvalidOptionError(f"rrf_k must be a number >= 0, got {self.rrf_k!r}")
         for name, low, optional in (("batch_size", 1, False), ("threads", 1, True),
                                     ("retries", 0, True)):
             value = getattr(self, name)
@@ -281,15 +282,15 @@ class RetrieverSpec:
                     isinstance(value, int) and not isinstance(value, bool) and value >= low):
                 continue
             want = f"None or an int >= {low}" if optional else f"an int >= {low}"
-            raise ValueError(f"{name} must be {want}, got {value!r}")
+            raise InvalidOptionError(f"{name} must be {want}, got {value!r}")
         if self.timeout is not None and not (_number(self.timeout) and self.timeout > 0):
-            raise ValueError(f"timeout must be None or a number of seconds > 0, got {self.timeout!r}")
+            raise InvalidOptionError(f"timeout must be None or a number of seconds > 0, got {self.timeout!r}")
         if self.backoff is not None and not (_number(self.backoff) and self.backoff >= 0):
-            raise ValueError(f"backoff must be None or a number of seconds >= 0, got "
+            raise InvalidOptionError(f"backoff must be None or a number of seconds >= 0, got "
                              f"{self.backoff!r}")
         check_device(self.device)
         if not isinstance(self.show_progress, bool):
-            raise ValueError(f"show_progress must be True or False, got {self.show_progress!r}")
+            raise InvalidOptionError(f"show_progress must be True or False, got {self.show_progress!r}")
 
     def __repr__(self) -> str:
         # Only what differs from the defaults: specs show up in env specs and error messages.
@@ -361,14 +362,14 @@ class RetrieverSpec:
             settings = dict(value)
             if "url" in settings:
                 if "urls" in settings:
-                    raise ValueError("give url or urls, not both")
+                    raise InvalidOptionError("give url or urls, not both")
                 settings["urls"] = (settings.pop("url"),)
             names = [f.name for f in fields(cls)]
             for key in settings:
                 if key not in names:
                     raise unknown_name_error(key, [*names, "url"], "retriever setting")
             return cls(**settings)
-        raise TypeError(f"retriever must be a kind name, a URL, a list of URLs, a dict or a "
+        raise InvalidOptionTypeError(f"retriever must be a kind name, a URL, a list of URLs, a dict or a "
                         f"RetrieverSpec, got {type(value).__name__} {value!r:.60}")
 
     def updated(self, **settings: Any) -> RetrieverSpec:
@@ -388,7 +389,7 @@ class RetrieverSpec:
                 raise unknown_name_error(key, defaults, "retriever setting")
             current = getattr(self, key)
             if current != defaults[key] and current != value:
-                raise ValueError(f"{key} is given twice, as {current!r} in the retriever spec and "
+                raise InvalidOptionError(f"{key} is given twice, as {current!r} in the retriever spec and "
                                  f"as {key}={value!r}: give it once")
         return replace(self, **given) if given else self
 
@@ -413,10 +414,10 @@ def make_retriever(spec: Any, passages: Sequence[Passage] | None = None, *,
     spec = RetrieverSpec.coerce(spec)
     kind = retriever_kind(spec.resolved_kind)
     if kind.remote and passages is not None:
-        raise ValueError(f"a {kind.name!r} retriever searches its server's corpus; it takes no "
+        raise InvalidOptionError(f"a {kind.name!r} retriever searches its server's corpus; it takes no "
                          "passages")
     if not kind.remote and passages is None:
-        raise ValueError(f"a {kind.name!r} retriever searches passages in this process: pass "
+        raise InvalidOptionError(f"a {kind.name!r} retriever searches passages in this process: pass "
                          "passages=")
     return kind.build(spec, passages, {} if cache is None else cache)
 
@@ -440,7 +441,7 @@ class RetrieverBuilder:
         self.spec = RetrieverSpec.coerce(spec)
         kind = retriever_kind(self.spec.resolved_kind)
         if kind.remote:
-            raise ValueError(f"a {kind.name!r} retriever cannot index passages")
+            raise InvalidOptionError(f"a {kind.name!r} retriever cannot index passages")
         if kind.check is not None:
             kind.check(self.spec)
         self._cache: dict[Any, Any] = {}

@@ -36,7 +36,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 from hopgym.backends import Backend, Message, OpenAIBackend, SamplingParams
-from hopgym.errors import BackendError, DependencyNotInstalled, HTTPError, JudgeError
+from hopgym.errors import (
+    BackendError,
+    DependencyNotInstalled,
+    HTTPError,
+    InvalidOptionError,
+    InvalidOptionTypeError,
+    JudgeError,
+)
 
 __all__ = [
     "Judge",
@@ -133,10 +140,10 @@ class CallableJudge:
         relevance_fn: Callable[[str, str, str, Sequence[str]], float] | None = None,
     ) -> None:
         if answer_fn is None and relevance_fn is None:
-            raise ValueError("CallableJudge needs answer_fn, relevance_fn or both")
+            raise InvalidOptionError("CallableJudge needs answer_fn, relevance_fn or both")
         for name, fn in (("answer_fn", answer_fn), ("relevance_fn", relevance_fn)):
             if fn is not None and not callable(fn):
-                raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
+                raise InvalidOptionTypeError(f"{name} must be callable, got {type(fn).__name__}")
         self.answer_fn = answer_fn
         self.relevance_fn = relevance_fn
 
@@ -281,10 +288,10 @@ class PromptJudge:
     ) -> None:
         self._check(on_error, cache_size, max_workers)
         if not callable(getattr(backend, "generate", None)):
-            raise TypeError(f"backend must have a generate(prompts, params) method, got "
+            raise InvalidOptionTypeError(f"backend must have a generate(prompts, params) method, got "
                             f"{type(backend).__name__}")
         if params is not None and not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+            raise InvalidOptionTypeError(f"params must be SamplingParams, got {type(params).__name__}")
         self.backend = backend
         self.params = params if params is not None else SamplingParams(max_new_tokens=16)
         self.on_error = on_error
@@ -301,14 +308,14 @@ class PromptJudge:
     def _check(on_error: str | float, cache_size: int, max_workers: int) -> None:
         if isinstance(on_error, str):
             if on_error != "raise":
-                raise ValueError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
+                raise InvalidOptionError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
         elif isinstance(on_error, bool) or not isinstance(on_error, (int, float)) \
                 or not 0.0 <= float(on_error) <= 1.0:
-            raise ValueError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
+            raise InvalidOptionError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
         if not isinstance(cache_size, int) or cache_size < 0:
-            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
+            raise InvalidOptionError(f"cache_size must be an int >= 0, got {cache_size!r}")
         if not isinstance(max_workers, int) or max_workers < 1:
-            raise ValueError(f"max_workers must be an int >= 1, got {max_workers!r}")
+            raise InvalidOptionError(f"max_workers must be an int >= 1, got {max_workers!r}")
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -409,7 +416,7 @@ def _renamed(old: str, old_value: Any, new: str, new_value: Any, default: Any) -
     warnings.warn(f"OpenAIJudge({old}=) is deprecated and will be removed in hopgym 0.3: use "
                   f"{new}=", DeprecationWarning, stacklevel=3)
     if new_value != default:
-        raise ValueError(f"pass {new}= only ({old}= is its deprecated name)")
+        raise InvalidOptionError(f"pass {new}= only ({old}= is its deprecated name)")
     return old_value
 
 
@@ -474,7 +481,7 @@ class OpenAIJudge(PromptJudge):
     ) -> None:
         if max_retries is not _UNSET and (isinstance(max_retries, bool)
                                           or not isinstance(max_retries, int) or max_retries < 0):
-            raise ValueError(f"max_retries (now retries=) must be an int >= 0, got {max_retries!r}")
+            raise InvalidOptionError(f"max_retries (now retries=) must be an int >= 0, got {max_retries!r}")
         self._check(on_error, cache_size, max_workers)
         retries = _renamed("max_retries", max_retries, "retries", retries, 2)
         backoff = _renamed("retry_backoff", retry_backoff, "backoff", backoff, 0.5)
@@ -595,7 +602,7 @@ class TransformersJudge(PromptJudge):
         on_error: str | float = "raise",
     ) -> None:
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+            raise InvalidOptionError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
         super().__init__(_LazyTransformersBackend(str(model_path), device, local_files_only),
                          params=SamplingParams(max_new_tokens=max_new_tokens), on_error=on_error,
                          cache_size=cache_size, max_workers=1)

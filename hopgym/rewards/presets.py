@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
+from hopgym.errors import InvalidOptionError
 from hopgym.rewards.answer_reward import AnswerCheck, OutcomeReward
 from hopgym.rewards.cost_reward import RedundancyReward, SearchCostReward
 from hopgym.rewards.format_reward import FormatReward
@@ -72,7 +73,7 @@ def preset_name(name: str) -> str:
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key not in PRESETS:
-        raise ValueError(f"unknown reward preset {name!r}; choose one of {list(PRESETS)} "
+        raise InvalidOptionError(f"unknown reward preset {name!r}; choose one of {list(PRESETS)} "
                          "(or None for the bare env, whose reward is 0)")
     return key
 
@@ -109,7 +110,7 @@ def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym
     if name is None:
         return env
     if not isinstance(name, str):
-        raise ValueError(f"reward preset must be a name or None, got {name!r}; "
+        raise InvalidOptionError(f"reward preset must be a name or None, got {name!r}; "
                          f"choose one of {list(PRESETS)}")
     key = preset_name(name)
     if key in ("default", "em"):

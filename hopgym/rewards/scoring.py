@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+from hopgym.errors import InvalidOptionError
+
 __all__ = [
     "normalize_answer",
     "answer_tokens",
@@ -283,9 +285,9 @@ def answer_score(
         1.0
     """
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
+        raise InvalidOptionError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
     if max_extra_tokens < 0:
-        raise ValueError(f"max_extra_tokens must be >= 0, got {max_extra_tokens}")
+        raise InvalidOptionError(f"max_extra_tokens must be >= 0, got {max_extra_tokens}")
     n_pred = len(answer_tokens(prediction))
     if n_pred == 0:
         return 0.0

@@ -26,6 +26,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from hopgym.errors import InvalidOptionError
 from hopgym.rewards.answer_reward import AnswerCheck
 from hopgym.rewards.judges import Judge, judge_answers
 
@@ -111,7 +112,7 @@ def extract_answer(text: str, protocol: str = "auto") -> str | None:
         'Cardell'
     """
     if protocol not in ANSWER_PROTOCOLS:
-        raise ValueError(f"protocol must be one of {list(ANSWER_PROTOCOLS)}, got {protocol!r}")
+        raise InvalidOptionError(f"protocol must be one of {list(ANSWER_PROTOCOLS)}, got {protocol!r}")
     body = _strip_context(text)
     if protocol == "auto":
         low = body.lower()
@@ -153,7 +154,7 @@ def is_well_formed(text: str, protocol: str = "tags") -> bool:
         False
     """
     if protocol == "auto":
-        raise ValueError("is_well_formed needs a concrete protocol: 'tags', 'r3' or 'boxed'")
+        raise InvalidOptionError("is_well_formed needs a concrete protocol: 'tags', 'r3' or 'boxed'")
     answer = extract_answer(text, protocol)
     if answer is None:
         return False
@@ -237,7 +238,7 @@ class AnswerRewardFunc:
         name: str | None = None,
     ) -> None:
         if protocol not in ANSWER_PROTOCOLS:
-            raise ValueError(f"protocol must be one of {list(ANSWER_PROTOCOLS)}, got {protocol!r}")
+            raise InvalidOptionError(f"protocol must be one of {list(ANSWER_PROTOCOLS)}, got {protocol!r}")
         self.check = AnswerCheck(metric, judge, hedge_guard, max_extra_tokens)
         self.metric = metric
         self.answers_column = answers_column
@@ -255,7 +256,7 @@ class AnswerRewardFunc:
             cols = sorted(k for k in kwargs if k not in ("prompts", "completion_ids",
                                                          "trainer_state", "log_extra",
                                                          "log_metric"))
-            raise ValueError(f"{self.__name__}: the dataset has no {self.answers_column!r} column "
+            raise InvalidOptionError(f"{self.__name__}: the dataset has no {self.answers_column!r} column "
                              f"(columns: {cols}); pass answers_column=...")
         gold_col = kwargs[self.answers_column]
         questions = kwargs.get(self.question_column)
@@ -300,7 +301,7 @@ class FormatRewardFunc:
     def __init__(self, protocol: str = "tags", *, value: float = 1.0,
                  name: str = "hopgym_format") -> None:
         if protocol not in ANSWER_PROTOCOLS or protocol == "auto":
-            raise ValueError(f"protocol must be 'tags', 'r3' or 'boxed', got {protocol!r}")
+            raise InvalidOptionError(f"protocol must be 'tags', 'r3' or 'boxed', got {protocol!r}")
         self.protocol = protocol
         self.value = float(value)
         self.__name__ = name

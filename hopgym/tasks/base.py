@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hopgym.corpora.types import Passage, QASample
+from hopgym.errors import InvalidOptionError
 from hopgym.retrieval.base import Retriever
 
 __all__ = ["Source", "QATask"]
@@ -40,9 +41,9 @@ class Source:
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"source name must be a non-empty identifier, got {self.name!r}")
+            raise InvalidOptionError(f"source name must be a non-empty identifier, got {self.name!r}")
         if (self.retriever is None) == (self.retriever_factory is None):
-            raise ValueError(f"source {self.name!r}: give exactly one of retriever, retriever_factory")
+            raise InvalidOptionError(f"source {self.name!r}: give exactly one of retriever, retriever_factory")
 
     def for_sample(self, sample: QASample) -> Retriever:
         """The retriever to use while ``sample`` is the current question."""
@@ -75,15 +76,15 @@ class QATask:
 
     def __post_init__(self) -> None:
         if not self.samples:
-            raise ValueError(f"task {self.name!r} has no questions")
+            raise InvalidOptionError(f"task {self.name!r} has no questions")
         if not self.sources:
-            raise ValueError(f"task {self.name!r} has no sources")
+            raise InvalidOptionError(f"task {self.name!r} has no sources")
         for key, src in self.sources.items():
             if key != src.name:
-                raise ValueError(f"source registered as {key!r} is named {src.name!r}")
+                raise InvalidOptionError(f"source registered as {key!r} is named {src.name!r}")
         ids = [s.id for s in self.samples]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"task {self.name!r} has duplicate question ids")
+            raise InvalidOptionError(f"task {self.name!r} has duplicate question ids")
         self._by_id = {s.id: i for i, s in enumerate(self.samples)}
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -13,6 +13,7 @@ from hopgym.corpora.synthetic.config import WorldConfig
 from hopgym.corpora.synthetic.tables import LOCAL_COST, WEB_COST
 from hopgym.corpora.synthetic.world import generate_world
 from hopgym.corpora.types import Hop, Passage, QASample
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.specs import RetrieverSpec, make_retriever, retriever_kind
 from hopgym.tasks.base import QATask, Source
 
@@ -38,7 +39,7 @@ class SyntheticTask(QATask):
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.config is None:
-            raise TypeError("a SyntheticTask pickles as its recipe: build it with build_task()")
+            raise InvalidOptionTypeError("a SyntheticTask pickles as its recipe: build it with build_task()")
         return (_rebuild, (self.config, self.retriever_spec, self.split_name))
 
 
@@ -138,15 +139,15 @@ def build_task(config: WorldConfig | None = None, engine: str | None = None,
     """
     config = WorldConfig() if config is None else config
     if not isinstance(config, WorldConfig):
-        raise TypeError(f"config must be a WorldConfig, got {type(config).__name__}")
+        raise InvalidOptionTypeError(f"config must be a WorldConfig, got {type(config).__name__}")
     spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
     if retriever_kind(spec.resolved_kind).remote:
-        raise ValueError(f"retriever kind {spec.resolved_kind!r} searches a server's corpus, but a "
+        raise InvalidOptionError(f"retriever kind {spec.resolved_kind!r} searches a server's corpus, but a "
                          "synthetic task indexes its own world: export the world (`hopgym data "
                          "--out DIR`), serve it (`hopgym index build` + `hopgym serve`) and use "
                          "hopgym/MultiHopQA-v1 with retriever=URL")
     if split not in (None, "train", "test"):
-        raise ValueError(f"split must be None, 'train' or 'test', got {split!r}")
+        raise InvalidOptionError(f"split must be None, 'train' or 'test', got {split!r}")
     return _build_task(config, spec, split)
 
 
@@ -157,7 +158,7 @@ def _build_task(config: WorldConfig, spec: RetrieverSpec, split: str | None) -> 
     samples = [s for s in verified if split is None or s.metadata["split"] == split]
     name = "synthetic" if split is None else f"synthetic-{split}"
     if not samples:
-        raise ValueError(f"the {split!r} split of this world is empty: raise n_questions or "
+        raise InvalidOptionError(f"the {split!r} split of this world is empty: raise n_questions or "
                          "test_fraction")
     task = SyntheticTask(name, samples, _sources(config, spec), world.documents)
     task.config, task.retriever_spec, task.split_name = config, spec, split
@@ -181,7 +182,7 @@ def export_flashrag(out_dir: str | Path, config: WorldConfig | None = None, **ov
     if config is None:
         config = WorldConfig.from_kwargs(**overrides)
     elif overrides:
-        raise ValueError("give either config or WorldConfig keyword arguments, not both")
+        raise InvalidOptionError("give either config or WorldConfig keyword arguments, not both")
     world = generate_world(config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

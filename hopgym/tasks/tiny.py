@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from hopgym.corpora.types import Hop, Passage, QASample
+from hopgym.errors import InvalidOptionError
 from hopgym.retrieval.specs import RetrieverSpec, make_retriever
 from hopgym.tasks.base import QATask, Source
 
@@ -100,7 +101,7 @@ def tiny_task(sources: tuple[str, ...] = ("local",), engine: str | None = None, 
 @lru_cache(maxsize=8)
 def _tiny_task(sources: tuple[str, ...], spec: RetrieverSpec) -> QATask:
     if sources not in (("local",), ("local", "web")):
-        raise ValueError(f"sources must be ('local',) or ('local', 'web'), got {sources!r}")
+        raise InvalidOptionError(f"sources must be ('local',) or ('local', 'web'), got {sources!r}")
     docs = {p.doc_id: p for p in TINY_PASSAGES}
     if sources == ("local",):
         samples = tuple(

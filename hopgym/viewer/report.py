@@ -26,6 +26,7 @@ from typing import Any
 
 from hopgym.agents.evaluation import aggregate
 from hopgym.agents.trajectories import TrajectoryFile, read_trajectories
+from hopgym.errors import InvalidOptionError
 from hopgym.viewer.charts import bar_chart, signed_bar_chart
 
 __all__ = ["write_report", "render_report", "pair_episodes", "outcome", "OUTCOMES"]
@@ -339,7 +340,7 @@ def _asset(name: str) -> str:
 def render_report(runs: Sequence[TrajectoryFile], *, title: str | None = None) -> str:
     """The report of one run, or the comparison of two, as one HTML string."""
     if not 1 <= len(runs) <= 2:
-        raise ValueError(f"a report shows one run or compares two, got {len(runs)} files")
+        raise InvalidOptionError(f"a report shows one run or compares two, got {len(runs)} files")
     docs = _DocTable()
     data: dict[str, Any] = {"runs": []}
     for run in runs:

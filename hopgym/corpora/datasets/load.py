@@ -17,6 +17,7 @@ from hopgym.corpora.datasets.hub import record_source
 from hopgym.corpora.datasets.records import LoadReport, records
 from hopgym.corpora.datasets.registry import REGISTRY, detect_format, get_format, resolve_format
 from hopgym.corpora.types import Passage
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 __all__ = ["load_dataset", "load_qa", "load_pooled_corpus", "load_hotpotqa", "load_2wiki",
            "load_musique", "load_flashrag_qa", "load_bamboogle"]
@@ -30,14 +31,14 @@ def _check_mode(fmt: DatasetFormat, path: PathLike, mode: str | None,
     if mode is None:
         return "corpus" if corpus is not None else fmt.default_mode
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise InvalidOptionError(f"mode must be one of {MODES}, got {mode!r}")
     if mode not in fmt.modes:
-        raise ValueError(f"{os.fspath(path)} has questions only ({fmt.name}): mode {mode!r} "
+        raise InvalidOptionError(f"{os.fspath(path)} has questions only ({fmt.name}): mode {mode!r} "
                          "needs paragraphs (pass corpus= to search an external corpus)")
     if mode == "corpus" and corpus is None and fmt.has_paragraphs:
-        raise ValueError("mode='corpus' needs corpus=<path to a corpus jsonl>")
+        raise InvalidOptionError("mode='corpus' needs corpus=<path to a corpus jsonl>")
     if corpus is not None and mode != "corpus":
-        raise ValueError(f"corpus= is given, so the mode is 'corpus', not {mode!r}: each question "
+        raise InvalidOptionError(f"corpus= is given, so the mode is 'corpus', not {mode!r}: each question "
                          "searches the external corpus (leave mode unset)")
     return mode
 
@@ -77,16 +78,16 @@ def load_dataset(format: str | DatasetFormat, path: PathLike | None = None, *,
     fmt = resolve_format(format, path)
     if path is None:
         if fmt.default_hub_name is None:
-            raise ValueError(f"{fmt.name} needs path=<file>: download {fmt.download_hint} and "
+            raise InvalidOptionError(f"{fmt.name} needs path=<file>: download {fmt.download_hint} and "
                              "pass its path")
         path = fmt.default_hub_name
     unknown = sorted(set(options) - set(fmt.options))
     if unknown:
-        raise TypeError(f"the {fmt.name} format takes no option(s) {unknown}; its options: "
+        raise InvalidOptionTypeError(f"the {fmt.name} format takes no option(s) {unknown}; its options: "
                         f"{list(fmt.options) or 'none'}")
     mode = _check_mode(fmt, path, mode, corpus)
     if limit is not None and limit <= 0:
-        raise ValueError(f"limit must be positive, got {limit}")
+        raise InvalidOptionError(f"limit must be positive, got {limit}")
     parse = functools.partial(fmt.parse, **options) if options else fmt.parse
     source = record_source(path, fmt, hub_config if hub_config is not None else fmt.hub_config,
                            split if split is not None else fmt.hub_split)
@@ -180,7 +181,7 @@ def load_qa(path: PathLike, *, format: str = "auto", mode: str | None = None,
             limit: int | None = None) -> QADataset:
     """Any supported QA file by layout (``format="auto"`` detects it from the first record)."""
     if format != "auto" and format not in REGISTRY:
-        raise ValueError(f"format must be 'auto' or one of {tuple(REGISTRY)}, got {format!r}")
+        raise InvalidOptionError(f"format must be 'auto' or one of {tuple(REGISTRY)}, got {format!r}")
     return load_dataset(format, path, mode=mode, corpus=corpus, lenient=lenient, limit=limit)
 
 
@@ -196,6 +197,6 @@ def load_pooled_corpus(path: PathLike, *, format: str = "auto", lenient: bool = 
         return load_corpus(path, lenient=lenient, limit=limit)
     fmt = get_format(name)
     if not fmt.has_paragraphs:
-        raise ValueError(f"{os.fspath(path)} has questions only; index a corpus file instead")
+        raise InvalidOptionError(f"{os.fspath(path)} has questions only; index a corpus file instead")
     return load_dataset(fmt, path, mode="open", lenient=lenient).passages[
         : limit if limit is not None else None]

@@ -18,6 +18,7 @@ from hopgym.corpora.datasets.corpus import is_corpus_record
 from hopgym.corpora.datasets.errors import DatasetFormatError
 from hopgym.corpora.datasets.hub import is_hub_name
 from hopgym.corpora.datasets.records import BadLine, iter_records
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 __all__ = ["REGISTRY", "register_format", "get_format", "detect_format", "resolve_format"]
 
@@ -33,11 +34,11 @@ def register_format(fmt: DatasetFormat, *, replace: bool = False) -> DatasetForm
     before FlashRAG's "any record with a question").
     """
     if not isinstance(fmt, DatasetFormat):
-        raise TypeError(f"expected a DatasetFormat, got {type(fmt).__name__}")
+        raise InvalidOptionTypeError(f"expected a DatasetFormat, got {type(fmt).__name__}")
     if fmt.name in ("auto", "corpus"):
-        raise ValueError(f"{fmt.name!r} is reserved (format detection and corpus files)")
+        raise InvalidOptionError(f"{fmt.name!r} is reserved (format detection and corpus files)")
     if fmt.name in REGISTRY and not replace:
-        raise ValueError(f"a dataset format named {fmt.name!r} is already registered "
+        raise InvalidOptionError(f"a dataset format named {fmt.name!r} is already registered "
                          "(pass replace=True to replace it)")
     REGISTRY.pop(fmt.name, None)
     REGISTRY[fmt.name] = fmt
@@ -51,7 +52,7 @@ def get_format(name: str | DatasetFormat) -> DatasetFormat:
     try:
         return REGISTRY[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown dataset format {name!r}; registered: {', '.join(REGISTRY)} "
+        raise InvalidOptionError(f"unknown dataset format {name!r}; registered: {', '.join(REGISTRY)} "
                          "(or 'auto' to detect it from the file)") from None
 
 
@@ -94,14 +95,14 @@ def resolve_format(name: str | DatasetFormat, path: str | os.PathLike[str] | Non
     if name != "auto":
         return get_format(name)
     if path is None:
-        raise ValueError("format='auto' needs path=<file> to detect the layout from")
+        raise InvalidOptionError("format='auto' needs path=<file> to detect the layout from")
     if is_hub_name(path):
         hub = os.fspath(path)
         return next((f for f in REGISTRY.values() if f.default_hub_name == hub),
                     REGISTRY["flashrag"])
     found = detect_format(path)
     if found == "corpus":
-        raise ValueError(f"{os.fspath(path)} is a corpus, not a QA file: pass it as corpus=")
+        raise InvalidOptionError(f"{os.fspath(path)} is a corpus, not a QA file: pass it as corpus=")
     return REGISTRY[found]
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from hopgym.errors import InvalidOptionError
+
 __all__ = ["KINDS", "WorldConfig"]
 
 KINDS = ("bridge", "compositional", "comparison", "bridge_comparison", "inference")
@@ -128,7 +130,7 @@ class WorldConfig:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - names)
         if unknown:
-            raise ValueError(f"unknown WorldConfig argument(s) {unknown}; valid: {sorted(names)}")
+            raise InvalidOptionError(f"unknown WorldConfig argument(s) {unknown}; valid: {sorted(names)}")
         return cls(**kwargs)
 
     @property

@@ -31,6 +31,7 @@ from hopgym.corpora.synthetic.tables import (
 )
 from hopgym.corpora.synthetic.writer import Writer, chunks
 from hopgym.corpora.types import Hop, QASample
+from hopgym.errors import InvalidOptionError
 
 __all__ = ["QuestionMaker", "make_questions"]
 
@@ -337,7 +338,7 @@ def make_questions(cfg: WorldConfig, g: Graph, writer: Writer, rng: np.random.Ge
     while len(samples) < cfg.n_questions:
         failures += 1
         if failures > 20_000:
-            raise ValueError(
+            raise InvalidOptionError(
                 f"could only generate {len(samples)} of {cfg.n_questions} distinct questions for "
                 f"kinds={cfg.kinds} hops={cfg.hops} with n_entities={cfg.n_entities}: increase "
                 "n_entities, lower n_questions or allow more kinds/hops")

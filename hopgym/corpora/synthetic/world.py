@@ -16,6 +16,7 @@ from hopgym.corpora.synthetic.questions import make_questions
 from hopgym.corpora.synthetic.tables import COUNTRY, WEB_COST
 from hopgym.corpora.synthetic.writer import Writer, chunks
 from hopgym.corpora.types import Passage, QASample
+from hopgym.errors import InvalidOptionError
 
 __all__ = ["SyntheticWorld", "generate_world"]
 
@@ -68,7 +69,7 @@ class SyntheticWorld:
         part and ``web`` is everything plus mirror pages.
         """
         if name not in self.config.sources:
-            raise ValueError(f"unknown source {name!r}; this world has {self.config.sources}")
+            raise InvalidOptionError(f"unknown source {name!r}; this world has {self.config.sources}")
         if len(self.config.sources) == 1:
             return self.passages
         if name == "local":
@@ -78,7 +79,7 @@ class SyntheticWorld:
     def split(self, name: str) -> list[QASample]:
         """Questions of split ``name`` (``train`` or ``test``; see the module docstring)."""
         if name not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {name!r}")
+            raise InvalidOptionError(f"split must be 'train' or 'test', got {name!r}")
         return [s for s in self.samples if s.metadata["split"] == name]
 
     def source_description(self, name: str) -> str:

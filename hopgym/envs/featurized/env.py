@@ -24,6 +24,7 @@ from hopgym.envs.featurized.features import (
 )
 from hopgym.envs.featurized.spans import doc_words
 from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions, Unpack
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 __all__ = ["FeaturizedEnv", "make_featurized"]
 
@@ -119,14 +120,14 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
     ) -> None:
         base = env.unwrapped
         if not all(hasattr(base, a) for a in ("task", "source_names", "max_turns", "top_k")):
-            raise TypeError("FeaturizedEnv wraps a hopgym text env (gym.make('hopgym/…')), got "
+            raise InvalidOptionTypeError("FeaturizedEnv wraps a hopgym text env (gym.make('hopgym/…')), got "
                             f"{type(base).__name__}")
         if not isinstance(max_candidates, int) or max_candidates < 1:
-            raise ValueError(f"max_candidates must be an int >= 1, got {max_candidates!r}")
+            raise InvalidOptionError(f"max_candidates must be an int >= 1, got {max_candidates!r}")
         if not isinstance(hash_dim, int) or hash_dim < 1:
-            raise ValueError(f"hash_dim must be an int >= 1, got {hash_dim!r}")
+            raise InvalidOptionError(f"hash_dim must be an int >= 1, got {hash_dim!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            raise InvalidOptionError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         gym.utils.RecordConstructorArgs.__init__(
             self, max_candidates=max_candidates, hash_dim=hash_dim, embedder=embedder,
             render_mode=render_mode)
@@ -193,7 +194,7 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         if kind == "search_question":
             return 0
         if kind not in ("search", "route", "answer"):
-            raise ValueError(f"unknown slot kind {kind!r}; use search_question, search, route, "
+            raise InvalidOptionError(f"unknown slot kind {kind!r}; use search_question, search, route, "
                              "answer")
         bound = s if kind == "route" else k
         if not 0 <= index < bound:
@@ -456,7 +457,7 @@ def make_featurized(
     kwargs = dict(base_kwargs or {})
     misplaced = [name for name in OPTION_NAMES if name in kwargs]
     if misplaced:
-        raise ValueError(f"pass {misplaced[0]}= to make_featurized directly, not in base_kwargs")
+        raise InvalidOptionError(f"pass {misplaced[0]}= to make_featurized directly, not in base_kwargs")
     env = gym.make(base_id, **kwargs, **options)
     return FeaturizedEnv(env, max_candidates=max_candidates, hash_dim=hash_dim,
                          embedder=embedder, render_mode=opts.render_mode)

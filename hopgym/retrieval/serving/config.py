@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.devices import INDEX_BACKENDS, check_device
 from hopgym.retrieval.index_store import RETRIEVER_KINDS, VERIFY_MODES
 from hopgym.retrieval.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES
@@ -119,7 +120,7 @@ class ServeConfig:
         def whole(name: str, low: int) -> None:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+                raise InvalidOptionError(f"{name} must be an int >= {low}, got {value!r}")
 
         def seconds(name: str, low: float = 0.0, inclusive: bool = False) -> None:
             value = getattr(self, name)
@@ -127,7 +128,7 @@ class ServeConfig:
                   and math.isfinite(value) and (value >= low if inclusive else value > low))
             if not ok:
                 sign = ">=" if inclusive else ">"
-                raise ValueError(f"{name} must be a number {sign} {low}, got {value!r}")
+                raise InvalidOptionError(f"{name} must be a number {sign} {low}, got {value!r}")
 
         for name in ("max_topk", "max_queries", "max_query_chars", "max_body_bytes",
                      "max_json_depth", "max_batch", "max_pending", "replicas", "backlog"):
@@ -137,10 +138,10 @@ class ServeConfig:
         whole("cache_entries", 0)
         whole("cache_bytes", 0)
         if self.port > 65535:
-            raise ValueError(f"port must be 0..65535, got {self.port}")
+            raise InvalidOptionError(f"port must be 0..65535, got {self.port}")
         whole("topk", 1)
         if self.topk > self.max_topk:
-            raise ValueError(f"need 1 <= topk <= max_topk ({self.max_topk}), got "
+            raise InvalidOptionError(f"need 1 <= topk <= max_topk ({self.max_topk}), got "
                              f"topk={self.topk}")
         if self.threads is not None:
             whole("threads", 1)
@@ -149,22 +150,22 @@ class ServeConfig:
             seconds(name)
         check_device(self.device)
         if self.index_backend not in INDEX_BACKENDS:
-            raise ValueError(f"index_backend must be one of {INDEX_BACKENDS}, got "
+            raise InvalidOptionError(f"index_backend must be one of {INDEX_BACKENDS}, got "
                              f"{self.index_backend!r}")
         if self.verify not in VERIFY_MODES:
-            raise ValueError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
+            raise InvalidOptionError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
         if self.retriever is not None and self.retriever not in RETRIEVER_KINDS:
-            raise ValueError(f"retriever must be one of {RETRIEVER_KINDS}, got {self.retriever!r}")
+            raise InvalidOptionError(f"retriever must be one of {RETRIEVER_KINDS}, got {self.retriever!r}")
         if self.replicas > 1 and not self.ray:
-            raise ValueError("replicas > 1 needs ray=True (--ray): one uvicorn process serves "
+            raise InvalidOptionError("replicas > 1 needs ray=True (--ray): one uvicorn process serves "
                              "one engine")
         if self.ray_address is not None and not self.ray:
-            raise ValueError("ray_address needs ray=True (--ray)")
+            raise InvalidOptionError("ray_address needs ray=True (--ray)")
 
     def updated(self, **changes: Any) -> ServeConfig:
         """This config with some fields replaced (checked again)."""
         names = {f.name for f in fields(self)}
         for key in changes:
             if key not in names:
-                raise TypeError(f"unknown serve option {key!r}")
+                raise InvalidOptionTypeError(f"unknown serve option {key!r}")
         return replace(self, **changes)

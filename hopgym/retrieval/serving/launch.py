@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from hopgym.errors import InvalidOptionError
 from hopgym.retrieval.serving.app import (
     RetrievalServer,
     _raise_open_files_limit,
@@ -33,7 +34,7 @@ def serve_index(index: str | os.PathLike[str] | None = None, *, config: ServeCon
         options["index"] = os.fspath(index)
     cfg = cfg.updated(**options) if options else cfg
     if cfg.index is None:
-        raise ValueError("serve needs an index directory (--index DIR; `hopgym index build` "
+        raise InvalidOptionError("serve needs an index directory (--index DIR; `hopgym index build` "
                          "makes one)")
     if cfg.ray:
         serve_ray(cfg)

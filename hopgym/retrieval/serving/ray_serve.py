@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from typing import Any
 
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.retrieval.serving.batching import answer_jobs, cache_stats, chunks
 from hopgym.retrieval.serving.config import ServeConfig
 
@@ -161,7 +161,7 @@ def deploy(config: ServeConfig | None = None, **options: Any) -> str:
     cfg = config or ServeConfig(ray=True)
     cfg = cfg.updated(**options) if options else cfg
     if cfg.index is None:
-        raise ValueError("serve needs an index directory (--index DIR)")
+        raise InvalidOptionError("serve needs an index directory (--index DIR)")
     cfg = _absolute(replace(cfg, ray=True))
     ray, serve = _ray()
     _check_index(cfg)
