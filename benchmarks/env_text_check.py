@@ -43,6 +43,7 @@ OLD_TAGS_PROMPT = (
     "</search>"
 )
 
+
 class _LastTurnInside(TagsProtocol):
     """``tags`` with the last-turn notice inside the ``<information>`` block (the alternative to the
     default, a line of its own after it)."""
@@ -50,7 +51,7 @@ class _LastTurnInside(TagsProtocol):
     def last_turn(self, observation: str, turn: int) -> str:
         close = "</information>\n"
         if observation.endswith(close):
-            return observation[:-len(close)] + "\n" + self.LAST_TURN + close
+            return observation[: -len(close)] + "\n" + self.LAST_TURN + close
         return f"\n<information>{self.LAST_TURN}</information>\n"
 
 
@@ -74,20 +75,38 @@ VARIANTS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "strict": (None, {"parse": "strict"}),
     "last-turn-inside": (None, {"protocol": _LastTurnInside()}),
     "no-notices": (None, {"repeat_notice": False, "last_turn_notice": False}),
-    "old-prompt-strict-no-notices": (OLD_TAGS_PROMPT, {"parse": "strict", "repeat_notice": False,
-                                                       "last_turn_notice": False}),
+    "old-prompt-strict-no-notices": (
+        OLD_TAGS_PROMPT,
+        {"parse": "strict", "repeat_notice": False, "last_turn_notice": False},
+    ),
 }
 
 
 def run_variant(args: argparse.Namespace, backend: TransformersBackend, name: str) -> dict:
     system_prompt, env_kwargs = VARIANTS[name]
     env_kwargs = {"protocol": args.protocol, **env_kwargs}
-    envs = [gym.make("hopgym/Synthetic-v1", seed=args.seed, n_entities=300, n_questions=200,
-                     hops=2, split="test", top_k=2, max_turns=args.max_turns, reward=None,
-                     **env_kwargs) for _ in range(args.episodes)]
-    agent = LLMAgent(backend, protocol=envs[0].unwrapped.protocol, system_prompt=system_prompt,
-                     mode=args.mode,
-                     sampling=SamplingParams(max_new_tokens=args.max_new_tokens, seed=args.seed))
+    envs = [
+        gym.make(
+            "hopgym/Synthetic-v1",
+            seed=args.seed,
+            n_entities=300,
+            n_questions=200,
+            hops=2,
+            split="test",
+            top_k=2,
+            max_turns=args.max_turns,
+            reward=None,
+            **env_kwargs,
+        )
+        for _ in range(args.episodes)
+    ]
+    agent = LLMAgent(
+        backend,
+        protocol=envs[0].unwrapped.protocol,
+        system_prompt=system_prompt,
+        mode=args.mode,
+        sampling=SamplingParams(max_new_tokens=args.max_new_tokens, seed=args.seed),
+    )
     pairs = [e.reset(seed=args.seed, options={"index": i}) for i, e in enumerate(envs)]
     obs, infos = [p[0] for p in pairs], [p[1] for p in pairs]
     active = [True] * len(envs)
@@ -130,38 +149,55 @@ def run_variant(args: argparse.Namespace, backend: TransformersBackend, name: st
     n = len(envs)
     if args.show:
         for env, a in zip(envs, answers, strict=True):
-            print(f"--- [{name}] Q: {env.unwrapped.sample.question}  gold: "
-                  f"{env.unwrapped.sample.answer}  predicted: {a}")
-            print(env.unwrapped.render() if env.unwrapped.render_mode else "".join(
-                m["content"] + ("\n" if m["role"] == "assistant" else "")
-                for m in env.unwrapped.transcript))
+            print(
+                f"--- [{name}] Q: {env.unwrapped.sample.question}  gold: "
+                f"{env.unwrapped.sample.answer}  predicted: {a}"
+            )
+            print(
+                env.unwrapped.render()
+                if env.unwrapped.render_mode
+                else "".join(
+                    m["content"] + ("\n" if m["role"] == "assistant" else "")
+                    for m in env.unwrapped.transcript
+                )
+            )
     return {
-        "variant": name, "episodes": n, "turns": turns,
+        "variant": name,
+        "episodes": n,
+        "turns": turns,
         "invalid_rate": kinds["invalid"] / max(turns, 1),
-        "truncated_turns": truncated, "turns_with_issues": with_issues,
-        "searches_per_episode": kinds["search"] / n, "repeated_queries": repeats,
+        "truncated_turns": truncated,
+        "turns_with_issues": with_issues,
+        "searches_per_episode": kinds["search"] / n,
+        "repeated_queries": repeats,
         "answered": sum(a is not None for a in answers) / n,
         "em": sum(exact_match(a, g) for a, g in scored if a is not None) / n,
         "f1": sum(token_f1(a, g) for a, g in scored if a is not None) / n,
-        "issues": dict(issues), "action_types": dict(kinds), "seconds": round(seconds, 1),
-        "examples": examples, "answers": answers,
+        "issues": dict(issues),
+        "action_types": dict(kinds),
+        "seconds": round(seconds, 1),
+        "examples": examples,
+        "answers": answers,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a local transformers chat model")
-    parser.add_argument("--variants", nargs="+", default=["default", "old-prompt"],
-                        choices=sorted(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=["default", "old-prompt"], choices=sorted(VARIANTS))
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=SamplingParams.max_new_tokens)
     parser.add_argument("--protocol", default="tags", choices=["tags", "r3"])
     parser.add_argument("--mode", default="chat", choices=["chat", "continuation"])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--probe-turns", type=int, default=0,
-                        help="stop every episode after this many turns (a quick look at how the "
-                             "model starts; the prompt still announces --max-turns)")
+    parser.add_argument(
+        "--probe-turns",
+        type=int,
+        default=0,
+        help="stop every episode after this many turns (a quick look at how the "
+        "model starts; the prompt still announces --max-turns)",
+    )
     parser.add_argument("--show", action="store_true", help="print every transcript")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
@@ -171,8 +207,18 @@ def main() -> None:
         row = run_variant(args, backend, name)
         rows.append(row)
         print(f"{name}: done in {row['seconds']} s", flush=True)
-    cols = ["invalid_rate", "truncated_turns", "turns_with_issues", "searches_per_episode",
-            "repeated_queries", "answered", "em", "f1", "turns", "seconds"]
+    cols = [
+        "invalid_rate",
+        "truncated_turns",
+        "turns_with_issues",
+        "searches_per_episode",
+        "repeated_queries",
+        "answered",
+        "em",
+        "f1",
+        "turns",
+        "seconds",
+    ]
     print("| variant | " + " | ".join(cols) + " |")
     print("| --- " * (len(cols) + 1) + "|")
     for row in rows:

@@ -33,17 +33,31 @@ from hopgym.tasks.synthetic import build_task, clear_caches
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 100_000, 1_000_000],
-                        help="corpus sizes in passages (entities, one passage each)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1_000, 100_000, 1_000_000],
+        help="corpus sizes in passages (entities, one passage each)",
+    )
     parser.add_argument("--episodes", type=int, default=500)
-    parser.add_argument("--slow-episodes", type=int, default=20,
-                        help="episodes for rank-bm25 above 10k passages")
+    parser.add_argument(
+        "--slow-episodes", type=int, default=20, help="episodes for rank-bm25 above 10k passages"
+    )
     parser.add_argument("--engines", nargs="+", default=["bm25s", "rank_bm25"])
     args = parser.parse_args()
 
     table = Table(title="oracle agent through gym.make('hopgym/Synthetic-v1'), 1 thread")
-    for col in ("passages", "world gen s", "engine", "index s", "episodes", "steps/s",
-                "episodes/s", "vs rank-bm25"):
+    for col in (
+        "passages",
+        "world gen s",
+        "engine",
+        "index s",
+        "episodes",
+        "steps/s",
+        "episodes/s",
+        "vs rank-bm25",
+    ):
         table.add_column(col, justify="right")
     for size in args.sizes:
         config = WorldConfig(n_entities=size, n_questions=1000)
@@ -65,8 +79,17 @@ def main() -> None:
             evaluate(env, OracleAgent(env), episodes=min(20, episodes), seed=1)  # warm-up
             m = evaluate(env, OracleAgent(env), episodes=episodes, seed=0)
             rates[engine] = m["steps_per_s"]
-            rows.append([f"{len(world.passages):,}", f"{gen_s:.1f}", engine, f"{index_s:.1f}",
-                         str(episodes), f"{m['steps_per_s']:,.0f}", f"{m['episodes_per_s']:,.0f}"])
+            rows.append(
+                [
+                    f"{len(world.passages):,}",
+                    f"{gen_s:.1f}",
+                    engine,
+                    f"{index_s:.1f}",
+                    str(episodes),
+                    f"{m['steps_per_s']:,.0f}",
+                    f"{m['episodes_per_s']:,.0f}",
+                ]
+            )
             env.close()
         for row in rows:
             base = rates.get("rank_bm25")

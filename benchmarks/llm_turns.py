@@ -39,12 +39,22 @@ from hopgym.backends import SamplingParams, TransformersBackend  # noqa: E402
 
 
 def run(backend: TransformersBackend, args: argparse.Namespace, path: Path) -> dict:
-    env = gym.make("hopgym/Synthetic-v1", seed=0, n_entities=300, n_questions=200, hops=2,
-                   split="test", top_k=args.top_k, max_turns=args.max_turns, reward=None)
+    env = gym.make(
+        "hopgym/Synthetic-v1",
+        seed=0,
+        n_entities=300,
+        n_questions=200,
+        hops=2,
+        split="test",
+        top_k=args.top_k,
+        max_turns=args.max_turns,
+        reward=None,
+    )
     agent = LLMAgent(backend, sampling=SamplingParams(max_new_tokens=args.max_new_tokens))
     cpu, wall = time.process_time(), time.perf_counter()
-    m = evaluate(env, agent, episodes=args.episodes, seed=args.seed, num_envs=args.num_envs,
-                 trajectories=path)
+    m = evaluate(
+        env, agent, episodes=args.episodes, seed=args.seed, num_envs=args.num_envs, trajectories=path
+    )
     m["cpu_s"] = time.process_time() - cpu
     m["wall_s"] = time.perf_counter() - wall
     return m
@@ -69,46 +79,78 @@ def main() -> None:
     with_reuse = TransformersBackend(args.model, device="cpu")
     without = TransformersBackend(with_reuse.model, with_reuse.tokenizer, prefix_cache=0)
     out = Path(args.out)
-    results = {"without reuse": run(without, args, out / "without.jsonl"),
-               "with reuse": run(with_reuse, args, out / "with.jsonl")}
-    turns = [[json.loads(line)["turns"] for line in (out / f).read_text().splitlines()]
-             for f in ("without.jsonl", "with.jsonl")]
+    results = {
+        "without reuse": run(without, args, out / "without.jsonl"),
+        "with reuse": run(with_reuse, args, out / "with.jsonl"),
+    }
+    turns = [
+        [json.loads(line)["turns"] for line in (out / f).read_text().splitlines()]
+        for f in ("without.jsonl", "with.jsonl")
+    ]
     strip = [[[(t["action"], t["observation"]) for t in ep] for ep in run_] for run_ in turns]
     same = strip[0] == strip[1]
 
-    table = Table(title=f"{Path(args.model).name}: {args.episodes} episodes, {args.num_envs} "
-                        f"envs, {args.max_turns} turns, greedy, 1 thread")
-    for col in ("backend", "turns", "prompt tok", "prefilled tok", "generated tok",
-                "prefilled / generated", "CPU s", "turns / CPU s"):
+    table = Table(
+        title=f"{Path(args.model).name}: {args.episodes} episodes, {args.num_envs} "
+        f"envs, {args.max_turns} turns, greedy, 1 thread"
+    )
+    for col in (
+        "backend",
+        "turns",
+        "prompt tok",
+        "prefilled tok",
+        "generated tok",
+        "prefilled / generated",
+        "CPU s",
+        "turns / CPU s",
+    ):
         table.add_column(col, justify="left" if col == "backend" else "right")
     rows = {}
     for name, m in results.items():
         tok = m["tokens"]
         steps = round(m["avg_steps"] * m["episodes"])
         prefilled = tok["prompt"] - tok.get("cached", 0)
-        rows[name] = {"turns": steps, "prompt_tokens": tok["prompt"], "prefilled": prefilled,
-                      "generated": tok["completion"],
-                      "prefilled_per_generated": prefilled / max(tok["completion"], 1),
-                      "cpu_s": m["cpu_s"], "wall_s": m["wall_s"],
-                      "turns_per_cpu_s": steps / m["cpu_s"], "em": m["em"],
-                      "answered": m["answered"]}
+        rows[name] = {
+            "turns": steps,
+            "prompt_tokens": tok["prompt"],
+            "prefilled": prefilled,
+            "generated": tok["completion"],
+            "prefilled_per_generated": prefilled / max(tok["completion"], 1),
+            "cpu_s": m["cpu_s"],
+            "wall_s": m["wall_s"],
+            "turns_per_cpu_s": steps / m["cpu_s"],
+            "em": m["em"],
+            "answered": m["answered"],
+        }
         r = rows[name]
-        table.add_row(name, str(steps), str(tok["prompt"]), str(prefilled),
-                      str(tok["completion"]), f"{r['prefilled_per_generated']:.1f}",
-                      f"{m['cpu_s']:.1f}", f"{r['turns_per_cpu_s']:.3f}")
+        table.add_row(
+            name,
+            str(steps),
+            str(tok["prompt"]),
+            str(prefilled),
+            str(tok["completion"]),
+            f"{r['prefilled_per_generated']:.1f}",
+            f"{m['cpu_s']:.1f}",
+            f"{r['turns_per_cpu_s']:.3f}",
+        )
     console = Console(width=120)
     console.print(table)
     a, b = rows["without reuse"], rows["with reuse"]
-    ratio = {"prefilled_tokens": b["prefilled"] / a["prefilled"],
-             "turns_per_cpu_s": b["turns_per_cpu_s"] / a["turns_per_cpu_s"]}
-    console.print(f"with reuse / without: prefilled tokens x{ratio['prefilled_tokens']:.2f}, "
-                  f"turns per CPU second x{ratio['turns_per_cpu_s']:.2f}; the same turns in "
-                  f"every episode: {same}")
+    ratio = {
+        "prefilled_tokens": b["prefilled"] / a["prefilled"],
+        "turns_per_cpu_s": b["turns_per_cpu_s"] / a["turns_per_cpu_s"],
+    }
+    console.print(
+        f"with reuse / without: prefilled tokens x{ratio['prefilled_tokens']:.2f}, "
+        f"turns per CPU second x{ratio['turns_per_cpu_s']:.2f}; the same turns in "
+        f"every episode: {same}"
+    )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"config": vars(args), "rows": rows,
-                                               "ratio": ratio, "same_turns": same},
-                                              indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"config": vars(args), "rows": rows, "ratio": ratio, "same_turns": same}, indent=2)
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

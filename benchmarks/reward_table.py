@@ -31,9 +31,8 @@ def main() -> None:
     variants = [(name, None) for name in PRESETS] + [("r3rag", JUDGE)]
     heads = [n if j is None else f"{n} + gullible judge" for n, j in variants]
     envs = [synthetic(n, j, "tags", args.parse) for n, j in variants]
-    ids = [s.id for s in envs[0].unwrapped.task.samples][:args.questions]
-    print(f"mean return per episode, {len(ids)} synthetic routing questions, "
-          f"parse={args.parse}\n")
+    ids = [s.id for s in envs[0].unwrapped.task.samples][: args.questions]
+    print(f"mean return per episode, {len(ids)} synthetic routing questions, parse={args.parse}\n")
     print("| policy | " + " | ".join(heads) + " |")
     print("| --- |" + " --- |" * len(heads))
     for policy in (ORACLE, *ADVERSARIES):

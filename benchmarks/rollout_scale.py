@@ -94,15 +94,15 @@ SECTIONS = ("a", "c", "d", "e", "b")
 # ------------------------------------------------------------------------------------ helpers
 def task_with(task: QATask, retriever: Retriever) -> QATask:
     """``task`` whose one source searches ``retriever`` instead."""
-    (name, src), = task.sources.items()
-    return QATask(task.name, task.samples, {name: Source(name, retriever, src.cost,
-                                                          src.description)}, task.documents)
+    ((name, src),) = task.sources.items()
+    return QATask(
+        task.name, task.samples, {name: Source(name, retriever, src.cost, src.description)}, task.documents
+    )
 
 
 def wrap(base: BM25Retriever, backend: str, cache: bool) -> BM25Retriever:
     """The same bm25s index searched with another backend, with or without a query cache."""
-    r = BM25Retriever.from_bm25s(base.passages, base.bm25s_model, k1=base.k1, b=base.b,
-                                 backend=backend)
+    r = BM25Retriever.from_bm25s(base.passages, base.bm25s_model, k1=base.k1, b=base.b, backend=backend)
     if not cache:
         r.configure_cache(0, 0)
     return r
@@ -135,12 +135,14 @@ def oracle_episodes(env: gym.Env, n: int, seed: int) -> Callable[[], list[dict[s
     count = len(env.unwrapped.task.samples)
     order = np.random.default_rng(seed).permutation(count)
     agent = OracleAgent(env)
-    return lambda: [run_episode(env, agent, seed=seed + i, options={"index": int(order[i % count])})
-                    for i in range(n)]
+    return lambda: [
+        run_episode(env, agent, seed=seed + i, options={"index": int(order[i % count])}) for i in range(n)
+    ]
 
 
-def per_query_cpu(search: Callable[[str, int], Any], asked: Sequence[tuple[str, int]],
-                  repeats: int = 1) -> float:
+def per_query_cpu(
+    search: Callable[[str, int], Any], asked: Sequence[tuple[str, int]], repeats: int = 1
+) -> float:
     """Best CPU seconds per query over ``repeats`` passes."""
     best = float("inf")
     for _ in range(repeats):
@@ -212,9 +214,14 @@ def numba_exact_kernel(cache_dir: str) -> tuple[Callable[..., Any], float, float
 
     Path(cache_dir, "numba_exact.py").write_text(NUMBA_EXACT)
     env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir, "PYTHONPATH": cache_dir}
-    first, later = (float(subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, check=True,
-                                         capture_output=True, text=True).stdout)
-                    for _ in range(2))
+    first, later = (
+        float(
+            subprocess.run(
+                [sys.executable, "-c", _FIRST_CALL], env=env, check=True, capture_output=True, text=True
+            ).stdout
+        )
+        for _ in range(2)
+    )
     os.environ["NUMBA_CACHE_DIR"] = cache_dir
     sys.path.insert(0, cache_dir)
     from numba_exact import top_k  # type: ignore[import-not-found]
@@ -223,14 +230,13 @@ def numba_exact_kernel(cache_dir: str) -> tuple[Callable[..., Any], float, float
 
 
 # ------------------------------------------------------------------------------------ section e
-E_COLUMNS = ("passages", "engine", "per query", "oracle steps/s", "vs numpy", "vs rank-bm25",
-             "how")
-B_COLUMNS = ("passages", "engine", "noise", "cache", "steps/s", "speed-up", "hit rate",
-             "transcripts")
+E_COLUMNS = ("passages", "engine", "per query", "oracle steps/s", "vs numpy", "vs rank-bm25", "how")
+B_COLUMNS = ("passages", "engine", "noise", "cache", "steps/s", "speed-up", "hit rate", "transcripts")
 
 
-def section_e(args: argparse.Namespace, task: QATask, table: Table, notes: list[str],
-              out: dict[str, Any]) -> None:
+def section_e(
+    args: argparse.Namespace, task: QATask, table: Table, notes: list[str], out: dict[str, Any]
+) -> None:
     base = task.sources["local"].retriever
     size = len(base)
     sparse, numpy_r = wrap(base, "sparse", False), wrap(base, "numpy", False)
@@ -263,27 +269,38 @@ def section_e(args: argparse.Namespace, task: QATask, table: Table, notes: list[
         return 1.0 / (cpu_step + searches_step * (per_q[name] - per_q["sparse"]))
 
     rates["rank_bm25"] = estimate("rank_bm25")
-    rows = [("sparse (default)", "sparse", "measured"),
-            ("numpy (before)", "numpy", f"measured; estimated {estimate('numpy'):,.0f}"),
-            ("rank-bm25", "rank_bm25", f"estimated from {len(sample)} queries "
-                                       f"(index {rank_build:.0f} s)")]
+    rows = [
+        ("sparse (default)", "sparse", "measured"),
+        ("numpy (before)", "numpy", f"measured; estimated {estimate('numpy'):,.0f}"),
+        ("rank-bm25", "rank_bm25", f"estimated from {len(sample)} queries (index {rank_build:.0f} s)"),
+    ]
     if args.numba:
         for name, how in numba_rows(base, asked, per_q).items():
             rates[name] = estimate(name)
             rows.append((name, name, how))
     for label, name, how in rows:
-        table.add_row(f"{size:,}", label, f"{per_q[name] * 1e6:,.0f} µs", f"{rates[name]:,.0f}",
-                      f"{rates[name] / rates['numpy']:.1f}x",
-                      f"{rates[name] / rates['rank_bm25']:,.0f}x", how)
+        table.add_row(
+            f"{size:,}",
+            label,
+            f"{per_q[name] * 1e6:,.0f} µs",
+            f"{rates[name]:,.0f}",
+            f"{rates[name] / rates['numpy']:.1f}x",
+            f"{rates[name] / rates['rank_bm25']:,.0f}x",
+            how,
+        )
     out.setdefault("e", {})[str(size)] = {
-        "steps_per_cpu_s": rates, "per_query_cpu_s": per_q, "searches_per_step": searches_step,
-        "queries_sampled_for_rank_bm25": len(sample)}
+        "steps_per_cpu_s": rates,
+        "per_query_cpu_s": per_q,
+        "searches_per_step": searches_step,
+        "queries_sampled_for_rank_bm25": len(sample),
+    }
     if args.check:
         notes.append(check_exact(size, task, sparse, numpy_r))
 
 
-def numba_rows(base: BM25Retriever, asked: Sequence[tuple[str, int]],
-               per_q: dict[str, float]) -> dict[str, str]:
+def numba_rows(
+    base: BM25Retriever, asked: Sequence[tuple[str, int]], per_q: dict[str, float]
+) -> dict[str, str]:
     """Per-query CPU of bm25s' numba backend and of the exact numba kernel (needs numba)."""
     try:
         import numba  # noqa: F401
@@ -312,8 +329,9 @@ def numba_rows(base: BM25Retriever, asked: Sequence[tuple[str, int]],
         for (_, k), terms in zip(asked, ids, strict=True):
             kernel(data, indices, indptr, terms, k, scratch, touched)
         per_q["numba exact"] = (time.process_time() - t) / len(asked)
-    rows["numba exact"] = (f"first answer {first:.1f} s once (compiling), then {later:.1f} s "
-                           f"in each process (on-disk cache)")
+    rows["numba exact"] = (
+        f"first answer {first:.1f} s once (compiling), then {later:.1f} s in each process (on-disk cache)"
+    )
     return rows
 
 
@@ -326,8 +344,10 @@ def check_exact(size: int, task: QATask, sparse: BM25Retriever, numpy_r: BM25Ret
         ref = numpy_r.search_batch_scored(queries, k)  # bm25s' dense scores, top_k_indices
         same += sum(a == b for a, b in zip(got, ref, strict=True))
         total += len(queries)
-    return (f"{size:,} passages: sparse == numpy (passages, order, scores) for {same:,} of "
-            f"{total:,} gold hop searches ({len(queries):,} queries x k = 3, 6, 12)")
+    return (
+        f"{size:,} passages: sparse == numpy (passages, order, scores) for {same:,} of "
+        f"{total:,} gold hop searches ({len(queries):,} queries x k = 3, 6, 12)"
+    )
 
 
 # ------------------------------------------------------------------------------------ section b
@@ -363,20 +383,24 @@ class NoisyOracle(OracleAgent):
         return Search(" ".join(words), think=action.think)
 
 
-def grpo_run(env: gym.Env, batches: int, questions: int, group: int, noise: float,
-             seed: int) -> tuple[float, int, list[list[dict[str, str]]]]:
+def grpo_run(
+    env: gym.Env, batches: int, questions: int, group: int, noise: float, seed: int
+) -> tuple[float, int, list[list[dict[str, str]]]]:
     """CPU seconds, steps and transcripts of ``batches`` x ``questions`` x ``group`` episodes."""
     n = len(env.unwrapped.task.samples)
     rng = np.random.default_rng(seed)
-    plan = [(int(qi), b * 1000 + g) for b in range(batches)
-            for qi in rng.choice(n, size=questions, replace=False) for g in range(group)]
+    plan = [
+        (int(qi), b * 1000 + g)
+        for b in range(batches)
+        for qi in rng.choice(n, size=questions, replace=False)
+        for g in range(group)
+    ]
     transcripts: list[list[dict[str, str]]] = []
     steps = 0
     gc.collect()
     t = time.process_time()
     for qi, s in plan:
-        r = run_episode(env, NoisyOracle(env, seed=s, noise=noise), seed=s,
-                        options={"index": qi})
+        r = run_episode(env, NoisyOracle(env, seed=s, noise=noise), seed=s, options={"index": qi})
         steps += r["steps"]
         transcripts.append(env.unwrapped.transcript)
     return time.process_time() - t, steps, transcripts
@@ -392,21 +416,29 @@ def section_b(args: argparse.Namespace, task: QATask, table: Table, out: dict[st
                 env = make_task_env(task_with(task, r))
                 grpo_run(env, 1, 4, 2, noise, seed=99)  # warm-up, on other questions
                 r.cache_clear()
-                cpu, steps, transcripts = grpo_run(env, args.batches, args.questions,
-                                                   args.group, noise, seed=0)
+                cpu, steps, transcripts = grpo_run(
+                    env, args.batches, args.questions, args.group, noise, seed=0
+                )
                 results[cache] = (steps / cpu, r.cache_info(), transcripts)
             same = results[False][2] == results[True][2]
             for cache in (False, True):
                 rate, info, _ = results[cache]
-                table.add_row(f"{len(base):,}", backend + (" (default)" if backend == "sparse"
-                                                            else " (before)"),
-                              f"{noise:.0%}", "on" if cache else "off", f"{rate:,.0f}",
-                              f"{rate / results[False][0]:.2f}x",
-                              f"{info.hit_rate:.0%}" if cache else "-",
-                              "identical" if same else "DIFFER")
+                table.add_row(
+                    f"{len(base):,}",
+                    backend + (" (default)" if backend == "sparse" else " (before)"),
+                    f"{noise:.0%}",
+                    "on" if cache else "off",
+                    f"{rate:,.0f}",
+                    f"{rate / results[False][0]:.2f}x",
+                    f"{info.hit_rate:.0%}" if cache else "-",
+                    "identical" if same else "DIFFER",
+                )
             out.setdefault("b", {}).setdefault(str(len(base)), {})[f"{backend} {noise}"] = {
-                "steps_per_cpu_s_off": results[False][0], "steps_per_cpu_s_on": results[True][0],
-                "hit_rate": results[True][1].hit_rate, "transcripts_identical": same}
+                "steps_per_cpu_s_off": results[False][0],
+                "steps_per_cpu_s_on": results[True][0],
+                "hit_rate": results[True][1].hit_rate,
+                "transcripts_identical": same,
+            }
 
 
 # ------------------------------------------------------------------------------------ section a
@@ -447,16 +479,19 @@ class GroupQuestions(gym.Wrapper):
         super().__init__(env)
         self.order, self.k = list(order), 0
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         index = self.order[self.k % len(self.order)]
         self.k += 1
         return self.env.reset(seed=seed, options={"index": index})
 
 
-def grouped_fns(make: Callable[[], gym.Env], n: int, group: int, questions: int,
-                seed: int) -> list[Callable[[], gym.Env]]:
+def grouped_fns(
+    make: Callable[[], gym.Env], n: int, group: int, questions: int, seed: int
+) -> list[Callable[[], gym.Env]]:
     """``n`` env fns; sub-envs ``g*group .. g*group+group-1`` share question order ``g``."""
+
     def fn(g: int) -> Callable[[], gym.Env]:
         order = np.random.default_rng([seed, g]).permutation(questions).tolist()
         return lambda: GroupQuestions(make(), order)
@@ -496,15 +531,13 @@ def drive(venv: Any, steps: int, noise: float, seed: int) -> dict[str, Any]:
         info_list = per_env(infos, n)
         ends = per_env(infos["final_info"], n) if "final_info" in infos else None
         for i in range(n):
-            last = ends[i] if ends is not None and (terminated[i] or truncated[i]) \
-                else info_list[i]
+            last = ends[i] if ends is not None and (terminated[i] or truncated[i]) else info_list[i]
             searches += last.get("action_type") == "search"
             if terminated[i] or truncated[i]:
                 transcripts[i].append(infos["final_obs"][i])
                 agents[i].reset()
             transcripts[i].append(obs[i])
-    return {"cpu": cpu, "wall": wall, "steps": steps * n, "searches": searches,
-            "transcripts": transcripts}
+    return {"cpu": cpu, "wall": wall, "steps": steps * n, "searches": searches, "transcripts": transcripts}
 
 
 def dense_retriever(task: QATask, cache_dir: Path, random_vectors: bool) -> Retriever:
@@ -515,8 +548,7 @@ def dense_retriever(task: QATask, cache_dir: Path, random_vectors: bool) -> Retr
     passages = task.sources["local"].retriever.passages
     embedder = SentenceTransformerEmbedder("default", threads=1)
     if random_vectors:
-        x = np.random.default_rng(0).standard_normal((len(passages), embedder.dim),
-                                                     dtype=np.float32)
+        x = np.random.default_rng(0).standard_normal((len(passages), embedder.dim), dtype=np.float32)
         x /= np.linalg.norm(x, axis=1, keepdims=True)
     else:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -524,20 +556,28 @@ def dense_retriever(task: QATask, cache_dir: Path, random_vectors: bool) -> Retr
         if path.exists():
             x = np.load(path)
         else:
-            console.print(f"encoding {len(passages):,} passages with MiniLM (once; cached in "
-                          f"{path}) ...")
-            x = embedder.encode([p.contents for p in passages], kind="passage",
-                                show_progress=True)
+            console.print(f"encoding {len(passages):,} passages with MiniLM (once; cached in {path}) ...")
+            x = embedder.encode([p.contents for p in passages], kind="passage", show_progress=True)
             np.save(path, x)
     return DenseRetriever(passages, embedder=embedder, embeddings=x)
 
 
-A_COLUMNS = ("index", "envs", "query cache", "SyncVectorEnv steps/s", "batched steps/s",
-             "speed-up", "searches/step", "search calls/step", "transcripts")
+A_COLUMNS = (
+    "index",
+    "envs",
+    "query cache",
+    "SyncVectorEnv steps/s",
+    "batched steps/s",
+    "speed-up",
+    "searches/step",
+    "search calls/step",
+    "transcripts",
+)
 
 
-def section_a(args: argparse.Namespace, label: str, task: QATask, table: Table,
-              out: dict[str, Any], steps_target: int) -> None:
+def section_a(
+    args: argparse.Namespace, label: str, task: QATask, table: Table, out: dict[str, Any], steps_target: int
+) -> None:
     make = partial(make_task_env, task)
     questions = len(task.samples)
     retriever = task.sources["local"].retriever
@@ -550,11 +590,12 @@ def section_a(args: argparse.Namespace, label: str, task: QATask, table: Table,
         rates: dict[str, float] = {}
         runs: dict[str, Any] = {}
         for _ in range(args.repeats):  # the two vector envs in turn; the best rate of each
-            for name, cls in (("sync", gym.vector.SyncVectorEnv),
-                              ("batched", BatchedSearchVectorEnv)):
+            for name, cls in (("sync", gym.vector.SyncVectorEnv), ("batched", BatchedSearchVectorEnv)):
                 retriever.cache_clear()  # each run starts with a cold cache
-                venv = cls(grouped_fns(make, n, args.group, questions, seed=1),
-                           autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+                venv = cls(
+                    grouped_fns(make, n, args.group, questions, seed=1),
+                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+                )
                 drive(venv, 4, args.noise_a, seed=99)  # warm-up: the same for both
                 before = venv.search_stats().calls if name == "batched" else 0
                 run = drive(venv, steps, args.noise_a, seed=0)
@@ -563,31 +604,42 @@ def section_a(args: argparse.Namespace, label: str, task: QATask, table: Table,
                 if name == "batched":
                     calls = (venv.search_stats().calls - before) / steps
         same = runs["sync"]["transcripts"] == runs["batched"]["transcripts"]
-        table.add_row(label, str(n), cache, f"{rates['sync']:,.0f}", f"{rates['batched']:,.0f}",
-                      f"{rates['batched'] / rates['sync']:.2f}x",
-                      f"{runs['batched']['searches'] / steps:.1f}", f"{calls:.1f}",
-                      "identical" if same else "DIFFER")
+        table.add_row(
+            label,
+            str(n),
+            cache,
+            f"{rates['sync']:,.0f}",
+            f"{rates['batched']:,.0f}",
+            f"{rates['batched'] / rates['sync']:.2f}x",
+            f"{runs['batched']['searches'] / steps:.1f}",
+            f"{calls:.1f}",
+            "identical" if same else "DIFFER",
+        )
         out.setdefault("a", {}).setdefault(label, {})[f"{n} cache {cache}"] = {
-            "sync_steps_per_cpu_s": rates["sync"], "batched_steps_per_cpu_s": rates["batched"],
-            "speed_up": rates["batched"] / rates["sync"], "vector_steps": steps,
+            "sync_steps_per_cpu_s": rates["sync"],
+            "batched_steps_per_cpu_s": rates["batched"],
+            "speed_up": rates["batched"] / rates["sync"],
+            "vector_steps": steps,
             "searches_per_vector_step": runs["batched"]["searches"] / steps,
-            "search_calls_per_vector_step": calls, "transcripts_identical": same}
-        console.print(f"(a) {label}, {n} envs, cache {cache}: sync {rates['sync']:,.0f}, "
-                      f"batched {rates['batched']:,.0f} steps/s")
+            "search_calls_per_vector_step": calls,
+            "transcripts_identical": same,
+        }
+        console.print(
+            f"(a) {label}, {n} envs, cache {cache}: sync {rates['sync']:,.0f}, "
+            f"batched {rates['batched']:,.0f} steps/s"
+        )
     retriever.configure_cache()
 
 
 # ------------------------------------------------------------------------------------ section c
-C_COLUMNS = ("vector env", "envs", "workers", "steps/s (wall)", "vs SyncVectorEnv",
-             "transcripts")
+C_COLUMNS = ("vector env", "envs", "workers", "steps/s (wall)", "vs SyncVectorEnv", "transcripts")
 
 
 def _ray_task(config: WorldConfig) -> gym.Env:
     return make_task_env(build_task(config))
 
 
-def section_c(args: argparse.Namespace, table: Table, notes: list[str],
-              out: dict[str, Any]) -> None:
+def section_c(args: argparse.Namespace, table: Table, notes: list[str], out: dict[str, Any]) -> None:
     import ray
 
     from hopgym.envs.ray_vector import RayVectorEnv
@@ -602,8 +654,12 @@ def section_c(args: argparse.Namespace, table: Table, notes: list[str],
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows, runs = [], {}
     try:
-        for name, workers in (("SyncVectorEnv", 0), ("BatchedSearchVectorEnv", 0),
-                              ("RayVectorEnv", 1), ("RayVectorEnv", 2)):
+        for name, workers in (
+            ("SyncVectorEnv", 0),
+            ("BatchedSearchVectorEnv", 0),
+            ("RayVectorEnv", 1),
+            ("RayVectorEnv", 2),
+        ):
             local.sources["local"].retriever.cache_clear()  # each run starts with a cold cache
             fns = grouped_fns(make, n, args.group, questions, seed=1)
             if name == "SyncVectorEnv":
@@ -613,8 +669,10 @@ def section_c(args: argparse.Namespace, table: Table, notes: list[str],
             else:
                 t = time.perf_counter()
                 venv = RayVectorEnv(fns, workers=workers, autoreset_mode="SameStep")
-                notes.append(f"(c) {workers} Ray worker(s) built their worlds and indexes in "
-                             f"{time.perf_counter() - t:.0f} s")
+                notes.append(
+                    f"(c) {workers} Ray worker(s) built their worlds and indexes in "
+                    f"{time.perf_counter() - t:.0f} s"
+                )
             drive(venv, 4, args.noise_a, seed=99)  # warm-up: the same for every vector env
             run = drive(venv, steps, args.noise_a, seed=0)
             venv.close()
@@ -630,14 +688,25 @@ def section_c(args: argparse.Namespace, table: Table, notes: list[str],
         run = runs[key]
         rate = run["steps"] / run["wall"]
         same = run["transcripts"] == base["transcripts"]
-        table.add_row(name, str(n), str(workers) if workers else "-", f"{rate:,.0f}",
-                      f"{rate / (base['steps'] / base['wall']):.2f}x",
-                      "identical" if same else "DIFFER")
-        out.setdefault("c", {})[key] = {"steps_per_wall_s": rate, "envs": n,
-                                       "vector_steps": steps, "transcripts_identical": same}
+        table.add_row(
+            name,
+            str(n),
+            str(workers) if workers else "-",
+            f"{rate:,.0f}",
+            f"{rate / (base['steps'] / base['wall']):.2f}x",
+            "identical" if same else "DIFFER",
+        )
+        out.setdefault("c", {})[key] = {
+            "steps_per_wall_s": rate,
+            "envs": n,
+            "vector_steps": steps,
+            "transcripts_identical": same,
+        }
     out.setdefault("c", {})["load_average"] = {"before": load_before, "after": load_after}
-    notes.append(f"(c) load average (1, 5, 15 min) before {_load(load_before)}, after "
-                 f"{_load(load_after)}, on {os.cpu_count()} cores")
+    notes.append(
+        f"(c) load average (1, 5, 15 min) before {_load(load_before)}, after "
+        f"{_load(load_after)}, on {os.cpu_count()} cores"
+    )
 
 
 def _load(values: Sequence[float]) -> str:
@@ -645,8 +714,7 @@ def _load(values: Sequence[float]) -> str:
 
 
 # ------------------------------------------------------------------------------------ section d
-D_COLUMNS = ("protocol", "turn", "bare env", "gym.make(reward=None)", "reward='default'",
-             "wrappers add")
+D_COLUMNS = ("protocol", "turn", "bare env", "gym.make(reward=None)", "reward='default'", "wrappers add")
 
 
 def think_cost(env: gym.Env, action: str, episodes: int) -> float:
@@ -666,87 +734,148 @@ def think_cost(env: gym.Env, action: str, episodes: int) -> float:
 
 
 def section_d(args: argparse.Namespace, table: Table, out: dict[str, Any]) -> None:
-    cases = [("tags", "<think>I should look up who founded it first.</think>", "canonical"),
-             ("tags", "<think>I should look up who founded it first.", "unclosed <think>"),
-             ("r3", "The problem analysis: I should look up who founded it first.",
-              "analysis only")]
+    cases = [
+        ("tags", "<think>I should look up who founded it first.</think>", "canonical"),
+        ("tags", "<think>I should look up who founded it first.", "unclosed <think>"),
+        ("r3", "The problem analysis: I should look up who founded it first.", "analysis only"),
+    ]
     for protocol, action, what in cases:
         costs = {}
-        for name, reward, bare in (("bare", None, True), ("budget", None, False),
-                                   ("default", "default", False)):
+        for name, reward, bare in (
+            ("bare", None, True),
+            ("budget", None, False),
+            ("default", "default", False),
+        ):
             env = gym.make("hopgym/Tiny-v1", protocol=protocol, reward=reward)
             costs[name] = think_cost(env.unwrapped if bare else env, action, args.think_episodes)
-        table.add_row(protocol, what, f"{costs['bare']:.1f} µs", f"{costs['budget']:.1f} µs",
-                      f"{costs['default']:.1f} µs", f"{costs['default'] - costs['bare']:.1f} µs")
+        table.add_row(
+            protocol,
+            what,
+            f"{costs['bare']:.1f} µs",
+            f"{costs['budget']:.1f} µs",
+            f"{costs['default']:.1f} µs",
+            f"{costs['default'] - costs['bare']:.1f} µs",
+        )
         out.setdefault("d", {})[f"{protocol} {what}"] = costs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000],
-                        help="(a, b, e) corpus sizes for BM25 (entities, one passage each)")
-    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64],
-                        help="(a) numbers of sub-envs")
-    parser.add_argument("--cache", nargs="+", choices=["on", "off"], default=["on", "off"],
-                        help="(a) the retriever's query cache, in both vector envs")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="(a) runs of each vector env, in turn; the best rate counts")
-    parser.add_argument("--noise-a", type=float, default=0.3,
-                        help="(a, c) share of the reader's searches that are varied")
-    parser.add_argument("--steps-a", type=int, default=2000,
-                        help="(a) sub-env steps timed per vector env and envs count (BM25)")
-    parser.add_argument("--dense-steps", type=int, default=600,
-                        help="(a) sub-env steps timed per vector env and envs count (dense)")
-    parser.add_argument("--dense-size", type=int, default=10_000,
-                        help="(a) dense: passages, every one encoded by MiniLM (0: skip)")
-    parser.add_argument("--dense-random-size", type=int, default=100_000,
-                        help="(a) dense: passages as random vectors, MiniLM queries (0: skip)")
-    parser.add_argument("--cache-dir", type=Path,
-                        default=Path.home() / ".cache" / "hopgym" / "benchmarks",
-                        help="(a) where MiniLM passage embeddings are kept between runs")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[100_000, 1_000_000],
+        help="(a, b, e) corpus sizes for BM25 (entities, one passage each)",
+    )
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64], help="(a) numbers of sub-envs")
+    parser.add_argument(
+        "--cache",
+        nargs="+",
+        choices=["on", "off"],
+        default=["on", "off"],
+        help="(a) the retriever's query cache, in both vector envs",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="(a) runs of each vector env, in turn; the best rate counts"
+    )
+    parser.add_argument(
+        "--noise-a", type=float, default=0.3, help="(a, c) share of the reader's searches that are varied"
+    )
+    parser.add_argument(
+        "--steps-a",
+        type=int,
+        default=2000,
+        help="(a) sub-env steps timed per vector env and envs count (BM25)",
+    )
+    parser.add_argument(
+        "--dense-steps",
+        type=int,
+        default=600,
+        help="(a) sub-env steps timed per vector env and envs count (dense)",
+    )
+    parser.add_argument(
+        "--dense-size",
+        type=int,
+        default=10_000,
+        help="(a) dense: passages, every one encoded by MiniLM (0: skip)",
+    )
+    parser.add_argument(
+        "--dense-random-size",
+        type=int,
+        default=100_000,
+        help="(a) dense: passages as random vectors, MiniLM queries (0: skip)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path.home() / ".cache" / "hopgym" / "benchmarks",
+        help="(a) where MiniLM passage embeddings are kept between runs",
+    )
     parser.add_argument("--ray-size", type=int, default=100_000, help="(c) BM25 corpus size")
     parser.add_argument("--ray-envs", type=int, default=16, help="(c) sub-envs")
-    parser.add_argument("--ray-steps", type=int, default=1600,
-                        help="(c) sub-env steps timed per vector env")
-    parser.add_argument("--think-episodes", type=int, default=3000,
-                        help="(d) episodes of think-only steps per pass")
+    parser.add_argument("--ray-steps", type=int, default=1600, help="(c) sub-env steps timed per vector env")
+    parser.add_argument(
+        "--think-episodes", type=int, default=3000, help="(d) episodes of think-only steps per pass"
+    )
     parser.add_argument("--episodes", type=int, default=500, help="(e) timed oracle episodes")
-    parser.add_argument("--rank-sample", type=int, default=20,
-                        help="(e) oracle searches timed with rank-bm25")
-    parser.add_argument("--no-check", dest="check", action="store_false",
-                        help="(e) skip the sparse == numpy check on every gold hop query")
-    parser.add_argument("--numba", action="store_true",
-                        help="(e) also time bm25s' numba backend and an exact numba kernel")
+    parser.add_argument(
+        "--rank-sample", type=int, default=20, help="(e) oracle searches timed with rank-bm25"
+    )
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="(e) skip the sparse == numpy check on every gold hop query",
+    )
+    parser.add_argument(
+        "--numba", action="store_true", help="(e) also time bm25s' numba backend and an exact numba kernel"
+    )
     parser.add_argument("--batches", type=int, default=4, help="(b) GRPO batches")
     parser.add_argument("--questions", type=int, default=16, help="(b) questions per batch")
-    parser.add_argument("--group", type=int, default=8,
-                        help="(a, b, c) rollouts per question (G)")
-    parser.add_argument("--noise", type=float, nargs="+", default=[0.1, 0.3],
-                        help="(b) shares of noisy searches")
-    parser.add_argument("--json", type=Path,
-                        help="also write the figures to this file (the sections run here "
-                             "replace theirs in an existing file)")
+    parser.add_argument("--group", type=int, default=8, help="(a, b, c) rollouts per question (G)")
+    parser.add_argument(
+        "--noise", type=float, nargs="+", default=[0.1, 0.3], help="(b) shares of noisy searches"
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write the figures to this file (the sections run here replace theirs in an existing file)",
+    )
     args = parser.parse_args()
     run_args = {k: v for k, v in vars(args).items() if k != "json"}
     out: dict[str, Any] = {"args": dict.fromkeys(args.only, run_args)}
     tables = {
-        "a": Table(title=f"(a) sub-env steps per CPU second (step calls only), GRPO-shaped: "
-                         f"groups of {args.group}, noisy reader ({args.noise_a:.0%})"),
-        "c": Table(title=f"(c) Ray env workers, {args.ray_envs} sub-envs, BM25 at "
-                         f"{args.ray_size:,} passages, wall clock on this machine"),
+        "a": Table(
+            title=f"(a) sub-env steps per CPU second (step calls only), GRPO-shaped: "
+            f"groups of {args.group}, noisy reader ({args.noise_a:.0%})"
+        ),
+        "c": Table(
+            title=f"(c) Ray env workers, {args.ray_envs} sub-envs, BM25 at "
+            f"{args.ray_size:,} passages, wall clock on this machine"
+        ),
         "d": Table(title="(d) one think-only step, CPU microseconds (Tiny-v1)"),
-        "e": Table(title="(e) oracle agent, one core, query cache off: BM25 engines on the same "
-                         "index and queries"),
-        "b": Table(title=f"(b) GRPO-shaped: {args.batches} batches x {args.questions} questions "
-                         f"x G={args.group}, noisy oracle, one core"),
+        "e": Table(
+            title="(e) oracle agent, one core, query cache off: BM25 engines on the same index and queries"
+        ),
+        "b": Table(
+            title=f"(b) GRPO-shaped: {args.batches} batches x {args.questions} questions "
+            f"x G={args.group}, noisy oracle, one core"
+        ),
     }
-    for section, columns in (("a", A_COLUMNS), ("c", C_COLUMNS), ("d", D_COLUMNS),
-                             ("e", E_COLUMNS), ("b", B_COLUMNS)):
+    for section, columns in (
+        ("a", A_COLUMNS),
+        ("c", C_COLUMNS),
+        ("d", D_COLUMNS),
+        ("e", E_COLUMNS),
+        ("b", B_COLUMNS),
+    ):
         for col in columns:
             tables[section].add_column(col, justify="right")
-    notes: list[str] = [f"load average (1, 5, 15 min) at the start {_load(os.getloadavg())}, "
-                        f"on {os.cpu_count()} cores"]
+    notes: list[str] = [
+        f"load average (1, 5, 15 min) at the start {_load(os.getloadavg())}, on {os.cpu_count()} cores"
+    ]
     if "d" in args.only:
         section_d(args, tables["d"], out)
     for size in args.sizes if {"a", "b", "e"} & set(args.only) else []:
@@ -757,8 +886,7 @@ def main() -> None:
         t = time.perf_counter()
         task = build_task(config)
         build_s = time.perf_counter() - t
-        notes.append(f"{size:,} passages: world {gen_s:.0f} s, index and query checks "
-                     f"{build_s:.0f} s")
+        notes.append(f"{size:,} passages: world {gen_s:.0f} s, index and query checks {build_s:.0f} s")
         console.print(notes[-1])
         if "a" in args.only:
             section_a(args, f"BM25, {size:,}", task, tables["a"], out, args.steps_a)
@@ -767,25 +895,35 @@ def main() -> None:
         if "b" in args.only:
             section_b(args, task, tables["b"], out)
         if "a" in args.only:
-            for dense_size, random_vectors in ((args.dense_size, False),
-                                               (args.dense_random_size, True)):
+            for dense_size, random_vectors in ((args.dense_size, False), (args.dense_random_size, True)):
                 if dense_size != size:
                     continue
                 label = f"dense MiniLM{', random passages' if random_vectors else ''}, {size:,}"
-                section_a(args, label, task_with(task, dense_retriever(
-                    task, args.cache_dir, random_vectors)), tables["a"], out, args.dense_steps)
+                section_a(
+                    args,
+                    label,
+                    task_with(task, dense_retriever(task, args.cache_dir, random_vectors)),
+                    tables["a"],
+                    out,
+                    args.dense_steps,
+                )
         clear_caches()
         del task
         gc.collect()
     if "a" in args.only:
-        for dense_size, random_vectors in ((args.dense_size, False),
-                                           (args.dense_random_size, True)):
+        for dense_size, random_vectors in ((args.dense_size, False), (args.dense_random_size, True)):
             if not dense_size or dense_size in args.sizes:
                 continue
             task = build_task(WorldConfig(n_entities=dense_size, n_questions=1000))
             label = f"dense MiniLM{', random passages' if random_vectors else ''}, {dense_size:,}"
-            section_a(args, label, task_with(task, dense_retriever(
-                task, args.cache_dir, random_vectors)), tables["a"], out, args.dense_steps)
+            section_a(
+                args,
+                label,
+                task_with(task, dense_retriever(task, args.cache_dir, random_vectors)),
+                tables["a"],
+                out,
+                args.dense_steps,
+            )
             clear_caches()
             del task
             gc.collect()

@@ -41,10 +41,13 @@ def main() -> None:
     parser.add_argument("--algos", default="ppo,a2c,dqn")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--timesteps", type=int, default=60_000)
-    parser.add_argument("--eval-episodes", type=int, default=200,
-                        help="held-out test questions (the default world has about 200)")
-    parser.add_argument("--baselines",
-                        default="masked-random,random,single-search,iterative,oracle")
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=200,
+        help="held-out test questions (the default world has about 200)",
+    )
+    parser.add_argument("--baselines", default="masked-random,random,single-search,iterative,oracle")
     parser.add_argument("--reward", default="default")
     parser.add_argument("--json", default=None, help="write all results here")
     parser.add_argument("--plot", default=None, help="write the learning curves here (PNG)")
@@ -53,30 +56,61 @@ def main() -> None:
     algos = [a for a in args.algos.split(",") if a]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     result = bench_rl(
-        ENV_ID, env_kwargs={"reward": args.reward, "base_kwargs": {"split": "train"}},
+        ENV_ID,
+        env_kwargs={"reward": args.reward, "base_kwargs": {"split": "train"}},
         eval_env_kwargs={"reward": args.reward, "base_kwargs": {"split": "test"}},
-        algos=algos, seeds=seeds, timesteps=args.timesteps, eval_episodes=args.eval_episodes,
-        baselines=[b for b in args.baselines.split(",") if b], curve_episodes=100,
-        progress=True, plot=args.plot)
+        algos=algos,
+        seeds=seeds,
+        timesteps=args.timesteps,
+        eval_episodes=args.eval_episodes,
+        baselines=[b for b in args.baselines.split(",") if b],
+        curve_episodes=100,
+        progress=True,
+        plot=args.plot,
+    )
 
     ref = result["baselines"].get("iterative", {}).get("em")
-    table = Table(title=f"{ENV_ID}: {args.timesteps:,} training steps per run, "
-                        f"{args.eval_episodes} held-out test questions, 1 thread")
-    for col in ("agent", "EM (mean ± std)", "EM per seed", "vs iterative", "reward",
-                "searches", "invalid", "train steps/s", "train s"):
+    table = Table(
+        title=f"{ENV_ID}: {args.timesteps:,} training steps per run, "
+        f"{args.eval_episodes} held-out test questions, 1 thread"
+    )
+    for col in (
+        "agent",
+        "EM (mean ± std)",
+        "EM per seed",
+        "vs iterative",
+        "reward",
+        "searches",
+        "invalid",
+        "train steps/s",
+        "train s",
+    ):
         table.add_column(col, justify="left" if col == "agent" else "right")
     for algo, s in result["summary"].items():
         runs = [r for r in result["runs"] if r["algo"] == algo]
-        table.add_row(algo, f"{s['em']:.3f} ± {s['em_std']:.3f}",
-                      " ".join(f"{r['em']:.3f}" for r in runs),
-                      f"{s['em'] / ref:.2f}×" if ref else "-", f"{s['reward']:.3f}",
-                      f"{s['avg_searches']:.2f}", f"{s['invalid_rate']:.3f}",
-                      f"{s['train_steps_per_s']:.0f}",
-                      f"{sum(r['train_s'] for r in runs) / len(runs):.0f}")
+        table.add_row(
+            algo,
+            f"{s['em']:.3f} ± {s['em_std']:.3f}",
+            " ".join(f"{r['em']:.3f}" for r in runs),
+            f"{s['em'] / ref:.2f}×" if ref else "-",
+            f"{s['reward']:.3f}",
+            f"{s['avg_searches']:.2f}",
+            f"{s['invalid_rate']:.3f}",
+            f"{s['train_steps_per_s']:.0f}",
+            f"{sum(r['train_s'] for r in runs) / len(runs):.0f}",
+        )
     for name, b in result["baselines"].items():
-        table.add_row(f"[dim]{name}[/dim]", f"{b['em']:.3f}", "-",
-                      f"{b['em'] / ref:.2f}×" if ref else "-", f"{b['reward']:.3f}",
-                      f"{b['avg_searches']:.2f}", f"{b['invalid_rate']:.3f}", "-", "-")
+        table.add_row(
+            f"[dim]{name}[/dim]",
+            f"{b['em']:.3f}",
+            "-",
+            f"{b['em'] / ref:.2f}×" if ref else "-",
+            f"{b['reward']:.3f}",
+            f"{b['avg_searches']:.2f}",
+            f"{b['invalid_rate']:.3f}",
+            "-",
+            "-",
+        )
     console = Console(width=160)
     console.print(table)
     for algo in result["summary"]:

@@ -91,8 +91,7 @@ def build_indexes(workdir: Path, size: int, kinds: set[str]) -> tuple[dict[str, 
     """The BM25 and dense indexes (reused when ``workdir`` already holds them) and queries."""
     t0 = time.perf_counter()
     passages, queries = corpus_and_queries(size, 2000)
-    console.print(f"  synthetic world of {len(passages):,} passages in "
-                  f"{time.perf_counter() - t0:.1f} s")
+    console.print(f"  synthetic world of {len(passages):,} passages in {time.perf_counter() - t0:.1f} s")
     out = {"bm25": workdir / f"bm25-{size}", "dense": workdir / f"dense-{size}"}
     for kind in sorted(kinds):
         path = out[kind]
@@ -124,8 +123,9 @@ def verify_figures(path: Path) -> str:
         t0 = time.perf_counter()
         verify_index(path, mode)
         times[mode] = (time.perf_counter() - t0) * 1000
-    return (f"{path.name}: {len(m.files)} files, largest {big} {size / 2**20:.1f} MiB; verify "
-            + ", ".join(f"{k} {v:.0f} ms" for k, v in times.items()))
+    return f"{path.name}: {len(m.files)} files, largest {big} {size / 2**20:.1f} MiB; verify " + ", ".join(
+        f"{k} {v:.0f} ms" for k, v in times.items()
+    )
 
 
 # ------------------------------------------------------------------------------------ server
@@ -142,10 +142,13 @@ class Server:
         self.ray = cfg.ray
         self.url = f"http://127.0.0.1:{cfg.port}"
         self.host, self.port = "127.0.0.1", cfg.port
-        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH",
-                                                                                   "")}
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, json.dumps(asdict(cfg))],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, json.dumps(asdict(cfg))],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -161,8 +164,7 @@ class Server:
 
     def get(self, path: str) -> dict:
         c = Client(self.host, self.port, keep_alive=False)
-        status, body = c.call(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-                              .encode())
+        status, body = c.call(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
         return json.loads(body)
 
     def stats(self) -> dict:
@@ -232,9 +234,10 @@ class Client:
         return status, body
 
     def retrieve(self, body: bytes) -> int:
-        head = (f"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n"
-                + ("" if self.keep_alive else "Connection: close\r\n") + "\r\n").encode()
+        head = (
+            f"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n" + ("" if self.keep_alive else "Connection: close\r\n") + "\r\n"
+        ).encode()
         return self.call(head + body)[0]
 
 
@@ -242,8 +245,16 @@ def bodies(queries: list[str]) -> list[bytes]:
     return [json.dumps({"queries": [q], "topk": 3}).encode() for q in queries]
 
 
-async def _client(host: str, port: int, reqs: list[bytes], start: int, keep_alive: bool,
-                  stop: asyncio.Event, lat: list[float], errors: list[int]) -> None:
+async def _client(
+    host: str,
+    port: int,
+    reqs: list[bytes],
+    start: int,
+    keep_alive: bool,
+    stop: asyncio.Event,
+    lat: list[float],
+    errors: list[int],
+) -> None:
     """One client: a request, its whole reply, the next (a kept-alive connection or a fresh one
     each time)."""
     reader = writer = None
@@ -251,9 +262,10 @@ async def _client(host: str, port: int, reqs: list[bytes], start: int, keep_aliv
     while not stop.is_set():
         body = reqs[n % len(reqs)]
         n += 1
-        head = (f"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n"
-                + ("" if keep_alive else "Connection: close\r\n") + "\r\n").encode()
+        head = (
+            f"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n" + ("" if keep_alive else "Connection: close\r\n") + "\r\n"
+        ).encode()
         t0 = time.perf_counter()
         try:
             if writer is None:
@@ -283,8 +295,7 @@ async def _client(host: str, port: int, reqs: list[bytes], start: int, keep_aliv
         writer.close()
 
 
-def load(server: Server, reqs: list[bytes], clients: int, keep_alive: bool, seconds: float
-         ) -> dict:
+def load(server: Server, reqs: list[bytes], clients: int, keep_alive: bool, seconds: float) -> dict:
     """``clients`` concurrent clients for ``seconds``: rate, latencies, errors, CPU.
 
     The clients are coroutines on one event loop in this process (as load generators such as
@@ -296,9 +307,12 @@ def load(server: Server, reqs: list[bytes], clients: int, keep_alive: bool, seco
 
     async def run() -> None:
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(_client(server.host, server.port, reqs, i * 7919,
-                                             keep_alive, stop, lat, errors))
-                 for i in range(clients)]
+        tasks = [
+            asyncio.create_task(
+                _client(server.host, server.port, reqs, i * 7919, keep_alive, stop, lat, errors)
+            )
+            for i in range(clients)
+        ]
         await asyncio.sleep(seconds)
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 120)
@@ -312,53 +326,91 @@ def load(server: Server, reqs: list[bytes], clients: int, keep_alive: bool, seco
     after = server.stats()
     arr = np.array(lat) * 1000
     batches = 0 if server.ray else after["batches"] - before["batches"]  # Ray: per replica
-    return {"qps": len(arr) / elapsed, "p50": float(np.percentile(arr, 50)) if len(arr) else 0,
-            "p99": float(np.percentile(arr, 99)) if len(arr) else 0,
-            "max": float(arr.max()) if len(arr) else 0, "errors": errors[0],
-            "batch": (after["queries"] - before["queries"]) / batches if batches else 0.0,
-            "server_cpu": cpu * 1000 / max(1, len(arr)),
-            "client_cpu": mine * 1000 / max(1, len(arr))}
+    return {
+        "qps": len(arr) / elapsed,
+        "p50": float(np.percentile(arr, 50)) if len(arr) else 0,
+        "p99": float(np.percentile(arr, 99)) if len(arr) else 0,
+        "max": float(arr.max()) if len(arr) else 0,
+        "errors": errors[0],
+        "batch": (after["queries"] - before["queries"]) / batches if batches else 0.0,
+        "server_cpu": cpu * 1000 / max(1, len(arr)),
+        "client_cpu": mine * 1000 / max(1, len(arr)),
+    }
 
 
 # ------------------------------------------------------------------------------------ rows
 class Report:
     def __init__(self) -> None:
         self.notes: list[str] = []
-        self.table = Table(title="hopgym serve under load (POST /retrieve, one query per request, "
-                                 "top-3; clients on loopback)")
-        for col in ("server", "index", "load", "conn", "q/s", "p50 ms", "p99 ms", "max ms",
-                    "errors", "avg batch", "server CPU ms/q", "client CPU ms/q", "vs 1"):
-            self.table.add_column(col, justify="left" if col in ("server", "load", "conn")
-                                  else "right")
+        self.table = Table(
+            title="hopgym serve under load (POST /retrieve, one query per request, "
+            "top-3; clients on loopback)"
+        )
+        for col in (
+            "server",
+            "index",
+            "load",
+            "conn",
+            "q/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "errors",
+            "avg batch",
+            "server CPU ms/q",
+            "client CPU ms/q",
+            "vs 1",
+        ):
+            self.table.add_column(col, justify="left" if col in ("server", "load", "conn") else "right")
 
-    def row(self, server: str, index: str, load_: str, conn: str, r: dict,
-            base: float | None = None) -> None:
+    def row(self, server: str, index: str, load_: str, conn: str, r: dict, base: float | None = None) -> None:
         ratio = f"{r['qps'] / base:.1f}x" if base else ""
-        self.table.add_row(server, index, load_, conn, f"{r['qps']:,.0f}", f"{r['p50']:.1f}",
-                           f"{r['p99']:.1f}", f"{r['max']:.0f}", str(r["errors"]),
-                           f"{r['batch']:.1f}" if r["batch"] else "-",
-                           f"{r['server_cpu']:.2f}" if r["server_cpu"] else "-",
-                           f"{r['client_cpu']:.2f}", ratio)
-        console.print(f"  {server} {index} {load_} {conn}: {r['qps']:,.0f} q/s, p50 "
-                      f"{r['p50']:.1f} ms, p99 {r['p99']:.1f} ms, max {r['max']:.0f} ms, "
-                      f"{r['errors']} errors, batch {r['batch']:.1f}, server CPU "
-                      f"{r['server_cpu']:.2f} ms/q, client CPU {r['client_cpu']:.2f} ms/q {ratio}")
+        self.table.add_row(
+            server,
+            index,
+            load_,
+            conn,
+            f"{r['qps']:,.0f}",
+            f"{r['p50']:.1f}",
+            f"{r['p99']:.1f}",
+            f"{r['max']:.0f}",
+            str(r["errors"]),
+            f"{r['batch']:.1f}" if r["batch"] else "-",
+            f"{r['server_cpu']:.2f}" if r["server_cpu"] else "-",
+            f"{r['client_cpu']:.2f}",
+            ratio,
+        )
+        console.print(
+            f"  {server} {index} {load_} {conn}: {r['qps']:,.0f} q/s, p50 "
+            f"{r['p50']:.1f} ms, p99 {r['p99']:.1f} ms, max {r['max']:.0f} ms, "
+            f"{r['errors']} errors, batch {r['batch']:.1f}, server CPU "
+            f"{r['server_cpu']:.2f} ms/q, client CPU {r['client_cpu']:.2f} ms/q {ratio}"
+        )
 
 
-def concurrency_rows(report: Report, server: Server, name: str, index: str, reqs: list[bytes],
-                     levels: list[int], seconds: float) -> None:
+def concurrency_rows(
+    report: Report,
+    server: Server,
+    name: str,
+    index: str,
+    reqs: list[bytes],
+    levels: list[int],
+    seconds: float,
+) -> None:
     load(server, reqs, 4, True, 1.0)  # warm-up (first queries load the encoder, page in files)
     for keep_alive in (True, False):
         base = None
         for n in levels:
             r = load(server, reqs, n, keep_alive, seconds)
             base = base or r["qps"]
-            report.row(name, index, f"{n} client{'s' * (n > 1)}",
-                       "keep-alive" if keep_alive else "fresh", r, base)
+            report.row(
+                name, index, f"{n} client{'s' * (n > 1)}", "keep-alive" if keep_alive else "fresh", r, base
+            )
 
 
-def abuse_rows(report: Report, server: Server, index: str, reqs: list[bytes], seconds: float,
-               read_timeout: float) -> None:
+def abuse_rows(
+    report: Report, server: Server, index: str, reqs: list[bytes], seconds: float, read_timeout: float
+) -> None:
     # 300 idle sockets beside one client; held past read_timeout, so the server closes them.
     socks = []
     for i in range(300):
@@ -376,8 +428,10 @@ def abuse_rows(report: Report, server: Server, index: str, reqs: list[bytes], se
             pass
         s.close()
     report.row("uvicorn", index, "1 client + 300 idle sockets", "keep-alive", r)
-    report.notes.append(f"300 idle sockets (150 silent, 150 slow-loris): {closed} answered 408 and "
-                        "closed by the server (read_timeout)")
+    report.notes.append(
+        f"300 idle sockets (150 silent, 150 slow-loris): {closed} answered 408 and "
+        "closed by the server (read_timeout)"
+    )
     # One client sending 2 MB queries beside 8 normal clients.
     huge = json.dumps({"queries": ["lorem " * 350_000], "topk": 3}).encode()
     stop = threading.Event()
@@ -397,24 +451,34 @@ def abuse_rows(report: Report, server: Server, index: str, reqs: list[bytes], se
     t.join(60)
     codes = sorted(set(huge_status))
     report.row("uvicorn", index, "8 clients + 2 MB queries", "keep-alive", r)
-    report.notes.append(f"2 MB queries sent back to back beside the 8 clients: {len(huge_status)}, "
-                        f"each answered HTTP {'/'.join(map(str, codes))} in "
-                        f"{np.median(huge_lat) * 1000:.0f} ms (median)")
+    report.notes.append(
+        f"2 MB queries sent back to back beside the 8 clients: {len(huge_status)}, "
+        f"each answered HTTP {'/'.join(map(str, codes))} in "
+        f"{np.median(huge_lat) * 1000:.0f} ms (median)"
+    )
 
 
 # ------------------------------------------------------------------------------------ main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=("bm25", "dense", "abuse", "ray"),
-                        default=["bm25", "dense", "abuse", "ray"])
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=("bm25", "dense", "abuse", "ray"),
+        default=["bm25", "dense", "abuse", "ray"],
+    )
     parser.add_argument("--passages", type=int, default=100_000)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--seconds", type=float, default=6.0, help="per row")
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--threads", type=int, default=1,
-                        help="engine threads (FAISS and torch) of the uvicorn servers")
-    parser.add_argument("--workdir", default="/tmp/hopgym_serve_load",
-                        help="where the indexes are built (and reused by later runs)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="engine threads (FAISS and torch) of the uvicorn servers"
+    )
+    parser.add_argument(
+        "--workdir",
+        default="/tmp/hopgym_serve_load",
+        help="where the indexes are built (and reused by later runs)",
+    )
     args = parser.parse_args()
 
     workdir = Path(args.workdir)
@@ -433,29 +497,29 @@ def main() -> None:
         if kind not in args.only:
             continue
         console.print(f"[bold]uvicorn[/] {kind}")
-        server = Server(ServeConfig(index=str(paths[kind]), port=free_port(),
-                                    threads=args.threads, cache_entries=0))
+        server = Server(
+            ServeConfig(index=str(paths[kind]), port=free_port(), threads=args.threads, cache_entries=0)
+        )
         try:
             label = f"{kind} {size}"
             concurrency_rows(report, server, "uvicorn", label, reqs, args.clients, args.seconds)
             if kind == "bm25" and "abuse" in args.only:
-                abuse_rows(report, server, f"bm25 {size}", reqs, args.seconds,
-                           ServeConfig().read_timeout)
+                abuse_rows(report, server, f"bm25 {size}", reqs, args.seconds, ServeConfig().read_timeout)
         finally:
             server.stop()
     if "abuse" in args.only and "bm25" not in args.only:
         server = Server(ServeConfig(index=str(paths["bm25"]), port=free_port(), cache_entries=0))
         try:
-            abuse_rows(report, server, f"bm25 {size}", reqs, args.seconds,
-                       ServeConfig().read_timeout)
+            abuse_rows(report, server, f"bm25 {size}", reqs, args.seconds, ServeConfig().read_timeout)
         finally:
             server.stop()
     if "ray" in args.only:
         for n in args.replicas:
             console.print(f"[bold]ray serve[/] bm25, {n} replica(s)")
             t0 = time.perf_counter()
-            server = Server(ServeConfig(index=str(paths["bm25"]), port=free_port(), ray=True,
-                                        replicas=n, cache_entries=0))
+            server = Server(
+                ServeConfig(index=str(paths["bm25"]), port=free_port(), ray=True, replicas=n, cache_entries=0)
+            )
             console.print(f"  deployed in {time.perf_counter() - t0:.0f} s")
             try:
                 load(server, reqs, 4, True, 2.0)
@@ -463,15 +527,18 @@ def main() -> None:
                 for c in (1, 32):
                     r = load(server, reqs, c, True, args.seconds)
                     base = base or r["qps"]
-                    report.row(f"ray serve x{n}", f"bm25 {size}", f"{c} client{'s' * (c > 1)}",
-                               "keep-alive", r, base)
+                    report.row(
+                        f"ray serve x{n}", f"bm25 {size}", f"{c} client{'s' * (c > 1)}", "keep-alive", r, base
+                    )
             finally:
                 server.stop()
     console.print(report.table)
-    console.print(f"  {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; rows took "
-                  f"{time.perf_counter() - t_all:.0f} s; dense = MiniLM query encoder + FAISS flat; "
-                  "avg batch = queries per engine call, server CPU = the server process's (neither "
-                  "shown for Ray: its replicas are other processes)")
+    console.print(
+        f"  {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; rows took "
+        f"{time.perf_counter() - t_all:.0f} s; dense = MiniLM query encoder + FAISS flat; "
+        "avg batch = queries per engine call, server CPU = the server process's (neither "
+        "shown for Ray: its replicas are other processes)"
+    )
     for note in report.notes + notes:
         console.print(f"  {note}")
 

@@ -39,11 +39,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: (dataset, model, agent, parse), in the order they run: the rows the targets need first.
 ROWS = [
-    ("syn", "sft", "llm", "lenient"), ("syn", "sft", "llm-direct", None),
-    ("syn", "base", "llm-direct", None), ("syn", "base", "llm", "lenient"),
-    ("hot", "sft", "llm", "lenient"), ("hot", "sft", "llm-direct", None),
-    ("hot", "base", "llm-direct", None), ("hot", "base", "llm", "lenient"),
-    ("syn", "sft", "llm", "strict"), ("syn", "base", "llm", "strict"),
+    ("syn", "sft", "llm", "lenient"),
+    ("syn", "sft", "llm-direct", None),
+    ("syn", "base", "llm-direct", None),
+    ("syn", "base", "llm", "lenient"),
+    ("hot", "sft", "llm", "lenient"),
+    ("hot", "sft", "llm-direct", None),
+    ("hot", "base", "llm-direct", None),
+    ("hot", "base", "llm", "lenient"),
+    ("syn", "sft", "llm", "strict"),
+    ("syn", "base", "llm", "strict"),
 ]
 
 
@@ -66,8 +71,12 @@ def _env_fn(args: argparse.Namespace, ds: str, parse: str | None) -> Any:
     import gymnasium as gym
 
     # -v1's turn handling, spelled out: a lenient parse (closed book too) and both notices.
-    opts: dict[str, Any] = {"max_turns": args.max_turns, "parse": parse or "lenient",
-                            "repeat_notice": True, "last_turn_notice": True}
+    opts: dict[str, Any] = {
+        "max_turns": args.max_turns,
+        "parse": parse or "lenient",
+        "repeat_notice": True,
+        "last_turn_notice": True,
+    }
     if ds == "syn":
         env_id, kw = args.synthetic, {"hops": 2, "split": "test"}
     else:
@@ -95,11 +104,20 @@ def _sft(args: argparse.Namespace) -> Path:
             start = time.process_time()
             summary = run_sft(
                 TrainConfig(model=str(model), env=args.synthetic, kw={"hops": 2}, split="train"),
-                SFTRunConfig(output_dir=str(out), max_steps=args.sft_steps,
-                             batch_size=args.sft_batch, learning_rate=args.sft_lr,
-                             warmup_steps=3, max_length=1024, logging_steps=1, seed=r,
-                             time_limit_s=args.sft_cpu_limit, time_limit_clock="process"),
-                SFTDataConfig(teacher="oracle"))
+                SFTRunConfig(
+                    output_dir=str(out),
+                    max_steps=args.sft_steps,
+                    batch_size=args.sft_batch,
+                    learning_rate=args.sft_lr,
+                    warmup_steps=3,
+                    max_length=1024,
+                    logging_steps=1,
+                    seed=r,
+                    time_limit_s=args.sft_cpu_limit,
+                    time_limit_clock="process",
+                ),
+                SFTDataConfig(teacher="oracle"),
+            )
             summary["cpu_s"] = round(time.process_time() - start, 1)
             print(f"[sft] {summary}", flush=True)
             summaries.append(summary)
@@ -108,8 +126,9 @@ def _sft(args: argparse.Namespace) -> Path:
     return Path(model)
 
 
-def _run_row(args: argparse.Namespace, row: tuple[str, str, str, str | None],
-             sft_dir: Path) -> dict[str, Any]:
+def _run_row(
+    args: argparse.Namespace, row: tuple[str, str, str, str | None], sft_dir: Path
+) -> dict[str, Any]:
     from hopgym.agents.evaluation import evaluate
     from hopgym.agents.llm import make_llm_agent
 
@@ -127,15 +146,28 @@ def _run_row(args: argparse.Namespace, row: tuple[str, str, str, str | None],
     traj = Path(args.out) / f"{_row_name(row)}.jsonl"
     episodes = args.syn_episodes if ds == "syn" else args.hot_episodes
     start, wall = time.process_time(), time.perf_counter()
-    metrics = evaluate(env_fn, agent, episodes=episodes, seed=0, trajectories=traj,
-                       agent_name=f"{agent_name}:{model}", num_envs=args.num_envs)
+    metrics = evaluate(
+        env_fn,
+        agent,
+        episodes=episodes,
+        seed=0,
+        trajectories=traj,
+        agent_name=f"{agent_name}:{model}",
+        num_envs=args.num_envs,
+    )
     metrics.pop("per_episode", None)
     eps = [json.loads(line) for line in traj.read_text().splitlines()[1:]]
-    unforced = sum(any(t["action_type"] == "answer" and not (t.get("agent") or {}).get("forced")
-                       for t in ep["turns"]) for ep in eps)
-    return {"row": list(row), "metrics": metrics, "unforced_answered": unforced / len(eps),
-            "cpu_s": round(time.process_time() - start, 1),
-            "wall_s": round(time.perf_counter() - wall, 1)}
+    unforced = sum(
+        any(t["action_type"] == "answer" and not (t.get("agent") or {}).get("forced") for t in ep["turns"])
+        for ep in eps
+    )
+    return {
+        "row": list(row),
+        "metrics": metrics,
+        "unforced_answered": unforced / len(eps),
+        "cpu_s": round(time.process_time() - start, 1),
+        "wall_s": round(time.perf_counter() - wall, 1),
+    }
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -144,11 +176,15 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """The markdown table of the rows run so far."""
-    labels = {"syn": f"synthetic 2-hop test ({args.syn_episodes})",
-              "hot": f"HotpotQA sample ({args.hot_episodes})"}
-    lines = ["| questions | model | agent | parse | answered (unforced) | EM | F1 | support "
-             "recall | invalid turns | format issues | cut turns | searches | CPU s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    labels = {
+        "syn": f"synthetic 2-hop test ({args.syn_episodes})",
+        "hot": f"HotpotQA sample ({args.hot_episodes})",
+    }
+    lines = [
+        "| questions | model | agent | parse | answered (unforced) | EM | F1 | support "
+        "recall | invalid turns | format issues | cut turns | searches | CPU s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results:
         ds, model, agent, parse = r["row"]
         m = r["metrics"]
@@ -159,18 +195,22 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{_fmt(m['f1'], 3)} | "
             f"{'–' if closed else _fmt(m['support_recall'])} | {_fmt(m['invalid_rate'])} | "
             f"{_fmt(m['format_issue_rate'])} | {_fmt(m['truncated_rate'])} | "
-            f"{_fmt(m['avg_searches'])} | {r['cpu_s']:.0f} |")
+            f"{_fmt(m['avg_searches'])} | {r['cpu_s']:.0f} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="The transformers copy of SmolLM2-135M-Instruct.")
-    p.add_argument("--hotpot", help="A HotpotQA dev (distractor) .json/.jsonl file; without it "
-                                    "the HotpotQA rows are skipped.")
+    p.add_argument(
+        "--hotpot",
+        help="A HotpotQA dev (distractor) .json/.jsonl file; without it the HotpotQA rows are skipped.",
+    )
     p.add_argument("--out", default="runs/smollm2_table")
-    p.add_argument("--synthetic", default=None, help="Synthetic env id (default: -v1 if "
-                                                     "registered, else -v0).")
+    p.add_argument(
+        "--synthetic", default=None, help="Synthetic env id (default: -v1 if registered, else -v0)."
+    )
     p.add_argument("--syn-episodes", type=int, default=40)
     p.add_argument("--hot-episodes", type=int, default=30)
     p.add_argument("--max-turns", type=int, default=4)
@@ -180,8 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-rounds", type=int, default=2)
     p.add_argument("--sft-batch", type=int, default=4)
     p.add_argument("--sft-lr", type=float, default=1e-4)
-    p.add_argument("--sft-cpu-limit", type=float, default=900.0,
-                   help="Stop an SFT round after this many CPU seconds.")
+    p.add_argument(
+        "--sft-cpu-limit", type=float, default=900.0, help="Stop an SFT round after this many CPU seconds."
+    )
     p.add_argument("--rows", nargs="*", help="Only these rows (names as in the JSON).")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--fresh", action="store_true", help="Rerun rows already written.")

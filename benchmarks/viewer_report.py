@@ -34,8 +34,15 @@ import hopgym  # noqa: E402, F401
 from hopgym.agents import IterativeAgent, evaluate  # noqa: E402
 from hopgym.viewer import write_report  # noqa: E402
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 
 def browse(path: Path, browser: Any) -> dict[str, float]:
@@ -87,9 +94,12 @@ def main() -> None:
             evaluate(env, IterativeAgent(), episodes=n, seed=0, trajectories=run)
             t = time.process_time()
             report = write_report(run, Path(tmp) / f"run{n}.html")
-            row: dict[str, Any] = {"episodes": n, "jsonl_mb": run.stat().st_size / 1e6,
-                                   "html_mb": report.stat().st_size / 1e6,
-                                   "write_cpu_s": time.process_time() - t}
+            row: dict[str, Any] = {
+                "episodes": n,
+                "jsonl_mb": run.stat().st_size / 1e6,
+                "html_mb": report.stat().st_size / 1e6,
+                "write_cpu_s": time.process_time() - t,
+            }
             if browser is not None:
                 row.update(browse(report, browser))
             rows.append(row)
@@ -97,20 +107,33 @@ def main() -> None:
         browser.close()
         playwright.stop()
     table = Table(title="hopgym view: report size and speed (Chromium, wall clock)")
-    for col in ("episodes", "jsonl MB", "report MB", "write (CPU s)", "ready s", "list s",
-                "text filter s", "open episode s"):
+    for col in (
+        "episodes",
+        "jsonl MB",
+        "report MB",
+        "write (CPU s)",
+        "ready s",
+        "list s",
+        "text filter s",
+        "open episode s",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(f"{r['episodes']:,}", f"{r['jsonl_mb']:.1f}", f"{r['html_mb']:.1f}",
-                      f"{r['write_cpu_s']:.2f}",
-                      *(f"{r[k]:.2f}" if k in r else "–"
-                        for k in ("ready_s", "list_s", "filter_s", "open_s")))
+        table.add_row(
+            f"{r['episodes']:,}",
+            f"{r['jsonl_mb']:.1f}",
+            f"{r['html_mb']:.1f}",
+            f"{r['write_cpu_s']:.2f}",
+            *(f"{r[k]:.2f}" if k in r else "–" for k in ("ready_s", "list_s", "filter_s", "open_s")),
+        )
     Console().print(table)
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
-        print(f"{b['episodes'] / a['episodes']:.0f}x the episodes: report "
-              f"{b['html_mb'] / a['html_mb']:.1f}x the size"
-              + (f", ready {b['ready_s'] / a['ready_s']:.1f}x the time" if "ready_s" in a else ""))
+        print(
+            f"{b['episodes'] / a['episodes']:.0f}x the episodes: report "
+            f"{b['html_mb'] / a['html_mb']:.1f}x the size"
+            + (f", ready {b['ready_s'] / a['ready_s']:.1f}x the time" if "ready_s" in a else "")
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -51,8 +51,9 @@ def _kw(items: Sequence[str]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--env", default="hopgym/Synthetic-v1", help="env id")
     p.add_argument("--kw", nargs="*", default=[], help="env arguments as key=value (JSON values)")
     p.add_argument("--model", required=True, help="model id/path, or the served model name")
@@ -64,8 +65,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--num-envs", type=int, default=8, help="episodes acted on per batch")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--closed-book", action="store_true",
-                   help="the closed-book baseline: answer at once, without searching")
+    p.add_argument(
+        "--closed-book",
+        action="store_true",
+        help="the closed-book baseline: answer at once, without searching",
+    )
     p.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the metrics here")
@@ -73,15 +77,39 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     kwargs = {"protocol": args.protocol, **_kw(args.kw)}
     env = gym.make(args.env, **kwargs)
-    agent = make_llm_agent(args.model, backend=args.backend, protocol=args.protocol,
-                           base_url=args.base_url, temperature=args.temperature,
-                           max_new_tokens=args.max_new_tokens, seed=args.seed, mode=args.mode,
-                           closed_book=args.closed_book)
-    metrics = evaluate(env, agent, episodes=args.episodes, seed=args.seed,
-                       trajectories=args.trajectories, time_limit=args.time_limit,
-                       num_envs=max(1, min(args.num_envs, args.episodes)))
-    for key in ("em", "f1", "support_recall", "answered", "invalid_rate", "truncated_rate",
-                "avg_steps", "avg_searches", "episodes", "stopped", "episodes_per_s"):
+    agent = make_llm_agent(
+        args.model,
+        backend=args.backend,
+        protocol=args.protocol,
+        base_url=args.base_url,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        mode=args.mode,
+        closed_book=args.closed_book,
+    )
+    metrics = evaluate(
+        env,
+        agent,
+        episodes=args.episodes,
+        seed=args.seed,
+        trajectories=args.trajectories,
+        time_limit=args.time_limit,
+        num_envs=max(1, min(args.num_envs, args.episodes)),
+    )
+    for key in (
+        "em",
+        "f1",
+        "support_recall",
+        "answered",
+        "invalid_rate",
+        "truncated_rate",
+        "avg_steps",
+        "avg_searches",
+        "episodes",
+        "stopped",
+        "episodes_per_s",
+    ):
         value = metrics[key]
         print(f"{key:>16}: {value:.3f}" if isinstance(value, float) else f"{key:>16}: {value}")
     if args.json:

@@ -41,6 +41,7 @@ def random_policy(rng: np.random.Generator) -> Policy:
 
 def rule_searcher(core: FeaturizedEnv) -> Policy:
     """Search the question, then the candidate with the deepest chain evidence; wait when done."""
+
     def act(agent: str, info: dict[str, Any]) -> int:
         mask = info["action_mask"]
         wait = len(mask) - 1
@@ -52,6 +53,7 @@ def rule_searcher(core: FeaturizedEnv) -> Policy:
             if c.kind not in ("yesno",) and mask[core.slot("search", i)]:
                 return core.slot("search", i)
         return wait
+
     return act
 
 
@@ -63,14 +65,16 @@ def rule_answerer(core: FeaturizedEnv) -> Policy:
         wait = len(info["action_mask"]) - 1
         q = core.question
         for i, c in enumerate(core.slots):
-            if c.kind == "option" and ((q.wants == "min" and c.value_min)
-                                       or (q.wants == "max" and c.value_max)):
+            if c.kind == "option" and (
+                (q.wants == "min" and c.value_min) or (q.wants == "max" and c.value_max)
+            ):
                 return i
             if c.kind == "yesno" and c.support:
                 return i
             if c.kind not in ("option", "yesno", "qentity") and c.level >= len(q.chain) > 0:
                 return i
         return wait if info.get("turns_left", team_budget) > 1 else 0
+
     return act
 
 
@@ -80,18 +84,20 @@ def rule_racer(core: FeaturizedEnv) -> Policy:
 
     def act(agent: str, info: dict[str, Any]) -> int:
         mask = info["action_mask"]
-        a = answer(agent, {**info, "action_mask": np.concatenate([mask[1 + k + s:], [1]])})
+        a = answer(agent, {**info, "action_mask": np.concatenate([mask[1 + k + s :], [1]])})
         if a < k:
             return 1 + k + s + a
         a = search(agent, {**info, "action_mask": np.concatenate([mask[: 1 + k + s], [1]])})
         if a < 1 + k + s and mask[a]:
             return a
         return int(np.flatnonzero(mask)[-1])  # nothing useful left: the last sensible action
+
     return act
 
 
-def play(team: Any, policies: dict[str, Policy], episodes: int, seed: int,
-         show: bool = False) -> dict[str, float]:
+def play(
+    team: Any, policies: dict[str, Policy], episodes: int, seed: int, show: bool = False
+) -> dict[str, float]:
     returns = {a: 0.0 for a in team.possible_agents}
     wins = 0
     for ep in range(episodes):
@@ -120,27 +126,31 @@ def main() -> None:
     parser.add_argument("--show", action="store_true", help="print every step and transcript")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    kw = {"base_id": args.base_id, "obs_mode": args.obs_mode,
-          "render_mode": "ansi" if args.show else None}
+    kw = {"base_id": args.base_id, "obs_mode": args.obs_mode, "render_mode": "ansi" if args.show else None}
 
     team = parallel_env(mode="cooperative", **kw)
     core = team.cores[0]
     teams = {
         "random team": {"searcher_0": random_policy(rng), "answerer_0": random_policy(rng)},
         "rule team": {"searcher_0": rule_searcher(core), "answerer_0": rule_answerer(core)},
-        "rule searcher + random answerer": {"searcher_0": rule_searcher(core),
-                                            "answerer_0": random_policy(rng)},
+        "rule searcher + random answerer": {
+            "searcher_0": rule_searcher(core),
+            "answerer_0": random_policy(rng),
+        },
     }
     for name, policies in teams.items():
         res = play(team, policies, args.episodes, args.seed, args.show)
-        print(f"cooperative, {name:<32} solved {res['solved']:.3f}  "
-              f"team return {res['return/searcher_0']:.3f}")
+        print(
+            f"cooperative, {name:<32} solved {res['solved']:.3f}  team return {res['return/searcher_0']:.3f}"
+        )
 
     race = parallel_env(mode="competitive", n_racers=2, **kw)
     racers = {"racer_0": rule_racer(race.cores[0]), "racer_1": random_policy(rng)}
     res = play(race, racers, args.episodes, args.seed, args.show)
-    print(f"competitive, rule racer_0 vs random racer_1: return {res['return/racer_0']:.3f} "
-          f"vs {res['return/racer_1']:.3f} (shared budget {race.search_budget} searches)")
+    print(
+        f"competitive, rule racer_0 vs random racer_1: return {res['return/racer_0']:.3f} "
+        f"vs {res['return/racer_1']:.3f} (shared budget {race.search_budget} searches)"
+    )
 
     # The AEC form: agents act one after another; the conversion collects a joint action.
     aec = aec_env(mode="cooperative", **kw)

@@ -90,8 +90,12 @@ def parse_args() -> Args:
 
 
 def make_env(args: Args, split: str) -> gym.Env:
-    return gym.make(ENV_ID, reward=args.reward, max_turns=args.max_turns,
-                    base_kwargs={"split": None if split == "all" else split})
+    return gym.make(
+        ENV_ID,
+        reward=args.reward,
+        max_turns=args.max_turns,
+        base_kwargs={"split": None if split == "all" else split},
+    )
 
 
 def main() -> None:
@@ -103,29 +107,31 @@ def main() -> None:
 
     from stable_baselines3.common.env_util import make_vec_env
 
-    envs = make_vec_env(lambda: make_env(args, args.train_split), n_envs=args.n_envs,
-                        seed=args.seed)
+    envs = make_vec_env(lambda: make_env(args, args.train_split), n_envs=args.n_envs, seed=args.seed)
     algo = "maskppo" if args.masked else "ppo"
-    model = make_model(algo, envs, args.seed, hyperparams={
-        "learning_rate": args.learning_rate, "ent_coef": args.ent_coef})
+    model = make_model(
+        algo, envs, args.seed, hyperparams={"learning_rate": args.learning_rate, "ent_coef": args.ent_coef}
+    )
     start = time.perf_counter()
     model.learn(total_timesteps=args.total_timesteps, progress_bar=False)
     seconds = time.perf_counter() - start
-    print(f"trained {algo} for {args.total_timesteps:,} steps in {seconds:.0f} s "
-          f"({args.total_timesteps / seconds:.0f} steps/s)")
+    print(
+        f"trained {algo} for {args.total_timesteps:,} steps in {seconds:.0f} s "
+        f"({args.total_timesteps / seconds:.0f} steps/s)"
+    )
     if args.save:
         os.makedirs(os.path.dirname(args.save) or ".", exist_ok=True)
         model.save(args.save)
         print(f"saved {args.save}")
 
     eval_env = make_env(args, args.eval_split)
-    trained = evaluate(eval_env, PolicyAgent(model, eval_env), episodes=args.eval_episodes,
-                       seed=10_000)
-    rnd = evaluate(eval_env, MaskedRandomAgent(seed=args.seed), episodes=args.eval_episodes,
-                   seed=10_000)
+    trained = evaluate(eval_env, PolicyAgent(model, eval_env), episodes=args.eval_episodes, seed=10_000)
+    rnd = evaluate(eval_env, MaskedRandomAgent(seed=args.seed), episodes=args.eval_episodes, seed=10_000)
     for name, m in (("trained", trained), ("random (masked)", rnd)):
-        print(f"{name:>16}: EM {m['em']:.3f}  F1 {m['f1']:.3f}  reward {m['reward']:.3f}  "
-              f"searches {m['avg_searches']:.2f}  invalid {m['invalid_rate']:.3f}")
+        print(
+            f"{name:>16}: EM {m['em']:.3f}  F1 {m['f1']:.3f}  reward {m['reward']:.3f}  "
+            f"searches {m['avg_searches']:.2f}  invalid {m['invalid_rate']:.3f}"
+        )
 
 
 if __name__ == "__main__":

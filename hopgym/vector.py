@@ -33,8 +33,15 @@ from hopgym.envs.vector import (
 if TYPE_CHECKING:
     from hopgym.envs.ray_vector import RayVectorEnv, WorkerError
 
-__all__ = ["BatchedSearchVectorEnv", "RayVectorEnv", "WorkerError", "EnvBatch", "SearchStats",
-           "step_batched", "prefetch_searches"]
+__all__ = [
+    "BatchedSearchVectorEnv",
+    "RayVectorEnv",
+    "WorkerError",
+    "EnvBatch",
+    "SearchStats",
+    "step_batched",
+    "prefetch_searches",
+]
 
 
 def __getattr__(name: str) -> Any:

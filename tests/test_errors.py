@@ -30,33 +30,39 @@ def _exception_classes() -> dict[str, type[BaseException]]:
     for name in _hopgym_modules():
         module = importlib.import_module(name)
         for obj in vars(module).values():
-            if inspect.isclass(obj) and issubclass(obj, BaseException) \
-                    and obj.__module__.startswith("hopgym"):
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__.startswith("hopgym")
+            ):
                 found[f"{obj.__module__}.{obj.__qualname__}"] = obj
     return found
 
 
 def test_every_hopgym_exception_derives_from_hopgym_error():
     classes = _exception_classes()
-    assert len(classes) >= 12          # the eleven of hopgym 0.1, HTTPError and the root
+    assert len(classes) >= 12  # the eleven of hopgym 0.1, HTTPError and the root
     outside = sorted(name for name, cls in classes.items() if not issubclass(cls, HopgymError))
     assert not outside, f"exceptions that do not derive from hopgym.errors.HopgymError: {outside}"
 
 
-@pytest.mark.parametrize(("name", "base"), [
-    ("hopgym.errors.RetrievalError", RuntimeError),
-    ("hopgym.errors.DependencyNotInstalled", ImportError),
-    ("hopgym.retrieval.index_store.IndexStoreError", RuntimeError),
-    ("hopgym.retrieval.index_store.StaleIndexError", RuntimeError),
-    ("hopgym.retrieval.index_store.ForeignIndexError", RuntimeError),
-    ("hopgym.corpora.datasets.DatasetFormatError", ValueError),
-    ("hopgym.corpora.datasets.DatasetUnavailableError", RuntimeError),
-    ("hopgym.rewards.base.RewardTermError", ValueError),
-    ("hopgym.rewards.base.RewardArgumentError", ValueError),
-    ("hopgym.rewards.judges.JudgeError", RuntimeError),
-    ("hopgym.agents.llm.BackendError", RuntimeError),
-    ("hopgym.httpclient.HTTPError", RuntimeError),
-])
+@pytest.mark.parametrize(
+    ("name", "base"),
+    [
+        ("hopgym.errors.RetrievalError", RuntimeError),
+        ("hopgym.errors.DependencyNotInstalled", ImportError),
+        ("hopgym.retrieval.index_store.IndexStoreError", RuntimeError),
+        ("hopgym.retrieval.index_store.StaleIndexError", RuntimeError),
+        ("hopgym.retrieval.index_store.ForeignIndexError", RuntimeError),
+        ("hopgym.corpora.datasets.DatasetFormatError", ValueError),
+        ("hopgym.corpora.datasets.DatasetUnavailableError", RuntimeError),
+        ("hopgym.rewards.base.RewardTermError", ValueError),
+        ("hopgym.rewards.base.RewardArgumentError", ValueError),
+        ("hopgym.rewards.judges.JudgeError", RuntimeError),
+        ("hopgym.agents.llm.BackendError", RuntimeError),
+        ("hopgym.httpclient.HTTPError", RuntimeError),
+    ],
+)
 def test_old_names_and_standard_bases_still_work(name, base):
     module, attr = name.rsplit(".", 1)
     cls = getattr(importlib.import_module(module), attr)
@@ -76,11 +82,17 @@ def test_dependency_not_installed_is_one_class_everywhere():
 
 
 def test_errors_pickle():
-    http = errors.HTTPError("GET u failed", method="GET", url="u", attempts=3, cause="x",
-                            status=503, transient=True)
+    http = errors.HTTPError(
+        "GET u failed", method="GET", url="u", attempts=3, cause="x", status=503, transient=True
+    )
     clone = pickle.loads(pickle.dumps(http))
-    assert (str(clone), clone.url, clone.attempts, clone.status, clone.transient) == \
-        ("GET u failed", "u", 3, 503, True)
+    assert (str(clone), clone.url, clone.attempts, clone.status, clone.transient) == (
+        "GET u failed",
+        "u",
+        3,
+        503,
+        True,
+    )
     dep = pickle.loads(pickle.dumps(DependencyNotInstalled.for_extra("x", "y")))
     assert type(dep) is DependencyNotInstalled and "hopgym[y]" in str(dep)
 
@@ -94,8 +106,7 @@ def test_the_version_lives_in_one_place():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
-        "attr": "hopgym._version.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hopgym._version.__version__"}
 
 
 def test_the_facade_has_no_evaluate_alias():
@@ -124,7 +135,10 @@ def test_hopgym_raises_no_bare_value_or_type_error():
     bad = []
     for path in sorted((ROOT / "hopgym").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
-                    getattr(node.exc.func, "id", None) in ("ValueError", "TypeError"):
+            if (
+                isinstance(node, ast.Raise)
+                and isinstance(node.exc, ast.Call)
+                and getattr(node.exc.func, "id", None) in ("ValueError", "TypeError")
+            ):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bad, f"raise InvalidOptionError / InvalidOptionTypeError instead: {bad}"

@@ -43,9 +43,15 @@ class Server:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 with srv.lock:
-                    srv.requests.append({"method": self.command, "path": self.path,
-                                         "headers": dict(self.headers), "body": body,
-                                         "t": time.monotonic()})
+                    srv.requests.append(
+                        {
+                            "method": self.command,
+                            "path": self.path,
+                            "headers": dict(self.headers),
+                            "body": body,
+                            "t": time.monotonic(),
+                        }
+                    )
                     srv.ports.add(self.client_address[1])
                     action = srv.script.pop(0) if srv.script else (200, {}, None)
                 status, headers, payload = action
@@ -100,8 +106,9 @@ class Server:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:
@@ -193,7 +200,7 @@ def test_retry_after_is_capped_by_max_backoff(server):
     client = HTTPClient(server.url, retries=1, backoff=0.0, max_backoff=0.05)
     t0 = time.monotonic()
     client.get_json()
-    assert time.monotonic() - t0 < 5.0      # far below the 60 s asked for
+    assert time.monotonic() - t0 < 5.0  # far below the 60 s asked for
     assert len(server.requests) == 2
 
 
@@ -215,7 +222,7 @@ def test_a_hanging_server_costs_at_most_the_documented_bound(server):
         client.get_json("/h")
     elapsed = time.monotonic() - t0
     assert client.max_total_seconds() == pytest.approx(0.2 * 3 + 2 * 0.05)
-    assert 0.6 <= elapsed <= client.max_total_seconds() + 0.5   # 0.5 s of scheduling slack
+    assert 0.6 <= elapsed <= client.max_total_seconds() + 0.5  # 0.5 s of scheduling slack
 
 
 def test_the_timeout_bounds_a_whole_attempt_not_each_read(server):
@@ -252,8 +259,8 @@ def test_connection_refused_names_the_url_and_the_attempts():
 def test_a_connection_closed_while_idle_is_reopened_without_using_a_retry(server):
     server.script = [("drop", {}, None)]
     client = HTTPClient(server.url, retries=0)
-    assert client.get_json("/a")["ok"]      # the server closes this connection afterwards
-    assert client.get_json("/b")["ok"]      # reopened inside the one attempt allowed
+    assert client.get_json("/a")["ok"]  # the server closes this connection afterwards
+    assert client.get_json("/b")["ok"]  # reopened inside the one attempt allowed
     assert client.connects == 2 and len(server.requests) == 2
 
 
@@ -266,7 +273,7 @@ def test_jitter_is_deterministic_by_seed_and_leaves_global_random_alone():
     assert waits_a == [b.backoff_delay(n) for n in range(1, 6)]
     assert waits_a != [c.backoff_delay(n) for n in range(1, 6)]
     for n, w in enumerate(waits_a, start=1):
-        assert 2 ** (n - 1) / 2 <= w <= 2 ** (n - 1)    # equal jitter: [w/2, w]
+        assert 2 ** (n - 1) / 2 <= w <= 2 ** (n - 1)  # equal jitter: [w/2, w]
     assert random.getstate() == state
 
 
@@ -304,10 +311,18 @@ def test_pickles_without_its_connections(server):
     assert clone.backoff_delay(1) == pickle.loads(pickle.dumps(client)).backoff_delay(1)
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"timeout": 0}, "timeout"), ({"timeout": float("inf")}, "timeout"),
-    ({"retries": -1}, "retries"), ({"retries": 1.5}, "retries"), ({"backoff": -1}, "backoff"),
-    ({"max_backoff": float("nan")}, "max_backoff"), ({"seed": "x"}, "seed")])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": float("inf")}, "timeout"),
+        ({"retries": -1}, "retries"),
+        ({"retries": 1.5}, "retries"),
+        ({"backoff": -1}, "backoff"),
+        ({"max_backoff": float("nan")}, "max_backoff"),
+        ({"seed": "x"}, "seed"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         HTTPClient("http://127.0.0.1:1", **kwargs)

@@ -77,8 +77,9 @@ def floor_of(module: str) -> int | None:
         return FACADE_FLOOR
     best = None
     for prefix, floor in FLOORS.items():
-        if (module == prefix or module.startswith(prefix + ".")) and \
-                (best is None or len(prefix) > len(best[0])):
+        if (module == prefix or module.startswith(prefix + ".")) and (
+            best is None or len(prefix) > len(best[0])
+        ):
             best = (prefix, floor)
     return None if best is None else best[1]
 
@@ -97,8 +98,7 @@ def _dynamic_target(value: ast.expr) -> str | None:
     """The hopgym module a string (or the constant head of an f-string) names."""
     if isinstance(value, ast.Constant) and isinstance(value.value, str):
         text = value.value
-    elif isinstance(value, ast.JoinedStr) and value.values and \
-            isinstance(value.values[0], ast.Constant):
+    elif isinstance(value, ast.JoinedStr) and value.values and isinstance(value.values[0], ast.Constant):
         text = str(value.values[0].value).rsplit(".", 1)[0]
     else:
         return None
@@ -126,8 +126,9 @@ def imports_of(path: Path) -> list[tuple[int, str, str]]:
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name in ("import_module", "__import__") and node.args:
                 targets = [t for t in [_dynamic_target(node.args[0])] if t]
-            targets += [t for kw in node.keywords if kw.arg == "entry_point"
-                        for t in [_dynamic_target(kw.value)] if t]
+            targets += [
+                t for kw in node.keywords if kw.arg == "entry_point" for t in [_dynamic_target(kw.value)] if t
+            ]
         for target in dict.fromkeys(targets):
             if target == FACADE or target.startswith(FACADE + "."):
                 out.append((node.lineno, target, ast.unparse(node)))
@@ -147,22 +148,32 @@ def violations() -> list[tuple[str, int, str, str, str]]:
             floor = floor_of(target)
             if floor is not None and floor > limit:
                 what = "the facade" if target == FACADE else target
-                found.append((rel, line, target, " ".join(source.split())[:100],
-                              f"imports {what} (floor {floor}) from floor {limit}"))
+                found.append(
+                    (
+                        rel,
+                        line,
+                        target,
+                        " ".join(source.split())[:100],
+                        f"imports {what} (floor {floor}) from floor {limit}",
+                    )
+                )
     return found
 
 
 def test_every_module_is_on_a_floor():
     lost = sorted(m for m in MODULES if m != FACADE and floor_of(m) is None)
-    assert not lost, (f"modules on no floor: {lost}; put them in a room or add them to FLOORS in "
-                      f"{Path(__file__).name} (and say why in its docstring)")
+    assert not lost, (
+        f"modules on no floor: {lost}; put them in a room or add them to FLOORS in "
+        f"{Path(__file__).name} (and say why in its docstring)"
+    )
 
 
 def test_no_import_runs_up_a_floor():
     bad = [v for v in violations() if (v[0], v[2]) not in ALLOWED | KNOWN]
-    assert not bad, "imports that run up a floor (corpora < retrieval < tasks < rewards < envs < " \
-        "agents < cli):\n" + \
-        "\n".join(f"  {f}:{line}: `{src}` {why}" for f, line, _, src, why in bad)
+    assert not bad, (
+        "imports that run up a floor (corpora < retrieval < tasks < rewards < envs < "
+        "agents < cli):\n" + "\n".join(f"  {f}:{line}: `{src}` {why}" for f, line, _, src, why in bad)
+    )
 
 
 def test_exceptions_still_happen():
@@ -183,23 +194,29 @@ def test_the_checker_finds_lazy_relative_and_dynamic_imports(tmp_path, monkeypat
         "def f():\n"
         "    from ..agents import llm\n"
         "    return importlib.import_module(f'hopgym.agents.{llm}')\n"
-        "REG = dict(entry_point='hopgym.agents.llm:LLMAgent')\n")
+        "REG = dict(entry_point='hopgym.agents.llm:LLMAgent')\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
     monkeypatch.setattr(sys.modules[__name__], "FILES", sorted(pkg.rglob("*.py")))
-    monkeypatch.setattr(sys.modules[__name__], "MODULES",
-                        {_module_name(p) for p in sorted(pkg.rglob("*.py"))})
+    monkeypatch.setattr(
+        sys.modules[__name__], "MODULES", {_module_name(p) for p in sorted(pkg.rglob("*.py"))}
+    )
     found = sorted((f, line, target) for f, line, target, _, _ in violations())
-    assert found == [("hopgym/corpora/bad.py", 2, "hopgym"),
-                     ("hopgym/corpora/bad.py", 4, "hopgym.agents.llm"),
-                     ("hopgym/corpora/bad.py", 5, "hopgym.agents"),
-                     ("hopgym/corpora/bad.py", 6, "hopgym.agents.llm")]
+    assert found == [
+        ("hopgym/corpora/bad.py", 2, "hopgym"),
+        ("hopgym/corpora/bad.py", 4, "hopgym.agents.llm"),
+        ("hopgym/corpora/bad.py", 5, "hopgym.agents"),
+        ("hopgym/corpora/bad.py", 6, "hopgym.agents.llm"),
+    ]
 
 
 def test_importing_the_lower_floors_loads_no_upper_floor_or_heavy_library():
     # Every `import hopgym.x` runs the facade first, so one interpreter covers them all.
-    code = ("import sys, hopgym, hopgym.rewards, hopgym.backends, hopgym.httpclient, "
-            "hopgym.retrieval.http; print(sorted(m for m in ('torch', 'transformers', 'trl', "
-            "'faiss', 'vllm', 'hopgym.agents', 'hopgym.cli') if m in sys.modules))")
+    code = (
+        "import sys, hopgym, hopgym.rewards, hopgym.backends, hopgym.httpclient, "
+        "hopgym.retrieval.http; print(sorted(m for m in ('torch', 'transformers', 'trl', "
+        "'faiss', 'vllm', 'hopgym.agents', 'hopgym.cli') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -219,8 +236,11 @@ def import_graph(files: list[Path]) -> dict[str, set[str]]:
     for path in files:
         importer = _module_name(path)
         skip = _type_checking_lines(ast.parse(path.read_text(encoding="utf-8")))
-        graph[importer] = {target for line, target, _ in imports_of(path)
-                           if line not in skip and target != FACADE and target != importer}
+        graph[importer] = {
+            target
+            for line, target, _ in imports_of(path)
+            if line not in skip and target != FACADE and target != importer
+        }
     return graph
 
 
@@ -262,8 +282,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     found = cycles(import_graph(FILES))
-    assert not found, "import cycles (lazy imports inside functions count):\n" + \
-        "\n".join("  " + " <-> ".join(c) for c in found)
+    assert not found, "import cycles (lazy imports inside functions count):\n" + "\n".join(
+        "  " + " <-> ".join(c) for c in found
+    )
 
 
 def test_the_cycle_check_finds_a_lazy_cycle(tmp_path, monkeypatch):
@@ -273,8 +294,9 @@ def test_the_cycle_check_finds_a_lazy_cycle(tmp_path, monkeypatch):
     (pkg / "envs" / "__init__.py").write_text("")
     (pkg / "envs" / "a.py").write_text("from hopgym.envs.b import B\n")
     (pkg / "envs" / "b.py").write_text("def f():\n    from hopgym.envs.a import A\n")
-    (pkg / "envs" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                      "    from hopgym.envs.a import A\n")
+    (pkg / "envs" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hopgym.envs.a import A\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
     files = sorted(pkg.rglob("*.py"))
     monkeypatch.setattr(sys.modules[__name__], "MODULES", {_module_name(p) for p in files})

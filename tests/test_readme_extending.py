@@ -20,7 +20,7 @@ def _section() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     start = text.index(SECTION)
     end = text.find("\n## ", start)
-    return text[start: end if end != -1 else len(text)]
+    return text[start : end if end != -1 else len(text)]
 
 
 def _fences(text: str) -> list[tuple[str, str]]:
@@ -57,8 +57,9 @@ SCRIPTS = [b for b in _blocks("python") if "print(" in b]
 @pytest.mark.parametrize("code", SCRIPTS, ids=["retriever", "dataset", "reward"])
 def test_snippet_prints_what_the_readme_shows(code, tmp_path):
     expected = [line[2:] for line in code.splitlines() if line.startswith("# ")]
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert _lines(out.stdout) == expected
 
@@ -69,8 +70,14 @@ def test_agent_module_runs_from_the_command_line(tmp_path):
     shown = _blocks("")[-1].splitlines()
     command = shown[0].removeprefix("$ PYTHONPATH=. ").split()
     assert command[0] == "hopgym"
-    out = subprocess.run([sys.executable, "-m", "hopgym.cli", *command[1:]], cwd=tmp_path,
-                         env=_env(), capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "hopgym.cli", *command[1:]],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     # Every line but the speed column is as shown.
     drop_speed = [re.sub(r"\s+\d+$", "", line) for line in _lines("\n".join(shown[1:]))]
@@ -79,10 +86,11 @@ def test_agent_module_runs_from_the_command_line(tmp_path):
 
 def test_the_quick_start_prints_what_the_readme_shows(tmp_path):
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    quick = text[text.index("## Quick start"):]
+    quick = text[text.index("## Quick start") :]
     (lang, code), (_, shown) = _fences(quick)[:2]
     assert lang == "python"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert _lines(out.stdout) == _lines(shown)

@@ -49,8 +49,18 @@ _LAZY = {
     "RFTRunConfig": "rft",
 }
 
-__all__ = ["Agent", "RandomAgent", "DirectAgent", "SingleSearchAgent", "OracleAgent",
-           "make_agent", "register_agent", "agent_names", "AGENTS", *_LAZY]
+__all__ = [
+    "Agent",
+    "RandomAgent",
+    "DirectAgent",
+    "SingleSearchAgent",
+    "OracleAgent",
+    "make_agent",
+    "register_agent",
+    "agent_names",
+    "AGENTS",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str):

@@ -58,8 +58,7 @@ class _TurnExtras:
 
     def step(self, info: Mapping[str, Any], agent_info: dict[str, Any] | None) -> None:
         self.issues += bool(info.get("format_issues"))
-        self.truncated += bool(info.get("truncated_turn")) or bool(
-            agent_info and agent_info.get("truncated"))
+        self.truncated += bool(info.get("truncated_turn")) or bool(agent_info and agent_info.get("truncated"))
         self.agent.append(agent_info)
         for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
             value = (agent_info or {}).get(key)
@@ -77,9 +76,15 @@ class _TurnExtras:
         return result
 
 
-def run_episode(env: gym.Env, agent: Agent, *, seed: int | None = None,
-                options: dict[str, Any] | None = None, record: bool = False,
-                deadline: float | None = None) -> dict[str, Any] | None:
+def run_episode(
+    env: gym.Env,
+    agent: Agent,
+    *,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+    record: bool = False,
+    deadline: float | None = None,
+) -> dict[str, Any] | None:
     """One episode; returns its outcome (and, with ``record``, every turn and document shown).
 
     The result is an episode record of the trajectory format (:mod:`hopgym.agents.trajectories`),
@@ -155,15 +160,27 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_NO_EPISODES = {"em": None, "f1": None, "support_recall": None, "avg_steps": None,
-                "avg_searches": None, "searches_by_source": {}, "invalid_rate": None,
-                "format_issue_rate": None, "truncated_rate": None, "answered": None,
-                "reward": None, "reward_terms": {}, "episodes": 0}
+_NO_EPISODES = {
+    "em": None,
+    "f1": None,
+    "support_recall": None,
+    "avg_steps": None,
+    "avg_searches": None,
+    "searches_by_source": {},
+    "invalid_rate": None,
+    "format_issue_rate": None,
+    "truncated_rate": None,
+    "answered": None,
+    "reward": None,
+    "reward_terms": {},
+    "episodes": 0,
+}
 
 
 # ------------------------------------------------------------------------------ vector envs
-def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]], *,
-                    workers: int | None = None) -> gym.vector.VectorEnv:
+def make_vector_env(
+    env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None
+) -> gym.vector.VectorEnv:
     """The vector env that batched evaluation acts through (the one place that chooses it).
 
     :class:`~hopgym.envs.vector.BatchedSearchVectorEnv` (one ``search_batch`` call per
@@ -176,12 +193,10 @@ def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]], *,
     if workers is None:
         from hopgym.envs.vector import BatchedSearchVectorEnv
 
-        return BatchedSearchVectorEnv(list(env_fns),
-                                      autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+        return BatchedSearchVectorEnv(list(env_fns), autoreset_mode=gym.vector.AutoresetMode.DISABLED)
     from hopgym.envs.ray_vector import RayVectorEnv
 
-    return RayVectorEnv(list(env_fns), workers=workers,
-                        autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    return RayVectorEnv(list(env_fns), workers=workers, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
 
 
 #: The reset option (taken off before the env sees it) that tells a sub-env which episode it runs.
@@ -197,8 +212,9 @@ class _Recorded(gym.Wrapper):
         super().__init__(env)
         self.recorder = EpisodeRecorder(env, turns=record)
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         opts = dict(options or {})
         episode = opts.pop(_EPISODE_KEY, -1)
         obs, info = self.env.reset(seed=seed, options=opts)
@@ -220,9 +236,18 @@ def _recorded_fn(env_fn: Callable[[], gym.Env], record: bool) -> Callable[[], gy
     return make
 
 
-def _run_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, episodes: int,
-                seed: int, order: np.ndarray, emit: Callable[[dict[str, Any]], None],
-                deadline: float | None, record: bool, workers: int | None) -> dict[str, Any]:
+def _run_vector(
+    env_fn: Callable[[], gym.Env],
+    agent: Any,
+    num_envs: int,
+    episodes: int,
+    seed: int,
+    order: np.ndarray,
+    emit: Callable[[dict[str, Any]], None],
+    deadline: float | None,
+    record: bool,
+    workers: int | None,
+) -> dict[str, Any]:
     """Run the episodes over ``num_envs`` sub-envs of :func:`make_vector_env`, with one
     ``act_batch`` call per turn for the running ones. Episode ``k`` asks question
     ``order[k % n]`` with reset seed ``seed + k``, as the one-env loop does; a sub-env that
@@ -234,10 +259,12 @@ def _run_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, episod
     from hopgym.agents.llm import unbatch_infos
 
     if not callable(getattr(agent, "act_batch", None)):
-        raise InvalidOptionError(f"num_envs > 1 and workers act in batches: the agent needs "
-                         f"act_batch(observations, infos, active=...), which "
-                         f"{type(agent).__name__} lacks (the LLM agents have it; use num_envs=1 "
-                         f"for scripted agents)")
+        raise InvalidOptionError(
+            f"num_envs > 1 and workers act in batches: the agent needs "
+            f"act_batch(observations, infos, active=...), which "
+            f"{type(agent).__name__} lacks (the LLM agents have it; use num_envs=1 "
+            f"for scripted agents)"
+        )
     n_q = len(order)
     n = min(num_envs, episodes)
     queue = list(range(episodes))  # episodes not started yet (a lost one goes back in front)
@@ -282,8 +309,10 @@ def _run_vector(env_fn: Callable[[], gym.Env], agent: Any, num_envs: int, episod
                 else:  # its Ray worker was lost (info["worker_error"]): run it again
                     errors += 1
                     if errors > episodes:
-                        raise RuntimeError(f"{errors} episodes lost to failed env workers; the "
-                                           f"last: {info.get('worker_error')}")
+                        raise RuntimeError(
+                            f"{errors} episodes lost to failed env workers; the "
+                            f"last: {info.get('worker_error')}"
+                        )
                     queue.insert(0, running[i])
                 running[i] = None
                 if len(restart) < len(queue):
@@ -355,9 +384,12 @@ def evaluate(
         raise InvalidOptionError(f"episodes must be an int >= 1, got {episodes!r}")
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
         raise InvalidOptionError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    if time_limit is not None and not (isinstance(time_limit, (int, float))
-                                       and not isinstance(time_limit, bool)
-                                       and time_limit > 0 and math.isfinite(time_limit)):
+    if time_limit is not None and not (
+        isinstance(time_limit, (int, float))
+        and not isinstance(time_limit, bool)
+        and time_limit > 0
+        and math.isfinite(time_limit)
+    ):
         raise InvalidOptionError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
     if isinstance(env, gym.Env):
         first, env_fn = env, None
@@ -365,17 +397,22 @@ def evaluate(
         env_fn = env
         first = env_fn()
     else:
-        raise InvalidOptionTypeError(f"env must be a gymnasium Env or a function that makes one, got "
-                        f"{type(env).__name__}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or not 1 <= workers <= num_envs):
-        raise InvalidOptionError(f"workers must be an int in [1, num_envs={num_envs}] or None, got "
-                         f"{workers!r}")
+        raise InvalidOptionTypeError(
+            f"env must be a gymnasium Env or a function that makes one, got {type(env).__name__}"
+        )
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= num_envs
+    ):
+        raise InvalidOptionError(
+            f"workers must be an int in [1, num_envs={num_envs}] or None, got {workers!r}"
+        )
     if (num_envs > 1 or workers is not None) and env_fn is None:
         spec = first.spec
         if spec is None:
-            raise InvalidOptionError("num_envs > 1 makes more envs: pass an env made by gym.make (its "
-                             "spec is copied) or a function that makes one")
+            raise InvalidOptionError(
+                "num_envs > 1 makes more envs: pass an env made by gym.make (its "
+                "spec is copied) or a function that makes one"
+            )
 
         def env_fn() -> gym.Env:
             return gym.make(spec)
@@ -399,8 +436,7 @@ def evaluate(
             err = Console(stderr=True)
             if err.is_terminal:  # piped, a transient bar would only leave a blank line behind
                 bar = stack.enter_context(Progress(console=err, transient=True))
-                task_id = bar.add_task(progress if isinstance(progress, str) else "episodes",
-                                       total=episodes)
+                task_id = bar.add_task(progress if isinstance(progress, str) else "episodes", total=episodes)
 
         def emit(res: dict[str, Any]) -> None:
             if writer is not None:
@@ -416,17 +452,23 @@ def evaluate(
 
         if num_envs == 1 and workers is None:
             for i in range(episodes):
-                res = run_episode(first, agent, seed=seed + i,
-                                  options={"index": int(order[i % n])},
-                                  record=writer is not None, deadline=deadline)
+                res = run_episode(
+                    first,
+                    agent,
+                    seed=seed + i,
+                    options={"index": int(order[i % n])},
+                    record=writer is not None,
+                    deadline=deadline,
+                )
                 if res is None:
                     stopped = True
                     break
                 emit(res)
         else:
             assert env_fn is not None
-            run = _run_vector(env_fn, agent, num_envs, episodes, seed, order, emit, deadline,
-                              writer is not None, workers)
+            run = _run_vector(
+                env_fn, agent, num_envs, episodes, seed, order, emit, deadline, writer is not None, workers
+            )
             stopped, worker_errors = run["stopped"], run["worker_errors"]
     elapsed = max(time.perf_counter() - start, 1e-9)
     metrics = aggregate(results) if results else dict(_NO_EPISODES)

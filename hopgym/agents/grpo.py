@@ -55,92 +55,129 @@ from hopgym.agents.rollout import (
 )
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
-__all__ = ["GRPORunConfig", "EnvRolloutFunc", "EnvReward", "train_grpo", "plot_curves",
-           "make_curve_callback", "CURVE_KEYS", "LOSS_TYPES"]
+__all__ = [
+    "GRPORunConfig",
+    "EnvRolloutFunc",
+    "EnvReward",
+    "train_grpo",
+    "plot_curves",
+    "make_curve_callback",
+    "CURVE_KEYS",
+    "LOSS_TYPES",
+]
 
 #: TRL ``loss_type`` values hopgym accepts (the group-relative ones).
 LOSS_TYPES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo", "bnpo")
 
 #: What ``curves.png`` shows, one panel each: (log key, panel title).
 CURVE_KEYS: tuple[tuple[str, str], ...] = (
-    ("env/em", "sampled train EM"), ("env/reward", "reward"),
-    ("env/searches_per_episode", "searches / episode"), ("policy/kl_ref", "KL to start"),
-    ("policy/entropy", "entropy (sampled tokens)"))
+    ("env/em", "sampled train EM"),
+    ("env/reward", "reward"),
+    ("env/searches_per_episode", "searches / episode"),
+    ("policy/kl_ref", "KL to start"),
+    ("policy/entropy", "entropy (sampled tokens)"),
+)
 
 
 @dataclass
 class GRPORunConfig:
     """Settings of a GRPO run (what hopgym sets on TRL's ``GRPOConfig``)."""
 
-    output_dir: str = field(default="runs/grpo", metadata={
-        "help": "Checkpoints, log, curve PNG."})
+    output_dir: str = field(default="runs/grpo", metadata={"help": "Checkpoints, log, curve PNG."})
     max_steps: int = field(default=100, metadata={"help": "Optimizer steps."})
     questions_per_step: int = field(default=8, metadata={"help": "Questions per step (B)."})
     group_size: int = field(default=8, metadata={"help": "Episodes per question (G)."})
     learning_rate: float = field(default=1e-4, metadata={"help": "Adam learning rate."})
     beta: float = field(default=0.0, metadata={"help": "KL coefficient (0: no reference model)."})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clipping range."})
-    loss_type: str = field(default="dapo", metadata={
-        "help": "TRL loss: " + ", ".join(LOSS_TYPES) + ".", "choices": LOSS_TYPES})
-    scale_rewards: str = field(default="group", metadata={
-        "help": "Advantage scaling: group, batch or none (Dr. GRPO).",
-        "choices": ("group", "batch", "none")})
+    loss_type: str = field(
+        default="dapo", metadata={"help": "TRL loss: " + ", ".join(LOSS_TYPES) + ".", "choices": LOSS_TYPES}
+    )
+    scale_rewards: str = field(
+        default="group",
+        metadata={
+            "help": "Advantage scaling: group, batch or none (Dr. GRPO).",
+            "choices": ("group", "batch", "none"),
+        },
+    )
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
     top_k: int = field(default=0, metadata={"help": "Top-k sampling (0: off)."})
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
-    max_completion_tokens: int = field(default=1024, metadata={
-        "help": "Longest trajectory after the prompt (model + env tokens)."})
-    rollout_batch_size: int = field(default=64, metadata={
-        "help": "Episodes sampled at once."})
-    env_workers: int = field(default=0, metadata={
-        "help": "Ray workers that step the rollouts' envs (0: in this process; needs "
-                "hopgym[ray])."})
+    max_completion_tokens: int = field(
+        default=1024, metadata={"help": "Longest trajectory after the prompt (model + env tokens)."}
+    )
+    rollout_batch_size: int = field(default=64, metadata={"help": "Episodes sampled at once."})
+    env_workers: int = field(
+        default=0,
+        metadata={
+            "help": "Ray workers that step the rollouts' envs (0: in this process; needs hopgym[ray])."
+        },
+    )
     logging_steps: int = field(default=1, metadata={"help": "Log every N steps."})
-    save_steps: int = field(default=0, metadata={
-        "help": "Checkpoint every N steps (0: only the final model)."})
+    save_steps: int = field(
+        default=0, metadata={"help": "Checkpoint every N steps (0: only the final model)."}
+    )
     seed: int = field(default=0, metadata={"help": "Seed for data order and sampling."})
-    time_limit_s: float | None = field(default=None, metadata={
-        "help": "Stop after this many seconds of training."})
-    bf16: bool | None = field(default=None, metadata={
-        "help": "bf16 (None: when CUDA supports it)."})
+    time_limit_s: float | None = field(
+        default=None, metadata={"help": "Stop after this many seconds of training."}
+    )
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 (None: when CUDA supports it)."})
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
-    track_kl: bool = field(default=True, metadata={
-        "help": "Log policy/kl_ref (KL to the starting model, which a frozen copy keeps) and "
-                "policy/entropy every step."})
-    use_vllm: bool = field(default=False, metadata={
-        "help": "Sample turns with TRL's vLLM integration (needs vllm and a GPU)."})
-    vllm_mode: str = field(default="colocate", metadata={
-        "help": "'colocate' (vLLM in this process) or 'server' (trl vllm-serve elsewhere)."})
-    vllm_server_base_url: str | None = field(default=None, metadata={
-        "help": "Server mode: the server's URL (None: TRL's default host and port)."})
-    vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
-        "help": "Colocate mode: share of GPU memory vLLM may take."})
+    track_kl: bool = field(
+        default=True,
+        metadata={
+            "help": "Log policy/kl_ref (KL to the starting model, which a frozen copy keeps) and "
+            "policy/entropy every step."
+        },
+    )
+    use_vllm: bool = field(
+        default=False, metadata={"help": "Sample turns with TRL's vLLM integration (needs vllm and a GPU)."}
+    )
+    vllm_mode: str = field(
+        default="colocate",
+        metadata={"help": "'colocate' (vLLM in this process) or 'server' (trl vllm-serve elsewhere)."},
+    )
+    vllm_server_base_url: str | None = field(
+        default=None, metadata={"help": "Server mode: the server's URL (None: TRL's default host and port)."}
+    )
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3, metadata={"help": "Colocate mode: share of GPU memory vLLM may take."}
+    )
 
     def __post_init__(self) -> None:
         if self.vllm_mode not in ("colocate", "server"):
             raise InvalidOptionError(f"vllm_mode must be 'colocate' or 'server', got {self.vllm_mode!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise InvalidOptionError("vllm_gpu_memory_utilization must be in (0, 1], got "
-                             f"{self.vllm_gpu_memory_utilization}")
+            raise InvalidOptionError(
+                f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}"
+            )
         if self.group_size < 2:
-            raise InvalidOptionError(f"group_size must be >= 2 (GRPO normalises rewards within a group), "
-                             f"got {self.group_size}")
+            raise InvalidOptionError(
+                f"group_size must be >= 2 (GRPO normalises rewards within a group), got {self.group_size}"
+            )
         if self.questions_per_step < 1 or self.max_steps < 1:
             raise InvalidOptionError("questions_per_step and max_steps must be >= 1")
         if self.temperature <= 0:
             raise InvalidOptionError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
-        if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
-                self.env_workers < 0:
+        if (
+            isinstance(self.env_workers, bool)
+            or not isinstance(self.env_workers, int)
+            or self.env_workers < 0
+        ):
             raise InvalidOptionError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
         if self.max_completion_tokens < self.max_new_tokens:
-            raise InvalidOptionError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
-                             f"max_new_tokens ({self.max_new_tokens})")
+            raise InvalidOptionError(
+                f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
+                f"max_new_tokens ({self.max_new_tokens})"
+            )
         if self.scale_rewards not in ("group", "batch", "none"):
             raise InvalidOptionError(
-                f"scale_rewards must be group, batch or none, got {self.scale_rewards!r}")
+                f"scale_rewards must be group, batch or none, got {self.scale_rewards!r}"
+            )
         if self.loss_type not in LOSS_TYPES:
-            raise InvalidOptionError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, "
-                             f"got {self.loss_type!r}")
+            raise InvalidOptionError(
+                f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}"
+            )
 
     @property
     def batch_rows(self) -> int:
@@ -160,8 +197,13 @@ class EnvReward:
 
     __name__ = "env"
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
-                 env_reward: Sequence[float] | None = None, **kwargs: Any) -> list[float]:
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        env_reward: Sequence[float] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
         if env_reward is None:
             raise InvalidOptionError("env_reward is missing: use EnvRolloutFunc as the rollout_func")
         return [float(r) for r in env_reward]
@@ -182,10 +224,15 @@ class EnvRolloutFunc:
     ``vllm_generation`` (:class:`~hopgym.agents.rollout.TRLVLLMEngine`).
     """
 
-    def __init__(self, env_fn: Callable[[], gym.Env], tokenizer: Any, config: RolloutConfig,
-                 seed: int = 0,
-                 on_trajectories: Callable[[list[Trajectory]], None] | None = None,
-                 ref_model: Any | None = None) -> None:
+    def __init__(
+        self,
+        env_fn: Callable[[], gym.Env],
+        tokenizer: Any,
+        config: RolloutConfig,
+        seed: int = 0,
+        on_trajectories: Callable[[list[Trajectory]], None] | None = None,
+        ref_model: Any | None = None,
+    ) -> None:
         self.env_fn = env_fn
         self.tokenizer = tokenizer
         self.config = config
@@ -201,10 +248,8 @@ class EnvRolloutFunc:
         start = time.perf_counter()
         model = trainer.accelerator.unwrap_model(trainer.model)
         if self._collector is None:
-            engine = (TRLVLLMEngine(trainer.vllm_generation)
-                      if getattr(trainer, "use_vllm", False) else None)
-            self._collector = RolloutCollector(model, self.tokenizer, self.env_fn, self.config,
-                                               engine=engine)
+            engine = TRLVLLMEngine(trainer.vllm_generation) if getattr(trainer, "use_vllm", False) else None
+            self._collector = RolloutCollector(model, self.tokenizer, self.env_fn, self.config, engine=engine)
         self._collector.model = model
         qids = [p if isinstance(p, str) else str(p) for p in prompts]
         trajs = self._collector.collect(qids, group_size=1, seed=self.seed + 100_003 * self.calls)
@@ -216,8 +261,7 @@ class EnvRolloutFunc:
             for key, value in summarize(trajs).items():
                 metrics[mode][f"env/{key}"].append(value)
             if self.ref_model is not None:
-                for key, value in policy_stats(trajs, self.ref_model,
-                                               self.config.temperature).items():
+                for key, value in policy_stats(trajs, self.ref_model, self.config.temperature).items():
                     metrics[mode][f"policy/{key}"].append(value)
         if self.on_trajectories is not None:
             self.on_trajectories(trajs)
@@ -246,8 +290,10 @@ def make_curve_callback(path: str | Path) -> Any:
 
         def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001, D102
             if logs:
-                row = {"step": state.global_step, **{k: v for k, v in logs.items()
-                                                      if isinstance(v, (int, float))}}
+                row = {
+                    "step": state.global_step,
+                    **{k: v for k, v in logs.items() if isinstance(v, (int, float))},
+                }
                 self.history.append(row)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as fh:
@@ -256,9 +302,12 @@ def make_curve_callback(path: str | Path) -> Any:
     return _Curve()
 
 
-def plot_curves(history: Sequence[dict[str, Any]] | Mapping[str, Sequence[dict[str, Any]]],
-                path: str | Path, keys: Sequence[str | tuple[str, str]] = CURVE_KEYS,
-                title: str = "GRPO") -> Path | None:
+def plot_curves(
+    history: Sequence[dict[str, Any]] | Mapping[str, Sequence[dict[str, Any]]],
+    path: str | Path,
+    keys: Sequence[str | tuple[str, str]] = CURVE_KEYS,
+    title: str = "GRPO",
+) -> Path | None:
     """One panel per key of ``keys`` against ``step``, in one PNG; ``None`` without matplotlib.
 
     Args:
@@ -300,10 +349,15 @@ def plot_curves(history: Sequence[dict[str, Any]] | Mapping[str, Sequence[dict[s
     return path
 
 
-def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
-               question_ids: Sequence[str], config: GRPORunConfig,
-               callbacks: Sequence[Any] = (),
-               on_trajectories: Callable[[list[Trajectory]], None] | None = None) -> Any:
+def train_grpo(
+    model: Any,
+    tokenizer: Any,
+    env_fn: Callable[[], gym.Env],
+    question_ids: Sequence[str],
+    config: GRPORunConfig,
+    callbacks: Sequence[Any] = (),
+    on_trajectories: Callable[[list[Trajectory]], None] | None = None,
+) -> Any:
     """GRPO on ``model`` over env episodes of ``question_ids``, with TRL's ``GRPOTrainer``.
 
     Args:
@@ -336,30 +390,54 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     if config.track_kl:
         ref_model = frozen_copy(model)
     rollout = EnvRolloutFunc(
-        env_fn, tokenizer,
-        RolloutConfig(temperature=config.temperature, top_k=config.top_k,
-                      max_new_tokens=config.max_new_tokens,
-                      max_completion_tokens=config.max_completion_tokens,
-                      batch_size=config.rollout_batch_size, env_workers=config.env_workers),
-        seed=config.seed, on_trajectories=on_trajectories, ref_model=ref_model)
+        env_fn,
+        tokenizer,
+        RolloutConfig(
+            temperature=config.temperature,
+            top_k=config.top_k,
+            max_new_tokens=config.max_new_tokens,
+            max_completion_tokens=config.max_completion_tokens,
+            batch_size=config.rollout_batch_size,
+            env_workers=config.env_workers,
+        ),
+        seed=config.seed,
+        on_trajectories=on_trajectories,
+        ref_model=ref_model,
+    )
     dataset = Dataset.from_list([{"prompt": str(q)} for q in question_ids])
     out = Path(config.output_dir)
     vllm_kw: dict[str, Any] = {}
     if config.use_vllm:
         vllm_kw = _vllm_args(model, tokenizer, env_fn, config, out)
     args = GRPOConfig(
-        output_dir=config.output_dir, max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_rows, num_generations=config.group_size,
-        gradient_accumulation_steps=1, learning_rate=config.learning_rate,
-        lr_scheduler_type="constant", warmup_steps=0, beta=config.beta, epsilon=config.epsilon,
-        loss_type=config.loss_type, scale_rewards=config.scale_rewards,
-        temperature=config.temperature, top_k=config.top_k,
-        max_completion_length=config.max_completion_tokens, use_vllm=config.use_vllm,
+        output_dir=config.output_dir,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_rows,
+        num_generations=config.group_size,
+        gradient_accumulation_steps=1,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=config.beta,
+        epsilon=config.epsilon,
+        loss_type=config.loss_type,
+        scale_rewards=config.scale_rewards,
+        temperature=config.temperature,
+        top_k=config.top_k,
+        max_completion_length=config.max_completion_tokens,
+        use_vllm=config.use_vllm,
         logging_steps=config.logging_steps,
-        save_strategy="steps" if config.save_steps else "no", save_steps=config.save_steps or 500,
-        seed=config.seed, data_seed=config.seed, report_to="none", bf16=_bf16(config.bf16),
-        disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False,
-        log_completions=False, **vllm_kw,
+        save_strategy="steps" if config.save_steps else "no",
+        save_steps=config.save_steps or 500,
+        seed=config.seed,
+        data_seed=config.seed,
+        report_to="none",
+        bf16=_bf16(config.bf16),
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        log_completions=False,
+        **vllm_kw,
     )
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "log.jsonl"
@@ -377,9 +455,15 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
         model.save_pretrained(out / "kl_reference")
         model.config._name_or_path = str(out / "kl_reference")
     try:
-        trainer = GRPOTrainer(model=model, reward_funcs=[EnvReward()], args=args,
-                              train_dataset=dataset, processing_class=tokenizer,
-                              rollout_func=rollout, callbacks=cbs)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[EnvReward()],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=rollout,
+            callbacks=cbs,
+        )
     finally:
         model.config._name_or_path = name_or_path
     trainer.train()
@@ -390,8 +474,9 @@ def train_grpo(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     return trainer
 
 
-def _vllm_args(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
-               config: GRPORunConfig, out: Path) -> dict[str, Any]:
+def _vllm_args(
+    model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env], config: GRPORunConfig, out: Path
+) -> dict[str, Any]:
     """``GRPOConfig`` fields for TRL's vLLM integration, with per-turn sampling settings.
 
     TRL merges ``generation_kwargs`` into the sampling parameters in both modes, so each turn
@@ -401,8 +486,11 @@ def _vllm_args(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     env = env_fn()
     stop_ids, stop_strings = stop_token_ids(tokenizer, getattr(env.unwrapped.protocol, "stop", ()))
     env.close()
-    gen: dict[str, Any] = {"max_tokens": config.max_new_tokens,
-                           "stop_token_ids": sorted(stop_ids), "skip_special_tokens": False}
+    gen: dict[str, Any] = {
+        "max_tokens": config.max_new_tokens,
+        "stop_token_ids": sorted(stop_ids),
+        "skip_special_tokens": False,
+    }
     if stop_strings:
         gen.update(stop=list(stop_strings), include_stop_str_in_output=True)
     if config.vllm_mode == "colocate" and not Path(str(model.name_or_path or "")).is_dir():
@@ -413,8 +501,11 @@ def _vllm_args(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
         tokenizer.save_pretrained(path)
         model.config._name_or_path = str(path)
         model.name_or_path = str(path)
-    kw: dict[str, Any] = {"vllm_mode": config.vllm_mode, "generation_kwargs": gen,
-                          "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization}
+    kw: dict[str, Any] = {
+        "vllm_mode": config.vllm_mode,
+        "generation_kwargs": gen,
+        "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization,
+    }
     if config.vllm_server_base_url:
         kw["vllm_server_base_url"] = config.vllm_server_base_url
     return kw

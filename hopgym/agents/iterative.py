@@ -33,18 +33,38 @@ __all__ = ["IterativeAgent", "extract", "parse_question", "Plan", "Side"]
 # The word the agent adds to an entity name when it searches for a relation (it does not know
 # which phrasing the document uses, so it takes the word from the relation's meaning).
 SEARCH_WORDS: dict[str, str] = {
-    "director": "director", "founder": "founder", "hq": "headquarters",
-    "univ_city": "university", "birthplace": "born", "father": "father", "spouse": "spouse",
-    "alma": "studied", "country": "country", "capital": "capital", "birth_year": "born",
-    "founded": "founded", "released": "film", "population": "population",
+    "director": "director",
+    "founder": "founder",
+    "hq": "headquarters",
+    "univ_city": "university",
+    "birthplace": "born",
+    "father": "father",
+    "spouse": "spouse",
+    "alma": "studied",
+    "country": "country",
+    "capital": "capital",
+    "birth_year": "born",
+    "founded": "founded",
+    "released": "film",
+    "population": "population",
 }
 
 _NAME = r"[^.,]+?"
 _FIELD_PATTERNS = {
-    "He": "He|She", "he": "he|she", "His": "His|Her", "his": "his|her", "child": "son|daughter",
-    "year": r"\d{4}", "pop": r"\d[\d,]*", "n": r"\d[\d,]*", "a_occ": r"an? [\w -]+?",
-    "a_industry": r"an? [\w -]+?", "a_genre": r"an? [\w -]+?", "genre": r"[\w -]+?",
-    "occ": r"[\w -]+?", "field": r"[\w -]+?",
+    "He": "He|She",
+    "he": "he|she",
+    "His": "His|Her",
+    "his": "his|her",
+    "child": "son|daughter",
+    "year": r"\d{4}",
+    "pop": r"\d[\d,]*",
+    "n": r"\d[\d,]*",
+    "a_occ": r"an? [\w -]+?",
+    "a_industry": r"an? [\w -]+?",
+    "a_genre": r"an? [\w -]+?",
+    "genre": r"[\w -]+?",
+    "occ": r"[\w -]+?",
+    "field": r"[\w -]+?",
 }
 _PRONOUNS = frozenset({"He", "She", "It", "His", "Her", "Its", "They"})
 _SENTENCE_END = re.compile(r"(?<=\.)\s+")
@@ -188,8 +208,11 @@ class IterativeAgent:
         if plan.mode == "same":
             guess = "yes" if a is not None and a == b else "no"
         else:
-            names = [s.name for s in plan.sides] if plan.answer_topic else \
-                [r or s.name for r, s in zip(resolved, plan.sides, strict=True)]
+            names = (
+                [s.name for s in plan.sides]
+                if plan.answer_topic
+                else [r or s.name for r, s in zip(resolved, plan.sides, strict=True)]
+            )
             na, nb = (_number(v) if v else None for v in values)
             if na is None or nb is None:
                 guess = names[0]
@@ -199,8 +222,9 @@ class IterativeAgent:
                 guess = names[0] if a_wins else names[1]
         yield Answer(guess, think="compared both sides")
 
-    def _resolve(self, side: Side, target: str | None
-                 ) -> Generator[Action, tuple[str, dict[str, Any]], str | None]:
+    def _resolve(
+        self, side: Side, target: str | None
+    ) -> Generator[Action, tuple[str, dict[str, Any]], str | None]:
         """Follow ``side``'s relations (then ``target``, if given); the final value or None."""
         entity: str | None = side.name
         for rel in side.relations + ([target] if target else []):
@@ -210,8 +234,9 @@ class IterativeAgent:
                 return None
         return entity
 
-    def _lookup(self, entity: str, relation: str
-                ) -> Generator[Action, tuple[str, dict[str, Any]], str | None]:
+    def _lookup(
+        self, entity: str, relation: str
+    ) -> Generator[Action, tuple[str, dict[str, Any]], str | None]:
         """Search for one fact, routing to the web and retrying once when it is not found."""
         queries = [f"{entity} {SEARCH_WORDS[relation]}"]
         tried_web = False
@@ -227,8 +252,7 @@ class IterativeAgent:
             self.memory.extend(new)
             if value is not None:
                 return value
-            if ("web" in self.sources and self.source != "web" and not tried_web
-                    and self.turns_left >= 3):
+            if "web" in self.sources and self.source != "web" and not tried_web and self.turns_left >= 3:
                 tried_web = True
                 yield Route("web", think=f"{relation} of {entity} is not in the local corpus")
                 continue  # same query on the web

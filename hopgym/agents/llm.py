@@ -75,9 +75,23 @@ from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 if TYPE_CHECKING:
     import gymnasium as gym
 
-__all__ = ["SamplingParams", "Backend", "BackendError", "TransformersBackend", "VLLMBackend",
-           "OpenAIBackend", "LLMAgent", "make_llm_agent", "BACKENDS", "Message", "Prompt",
-           "Completion", "FORCE_ANSWER", "few_shot_examples", "unbatch_infos"]
+__all__ = [
+    "SamplingParams",
+    "Backend",
+    "BackendError",
+    "TransformersBackend",
+    "VLLMBackend",
+    "OpenAIBackend",
+    "LLMAgent",
+    "make_llm_agent",
+    "BACKENDS",
+    "Message",
+    "Prompt",
+    "Completion",
+    "FORCE_ANSWER",
+    "few_shot_examples",
+    "unbatch_infos",
+]
 
 MODES = ("auto", "chat", "continuation")
 
@@ -97,8 +111,9 @@ def unbatch_infos(infos: Any, n: int) -> list[dict[str, Any]]:
             raise InvalidOptionError(f"got {len(infos)} infos for {n} observations")
         return [dict(i or {}) for i in infos]
     if not isinstance(infos, dict):
-        raise InvalidOptionTypeError(f"infos must be a list of dicts or a vector env's info dict, "
-                        f"got {type(infos).__name__}")
+        raise InvalidOptionTypeError(
+            f"infos must be a list of dicts or a vector env's info dict, got {type(infos).__name__}"
+        )
     out: list[dict[str, Any]] = [{} for _ in range(n)]
     for key, value in infos.items():
         if key.startswith("_"):
@@ -203,14 +218,18 @@ class LLMAgent:
         if mode not in MODES:
             raise InvalidOptionError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if force_answer not in FORCE_ANSWER:
-            raise InvalidOptionError(f"force_answer must be one of {', '.join(FORCE_ANSWER)}, "
-                             f"got {force_answer!r}")
+            raise InvalidOptionError(
+                f"force_answer must be one of {', '.join(FORCE_ANSWER)}, got {force_answer!r}"
+            )
         self.backend = backend
         self.protocol = get_protocol(protocol)
         self.closed_book = bool(closed_book)
         if system_prompt is None:
-            system_prompt = (CLOSED_BOOK_SYSTEM_PROMPTS.get(self.protocol.name, "")
-                             if self.closed_book else default_system_prompt(self.protocol))
+            system_prompt = (
+                CLOSED_BOOK_SYSTEM_PROMPTS.get(self.protocol.name, "")
+                if self.closed_book
+                else default_system_prompt(self.protocol)
+            )
         self.system_prompt = system_prompt
         self.force_answer = "always" if self.closed_book else force_answer
         self.stop = tuple(self.protocol.stop if stop is None else stop)
@@ -220,14 +239,17 @@ class LLMAgent:
         if mode == "auto":
             mode = "chat" if use_chat_template and backend.supports_chat else "continuation"
         if mode == "chat" and not (use_chat_template and backend.supports_chat):
-            raise InvalidOptionError("mode='chat' needs a backend with a chat template and "
-                             "use_chat_template=True; use mode='continuation' for raw text")
+            raise InvalidOptionError(
+                "mode='chat' needs a backend with a chat template and "
+                "use_chat_template=True; use mode='continuation' for raw text"
+            )
         self.mode = mode
         self.few_shot = [list(example) for example in few_shot]
         for example in self.few_shot:
             if not example or example[-1].get("role") != "assistant":
-                raise InvalidOptionError("each few-shot example is a transcript that ends with the "
-                                 "model's answer turn")
+                raise InvalidOptionError(
+                    "each few-shot example is a transcript that ends with the model's answer turn"
+                )
         self._examples: list[Message] = few_shot_messages(self.few_shot) if self.few_shot else []
         self._examples_text = few_shot_text(self.few_shot) if self.few_shot else ""
         self._prefix = answer_prefix(self.protocol)
@@ -262,9 +284,11 @@ class LLMAgent:
         for example in self.few_shot:
             first = example[0].get("content", "")
             if (question and question in first) or first == observation:
-                raise InvalidOptionError(f"the question being asked is one of the few-shot examples "
-                                 f"({question or observation[:80]!r}): build the examples from "
-                                 f"training questions, never from the evaluated ones")
+                raise InvalidOptionError(
+                    f"the question being asked is one of the few-shot examples "
+                    f"({question or observation[:80]!r}): build the examples from "
+                    f"training questions, never from the evaluated ones"
+                )
 
     def observe(self, observation: str, info: dict[str, Any] | None = None, slot: int = 0) -> None:
         """Add an env observation to conversation ``slot`` (a new episode when ``turn == 0``)."""
@@ -343,16 +367,25 @@ class LLMAgent:
         results = complete(self.backend, [r for r, _ in requests], self._params())
         texts = []
         for slot, (_, prefix), res in zip(slots, requests, results, strict=True):
-            text = merge_reasoning(cut_at_stop(res.text, self.stop), res.reasoning,
-                                   res.truncated, open_tag=self._think[0],
-                                   close_tag=self._think[1])
+            text = merge_reasoning(
+                cut_at_stop(res.text, self.stop),
+                res.reasoning,
+                res.truncated,
+                open_tag=self._think[0],
+                close_tag=self._think[1],
+            )
             text = prefix + text
             closed = close_open_tag(text, self.stop)
             self.turn_info[slot] = {
-                "finish_reason": res.finish_reason, "truncated": res.truncated,
-                "closed": closed[len(text):] or None, "forced": self._forced(slot),
-                "prompt_tokens": res.prompt_tokens, "cached_tokens": res.cached_tokens,
-                "completion_tokens": res.completion_tokens, "token_ids": res.token_ids}
+                "finish_reason": res.finish_reason,
+                "truncated": res.truncated,
+                "closed": closed[len(text) :] or None,
+                "forced": self._forced(slot),
+                "prompt_tokens": res.prompt_tokens,
+                "cached_tokens": res.cached_tokens,
+                "completion_tokens": res.completion_tokens,
+                "token_ids": res.token_ids,
+            }
             self.transcripts[slot].append({"role": "assistant", "content": closed})
             texts.append(closed)
         return texts
@@ -395,9 +428,14 @@ class LLMAgent:
         return out
 
 
-def few_shot_examples(env: gym.Env, n: int, *, seed: int = 0,
-                      agent_fn: Callable[[gym.Env], Any] | None = None,
-                      closed_book: bool = False) -> list[list[Message]]:
+def few_shot_examples(
+    env: gym.Env,
+    n: int,
+    *,
+    seed: int = 0,
+    agent_fn: Callable[[gym.Env], Any] | None = None,
+    closed_book: bool = False,
+) -> list[list[Message]]:
     """``n`` worked examples for :class:`LLMAgent`'s ``few_shot``: transcripts of a teacher (the
     oracle by default) on the env's questions, in a seeded order, keeping those it answered right.
 
@@ -436,13 +474,14 @@ def few_shot_examples(env: gym.Env, n: int, *, seed: int = 0,
             continue
         transcript = [dict(m) for m in env.unwrapped.transcript]
         if closed_book:
-            transcript = [{"role": "user", "content": closed_book_prompt(sample.question)},
-                          transcript[-1]]
+            transcript = [{"role": "user", "content": closed_book_prompt(sample.question)}, transcript[-1]]
         out.append(transcript)
         if len(out) == n:
             return out
-    raise InvalidOptionError(f"only {len(out)} of the env's {count} questions were answered right by the "
-                     f"teacher; asked for {n} examples")
+    raise InvalidOptionError(
+        f"only {len(out)} of the env's {count} questions were answered right by the "
+        f"teacher; asked for {n} examples"
+    )
 
 
 def make_llm_agent(
@@ -486,8 +525,7 @@ def make_llm_agent(
     """
     if backend not in BACKENDS:
         raise InvalidOptionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    sampling = SamplingParams(temperature=temperature, top_p=top_p,
-                              max_new_tokens=max_new_tokens, seed=seed)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
     impl: Backend
     if backend == "transformers":
         impl = TransformersBackend(model, device=device, dtype=dtype)
@@ -497,6 +535,13 @@ def make_llm_agent(
         if not base_url:
             raise InvalidOptionError("backend 'openai' needs base_url, e.g. http://127.0.0.1:8000/v1")
         impl = OpenAIBackend(base_url, model, api_key=api_key)
-    return LLMAgent(impl, protocol=protocol, system_prompt=system_prompt, sampling=sampling,
-                    mode=mode, closed_book=closed_book, force_answer=force_answer,
-                    few_shot=few_shot)
+    return LLMAgent(
+        impl,
+        protocol=protocol,
+        system_prompt=system_prompt,
+        sampling=sampling,
+        mode=mode,
+        closed_book=closed_book,
+        force_answer=force_answer,
+        few_shot=few_shot,
+    )

@@ -34,10 +34,24 @@ from hopgym.envs.actions import Answer, Think
 from hopgym.envs.protocols import Protocol, get_protocol
 from hopgym.errors import InvalidOptionError
 
-__all__ = ["SYSTEM_PROMPTS", "CONTINUE_MESSAGE", "default_system_prompt", "chat_messages",
-           "continuation_parts", "plain_head", "cut_at_stop", "close_open_tag", "stop_is_kept",
-           "CLOSED_BOOK_SYSTEM_PROMPTS", "answer_prefix", "think_delimiters", "last_turn_message",
-           "closed_book_prompt", "few_shot_messages", "few_shot_text"]
+__all__ = [
+    "SYSTEM_PROMPTS",
+    "CONTINUE_MESSAGE",
+    "default_system_prompt",
+    "chat_messages",
+    "continuation_parts",
+    "plain_head",
+    "cut_at_stop",
+    "close_open_tag",
+    "stop_is_kept",
+    "CLOSED_BOOK_SYSTEM_PROMPTS",
+    "answer_prefix",
+    "think_delimiters",
+    "last_turn_message",
+    "closed_book_prompt",
+    "few_shot_messages",
+    "few_shot_text",
+]
 
 #: Default system prompts, by protocol name. The env's first observation already holds the full
 #: instructions; the system prompt restates the one-step-per-reply contract with an example of a
@@ -87,15 +101,18 @@ def default_system_prompt(protocol: str | Protocol) -> str:
 
 def _check_transcript(transcript: Sequence[dict[str, str]]) -> None:
     if not transcript:
-        raise InvalidOptionError("empty transcript: it must start with the env's prompt (reset's "
-                         "observation) as a user message")
+        raise InvalidOptionError(
+            "empty transcript: it must start with the env's prompt (reset's observation) as a user message"
+        )
     if transcript[0].get("role") != "user":
-        raise InvalidOptionError(f"a transcript starts with the prompt as a user message, got role "
-                         f"{transcript[0].get('role')!r}")
+        raise InvalidOptionError(
+            f"a transcript starts with the prompt as a user message, got role {transcript[0].get('role')!r}"
+        )
     for m in transcript:
         if m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
-            raise InvalidOptionError(f"transcript messages are {{'role': 'user'|'assistant', 'content': "
-                             f"str}}, got {m!r}")
+            raise InvalidOptionError(
+                f"transcript messages are {{'role': 'user'|'assistant', 'content': str}}, got {m!r}"
+            )
 
 
 def chat_messages(

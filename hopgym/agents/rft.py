@@ -61,55 +61,83 @@ __all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "trajectory
 class RFTRunConfig:
     """Settings of a rejection-sampling fine-tuning run."""
 
-    output_dir: str = field(default="runs/rft", metadata={
-        "help": "Where log.jsonl and curves.png go (and the model, from hopgym train rft)."})
-    max_rounds: int = field(default=100, metadata={
-        "help": "Rounds of sample -> filter -> SFT (GRPO's max_steps for the same episodes)."})
+    output_dir: str = field(
+        default="runs/rft",
+        metadata={"help": "Where log.jsonl and curves.png go (and the model, from hopgym train rft)."},
+    )
+    max_rounds: int = field(
+        default=100,
+        metadata={"help": "Rounds of sample -> filter -> SFT (GRPO's max_steps for the same episodes)."},
+    )
     questions_per_round: int = field(default=8, metadata={"help": "Questions per round (B)."})
     group_size: int = field(default=8, metadata={"help": "Episodes per question (G)."})
-    min_reward: float | None = field(default=None, metadata={
-        "help": "Keep an episode when its return is at least this; None keeps the episodes "
-                "whose answer is an exact match (the env's correctness)."})
-    epochs: int = field(default=1, metadata={
-        "help": "Passes over each round's kept episodes."})
+    min_reward: float | None = field(
+        default=None,
+        metadata={
+            "help": "Keep an episode when its return is at least this; None keeps the episodes "
+            "whose answer is an exact match (the env's correctness)."
+        },
+    )
+    epochs: int = field(default=1, metadata={"help": "Passes over each round's kept episodes."})
     batch_size: int = field(default=16, metadata={"help": "SFT examples per optimizer step."})
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
     top_k: int = field(default=0, metadata={"help": "Top-k sampling (0: off)."})
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
-    max_completion_tokens: int = field(default=1024, metadata={
-        "help": "Longest trajectory after the prompt (model + env tokens)."})
+    max_completion_tokens: int = field(
+        default=1024, metadata={"help": "Longest trajectory after the prompt (model + env tokens)."}
+    )
     rollout_batch_size: int = field(default=64, metadata={"help": "Episodes sampled at once."})
-    env_workers: int = field(default=0, metadata={
-        "help": "Ray workers that step the rollouts' envs (0: in this process; needs "
-                "hopgym[ray])."})
-    time_limit_s: float | None = field(default=None, metadata={
-        "help": "Stop after this many seconds (checked between rounds)."})
-    time_limit_clock: str = field(default="process", metadata={
-        "help": "'wall' or 'process' (CPU seconds of this process).", "choices": tuple(CLOCKS)})
+    env_workers: int = field(
+        default=0,
+        metadata={
+            "help": "Ray workers that step the rollouts' envs (0: in this process; needs hopgym[ray])."
+        },
+    )
+    time_limit_s: float | None = field(
+        default=None, metadata={"help": "Stop after this many seconds (checked between rounds)."}
+    )
+    time_limit_clock: str = field(
+        default="process",
+        metadata={"help": "'wall' or 'process' (CPU seconds of this process).", "choices": tuple(CLOCKS)},
+    )
     seed: int = field(default=0, metadata={"help": "Seed for question order and sampling."})
-    bf16: bool | None = field(default=None, metadata={
-        "help": "bf16 (None: when CUDA supports it)."})
-    track_kl: bool = field(default=True, metadata={
-        "help": "Log policy/kl_ref (to the starting model) and policy/entropy each round."})
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 (None: when CUDA supports it)."})
+    track_kl: bool = field(
+        default=True,
+        metadata={"help": "Log policy/kl_ref (to the starting model) and policy/entropy each round."},
+    )
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
 
     def __post_init__(self) -> None:
-        for name in ("max_rounds", "questions_per_round", "group_size", "epochs", "batch_size",
-                     "max_new_tokens", "rollout_batch_size"):
+        for name in (
+            "max_rounds",
+            "questions_per_round",
+            "group_size",
+            "epochs",
+            "batch_size",
+            "max_new_tokens",
+            "rollout_batch_size",
+        ):
             if getattr(self, name) < 1:
                 raise InvalidOptionError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise InvalidOptionError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
-                self.env_workers < 0:
+        if (
+            isinstance(self.env_workers, bool)
+            or not isinstance(self.env_workers, int)
+            or self.env_workers < 0
+        ):
             raise InvalidOptionError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
         if self.temperature <= 0:
-            raise InvalidOptionError(f"temperature must be > 0: rejection sampling needs diverse "
-                             f"samples, got {self.temperature}")
+            raise InvalidOptionError(
+                f"temperature must be > 0: rejection sampling needs diverse samples, got {self.temperature}"
+            )
         if self.max_completion_tokens < self.max_new_tokens:
-            raise InvalidOptionError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
-                             f"max_new_tokens ({self.max_new_tokens})")
+            raise InvalidOptionError(
+                f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
+                f"max_new_tokens ({self.max_new_tokens})"
+            )
         check_time_limit(self.time_limit_s, self.time_limit_clock)
 
     @property
@@ -175,8 +203,10 @@ def trajectory_example(traj: Trajectory) -> dict[str, Any]:
         >>> trajectory_example(t)
         {'input_ids': [1, 2, 3, 4, 5], 'completion_mask': [0, 0, 1, 0, 0]}
     """
-    return {"input_ids": list(traj.prompt_ids) + list(traj.completion_ids),
-            "completion_mask": [0] * len(traj.prompt_ids) + list(traj.mask)}
+    return {
+        "input_ids": list(traj.prompt_ids) + list(traj.completion_ids),
+        "completion_mask": [0] * len(traj.prompt_ids) + list(traj.mask),
+    }
 
 
 def _question_stream(question_ids: Sequence[str], seed: int) -> Iterable[str]:
@@ -188,9 +218,14 @@ def _question_stream(question_ids: Sequence[str], seed: int) -> Iterable[str]:
             yield str(question_ids[int(i)])
 
 
-def train_rft(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
-              question_ids: Sequence[str], config: RFTRunConfig,
-              on_trajectories: Callable[[list[Trajectory]], None] | None = None) -> RFTResult:
+def train_rft(
+    model: Any,
+    tokenizer: Any,
+    env_fn: Callable[[], gym.Env],
+    question_ids: Sequence[str],
+    config: RFTRunConfig,
+    on_trajectories: Callable[[list[Trajectory]], None] | None = None,
+) -> RFTResult:
     """Rejection-sampling fine-tuning of ``model`` on env episodes of ``question_ids``.
 
     Args:
@@ -223,9 +258,13 @@ def train_rft(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
     if config.track_kl:
         ref_model = frozen_copy(model)
     rollout_cfg = RolloutConfig(
-        temperature=config.temperature, top_k=config.top_k, max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_k=config.top_k,
+        max_new_tokens=config.max_new_tokens,
         max_completion_tokens=config.max_completion_tokens,
-        batch_size=config.rollout_batch_size, env_workers=config.env_workers)
+        batch_size=config.rollout_batch_size,
+        env_workers=config.env_workers,
+    )
     collector = RolloutCollector(model, tokenizer, env_fn, rollout_cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
@@ -236,8 +275,7 @@ def train_rft(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
             break
         qids = [next(questions) for _ in range(config.questions_per_round)]
         t0 = time.perf_counter()
-        trajs = collector.collect(qids, group_size=config.group_size,
-                                  seed=config.seed + 100_003 * rnd)
+        trajs = collector.collect(qids, group_size=config.group_size, seed=config.seed + 100_003 * rnd)
         res.rollout_seconds += time.perf_counter() - t0
         res.episodes += len(trajs)
         res.model_tokens += sum(sum(t.mask) for t in trajs)
@@ -245,30 +283,42 @@ def train_rft(model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
             on_trajectories(trajs)
         row: dict[str, Any] = {"step": rnd + 1}
         row.update({f"env/{k}": v for k, v in summarize(trajs).items()})
-        row.update({f"policy/{k}": v for k, v in policy_stats(
-            trajs, ref_model, config.temperature).items()})
+        row.update({f"policy/{k}": v for k, v in policy_stats(trajs, ref_model, config.temperature).items()})
         kept = keep_correct(trajs, config.min_reward)
         row["rft/kept"] = len(kept)
         row["rft/kept_rate"] = len(kept) / len(trajs)
         if kept:
             examples = [trajectory_example(t) for t in kept]
             steps = math.ceil(len(examples) * config.epochs / config.batch_size)
-            trainer = train_sft(model, tokenizer, examples, SFTRunConfig(
-                output_dir=str(out / "sft_round"), max_steps=steps,
-                batch_size=min(config.batch_size, len(examples)),
-                learning_rate=config.learning_rate, warmup_steps=0,
-                lr_scheduler_type="constant",
-                max_length=max(len(e["input_ids"]) for e in examples),
-                logging_steps=steps, seed=config.seed + rnd, bf16=config.bf16),
-                optimizers=(optimizer, scheduler))
+            trainer = train_sft(
+                model,
+                tokenizer,
+                examples,
+                SFTRunConfig(
+                    output_dir=str(out / "sft_round"),
+                    max_steps=steps,
+                    batch_size=min(config.batch_size, len(examples)),
+                    learning_rate=config.learning_rate,
+                    warmup_steps=0,
+                    lr_scheduler_type="constant",
+                    max_length=max(len(e["input_ids"]) for e in examples),
+                    logging_steps=steps,
+                    seed=config.seed + rnd,
+                    bf16=config.bf16,
+                ),
+                optimizers=(optimizer, scheduler),
+            )
             res.optimizer_steps += trainer.state.global_step
             res.kept += len(kept)
             losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
             if losses:
                 row["loss"] = float(losses[-1])
         res.rounds = rnd + 1
-        row.update(episodes=res.episodes, optimizer_steps=res.optimizer_steps,
-                   cpu_seconds=time.process_time() - t_cpu)
+        row.update(
+            episodes=res.episodes,
+            optimizer_steps=res.optimizer_steps,
+            cpu_seconds=time.process_time() - t_cpu,
+        )
         res.history.append(row)
         with log_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")

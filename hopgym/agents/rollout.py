@@ -44,9 +44,19 @@ import gymnasium as gym
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
-__all__ = ["RolloutConfig", "Trajectory", "RolloutCollector", "TurnEngine", "TRLVLLMEngine",
-           "encode_prompt", "stop_token_ids", "summarize", "sequence_logprobs", "policy_stats",
-           "frozen_copy"]
+__all__ = [
+    "RolloutConfig",
+    "Trajectory",
+    "RolloutCollector",
+    "TurnEngine",
+    "TRLVLLMEngine",
+    "encode_prompt",
+    "stop_token_ids",
+    "summarize",
+    "sequence_logprobs",
+    "policy_stats",
+    "frozen_copy",
+]
 
 
 @dataclass
@@ -56,20 +66,31 @@ class RolloutConfig:
     Attributes are per model turn unless said otherwise.
     """
 
-    temperature: float = field(default=1.0, metadata={
-        "help": "Sampling temperature; 0 means greedy decoding."})
+    temperature: float = field(
+        default=1.0, metadata={"help": "Sampling temperature; 0 means greedy decoding."}
+    )
     top_k: int = field(default=0, metadata={"help": "Keep the k most likely tokens (0: all)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (1.0: all)."})
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn in tokens."})
-    max_completion_tokens: int = field(default=1024, metadata={
-        "help": "Longest completion (model turns + observations); the episode is cut there."})
-    batch_size: int = field(default=64, metadata={
-        "help": "Trajectories sampled in one batch (more are run in successive batches)."})
-    chat_template: bool = field(default=True, metadata={
-        "help": "Wrap the first observation in the tokenizer's chat template (if it has one)."})
-    env_workers: int = field(default=0, metadata={
-        "help": "0: the envs run in this process; W >= 1: in W Ray workers (hopgym[ray]). "
-                "Either way the searches of a turn are answered in batches."})
+    max_completion_tokens: int = field(
+        default=1024,
+        metadata={"help": "Longest completion (model turns + observations); the episode is cut there."},
+    )
+    batch_size: int = field(
+        default=64,
+        metadata={"help": "Trajectories sampled in one batch (more are run in successive batches)."},
+    )
+    chat_template: bool = field(
+        default=True,
+        metadata={"help": "Wrap the first observation in the tokenizer's chat template (if it has one)."},
+    )
+    env_workers: int = field(
+        default=0,
+        metadata={
+            "help": "0: the envs run in this process; W >= 1: in W Ray workers (hopgym[ray]). "
+            "Either way the searches of a turn are answered in batches."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -80,13 +101,19 @@ class RolloutConfig:
             raise InvalidOptionError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.max_new_tokens < 1 or self.batch_size < 1:
             raise InvalidOptionError("max_new_tokens and batch_size must be >= 1")
-        if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or \
-                self.env_workers < 0:
-            raise InvalidOptionError(f"env_workers must be an int >= 0 (0: envs in this process), got "
-                             f"{self.env_workers!r}")
+        if (
+            isinstance(self.env_workers, bool)
+            or not isinstance(self.env_workers, int)
+            or self.env_workers < 0
+        ):
+            raise InvalidOptionError(
+                f"env_workers must be an int >= 0 (0: envs in this process), got {self.env_workers!r}"
+            )
         if self.max_completion_tokens < self.max_new_tokens:
-            raise InvalidOptionError(f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
-                             f"max_new_tokens ({self.max_new_tokens}): raise it or lower the other")
+            raise InvalidOptionError(
+                f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
+                f"max_new_tokens ({self.max_new_tokens}): raise it or lower the other"
+            )
 
     @property
     def greedy(self) -> bool:
@@ -153,8 +180,9 @@ class Trajectory:
 def encode_prompt(tokenizer: Any, text: str, chat_template: bool = True) -> list[int]:
     """Token ids of the first observation, in the chat template when the tokenizer has one."""
     if chat_template and getattr(tokenizer, "chat_template", None):
-        out = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                            add_generation_prompt=True, tokenize=True)
+        out = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
         if not isinstance(out, list):  # transformers 5 returns a BatchEncoding
             out = out["input_ids"]
         return [int(i) for i in out]
@@ -185,8 +213,9 @@ class TurnEngine(Protocol):
     temperature). The engine is configured to stop at the protocol's stop tokens and strings.
     """
 
-    def sample(self, contexts: list[list[int]],
-               budgets: list[int]) -> tuple[list[list[int]], list[list[float]]]: ...
+    def sample(
+        self, contexts: list[list[int]], budgets: list[int]
+    ) -> tuple[list[list[int]], list[list[float]]]: ...
 
 
 class TRLVLLMEngine:
@@ -209,8 +238,9 @@ class TRLVLLMEngine:
         self.generation = generation
         self.calls = 0
 
-    def sample(self, contexts: list[list[int]],
-               budgets: list[int]) -> tuple[list[list[int]], list[list[float]]]:
+    def sample(
+        self, contexts: list[list[int]], budgets: list[int]
+    ) -> tuple[list[list[int]], list[list[float]]]:
         rows = [i for i, b in enumerate(budgets) if b > 0]
         ids: list[list[int]] = [[] for _ in contexts]
         logps: list[list[float]] = [[] for _ in contexts]
@@ -219,8 +249,10 @@ class TRLVLLMEngine:
         _, comp, lps, _ = self.generation.generate([list(contexts[i]) for i in rows], None, 1)
         self.calls += 1
         if lps is None:
-            raise InvalidOptionError("the vLLM engine returned no log-probs: TRL's VLLMGeneration must "
-                             "be built with logprobs=0 (GRPOTrainer does this)")
+            raise InvalidOptionError(
+                "the vLLM engine returned no log-probs: TRL's VLLMGeneration must "
+                "be built with logprobs=0 (GRPOTrainer does this)"
+            )
         for i, c, lp in zip(rows, comp, lps, strict=True):
             n = min(len(c), budgets[i])
             ids[i] = [int(t) for t in c[:n]]
@@ -261,8 +293,14 @@ class RolloutCollector:
     trajectory as they are; only observations are tokenised.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env],
-                 config: RolloutConfig | None = None, engine: TurnEngine | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        env_fn: Callable[[], gym.Env],
+        config: RolloutConfig | None = None,
+        engine: TurnEngine | None = None,
+    ) -> None:
         if tokenizer.pad_token_id is None:
             raise InvalidOptionError("the tokenizer has no pad token: set tokenizer.pad_token first")
         self.engine = engine
@@ -274,8 +312,9 @@ class RolloutCollector:
         self._stop_cache: dict[tuple[str, ...], tuple[set[int], tuple[str, ...]]] = {}
 
     # ------------------------------------------------------------------ public
-    def collect(self, question_ids: Sequence[str], group_size: int = 1,
-                seed: int | None = None) -> list[Trajectory]:
+    def collect(
+        self, question_ids: Sequence[str], group_size: int = 1, seed: int | None = None
+    ) -> list[Trajectory]:
         """``group_size`` trajectories for each question id, grouped consecutively.
 
         Args:
@@ -294,7 +333,7 @@ class RolloutCollector:
         out: list[Trajectory] = []
         bs = self.config.batch_size
         for start in range(0, len(rows), bs):
-            out.extend(self._collect_batch(rows[start:start + bs], gen, seed, start))
+            out.extend(self._collect_batch(rows[start : start + bs], gen, seed, start))
         return out
 
     def close(self) -> None:
@@ -316,8 +355,7 @@ class RolloutCollector:
             if self.config.env_workers:
                 from hopgym.envs.ray_vector import RayVectorEnv
 
-                self._vector = RayVectorEnv(fns, workers=min(self.config.env_workers, n),
-                                            autoreset_mode=mode)
+                self._vector = RayVectorEnv(fns, workers=min(self.config.env_workers, n), autoreset_mode=mode)
             else:
                 self._vector = BatchedSearchVectorEnv(fns, autoreset_mode=mode)
         return self._vector
@@ -328,19 +366,20 @@ class RolloutCollector:
             self._stop_cache[stop] = stop_token_ids(self.tokenizer, stop)
         return self._stop_cache[stop]
 
-    def _collect_batch(self, rows: Sequence[str], gen: Any, seed: int | None,
-                       offset: int) -> list[Trajectory]:
+    def _collect_batch(
+        self, rows: Sequence[str], gen: Any, seed: int | None, offset: int
+    ) -> list[Trajectory]:
         venv = self._envs(len(rows))
         n = venv.num_envs
         seeds = [None if seed is None or i >= len(rows) else seed + offset + i for i in range(n)]
-        obs, _ = venv.reset(seed=seeds, options=[{"question_id": q} for q in rows] +
-                            [None] * (n - len(rows)))
+        obs, _ = venv.reset(seed=seeds, options=[{"question_id": q} for q in rows] + [None] * (n - len(rows)))
         samples = venv.get_attr("sample")
         episodes: list[_Episode] = []
         for i, qid in enumerate(rows):
             prompt = encode_prompt(self.tokenizer, obs[i], self.config.chat_template)
-            episodes.append(_Episode(i, samples[i].answers,
-                                     Trajectory(question_id=str(qid), prompt_ids=prompt)))
+            episodes.append(
+                _Episode(i, samples[i].answers, Trajectory(question_id=str(qid), prompt_ids=prompt))
+            )
         while True:
             active = [e for e in episodes if not e.done]
             if not active:
@@ -351,9 +390,10 @@ class RolloutCollector:
     def _model_turn(self, active: list[_Episode], gen: Any) -> None:
         cfg = self.config
         # One token of the completion budget stays free for the closing eos.
-        budgets = [max(1, min(cfg.max_new_tokens,
-                              cfg.max_completion_tokens - len(e.traj.completion_ids) - 1))
-                   for e in active]
+        budgets = [
+            max(1, min(cfg.max_new_tokens, cfg.max_completion_tokens - len(e.traj.completion_ids) - 1))
+            for e in active
+        ]
         stop_ids, stop_strings = self._stops()
         contexts = [e.traj.prompt_ids + e.traj.completion_ids for e in active]
         if self.engine is not None:
@@ -398,23 +438,32 @@ class RolloutCollector:
                 obs_ids, out_of_tokens = obs_ids[: max(room - 1, 0)], True
             traj._append("env", obs_ids, None)
         elif not (terminated or truncated) and (
-                self.config.max_completion_tokens - len(traj.completion_ids) < 2):
+            self.config.max_completion_tokens - len(traj.completion_ids) < 2
+        ):
             out_of_tokens = True
         if terminated or truncated or out_of_tokens:
             ep.done = True
             traj.terminated, traj.truncated = bool(terminated), bool(truncated or out_of_tokens)
             eos = self.tokenizer.eos_token_id
-            if eos is not None and (not traj.completion_ids or traj.completion_ids[-1] != eos) \
-                    and len(traj.completion_ids) < self.config.max_completion_tokens:
+            if (
+                eos is not None
+                and (not traj.completion_ids or traj.completion_ids[-1] != eos)
+                and len(traj.completion_ids) < self.config.max_completion_tokens
+            ):
                 traj._append("env", [eos], None)
             traj.reward_terms = dict(ep.terms)
             if traj.answer is not None:
                 traj.em = exact_match(traj.answer, ep.golds)
                 traj.f1 = token_f1(traj.answer, ep.golds)
 
-    def _sample(self, contexts: list[list[int]], budgets: list[int], stop_ids: set[int],
-                stop_strings: tuple[str, ...],
-                gen: Any) -> tuple[list[list[int]], list[list[float]]]:
+    def _sample(
+        self,
+        contexts: list[list[int]],
+        budgets: list[int],
+        stop_ids: set[int],
+        stop_strings: tuple[str, ...],
+        gen: Any,
+    ) -> tuple[list[list[int]], list[list[float]]]:
         """Batched sampling of one turn per context, with a KV cache; returns ids and log-probs."""
         torch = _torch()
         model = self.model
@@ -425,8 +474,8 @@ class RolloutCollector:
         input_ids = torch.full((n, width), pad, dtype=torch.long)
         attn = torch.zeros((n, width), dtype=torch.long)
         for i, c in enumerate(contexts):
-            input_ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
-            attn[i, width - len(c):] = 1
+            input_ids[i, width - len(c) :] = torch.tensor(c, dtype=torch.long)
+            attn[i, width - len(c) :] = 1
         input_ids, attn = input_ids.to(device), attn.to(device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         out_ids: list[list[int]] = [[] for _ in range(n)]
@@ -439,8 +488,13 @@ class RolloutCollector:
                 from transformers import DynamicCache
 
                 cache_kw = _cache_kwarg(model)
-                res = model(input_ids=input_ids, attention_mask=attn, position_ids=pos,
-                            use_cache=True, **{cache_kw: DynamicCache()})
+                res = model(
+                    input_ids=input_ids,
+                    attention_mask=attn,
+                    position_ids=pos,
+                    use_cache=True,
+                    **{cache_kw: DynamicCache()},
+                )
                 logits = res.logits[:, -1, :].float()
                 cache = res.past_key_values
                 last_pos = pos[:, -1]
@@ -460,14 +514,18 @@ class RolloutCollector:
                                 finished[i] = True
                     if all(finished):
                         break
-                    feed = torch.tensor([t if not f else pad for t, f in
-                                         zip(tok_l, finished, strict=True)], device=device)
-                    attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype,
-                                                       device=device)], dim=1)
+                    feed = torch.tensor(
+                        [t if not f else pad for t, f in zip(tok_l, finished, strict=True)], device=device
+                    )
+                    attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype, device=device)], dim=1)
                     last_pos = last_pos + 1
-                    res = model(input_ids=feed[:, None], attention_mask=attn,
-                                position_ids=last_pos[:, None], use_cache=True,
-                                **{cache_kw: cache})
+                    res = model(
+                        input_ids=feed[:, None],
+                        attention_mask=attn,
+                        position_ids=last_pos[:, None],
+                        use_cache=True,
+                        **{cache_kw: cache},
+                    )
                     logits = res.logits[:, -1, :].float()
                     cache = res.past_key_values
         finally:
@@ -511,8 +569,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "em": sum(t.em for t in trajectories) / n,
         "f1": sum(t.f1 for t in trajectories) / n,
         "searches_per_episode": sum(t.searches for t in trajectories) / n,
-        "invalid_rate": sum(t.invalid for t in trajectories)
-        / max(sum(t.steps for t in trajectories), 1),
+        "invalid_rate": sum(t.invalid for t in trajectories) / max(sum(t.steps for t in trajectories), 1),
         "answered": sum(t.answer is not None for t in trajectories) / n,
         "model_tokens": sum(sum(t.mask) for t in trajectories) / n,
         "completion_tokens": sum(len(t.completion_ids) for t in trajectories) / n,
@@ -523,8 +580,9 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     return out
 
 
-def _cut_at_stops(ids: list[list[int]], logps: list[list[float]],
-                  stop_ids: set[int]) -> tuple[list[list[int]], list[list[float]]]:
+def _cut_at_stops(
+    ids: list[list[int]], logps: list[list[float]], stop_ids: set[int]
+) -> tuple[list[list[int]], list[list[float]]]:
     """Cut each turn after its first stop token (an engine may run past one it was not told of)."""
     out_ids, out_lp = [], []
     for turn, lp in zip(ids, logps, strict=True):
@@ -536,8 +594,9 @@ def _cut_at_stops(ids: list[list[int]], logps: list[list[float]],
     return out_ids, out_lp
 
 
-def sequence_logprobs(model: Any, trajectories: Sequence[Trajectory], temperature: float = 1.0,
-                      batch_size: int = 32) -> list[list[float]]:
+def sequence_logprobs(
+    model: Any, trajectories: Sequence[Trajectory], temperature: float = 1.0, batch_size: int = 32
+) -> list[list[float]]:
     """Log-probs of every completion token of each trajectory under ``model`` (a forward pass).
 
     Computed as TRL recomputes them, ``log_softmax(logits / temperature)``; env tokens get values
@@ -553,7 +612,7 @@ def sequence_logprobs(model: Any, trajectories: Sequence[Trajectory], temperatur
     try:
         with torch.no_grad():
             for start in range(0, len(trajectories), batch_size):
-                chunk = trajectories[start:start + batch_size]
+                chunk = trajectories[start : start + batch_size]
                 seqs = [t.prompt_ids + t.completion_ids for t in chunk]
                 width = max(len(x) for x in seqs)
                 ids = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -566,7 +625,7 @@ def sequence_logprobs(model: Any, trajectories: Sequence[Trajectory], temperatur
                 logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
                 for i, t in enumerate(chunk):
                     p = len(t.prompt_ids)
-                    out.append(logp[i, p - 1: p - 1 + len(t.completion_ids)].tolist())
+                    out.append(logp[i, p - 1 : p - 1 + len(t.completion_ids)].tolist())
     finally:
         model.train(was_training)
     return out
@@ -589,8 +648,9 @@ def frozen_copy(model: Any) -> Any:
     return ref
 
 
-def policy_stats(trajectories: Sequence[Trajectory], ref_model: Any | None = None,
-                 temperature: float = 1.0) -> dict[str, float]:
+def policy_stats(
+    trajectories: Sequence[Trajectory], ref_model: Any | None = None, temperature: float = 1.0
+) -> dict[str, float]:
     """Entropy and KL-to-reference estimates on the model tokens of sampled trajectories.
 
     - ``entropy``: the mean negative sampling log-prob of the sampled model tokens, an unbiased

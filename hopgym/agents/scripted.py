@@ -23,8 +23,18 @@ import numpy as np
 from hopgym.envs.actions import Action, Answer, Route, Search, Think
 from hopgym.errors import InvalidOptionError
 
-__all__ = ["Agent", "RandomAgent", "DirectAgent", "SingleSearchAgent", "OracleAgent",
-           "make_agent", "register_agent", "agent_names", "AgentFactory", "AGENTS"]
+__all__ = [
+    "Agent",
+    "RandomAgent",
+    "DirectAgent",
+    "SingleSearchAgent",
+    "OracleAgent",
+    "make_agent",
+    "register_agent",
+    "agent_names",
+    "AgentFactory",
+    "AGENTS",
+]
 
 
 @runtime_checkable
@@ -42,8 +52,23 @@ _CHOICE = re.compile(r",\s*(.+?)\s+or\s+(.+?)\?\s*$")
 
 def _question_entities(question: str) -> list[str]:
     words = _CAPS.findall(question)
-    skip = {"Who", "What", "Which", "Where", "When", "In", "Is", "Are", "Was", "Were", "Did",
-            "Do", "Does", "How", "The"}
+    skip = {
+        "Who",
+        "What",
+        "Which",
+        "Where",
+        "When",
+        "In",
+        "Is",
+        "Are",
+        "Was",
+        "Were",
+        "Did",
+        "Do",
+        "Does",
+        "How",
+        "The",
+    }
     return [w for w in words if w not in skip]
 
 
@@ -52,8 +77,15 @@ def _guess(question: str) -> str:
     m = _CHOICE.search(question)
     if m:
         return m.group(1)
-    if question.split()[:1] and question.split()[0].lower() in ("are", "is", "was", "were", "did",
-                                                                 "do", "does"):
+    if question.split()[:1] and question.split()[0].lower() in (
+        "are",
+        "is",
+        "was",
+        "were",
+        "did",
+        "do",
+        "does",
+    ):
         return "yes"
     ents = _question_entities(question)
     return ents[-1] if ents else "unknown"
@@ -186,8 +218,7 @@ def register_agent(name: str, factory: AgentFactory, *, override: bool = False) 
     if not isinstance(name, str) or not name.strip() or ":" in name:
         raise InvalidOptionError(f"an agent name must be a non-empty string without ':', got {name!r}")
     if name in _FACTORIES and not override:
-        raise InvalidOptionError(f"agent {name!r} is already registered (pass override=True to replace "
-                         "it)")
+        raise InvalidOptionError(f"agent {name!r} is already registered (pass override=True to replace it)")
     if not callable(factory):
         raise InvalidOptionError(f"the factory of agent {name!r} must be callable, got {factory!r}")
     _FACTORIES[name] = factory
@@ -234,6 +265,7 @@ def make_agent(name: str, env: gym.Env, seed: int | None = None) -> Agent:
     try:
         factory = _FACTORIES[name]
     except (KeyError, TypeError):
-        raise InvalidOptionError(f"unknown agent {name!r}; choose one of {', '.join(_FACTORIES)}, or "
-                         "give 'module:factory'") from None
+        raise InvalidOptionError(
+            f"unknown agent {name!r}; choose one of {', '.join(_FACTORIES)}, or give 'module:factory'"
+        ) from None
     return factory(env, seed)

@@ -31,8 +31,7 @@ from hopgym.agents.rollout import encode_prompt
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match
 
-__all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback", "CLOCKS",
-           "EntityRenamer"]
+__all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback", "CLOCKS", "EntityRenamer"]
 
 #: Clocks a time limit can be measured with.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "process": time.process_time}
@@ -115,9 +114,16 @@ def teacher_examples(
             ids.append(eos)
             mask.append(0)
         golds = list(env.unwrapped.sample.answers)
-        out.append({"input_ids": ids, "completion_mask": mask, "messages": messages,
-                    "question_id": str(qid), "reward": ret,
-                    "em": exact_match(answer, golds) if answer is not None else 0.0})
+        out.append(
+            {
+                "input_ids": ids,
+                "completion_mask": mask,
+                "messages": messages,
+                "question_id": str(qid),
+                "reward": ret,
+                "em": exact_match(answer, golds) if answer is not None else 0.0,
+            }
+        )
     return out
 
 
@@ -150,14 +156,14 @@ class EntityRenamer:
         examples: restrict the renaming to name words that occur in these examples.
     """
 
-    def __init__(self, tokenizer: Any, task: Any,
-                 examples: Sequence[dict[str, Any]] | None = None) -> None:
+    def __init__(self, tokenizer: Any, task: Any, examples: Sequence[dict[str, Any]] | None = None) -> None:
         import numpy as np
 
         docs = [d for d in (getattr(task, "documents", None) or {}).values() if d is not None]
         if not docs:
-            raise InvalidOptionError("EntityRenamer needs a task with documents (their titles are the "
-                             "entity names)")
+            raise InvalidOptionError(
+                "EntityRenamer needs a task with documents (their titles are the entity names)"
+            )
         titles = sorted({d.title for d in docs}, key=len, reverse=True)
         names = re.compile("|".join(re.escape(t) for t in titles))
         fixed: set[str] = set()
@@ -172,8 +178,10 @@ class EntityRenamer:
                 present.update(e["input_ids"])
             ids &= present
         if len(ids) < 2:
-            raise InvalidOptionError(f"only {len(ids)} name tokens to rename: is this a word-level "
-                             f"tokenizer built from the task's texts?")
+            raise InvalidOptionError(
+                f"only {len(ids)} name tokens to rename: is this a word-level "
+                f"tokenizer built from the task's texts?"
+            )
         self.pool = np.array(sorted(ids), dtype=np.int64)
         self.vocab_size = max(len(tokenizer), int(self.pool.max()) + 1)
 
@@ -203,21 +211,29 @@ class SFTRunConfig:
     batch_size: int = field(default=16, metadata={"help": "Examples per step."})
     learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate."})
     warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps."})
-    lr_scheduler_type: str = field(default="constant_with_warmup", metadata={
-        "help": "Any transformers scheduler name."})
+    lr_scheduler_type: str = field(
+        default="constant_with_warmup", metadata={"help": "Any transformers scheduler name."}
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     max_length: int = field(default=1024, metadata={"help": "Examples are cut to this length."})
     logging_steps: int = field(default=10, metadata={"help": "Log every N steps."})
-    save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: only at the "
-                                                         "end)."})
+    save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: only at the end)."})
     seed: int = field(default=0, metadata={"help": "Seed for data order and dropout."})
-    time_limit_s: float | None = field(default=None, metadata={
-        "help": "Stop after this many seconds of training (same-wall-clock baselines)."})
-    time_limit_clock: str = field(default="wall", metadata={
-        "help": "'wall' (time.perf_counter) or 'process' (CPU time of this process: the fair "
-                "budget on a machine shared with other jobs).", "choices": tuple(CLOCKS)})
-    bf16: bool | None = field(default=None, metadata={
-        "help": "bf16 training (None: on when CUDA supports it)."})
+    time_limit_s: float | None = field(
+        default=None,
+        metadata={"help": "Stop after this many seconds of training (same-wall-clock baselines)."},
+    )
+    time_limit_clock: str = field(
+        default="wall",
+        metadata={
+            "help": "'wall' (time.perf_counter) or 'process' (CPU time of this process: the fair "
+            "budget on a machine shared with other jobs).",
+            "choices": tuple(CLOCKS),
+        },
+    )
+    bf16: bool | None = field(
+        default=None, metadata={"help": "bf16 training (None: on when CUDA supports it)."}
+    )
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.batch_size < 1:
@@ -225,8 +241,10 @@ class SFTRunConfig:
         if self.learning_rate <= 0:
             raise InvalidOptionError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.warmup_steps >= self.max_steps:
-            raise InvalidOptionError(f"warmup_steps ({self.warmup_steps}) must be < max_steps "
-                             f"({self.max_steps}): lower warmup_steps")
+            raise InvalidOptionError(
+                f"warmup_steps ({self.warmup_steps}) must be < max_steps "
+                f"({self.max_steps}): lower warmup_steps"
+            )
         check_time_limit(self.time_limit_s, self.time_limit_clock)
 
 
@@ -276,9 +294,14 @@ def _bf16(flag: bool | None) -> bool:
     return flag
 
 
-def train_sft(model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
-              config: SFTRunConfig, callbacks: Sequence[Any] = (),
-              optimizers: tuple[Any, Any] | None = None) -> Any:
+def train_sft(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[dict[str, Any]],
+    config: SFTRunConfig,
+    callbacks: Sequence[Any] = (),
+    optimizers: tuple[Any, Any] | None = None,
+) -> Any:
     """Train ``model`` on ``examples`` with TRL's ``SFTTrainer``; env tokens carry no loss.
 
     Args:
@@ -300,25 +323,40 @@ def train_sft(model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
         raise DependencyNotInstalled.for_extra("trl/datasets", "train") from exc
     if not examples:
         raise InvalidOptionError("no SFT examples: give at least one question id")
-    rows = [{"input_ids": e["input_ids"], "completion_mask": e["completion_mask"]}
-            for e in examples]
+    rows = [{"input_ids": e["input_ids"], "completion_mask": e["completion_mask"]} for e in examples]
     dataset = Dataset.from_list(rows)
     args = SFTConfig(
-        output_dir=config.output_dir, max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_size, learning_rate=config.learning_rate,
-        warmup_steps=config.warmup_steps, lr_scheduler_type=config.lr_scheduler_type,
-        weight_decay=config.weight_decay, max_length=config.max_length,
-        completion_only_loss=True, packing=False, logging_steps=config.logging_steps,
+        output_dir=config.output_dir,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        warmup_steps=config.warmup_steps,
+        lr_scheduler_type=config.lr_scheduler_type,
+        weight_decay=config.weight_decay,
+        max_length=config.max_length,
+        completion_only_loss=True,
+        packing=False,
+        logging_steps=config.logging_steps,
         save_strategy="steps" if config.save_steps else "no",
-        save_steps=config.save_steps or 500, seed=config.seed, data_seed=config.seed,
-        report_to="none", bf16=_bf16(config.bf16), dataloader_num_workers=0,
-        disable_tqdm=True, dataset_num_proc=None,
+        save_steps=config.save_steps or 500,
+        seed=config.seed,
+        data_seed=config.seed,
+        report_to="none",
+        bf16=_bf16(config.bf16),
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        dataset_num_proc=None,
     )
     cbs = list(callbacks)
     if config.time_limit_s is not None:
         cbs.append(TimeLimitCallback.make(config.time_limit_s, config.time_limit_clock))
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset,
-                         processing_class=tokenizer, callbacks=cbs,
-                         optimizers=optimizers or (None, None))
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=cbs,
+        optimizers=optimizers or (None, None),
+    )
     trainer.train()
     return trainer

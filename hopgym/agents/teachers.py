@@ -44,20 +44,31 @@ __all__ = ["TeacherConfig", "ImperfectTeacher"]
 class TeacherConfig:
     """The flaws of an :class:`ImperfectTeacher` (all off: an oracle that reads documents)."""
 
-    early_answer: float = field(default=0.0, metadata={
-        "help": "Share of episodes answered with the first hop's answer (one hop early)."})
-    wrong_answer: float = field(default=0.0, metadata={
-        "help": "Share of episodes answered with a wrong retrieved title."})
-    never_route: bool = field(default=False, metadata={
-        "help": "Never route away from the default source."})
-    random_route: float = field(default=0.0, metadata={
-        "help": "Probability of routing to a uniformly random source before the first search, "
-                "ignoring where the facts are (otherwise it routes where the gold hop says)."})
-    extra_searches: int = field(default=0, metadata={
-        "help": "Redundant repeats of every search (over-searching)."})
-    think: bool = field(default=True, metadata={
-        "help": "Write a <think> sub-question before each action (off: shorter turns, which "
-                "matters for tiny models on CPU)."})
+    early_answer: float = field(
+        default=0.0,
+        metadata={"help": "Share of episodes answered with the first hop's answer (one hop early)."},
+    )
+    wrong_answer: float = field(
+        default=0.0, metadata={"help": "Share of episodes answered with a wrong retrieved title."}
+    )
+    never_route: bool = field(default=False, metadata={"help": "Never route away from the default source."})
+    random_route: float = field(
+        default=0.0,
+        metadata={
+            "help": "Probability of routing to a uniformly random source before the first search, "
+            "ignoring where the facts are (otherwise it routes where the gold hop says)."
+        },
+    )
+    extra_searches: int = field(
+        default=0, metadata={"help": "Redundant repeats of every search (over-searching)."}
+    )
+    think: bool = field(
+        default=True,
+        metadata={
+            "help": "Write a <think> sub-question before each action (off: shorter turns, which "
+            "matters for tiny models on CPU)."
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("early_answer", "wrong_answer", "random_route"):
@@ -81,8 +92,7 @@ class ImperfectTeacher:
         seed: seeds its private generator (which episodes get which flaw).
     """
 
-    def __init__(self, env: gym.Env, config: TeacherConfig | None = None,
-                 seed: int | None = None) -> None:
+    def __init__(self, env: gym.Env, config: TeacherConfig | None = None, seed: int | None = None) -> None:
         self.env = env
         self.config = config or TeacherConfig()
         self.rng = np.random.default_rng(seed)
@@ -98,8 +108,13 @@ class ImperfectTeacher:
     def _start(self, info: dict[str, Any]) -> None:
         cfg = self.config
         u = float(self.rng.random())
-        self.mode = ("early" if u < cfg.early_answer else
-                     "wrong" if u < cfg.early_answer + cfg.wrong_answer else "good")
+        self.mode = (
+            "early"
+            if u < cfg.early_answer
+            else "wrong"
+            if u < cfg.early_answer + cfg.wrong_answer
+            else "good"
+        )
         sample = self.env.unwrapped.sample
         sources = tuple(info.get("sources") or self.env.unwrapped.source_names)
         current = info.get("source", sources[0])
@@ -114,14 +129,12 @@ class ImperfectTeacher:
                 current = target
         for hop in hops:
             want = hop.source
-            if (want is not None and want != current and not cfg.never_route
-                    and not cfg.random_route):
+            if want is not None and want != current and not cfg.never_route and not cfg.random_route:
                 plan.append(Route(want, think=f"{hop.question} is in {want}"))
                 current = want
             plan.append(Search(hop.search_query, think=hop.question))
             for k in range(cfg.extra_searches):
-                plan.append(Search(f"{hop.search_query} {'again ' * (k + 1)}".strip(),
-                                   think=hop.question))
+                plan.append(Search(f"{hop.search_query} {'again ' * (k + 1)}".strip(), think=hop.question))
         self.plan = plan
         self.hops = hops
         self.started = True
@@ -134,8 +147,9 @@ class ImperfectTeacher:
         if self.mode == "good" and gold_ok:
             return Answer(sample.answer, think="all hops resolved")
         golds = {a.lower() for a in sample.answers}
-        wrong = [t for t in self.titles if t.lower() not in golds
-                 and t.lower() not in sample.question.lower()]
+        wrong = [
+            t for t in self.titles if t.lower() not in golds and t.lower() not in sample.question.lower()
+        ]
         if wrong:
             return Answer(wrong[int(self.rng.integers(len(wrong)))], think="best guess")
         return Answer(self.titles[-1] if self.titles else "unknown", think="best guess")

@@ -38,15 +38,22 @@ from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 if TYPE_CHECKING:
     from hopgym.tasks.base import QATask
 
-__all__ = ["TinyLMConfig", "build_tokenizer", "build_model", "task_texts", "normalize_text",
-           "SPECIAL_TOKENS", "TAG_TOKENS", "CHAT_TEMPLATE"]
+__all__ = [
+    "TinyLMConfig",
+    "build_tokenizer",
+    "build_model",
+    "task_texts",
+    "normalize_text",
+    "SPECIAL_TOKENS",
+    "TAG_TOKENS",
+    "CHAT_TEMPLATE",
+]
 
-PAD, UNK, BOS, EOS, USER, ASSISTANT = ("<pad>", "<unk>", "<bos>", "<|end|>", "<|user|>",
-                                       "<|assistant|>")
+PAD, UNK, BOS, EOS, USER, ASSISTANT = ("<pad>", "<unk>", "<bos>", "<|end|>", "<|user|>", "<|assistant|>")
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, BOS, EOS, USER, ASSISTANT)
 TAG_TOKENS: tuple[str, ...] = tuple(
-    t for name in ("think", "search", "route", "answer", "information")
-    for t in (f"<{name}>", f"</{name}>"))
+    t for name in ("think", "search", "route", "answer", "information") for t in (f"<{name}>", f"</{name}>")
+)
 
 #: A chat template in the Hugging Face jinja format; ``{% generation %}`` marks assistant text so
 #: that ``return_assistant_tokens_mask`` works too.
@@ -89,16 +96,17 @@ def _tokenizers() -> Any:
 def _pipeline() -> tuple[Any, Any, Any]:
     tk = _tokenizers()
     normalizer = tk.normalizers.Replace(tk.Regex(_NORMALIZE), " ")
-    pre = tk.pre_tokenizers.Sequence([
-        tk.pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True),
-        tk.pre_tokenizers.Split(tk.Regex(_PIECE), behavior="isolated"),
-    ])
+    pre = tk.pre_tokenizers.Sequence(
+        [
+            tk.pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True),
+            tk.pre_tokenizers.Split(tk.Regex(_PIECE), behavior="isolated"),
+        ]
+    )
     decoder = tk.decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
     return normalizer, pre, decoder
 
 
-def build_tokenizer(texts: Iterable[str], *, min_count: int = 1,
-                    extra_words: Sequence[str] = ()) -> Any:
+def build_tokenizer(texts: Iterable[str], *, min_count: int = 1, extra_words: Sequence[str] = ()) -> Any:
     """A word-level ``PreTrainedTokenizerFast`` whose vocabulary covers ``texts``.
 
     Args:
@@ -136,14 +144,19 @@ def build_tokenizer(texts: Iterable[str], *, min_count: int = 1,
     core.decoder = decoder
     core.add_special_tokens(list(SPECIAL_TOKENS))
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, unk_token=UNK, bos_token=BOS, eos_token=EOS,
-        clean_up_tokenization_spaces=False, model_max_length=1 << 16)
+        tokenizer_object=core,
+        pad_token=PAD,
+        unk_token=UNK,
+        bos_token=BOS,
+        eos_token=EOS,
+        clean_up_tokenization_spaces=False,
+        model_max_length=1 << 16,
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
 
-def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"),
-               max_turns: int = 8) -> list[str]:
+def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"), max_turns: int = 8) -> list[str]:
     """Every text of ``task`` a model may read or write under ``protocols``.
 
     Prompts (with each question), documents as the protocol formats them, routing and error notices,
@@ -168,11 +181,14 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"),
         for turn in range(1, max_turns + 1):
             for src, desc in descriptions.items():
                 texts.append(proto.render(Route(src, think=f"the answer lives in {src}")))
-                texts.append(proto.format_notice(
-                    f"Searches now go to {src}" + (f" ({desc})." if desc else "."), turn))
-            for msg in ("No new documents found for this query.",
-                        "No documents found for this query.",
-                        "Document limit reached: answer now."):
+                texts.append(
+                    proto.format_notice(f"Searches now go to {src}" + (f" ({desc})." if desc else "."), turn)
+                )
+            for msg in (
+                "No new documents found for this query.",
+                "No documents found for this query.",
+                "Document limit reached: answer now.",
+            ):
                 texts.append(proto.format_notice(msg, turn))
             texts.append(proto.format_error("no action", turn))
             texts.append(proto.format_think(turn))
@@ -195,15 +211,17 @@ class TinyLMConfig:
     learn a 2-hop protocol in minutes on one CPU thread.
     """
 
-    arch: str = field(default="llama", metadata={"help": "'llama' or 'qwen2'.",
-                                                   "choices": ("llama", "qwen2")})
+    arch: str = field(
+        default="llama", metadata={"help": "'llama' or 'qwen2'.", "choices": ("llama", "qwen2")}
+    )
     layers: int = field(default=4, metadata={"help": "Transformer blocks."})
     hidden: int = field(default=128, metadata={"help": "Model width."})
     heads: int = field(default=4, metadata={"help": "Attention heads (must divide hidden)."})
     kv_heads: int | None = field(default=None, metadata={"help": "KV heads (None: = heads)."})
     ffn: int = field(default=512, metadata={"help": "MLP width."})
-    max_positions: int = field(default=1024, metadata={"help": "Longest sequence (prompt + "
-                                                                  "trajectory) in tokens."})
+    max_positions: int = field(
+        default=1024, metadata={"help": "Longest sequence (prompt + trajectory) in tokens."}
+    )
     tie_embeddings: bool = field(default=True, metadata={"help": "Share input/output embeddings."})
     rope_theta: float = field(default=10000.0, metadata={"help": "RoPE base."})
 
@@ -214,8 +232,10 @@ class TinyLMConfig:
             if getattr(self, name) < 1:
                 raise InvalidOptionError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.hidden % self.heads:
-            raise InvalidOptionError(f"heads ({self.heads}) must divide hidden ({self.hidden}): "
-                             f"try heads={max(d for d in range(1, 17) if self.hidden % d == 0)}")
+            raise InvalidOptionError(
+                f"heads ({self.heads}) must divide hidden ({self.hidden}): "
+                f"try heads={max(d for d in range(1, 17) if self.hidden % d == 0)}"
+            )
         kv = self.kv_heads or self.heads
         if self.heads % kv:
             raise InvalidOptionError(f"kv_heads ({kv}) must divide heads ({self.heads})")
@@ -233,12 +253,19 @@ def build_model(config: TinyLMConfig, tokenizer: Any, *, seed: int = 0) -> Any:
     except ImportError as exc:
         raise DependencyNotInstalled.for_extra("torch/transformers", "train") from exc
     common = dict(
-        vocab_size=len(tokenizer), hidden_size=config.hidden, intermediate_size=config.ffn,
-        num_hidden_layers=config.layers, num_attention_heads=config.heads,
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden,
+        intermediate_size=config.ffn,
+        num_hidden_layers=config.layers,
+        num_attention_heads=config.heads,
         num_key_value_heads=config.kv_heads or config.heads,
-        max_position_embeddings=config.max_positions, tie_word_embeddings=config.tie_embeddings,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, rope_theta=config.rope_theta)
+        max_position_embeddings=config.max_positions,
+        tie_word_embeddings=config.tie_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        rope_theta=config.rope_theta,
+    )
     if config.arch == "llama":
         cfg = transformers.LlamaConfig(**common)
         cls = transformers.LlamaForCausalLM

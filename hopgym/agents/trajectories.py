@@ -67,8 +67,17 @@ from hopgym.envs.options import AUTO_OPTIONS, EnvOptions
 from hopgym.errors import HopgymError, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
-__all__ = ["FORMAT", "VERSION", "DOC_TEXT_CHARS", "EpisodeRecorder", "TrajectoryWriter",
-           "TrajectoryFile", "TrajectoryFormatError", "trajectory_header", "read_trajectories"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "DOC_TEXT_CHARS",
+    "EpisodeRecorder",
+    "TrajectoryWriter",
+    "TrajectoryFile",
+    "TrajectoryFormatError",
+    "trajectory_header",
+    "read_trajectories",
+]
 
 FORMAT = "hopgym-trajectories"
 VERSION = 1
@@ -77,16 +86,46 @@ VERSION = 1
 DOC_TEXT_CHARS = 1000
 
 _EPISODE_KEYS: dict[str, Any] = {
-    "question_id": None, "seed": None, "question": "", "kind": None, "hops": None, "answers": [],
-    "supporting_ids": None, "prediction": None, "em": 0.0, "f1": 0.0, "support_recall": 0.0,
-    "steps": 0, "searches": 0, "searches_by_source": {}, "invalid": 0, "return": 0.0,
-    "reward_terms": {}, "end": None, "turns": [], "background_ids": [], "documents": {},
+    "question_id": None,
+    "seed": None,
+    "question": "",
+    "kind": None,
+    "hops": None,
+    "answers": [],
+    "supporting_ids": None,
+    "prediction": None,
+    "em": 0.0,
+    "f1": 0.0,
+    "support_recall": 0.0,
+    "steps": 0,
+    "searches": 0,
+    "searches_by_source": {},
+    "invalid": 0,
+    "return": 0.0,
+    "reward_terms": {},
+    "end": None,
+    "turns": [],
+    "background_ids": [],
+    "documents": {},
 }
 _TURN_KEYS: dict[str, Any] = {
-    "action": "", "action_type": "invalid", "reward": 0.0, "think": None, "query": None,
-    "source": None, "route": None, "answer": None, "invalid_action": None, "new_ids": [],
-    "skipped_ids": [], "retrieval_error": None, "observation": None, "reward_terms": {},
-    "format_issues": [], "truncated_turn": False, "repeated_query": False,
+    "action": "",
+    "action_type": "invalid",
+    "reward": 0.0,
+    "think": None,
+    "query": None,
+    "source": None,
+    "route": None,
+    "answer": None,
+    "invalid_action": None,
+    "new_ids": [],
+    "skipped_ids": [],
+    "retrieval_error": None,
+    "observation": None,
+    "reward_terms": {},
+    "format_issues": [],
+    "truncated_turn": False,
+    "repeated_query": False,
 }
 # What a record needs for its metrics; a line without them is not an episode.
 _REQUIRED = ("question_id", "em", "f1", "steps", "searches", "invalid", "prediction")
@@ -119,9 +158,14 @@ def _agent_name(agent: Any) -> str:
     return f"{name}({model})" if isinstance(model, str) else name
 
 
-def trajectory_header(env: gym.Env, agent: Any = None, *, seed: int | None = None,
-                      agent_name: str | None = None,
-                      doc_text_chars: int = DOC_TEXT_CHARS) -> dict[str, Any]:
+def trajectory_header(
+    env: gym.Env,
+    agent: Any = None,
+    *,
+    seed: int | None = None,
+    agent_name: str | None = None,
+    doc_text_chars: int = DOC_TEXT_CHARS,
+) -> dict[str, Any]:
     """The header line of a trajectory file for a run of ``agent`` in ``env``.
 
     Args:
@@ -155,8 +199,7 @@ def trajectory_header(env: gym.Env, agent: Any = None, *, seed: int | None = Non
         "env_id": spec.id if spec else None,
         "env_options": _json_safe(options),
         # What gym.make applied (EnvOptions resolves the default); unknown for an env made by hand.
-        "reward": _json_safe(getattr(getattr(inner, "options", None), "reward", None))
-        if spec else None,
+        "reward": _json_safe(getattr(getattr(inner, "options", None), "reward", None)) if spec else None,
         "protocol": getattr(protocol, "name", None),
         "task": getattr(task, "name", None),
         "questions": len(task.samples) if task is not None else None,
@@ -187,8 +230,7 @@ class EpisodeRecorder:
         (1, 'answer', 'Oslo', 'hm')
     """
 
-    def __init__(self, env: gym.Env, *, turns: bool = True,
-                 doc_text_chars: int = DOC_TEXT_CHARS) -> None:
+    def __init__(self, env: gym.Env, *, turns: bool = True, doc_text_chars: int = DOC_TEXT_CHARS) -> None:
         self.env = env
         self.record_turns = turns
         self.doc_text_chars = doc_text_chars
@@ -213,11 +255,13 @@ class EpisodeRecorder:
             self.seen.setdefault(doc_id, turn)
         if self.record_turns:
             for doc in docs:
-                self.docs.setdefault(doc.doc_id, {"title": doc.title,
-                                                  "text": _cut(doc.text, self.doc_text_chars)})
+                self.docs.setdefault(
+                    doc.doc_id, {"title": doc.title, "text": _cut(doc.text, self.doc_text_chars)}
+                )
 
-    def step(self, obs: str, reward: float, terminated: bool, truncated: bool,
-             info: Mapping[str, Any]) -> None:
+    def step(
+        self, obs: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> None:
         """Record one step: pass what ``env.step`` returned."""
         self.steps += 1
         self.ret += float(reward)
@@ -236,15 +280,22 @@ class EpisodeRecorder:
         seen_before = set(self.seen)
         self._show(new_ids, info.get("documents") or (), self.steps)
         if self.record_turns:
-            self.turns.append(self._turn(obs, float(reward), kind, info, new_ids, seen_before,
-                                         step_terms))
+            self.turns.append(self._turn(obs, float(reward), kind, info, new_ids, seen_before, step_terms))
         if terminated or truncated:
-            self.end = ("answer" if info.get("answer") is not None
-                        else "terminated" if terminated else "budget")
+            self.end = (
+                "answer" if info.get("answer") is not None else "terminated" if terminated else "budget"
+            )
 
-    def _turn(self, obs: str, reward: float, kind: Any, info: Mapping[str, Any],
-              new_ids: list[str], seen_before: set[str],
-              step_terms: Mapping[str, float]) -> dict[str, Any]:
+    def _turn(
+        self,
+        obs: str,
+        reward: float,
+        kind: Any,
+        info: Mapping[str, Any],
+        new_ids: list[str],
+        seen_before: set[str],
+        step_terms: Mapping[str, float],
+    ) -> dict[str, Any]:
         transcript = self.env.unwrapped.transcript
         action = next((m["content"] for m in reversed(transcript) if m["role"] == "assistant"), "")
         turn: dict[str, Any] = {"action": action, "action_type": kind, "reward": reward}
@@ -274,7 +325,7 @@ class EpisodeRecorder:
         if not seen_before:
             return []
         last = max((i for i, d in enumerate(ranked) if d in shown), default=len(ranked) - 1)
-        return [d for d in ranked[:last + 1] if d in seen_before and d not in shown]
+        return [d for d in ranked[: last + 1] if d in seen_before and d not in shown]
 
     def result(self) -> dict[str, Any]:
         """The episode's outcome; with ``turns``, also its turns and documents."""
@@ -293,8 +344,7 @@ class EpisodeRecorder:
             "prediction": answer,
             "em": exact_match(answer, golds) if answer is not None else 0.0,
             "f1": token_f1(answer, golds) if answer is not None else 0.0,
-            "support_recall": (len(set(support) & set(self.seen)) / len(set(support))
-                               if support else 1.0),
+            "support_recall": (len(set(support) & set(self.seen)) / len(set(support)) if support else 1.0),
             "steps": self.steps,
             "searches": self.searches,
             "searches_by_source": dict(self.by_source),
@@ -308,8 +358,7 @@ class EpisodeRecorder:
             for doc_id in support:
                 if doc_id not in self.docs and doc_id in lookup:
                     doc = lookup[doc_id]
-                    self.docs[doc_id] = {"title": doc.title,
-                                         "text": _cut(doc.text, self.doc_text_chars)}
+                    self.docs[doc_id] = {"title": doc.title, "text": _cut(doc.text, self.doc_text_chars)}
             out["turns"] = self.turns
             if self.background:
                 out["background_ids"] = self.background
@@ -326,8 +375,9 @@ class TrajectoryWriter:
 
     def __init__(self, path: str | Path, header: Mapping[str, Any]) -> None:
         if header.get("format") != FORMAT or header.get("version") != VERSION:
-            raise InvalidOptionError(f"header must have format={FORMAT!r} and version={VERSION} "
-                             "(build it with trajectory_header)")
+            raise InvalidOptionError(
+                f"header must have format={FORMAT!r} and version={VERSION} (build it with trajectory_header)"
+            )
         self.path = Path(path)
         self.header = dict(header)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -409,24 +459,36 @@ def read_trajectories(path: str | Path) -> TrajectoryFile:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise TrajectoryFormatError(f"{path}:{number}: not JSON ({exc.msg} at column "
-                                        f"{exc.colno})") from None
+            raise TrajectoryFormatError(
+                f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})"
+            ) from None
         if not isinstance(obj, dict):
-            raise TrajectoryFormatError(f"{path}:{number}: expected a JSON object, got "
-                                        f"{type(obj).__name__}")
+            raise TrajectoryFormatError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
         if header is None and upgraded is None:
             if "format" in obj:
                 header = _check_header(obj, path, number)
                 continue
             upgraded = "0.1"  # hopgym 0.1 wrote episodes only
-            header = {"format": FORMAT, "version": 0, "hopgym_version": "0.1", "env_id": None,
-                      "env_options": {}, "reward": None, "protocol": None, "task": None,
-                      "questions": None, "agent": None, "seed": None, "doc_text_chars": None,
-                      "created": None}
+            header = {
+                "format": FORMAT,
+                "version": 0,
+                "hopgym_version": "0.1",
+                "env_id": None,
+                "env_options": {},
+                "reward": None,
+                "protocol": None,
+                "task": None,
+                "questions": None,
+                "agent": None,
+                "seed": None,
+                "doc_text_chars": None,
+                "created": None,
+            }
         missing = [k for k in _REQUIRED if k not in obj]
         if missing:
-            raise TrajectoryFormatError(f"{path}:{number}: not an episode record (no "
-                                        f"{', '.join(repr(k) for k in missing)})")
+            raise TrajectoryFormatError(
+                f"{path}:{number}: not an episode record (no {', '.join(repr(k) for k in missing)})"
+            )
         episodes.append(_upgrade_episode(obj) if upgraded else _normalise(obj))
     if header is None:
         raise TrajectoryFormatError(f"{path}: empty file, no header and no episodes")
@@ -435,22 +497,23 @@ def read_trajectories(path: str | Path) -> TrajectoryFile:
 
 def _check_header(obj: dict[str, Any], path: Path, number: int) -> dict[str, Any]:
     if obj.get("format") != FORMAT:
-        raise TrajectoryFormatError(f"{path}:{number}: format {obj.get('format')!r} is not "
-                                    f"{FORMAT!r}")
+        raise TrajectoryFormatError(f"{path}:{number}: format {obj.get('format')!r} is not {FORMAT!r}")
     version = obj.get("version")
     if not isinstance(version, int) or version < 1:
         raise TrajectoryFormatError(f"{path}:{number}: bad version {version!r}")
     if version > VERSION:
-        raise TrajectoryFormatError(f"{path}:{number}: version {version} is newer than this "
-                                    f"hopgym reads ({VERSION}); upgrade hopgym")
+        raise TrajectoryFormatError(
+            f"{path}:{number}: version {version} is newer than this hopgym reads ({VERSION}); upgrade hopgym"
+        )
     return obj
 
 
 def _normalise(obj: dict[str, Any]) -> dict[str, Any]:
-    out = {**{k: (v.copy() if isinstance(v, (list, dict)) else v)
-              for k, v in _EPISODE_KEYS.items()}, **obj}
-    out["turns"] = [{**{k: (v.copy() if isinstance(v, (list, dict)) else v)
-                        for k, v in _TURN_KEYS.items()}, **t} for t in out["turns"] or ()]
+    out = {**{k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in _EPISODE_KEYS.items()}, **obj}
+    out["turns"] = [
+        {**{k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in _TURN_KEYS.items()}, **t}
+        for t in out["turns"] or ()
+    ]
     return out
 
 
@@ -481,11 +544,13 @@ def _docs_from_observation(obs: str, ids: list[str]) -> dict[str, dict[str, str]
         return {}
     if not body.startswith(first):
         return {}
-    pairs = [p.split(sep, 1) for p in re.split(split, body[len(first):])]
+    pairs = [p.split(sep, 1) for p in re.split(split, body[len(first) :])]
     if len(pairs) != len(ids) or any(len(p) != 2 for p in pairs):
         return {}
-    return {doc_id: {"title": title.strip(), "text": text.strip()}
-            for doc_id, (title, text) in zip(ids, pairs, strict=True)}
+    return {
+        doc_id: {"title": title.strip(), "text": text.strip()}
+        for doc_id, (title, text) in zip(ids, pairs, strict=True)
+    }
 
 
 def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -493,9 +558,16 @@ def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[
 
     text = old.get("action") or ""
     kind = old.get("action_type")
-    turn = {**_TURN_KEYS, "skipped_ids": [], "reward_terms": {}, "action": text,
-            "action_type": kind, "reward": float(old.get("reward") or 0.0),
-            "invalid_action": old.get("invalid_action"), "new_ids": list(old.get("new_ids") or ())}
+    turn = {
+        **_TURN_KEYS,
+        "skipped_ids": [],
+        "reward_terms": {},
+        "action": text,
+        "action_type": kind,
+        "reward": float(old.get("reward") or 0.0),
+        "invalid_action": old.get("invalid_action"),
+        "new_ids": list(old.get("new_ids") or ()),
+    }
     for name in ("tags", "r3"):
         # hopgym 0.1 read turns with what is now the strict parse
         parsed = get_protocol(name, parse="strict").parse(text, _AnySource())  # type: ignore[arg-type]

@@ -37,10 +37,25 @@ from hopgym.backends.stops import close_open_tag, cut_at_stop, merge_reasoning, 
 from hopgym.backends.transformers_backend import TransformersBackend
 from hopgym.backends.vllm_backend import VLLMBackend
 
-__all__ = ["SamplingParams", "Backend", "BackendError", "Message", "Prompt", "BACKENDS",
-           "Completion", "complete", "FINISH_REASONS", "REASONING_FIELDS",
-           "TransformersBackend", "VLLMBackend", "OpenAIBackend", "cut_at_stop", "close_open_tag",
-           "merge_reasoning", "stop_is_kept"]
+__all__ = [
+    "SamplingParams",
+    "Backend",
+    "BackendError",
+    "Message",
+    "Prompt",
+    "BACKENDS",
+    "Completion",
+    "complete",
+    "FINISH_REASONS",
+    "REASONING_FIELDS",
+    "TransformersBackend",
+    "VLLMBackend",
+    "OpenAIBackend",
+    "cut_at_stop",
+    "close_open_tag",
+    "merge_reasoning",
+    "stop_is_kept",
+]
 
 #: Backend names, as :func:`hopgym.agents.llm.make_llm_agent` and the CLI take them.
 BACKENDS = ("transformers", "vllm", "openai")

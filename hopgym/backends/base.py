@@ -16,8 +16,16 @@ from typing import Any, Protocol, runtime_checkable
 
 from hopgym.errors import BackendError, DependencyNotInstalled, InvalidOptionError
 
-__all__ = ["SamplingParams", "Backend", "BackendError", "Message", "Prompt", "Completion",
-           "complete", "FINISH_REASONS"]
+__all__ = [
+    "SamplingParams",
+    "Backend",
+    "BackendError",
+    "Message",
+    "Prompt",
+    "Completion",
+    "complete",
+    "FINISH_REASONS",
+]
 
 Message = dict[str, str]
 #: A raw text prompt (completed as is) or chat messages (rendered with the chat template).
@@ -54,8 +62,11 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0
-                and math.isfinite(self.temperature)):
+        if not (
+            isinstance(self.temperature, (int, float))
+            and self.temperature >= 0
+            and math.isfinite(self.temperature)
+        ):
             raise InvalidOptionError(f"temperature must be a finite float >= 0, got {self.temperature!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             raise InvalidOptionError(f"top_p must be in (0, 1], got {self.top_p!r}")
@@ -138,8 +149,9 @@ class Backend(Protocol):
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]: ...
 
-    def apply_chat_template(self, messages: Sequence[Message], *,
-                            add_generation_prompt: bool = True) -> str: ...
+    def apply_chat_template(
+        self, messages: Sequence[Message], *, add_generation_prompt: bool = True
+    ) -> str: ...
 
 
 def complete(backend: Any, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
@@ -185,13 +197,17 @@ def _transformers():
     return transformers
 
 
-def _render_template(tokenizer: Any, messages: Sequence[Message],
-                     add_generation_prompt: bool) -> str:
+def _render_template(tokenizer: Any, messages: Sequence[Message], add_generation_prompt: bool) -> str:
     if not getattr(tokenizer, "chat_template", None):
-        raise InvalidOptionError("the tokenizer has no chat template: use LLMAgent(mode='continuation', "
-                         "use_chat_template=False) for raw text, or set tokenizer.chat_template")
+        raise InvalidOptionError(
+            "the tokenizer has no chat template: use LLMAgent(mode='continuation', "
+            "use_chat_template=False) for raw text, or set tokenizer.chat_template"
+        )
     messages = list(messages)
     continue_final = bool(messages) and messages[-1]["role"] == "assistant"
     return tokenizer.apply_chat_template(
-        messages, tokenize=False, continue_final_message=continue_final,
-        add_generation_prompt=add_generation_prompt and not continue_final)
+        messages,
+        tokenize=False,
+        continue_final_message=continue_final,
+        add_generation_prompt=add_generation_prompt and not continue_final,
+    )

@@ -105,20 +105,26 @@ class OpenAIBackend:
         self.model, self.api_key = model, api_key
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # The client checks timeout, retries and the waits, with one set of messages.
-        self._http = HTTPClient(self.base_url, timeout=timeout, retries=retries, backoff=backoff,
-                                max_backoff=max_backoff, headers={**(headers or {}), **auth})
+        self._http = HTTPClient(
+            self.base_url,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            headers={**(headers or {}), **auth},
+        )
         self.max_concurrency = max_concurrency
         if extra_body is not None and not isinstance(extra_body, Mapping):
-            raise InvalidOptionError(f"extra_body must be a mapping of request fields, got "
-                             f"{type(extra_body).__name__}")
+            raise InvalidOptionError(
+                f"extra_body must be a mapping of request fields, got {type(extra_body).__name__}"
+            )
         self.extra_body = dict(extra_body or {})
         #: Whether a chat prompt may end with an assistant message for the model to continue.
         self.supports_prefill = bool(prefill)
         if isinstance(tokenizer, str):
             tokenizer = _transformers().AutoTokenizer.from_pretrained(tokenizer)
         self.tokenizer = tokenizer
-        self.has_chat_template = bool(tokenizer is not None
-                                      and getattr(tokenizer, "chat_template", None))
+        self.has_chat_template = bool(tokenizer is not None and getattr(tokenizer, "chat_template", None))
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIBackend({self.base_url!r}, {self.model!r})"
@@ -129,11 +135,12 @@ class OpenAIBackend:
     backoff = property(lambda self: self._http.backoff, doc="The first nominal wait (seconds).")
     max_backoff = property(lambda self: self._http.max_backoff, doc="The longest wait (seconds).")
 
-    def apply_chat_template(self, messages: Sequence[Message], *,
-                            add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
         if self.tokenizer is None:
-            raise InvalidOptionError("OpenAIBackend renders chat templates on the server; pass "
-                             "tokenizer= to render one locally (mode='continuation')")
+            raise InvalidOptionError(
+                "OpenAIBackend renders chat templates on the server; pass "
+                "tokenizer= to render one locally (mode='continuation')"
+            )
         return _render_template(self.tokenizer, messages, add_generation_prompt)
 
     # -------------------------------------------------------------- requests
@@ -141,14 +148,16 @@ class OpenAIBackend:
         try:
             return self._http.post_json(path, payload)
         except HTTPError as exc:
-            hint = " Check that the server is up, or raise timeout=/retries=." if exc.transient \
-                else ""
+            hint = " Check that the server is up, or raise timeout=/retries=." if exc.transient else ""
             raise BackendError(f"{exc}.{hint}") from exc
 
     def _one(self, prompt: Prompt, params: SamplingParams, seed: int | None) -> Completion:
-        payload: dict[str, Any] = {"model": self.model, "max_tokens": params.max_new_tokens,
-                                   "temperature": float(params.temperature),
-                                   "top_p": float(params.top_p)}
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": params.max_new_tokens,
+            "temperature": float(params.temperature),
+            "top_p": float(params.top_p),
+        }
         if seed is not None:
             payload["seed"] = seed
         if params.stop:
@@ -158,9 +167,11 @@ class OpenAIBackend:
             payload["messages"] = list(prompt)
             if prompt and prompt[-1].get("role") == "assistant":
                 if not self.supports_prefill:
-                    raise InvalidOptionError("the chat prompt ends with an assistant message to continue: "
-                                     "pass OpenAIBackend(prefill=True) if the server supports "
-                                     "continue_final_message (vLLM, SGLang)")
+                    raise InvalidOptionError(
+                        "the chat prompt ends with an assistant message to continue: "
+                        "pass OpenAIBackend(prefill=True) if the server supports "
+                        "continue_final_message (vLLM, SGLang)"
+                    )
                 payload.update(continue_final_message=True, add_generation_prompt=False)
         else:
             payload["prompt"] = prompt
@@ -172,21 +183,27 @@ class OpenAIBackend:
             text = message["content" if chat else "text"]
         except (KeyError, IndexError, TypeError):
             field = "message.content" if chat else "text"
-            raise BackendError(f"unexpected reply from {self.base_url}: no choices[0].{field} in "
-                               f"{json.dumps(reply)[:300]}") from None
+            raise BackendError(
+                f"unexpected reply from {self.base_url}: no choices[0].{field} in {json.dumps(reply)[:300]}"
+            ) from None
         text = text or ""
-        reasoning = next((message[f] for f in REASONING_FIELDS
-                          if isinstance(message.get(f), str) and message[f]), None)
+        reasoning = next(
+            (message[f] for f in REASONING_FIELDS if isinstance(message.get(f), str) and message[f]), None
+        )
         finish = choice.get("finish_reason")
         if finish == "stop" and params.stop:
             text = close_open_tag(text, params.stop)
         usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return Completion(cut_at_stop(text, params.stop),
-                          finish_reason=finish if finish in ("stop", "length") else None,
-                          reasoning=reasoning, prompt_tokens=usage.get("prompt_tokens"),
-                          cached_tokens=cached, completion_tokens=usage.get("completion_tokens"))
+        return Completion(
+            cut_at_stop(text, params.stop),
+            finish_reason=finish if finish in ("stop", "length") else None,
+            reasoning=reasoning,
+            prompt_tokens=usage.get("prompt_tokens"),
+            cached_tokens=cached,
+            completion_tokens=usage.get("completion_tokens"),
+        )
 
     def complete(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
         """One :class:`~hopgym.backends.base.Completion` per prompt (finish reason, reasoning
@@ -196,11 +213,9 @@ class OpenAIBackend:
         if len(prompts) <= 1 or self.max_concurrency == 1:
             return [self._one(p, params, s) for p, s in zip(prompts, seeds, strict=True)]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
-            jobs = [pool.submit(self._one, p, params, s)
-                    for p, s in zip(prompts, seeds, strict=True)]
+            jobs = [pool.submit(self._one, p, params, s) for p, s in zip(prompts, seeds, strict=True)]
             return [job.result() for job in jobs]
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]:
         """The texts of :meth:`complete`, with returned reasoning put back as ``<think>…</think>``."""
-        return [merge_reasoning(c.text, c.reasoning, c.truncated)
-                for c in self.complete(prompts, params)]
+        return [merge_reasoning(c.text, c.reasoning, c.truncated) for c in self.complete(prompts, params)]

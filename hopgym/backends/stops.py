@@ -68,8 +68,14 @@ def close_open_tag(text: str, stops: Sequence[str]) -> str:
     return text
 
 
-def merge_reasoning(text: str, reasoning: str | None, truncated: bool = False, *,
-                    open_tag: str = "<think>", close_tag: str = "</think>") -> str:
+def merge_reasoning(
+    text: str,
+    reasoning: str | None,
+    truncated: bool = False,
+    *,
+    open_tag: str = "<think>",
+    close_tag: str = "</think>",
+) -> str:
     """Put thinking that a server returned apart (``reasoning_content``) back in front of the text.
 
     Nothing is added when there is no reasoning or the text already opens ``open_tag``. When

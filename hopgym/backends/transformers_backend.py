@@ -49,10 +49,11 @@ def _resolve_gguf(model: str, gguf_file: str | None) -> tuple[str, str | None]:
         if len(ggufs) == 1:
             return model, ggufs[0]
         if len(ggufs) > 1:
-            raise InvalidOptionError(f"{model} holds several .gguf files ({', '.join(ggufs)}): pass "
-                             f"gguf_file= or the path of one file")
+            raise InvalidOptionError(
+                f"{model} holds several .gguf files ({', '.join(ggufs)}): pass "
+                f"gguf_file= or the path of one file"
+            )
     return model, None
-
 
 
 @dataclass
@@ -194,14 +195,13 @@ class TransformersBackend:
         tf = _transformers()
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise InvalidOptionError(f"batch_size must be None or an int >= 1, got {batch_size!r}")
-        if (not isinstance(prefix_cache, int) or isinstance(prefix_cache, bool)
-                or prefix_cache < 0):
-            raise InvalidOptionError(f"prefix_cache must be an int >= 0 (token positions; 0: off), "
-                             f"got {prefix_cache!r}")
+        if not isinstance(prefix_cache, int) or isinstance(prefix_cache, bool) or prefix_cache < 0:
+            raise InvalidOptionError(
+                f"prefix_cache must be an int >= 0 (token positions; 0: off), got {prefix_cache!r}"
+            )
         self.batch_size = batch_size
         if device == "auto":
-            dev = None if not isinstance(model, str) else (
-                "cuda" if torch.cuda.is_available() else "cpu")
+            dev = None if not isinstance(model, str) else ("cuda" if torch.cuda.is_available() else "cpu")
         else:
             dev = device
         if isinstance(model, str):
@@ -236,8 +236,10 @@ class TransformersBackend:
         if self.pad_token_id is None:
             self.pad_token_id = tokenizer.eos_token_id
         if self.pad_token_id is None:
-            raise InvalidOptionError("the tokenizer has neither a pad nor an eos token: set "
-                             "tokenizer.pad_token before building the backend")
+            raise InvalidOptionError(
+                "the tokenizer has neither a pad nor an eos token: set "
+                "tokenizer.pad_token before building the backend"
+            )
         eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         if tokenizer.eos_token_id is not None:
@@ -246,12 +248,12 @@ class TransformersBackend:
         self._end_ids = {int(t) for t in (*eos, self.pad_token_id)}
         self._cache_kw = _cache_kwarg(self.model)
         #: The prefix cache (``None`` when off or when the model's cache cannot be reused).
-        self.prefix_cache = (PrefixCache(prefix_cache)
-                             if prefix_cache and _full_attention_only(self.model) else None)
+        self.prefix_cache = (
+            PrefixCache(prefix_cache) if prefix_cache and _full_attention_only(self.model) else None
+        )
         self.stats = {"calls": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
 
-    def apply_chat_template(self, messages: Sequence[Message], *,
-                            add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
         """Render messages with the tokenizer's chat template (a final assistant message is
         continued)."""
         return _render_template(self.tokenizer, messages, add_generation_prompt)
@@ -276,7 +278,7 @@ class TransformersBackend:
         step = self.batch_size or len(prompts)
         out: list[Completion] = []
         for start in range(0, len(prompts), step):
-            chunk = prompts[start:start + step]
+            chunk = prompts[start : start + step]
             seed = None if params.seed is None else params.seed + start
             out += self._generate([self.encode(p) for p in chunk], replace(params, seed=seed))
         return out
@@ -296,20 +298,23 @@ class TransformersBackend:
         ref = entries[0][0].kv
         layers = []
         for layer, (k0, v0) in enumerate(ref):
-            keys = torch.zeros((len(matches), k0.shape[0], width, k0.shape[-1]), dtype=k0.dtype,
-                               device=k0.device)
-            values = torch.zeros((len(matches), v0.shape[0], width, v0.shape[-1]),
-                                 dtype=v0.dtype, device=v0.device)
+            keys = torch.zeros(
+                (len(matches), k0.shape[0], width, k0.shape[-1]), dtype=k0.dtype, device=k0.device
+            )
+            values = torch.zeros(
+                (len(matches), v0.shape[0], width, v0.shape[-1]), dtype=v0.dtype, device=v0.device
+            )
             for i, (key, n) in enumerate(matches):
                 if key is not None:
                     k, v = self.prefix_cache.get(key).kv[layer]
-                    keys[i, :, width - n:] = k[:, :n]
-                    values[i, :, width - n:] = v[:, :n]
+                    keys[i, :, width - n :] = k[:, :n]
+                    values[i, :, width - n :] = v[:, :n]
             layers.append((keys, values))
         return DynamicCache(ddp_cache_data=layers)
 
-    def _hold(self, cache: Any, seqs: Any, mask: Any, ids: list[list[int]],
-              matches: list[tuple[int | None, int]]) -> None:
+    def _hold(
+        self, cache: Any, seqs: Any, mask: Any, ids: list[list[int]], matches: list[tuple[int | None, int]]
+    ) -> None:
         """Keep each row's prompt and generation (padding removed) in the prefix cache."""
         torch = _torch()
         store = self.prefix_cache
@@ -317,9 +322,15 @@ class TransformersBackend:
         if store is None or not layers:
             return
         held = layers[0].keys.shape[-2]
-        full = torch.cat([mask.to(seqs.device),
-                          torch.ones((mask.shape[0], seqs.shape[1] - mask.shape[1]),
-                                     dtype=mask.dtype, device=seqs.device)], dim=1)[:, :held]
+        full = torch.cat(
+            [
+                mask.to(seqs.device),
+                torch.ones(
+                    (mask.shape[0], seqs.shape[1] - mask.shape[1]), dtype=mask.dtype, device=seqs.device
+                ),
+            ],
+            dim=1,
+        )[:, :held]
         for key, n in matches:
             if key is not None and key in store and n >= store.get(key).prompt_len:
                 store.drop(key)  # continued by this row: its new entry holds the same prefix
@@ -327,8 +338,9 @@ class TransformersBackend:
             pos = torch.nonzero(full[i], as_tuple=True)[0]
             kept = seqs[i, :held].index_select(0, pos).cpu().numpy().astype(np.int64)
             pos = pos.to(layers[0].keys.device)
-            kv = [(layer.keys[i].index_select(1, pos), layer.values[i].index_select(1, pos))
-                  for layer in layers]
+            kv = [
+                (layer.keys[i].index_select(1, pos), layer.values[i].index_select(1, pos)) for layer in layers
+            ]
             store.add(kept, kv, len(row))
 
     def _generate(self, ids: list[list[int]], params: SamplingParams) -> list[Completion]:
@@ -343,12 +355,12 @@ class TransformersBackend:
             # the end of the cached part, and the padding between it and the new tokens is
             # masked out (positions come from the mask, so they stay consecutive).
             if n:
-                input_ids[i, reused - n:reused] = torch.tensor(row[:n], dtype=torch.long)
-                mask[i, reused - n:reused] = 1
+                input_ids[i, reused - n : reused] = torch.tensor(row[:n], dtype=torch.long)
+                mask[i, reused - n : reused] = 1
             rest = row[n:]
             if rest:
-                input_ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
-                mask[i, width - len(rest):] = 1
+                input_ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+                mask[i, width - len(rest) :] = 1
         kwargs: dict[str, Any] = {
             "input_ids": input_ids.to(self.device),
             "attention_mask": mask.to(self.device),
@@ -360,8 +372,7 @@ class TransformersBackend:
         if reused:
             kwargs[self._cache_kw] = self._past(matches, reused)
         if not params.greedy:
-            kwargs.update(temperature=float(params.temperature), top_p=float(params.top_p),
-                          top_k=0)
+            kwargs.update(temperature=float(params.temperature), top_p=float(params.top_p), top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if params.stop:
@@ -384,14 +395,22 @@ class TransformersBackend:
             end = next((j for j, t in enumerate(toks) if t in self._end_ids), None)
             done = by_stop or end is not None or len(toks) < params.max_new_tokens
             count = len(toks) if end is None else end + (0 if by_stop else 1)
-            result.append(Completion(cut, finish_reason="stop" if done else "length",
-                                     prompt_tokens=len(row), cached_tokens=n,
-                                     completion_tokens=count, token_ids=tuple(toks[:count])))
+            result.append(
+                Completion(
+                    cut,
+                    finish_reason="stop" if done else "length",
+                    prompt_tokens=len(row),
+                    cached_tokens=n,
+                    completion_tokens=count,
+                    token_ids=tuple(toks[:count]),
+                )
+            )
         self.stats["calls"] += 1
         self.stats["prompt_tokens"] += sum(len(row) for row in ids)
         self.stats["cached_tokens"] += sum(n for _, n in matches)
         self.stats["completion_tokens"] += sum(c.completion_tokens or 0 for c in result)
         if self.prefix_cache is not None:
-            self._hold(getattr(out, "cache", None) or getattr(out, "past_key_values", None),
-                       seqs, mask, ids, matches)
+            self._hold(
+                getattr(out, "cache", None) or getattr(out, "past_key_values", None), seqs, mask, ids, matches
+            )
         return result

@@ -47,16 +47,20 @@ class VLLMBackend:
         except ImportError:
             raise DependencyNotInstalled.for_extra("vllm", "vllm") from None
         self._vllm = vllm
-        self.llm = vllm.LLM(model=model, tokenizer=tokenizer, dtype=dtype, seed=seed,
-                            gpu_memory_utilization=gpu_memory_utilization,
-                            max_model_len=max_model_len,
-                            tensor_parallel_size=tensor_parallel_size)
+        self.llm = vllm.LLM(
+            model=model,
+            tokenizer=tokenizer,
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+        )
         self.tokenizer = self.llm.get_tokenizer()
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
         self.supports_chat = self.has_chat_template
 
-    def apply_chat_template(self, messages: Sequence[Message], *,
-                            add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
         return _render_template(self.tokenizer, messages, add_generation_prompt)
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]:
@@ -67,10 +71,13 @@ class VLLMBackend:
         texts = [p if isinstance(p, str) else self.apply_chat_template(p) for p in prompts]
         sampling = [
             self._vllm.SamplingParams(
-                temperature=float(params.temperature), top_p=float(params.top_p),
+                temperature=float(params.temperature),
+                top_p=float(params.top_p),
                 max_tokens=params.max_new_tokens,
                 seed=None if params.seed is None else params.seed + i,
-                stop=list(params.stop), include_stop_str_in_output=True)
+                stop=list(params.stop),
+                include_stop_str_in_output=True,
+            )
             for i in range(len(texts))
         ]
         outputs = self.llm.generate(texts, sampling, use_tqdm=False)
@@ -78,10 +85,13 @@ class VLLMBackend:
         for o in outputs:
             first = o.outputs[0]
             reason = getattr(first, "finish_reason", None)
-            out.append(Completion(
-                cut_at_stop(first.text, params.stop),
-                finish_reason=reason if reason in ("stop", "length") else None,
-                prompt_tokens=len(o.prompt_token_ids or ()),
-                cached_tokens=getattr(o, "num_cached_tokens", None),
-                completion_tokens=len(first.token_ids or ())))
+            out.append(
+                Completion(
+                    cut_at_stop(first.text, params.stop),
+                    finish_reason=reason if reason in ("stop", "length") else None,
+                    prompt_tokens=len(o.prompt_token_ids or ()),
+                    cached_tokens=getattr(o, "num_cached_tokens", None),
+                    completion_tokens=len(first.token_ids or ()),
+                )
+            )
         return out

@@ -49,13 +49,15 @@ def build_parser() -> Any:
     from hopgym.cli._dataclass_args import ArgumentParser
 
     summary, _, details = __doc__.partition("\n\n")
-    parser = ArgumentParser(prog="hopgym", description=" ".join(summary.split()),
-                            epilog=details.split("\n\n")[0].replace("\n", " "))
+    parser = ArgumentParser(
+        prog="hopgym",
+        description=" ".join(summary.split()),
+        epilog=details.split("\n\n")[0].replace("\n", " "),
+    )
     from hopgym import __version__
 
     parser.add_argument("--version", action="version", version=f"hopgym {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                title="commands")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for name in COMMANDS:
         importlib.import_module(f"hopgym.cli.{name}").add_parser(sub)
     return parser

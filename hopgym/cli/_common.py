@@ -21,10 +21,22 @@ from hopgym.envs.options import EnvOptions
 from hopgym.envs.protocols import PROTOCOLS
 from hopgym.errors import HopgymError
 
-__all__ = ["DEFAULT_ENV", "ENV_OPTIONS", "CommandError", "EnvConfig", "add_env_arguments",
-           "command_parser", "env_kwargs",
-           "console", "make_env", "metrics_table", "progress_label", "rounded", "terms_table",
-           "write_json"]
+__all__ = [
+    "DEFAULT_ENV",
+    "ENV_OPTIONS",
+    "CommandError",
+    "EnvConfig",
+    "add_env_arguments",
+    "command_parser",
+    "env_kwargs",
+    "console",
+    "make_env",
+    "metrics_table",
+    "progress_label",
+    "rounded",
+    "terms_table",
+    "write_json",
+]
 
 DEFAULT_ENV = "hopgym/Synthetic-v1"
 
@@ -38,30 +50,38 @@ class EnvConfig:
     """The env a command runs on."""
 
     env: str = field(default=DEFAULT_ENV, metadata={"help": "Env id.", "metavar": "ID"})
-    kw: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "Env keyword arguments (a world's, a dataset's, or any env option), read as "
-                "Python literals where they parse; repeat or list several: --kw hops=3 --kw "
-                "kinds=bridge."})
-    seed: int = field(default=0, metadata={
-        "help": "Seeds the question order and each episode's reset (and the agent)."})
+    kw: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Env keyword arguments (a world's, a dataset's, or any env option), read as "
+            "Python literals where they parse; repeat or list several: --kw hops=3 --kw "
+            "kinds=bridge."
+        },
+    )
+    seed: int = field(
+        default=0, metadata={"help": "Seeds the question order and each episode's reset (and the agent)."}
+    )
 
 
-def command_parser(subparsers: Any, name: str, help: str, description: str | None = None,
-                   run: Callable[[argparse.Namespace], int] | None = None,
-                   **kwargs: Any) -> argparse.ArgumentParser:
+def command_parser(
+    subparsers: Any,
+    name: str,
+    help: str,
+    description: str | None = None,
+    run: Callable[[argparse.Namespace], int] | None = None,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
     """A subcommand parser with plain-text help whose ``func`` is ``run``, guarded so that any
     error hopgym raises on purpose (a :class:`~hopgym.errors.HopgymError`: a missing extra, a
     config that refuses its values, a stale index, ...) exits with ``hopgym NAME: error: ...``
     (``SystemExit``: status 1, the message on stderr) instead of a traceback."""
-    parser = subparsers.add_parser(name, help=plain(help), description=plain(description or help),
-                                   **kwargs)
+    parser = subparsers.add_parser(name, help=plain(help), description=plain(description or help), **kwargs)
     if run is not None:
         parser.set_defaults(func=_guarded(run, parser.prog))
     return parser
 
 
-def _guarded(run: Callable[[argparse.Namespace], int], prog: str
-             ) -> Callable[[argparse.Namespace], int]:
+def _guarded(run: Callable[[argparse.Namespace], int], prog: str) -> Callable[[argparse.Namespace], int]:
     def func(args: argparse.Namespace) -> int:
         try:
             return int(run(args) or 0)
@@ -74,15 +94,17 @@ def _guarded(run: Callable[[argparse.Namespace], int], prog: str
 
 #: The env options as options of their own; only those given override the env id's.
 ENV_OPTIONS = ConfigSpec(
-    EnvOptions, title="env options (EnvOptions)", given_only=True,
+    EnvOptions,
+    title="env options (EnvOptions)",
+    given_only=True,
     exclude=frozenset({"render_mode"}),
     description="Options given here override the env id's registered ones; the defaults shown "
-                "are EnvOptions'. --reward none gives the bare env (reward 0).",
-    metadata={"reward": {"metavar": "PRESET"}, "protocol": {"choices": tuple(PROTOCOLS)}})
+    "are EnvOptions'. --reward none gives the bare env (reward 0).",
+    metadata={"reward": {"metavar": "PRESET"}, "protocol": {"choices": tuple(PROTOCOLS)}},
+)
 
 
-def add_env_arguments(parser: argparse.ArgumentParser, cls: type = EnvConfig,
-                      title: str = "env") -> None:
+def add_env_arguments(parser: argparse.ArgumentParser, cls: type = EnvConfig, title: str = "env") -> None:
     """``--env --kw --seed`` (the fields of ``cls``, an :class:`EnvConfig`) and the env options
     (:data:`ENV_OPTIONS`)."""
     add_config_arguments(parser, ConfigSpec(cls, title=title))
@@ -98,8 +120,7 @@ def env_kwargs(args: argparse.Namespace, kw: dict[str, Any]) -> dict[str, Any]:
     given = given_values(args, ENV_OPTIONS)
     twice = sorted(set(given) & set(kw))
     if twice:
-        raise CommandError(f"{', '.join(twice)} given twice (--kw and its own option): give it "
-                           f"once")
+        raise CommandError(f"{', '.join(twice)} given twice (--kw and its own option): give it once")
     return {**kw, **given}
 
 
@@ -154,8 +175,7 @@ def _sources(rows: list[tuple[str, dict[str, Any]]], sources: tuple[str, ...]) -
     return tuple(sources) + tuple(sorted(seen - set(sources)))
 
 
-def metrics_table(title: str, rows: list[tuple[str, dict[str, Any]]],
-                  sources: tuple[str, ...] = ()) -> Any:
+def metrics_table(title: str, rows: list[tuple[str, dict[str, Any]]], sources: tuple[str, ...] = ()) -> Any:
     """One row of :func:`hopgym.agents.evaluate` metrics per agent, narrow enough for 80 columns.
 
     With more than one source the searches column shows the split, ``2.77 (2.15/0.62)``, which
@@ -167,23 +187,42 @@ def metrics_table(title: str, rows: list[tuple[str, dict[str, Any]]],
 
     names = _sources(rows, sources)
     split = len(names) > 1
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  collapse_padding=True)
-    heads = ("agent", "EM", "F1", "support\nrecall", "steps",
-             f"searches\n({'/'.join(names)})" if split else "searches", "invalid\nturns",
-             "reward", "ep/s")
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    heads = (
+        "agent",
+        "EM",
+        "F1",
+        "support\nrecall",
+        "steps",
+        f"searches\n({'/'.join(names)})" if split else "searches",
+        "invalid\nturns",
+        "reward",
+        "ep/s",
+    )
     for head in heads:
         wraps = head.startswith("searches")
-        table.add_column(head, justify="left" if head == "agent" else "right",
-                         no_wrap=not wraps, min_width=11 if wraps and split else None)
+        table.add_column(
+            head,
+            justify="left" if head == "agent" else "right",
+            no_wrap=not wraps,
+            min_width=11 if wraps and split else None,
+        )
     for name, m in rows:
         searches = f"{m['avg_searches']:.2f}"
         if split:
             by = m.get("searches_by_source", {})
             searches += " (" + "/".join(f"{by.get(s, 0.0):.2f}" for s in names) + ")"
-        table.add_row(name, f"{m['em']:.3f}", f"{m['f1']:.3f}", f"{m['support_recall']:.3f}",
-                      f"{m['avg_steps']:.2f}", searches, f"{m['invalid_rate']:.3f}",
-                      f"{m['reward']:.3f}", f"{m['episodes_per_s']:.0f}")
+        table.add_row(
+            name,
+            f"{m['em']:.3f}",
+            f"{m['f1']:.3f}",
+            f"{m['support_recall']:.3f}",
+            f"{m['avg_steps']:.2f}",
+            searches,
+            f"{m['invalid_rate']:.3f}",
+            f"{m['reward']:.3f}",
+            f"{m['episodes_per_s']:.0f}",
+        )
     return table
 
 

@@ -54,8 +54,18 @@ from typing import Any, Literal
 from hopgym._kwargs import KwargsError, parse_kwarg
 from hopgym.errors import HopgymError, InvalidOptionTypeError
 
-__all__ = ["ArgumentParser", "ConfigError", "ConfigSpec", "add_config_arguments", "changed",
-           "config_from_args", "config_specs", "config_values", "given_values", "plain"]
+__all__ = [
+    "ArgumentParser",
+    "ConfigError",
+    "ConfigSpec",
+    "add_config_arguments",
+    "changed",
+    "config_from_args",
+    "config_specs",
+    "config_values",
+    "given_values",
+    "plain",
+]
 
 _SPECS = "_hopgym_config_specs"
 
@@ -112,8 +122,9 @@ class ConfigSpec:
 class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` that also accepts ``--field_name`` for ``--field-name``."""
 
-    def parse_known_args(self, args: Sequence[str] | None = None,
-                         namespace: argparse.Namespace | None = None) -> Any:
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> Any:
         import sys
 
         argv = list(sys.argv[1:] if args is None else args)
@@ -155,8 +166,9 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
         if len(args) != 1 and str in args:
             return str, optional  # ``str | Protocol``: the command line gives the name
         if len(args) != 1:
-            raise InvalidOptionTypeError(f"only X | None unions (or unions with str) can become options, "
-                            f"got {tp}")
+            raise InvalidOptionTypeError(
+                f"only X | None unions (or unions with str) can become options, got {tp}"
+            )
         return args[0], optional
     return tp, False
 
@@ -173,7 +185,8 @@ def _scalar(tp: Any, optional: bool) -> Callable[[str], Any]:
             return tp(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected {'an integer' if tp is int else 'a number'}, got {text!r}") from None
+                f"expected {'an integer' if tp is int else 'a number'}, got {text!r}"
+            ) from None
 
     convert.__name__ = tp.__name__  # argparse names the type in its messages
     return convert
@@ -203,8 +216,13 @@ def _kv(flag: str) -> Callable[[str], tuple[str, Any]]:
 class _Extend(argparse.Action):
     """Adds each use's values to the list; the first use replaces the default."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         current = getattr(namespace, self.dest, None)
         items = [] if current is self.default or current is None else list(current)
         for value in values:
@@ -249,17 +267,25 @@ def add_config_arguments(parser: argparse.ArgumentParser, spec: ConfigSpec | typ
     """
     if not isinstance(spec, ConfigSpec):
         spec = ConfigSpec(spec)
-    group: Any = parser.add_argument_group(spec.title, plain(spec.description or "") or None) \
-        if spec.title else parser
+    group: Any = (
+        parser.add_argument_group(spec.title, plain(spec.description or "") or None) if spec.title else parser
+    )
     hints = typing.get_type_hints(spec.cls)
     for f in spec.fields():
         _add_field(group, spec, f, hints[f.name])
     if spec.kv_flag:
         names = ", ".join(f.name for f in dataclasses.fields(spec.cls))
-        group.add_argument(spec.kv_flag, dest=spec.kv_dest, nargs="+", action=_Extend,
-                           type=_kv(spec.kv_flag), default={}, metavar="KEY=VALUE",
-                           help=f"{spec.cls.__name__} fields as KEY=VALUE, values read as "
-                                f"Python literals; repeat to add more (keys: {names}).")
+        group.add_argument(
+            spec.kv_flag,
+            dest=spec.kv_dest,
+            nargs="+",
+            action=_Extend,
+            type=_kv(spec.kv_flag),
+            default={},
+            metavar="KEY=VALUE",
+            help=f"{spec.cls.__name__} fields as KEY=VALUE, values read as "
+            f"Python literals; repeat to add more (keys: {names}).",
+        )
     parser.set_defaults(**{_SPECS: [*config_specs(parser), spec]})
 
 
@@ -287,9 +313,12 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
             allowed = tuple(choices or meta["choices"])
             notes.append(f"from: {', '.join(map(str, allowed))}")
             conv = _choice(conv, allowed)
-        kwargs.update(nargs="+", action=_Extend,
-                      type=_split_list(conv) if meta.get("commas", True) else conv,
-                      metavar=meta.get("metavar", _metavar(f.name, item)))
+        kwargs.update(
+            nargs="+",
+            action=_Extend,
+            type=_split_list(conv) if meta.get("commas", True) else conv,
+            metavar=meta.get("metavar", _metavar(f.name, item)),
+        )
     elif origin is dict:
         flag = spec.option(f.name)
         kwargs.update(nargs="+", action=_Extend, type=_kv(flag), metavar="KEY=VALUE")
@@ -331,7 +360,8 @@ def _choice(conv: Callable[[str], Any], allowed: tuple[Any, ...]) -> Callable[[s
         value = conv(text)
         if value not in allowed:
             raise argparse.ArgumentTypeError(
-                f"invalid choice {text!r} (choose from {', '.join(map(str, allowed))})")
+                f"invalid choice {text!r} (choose from {', '.join(map(str, allowed))})"
+            )
         return value
 
     convert.__name__ = getattr(conv, "__name__", "value")
@@ -384,14 +414,15 @@ def config_values(args: argparse.Namespace, spec: ConfigSpec | type) -> dict[str
         names = {f.name for f in dataclasses.fields(spec.cls)}
         unknown = sorted(set(extra) - names)
         if unknown:
-            raise ConfigError(f"{spec.kv_flag}: unknown key(s) {', '.join(unknown)}; "
-                              f"{spec.cls.__name__} has {', '.join(sorted(names))}")
+            raise ConfigError(
+                f"{spec.kv_flag}: unknown key(s) {', '.join(unknown)}; "
+                f"{spec.cls.__name__} has {', '.join(sorted(names))}"
+            )
         values.update(extra)
     return values
 
 
-def config_from_args(args: argparse.Namespace, spec: ConfigSpec | type,
-                     **overrides: Any) -> Any:
+def config_from_args(args: argparse.Namespace, spec: ConfigSpec | type, **overrides: Any) -> Any:
     """Build ``spec.cls`` from parsed options (plus ``overrides``, e.g. for excluded fields).
 
     Raises:

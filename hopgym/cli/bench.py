@@ -32,21 +32,33 @@ __all__ = ["BenchConfig", "add_parser", "run"]
 class BenchConfig(EnvConfig):
     """Envs, agents and episodes of ``hopgym bench``."""
 
-    env: tuple[str, ...] = field(default=(DEFAULT_ENV, "hopgym/SyntheticRouting-v1"), metadata={
-        "help": "Env ids, one table each.", "metavar": "ID"})
-    agents: tuple[str, ...] = field(default=AGENTS, metadata={
-        "help": "Scripted agents to run.", "choices": AGENTS})
+    env: tuple[str, ...] = field(
+        default=(DEFAULT_ENV, "hopgym/SyntheticRouting-v1"),
+        metadata={"help": "Env ids, one table each.", "metavar": "ID"},
+    )
+    agents: tuple[str, ...] = field(
+        default=AGENTS, metadata={"help": "Scripted agents to run.", "choices": AGENTS}
+    )
     episodes: int = field(default=300, metadata={"help": "Episodes per agent and env."})
-    json: str | None = field(default=None, metadata={
-        "help": "Write every env:agent's metrics here as JSON (full precision).",
-        "metavar": "PATH"})
+    json: str | None = field(
+        default=None,
+        metadata={
+            "help": "Write every env:agent's metrics here as JSON (full precision).",
+            "metavar": "PATH",
+        },
+    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``bench`` to the ``hopgym`` command."""
-    p = command_parser(subparsers, "bench", "every scripted baseline on the synthetic worlds",
-                       "Run every scripted agent on each env (the same seeded questions for "
-                       "all) and print one table per env.", run=run)
+    p = command_parser(
+        subparsers,
+        "bench",
+        "every scripted baseline on the synthetic worlds",
+        "Run every scripted agent on each env (the same seeded questions for "
+        "all) and print one table per env.",
+        run=run,
+    )
     add_env_arguments(p, BenchConfig, title="benchmark")
     return p
 
@@ -64,14 +76,24 @@ def run(args: argparse.Namespace) -> int:
         env = make_env(env_id, kwargs)
         rows = []
         for name in cfg.agents:
-            metrics = evaluate(env, make_agent(name, env, seed=cfg.seed), episodes=cfg.episodes,
-                               seed=cfg.seed, progress=progress_label(env_id, name))
+            metrics = evaluate(
+                env,
+                make_agent(name, env, seed=cfg.seed),
+                episodes=cfg.episodes,
+                seed=cfg.seed,
+                progress=progress_label(env_id, name),
+            )
             rows.append((name, metrics))
             results[f"{env_id}:{name}"] = metrics
         if i:
             out.print()  # between tables, never before the first
-        out.print(metrics_table(f"{env_id}, {cfg.episodes} episodes, seed {cfg.seed}", rows,
-                                getattr(env.unwrapped, "source_names", ())))
+        out.print(
+            metrics_table(
+                f"{env_id}, {cfg.episodes} episodes, seed {cfg.seed}",
+                rows,
+                getattr(env.unwrapped, "source_names", ()),
+            )
+        )
         env.close()
     if cfg.json:
         write_json(cfg.json, results)

@@ -55,20 +55,39 @@ DEFAULT_BASELINES = ("masked-random", "random", "iterative")
 #: world (benchmarks/sb3_learning.py) so that every algorithm learns within 60k steps on one CPU
 #: thread, on every seed we tried.
 HYPERPARAMS: dict[str, dict[str, Any]] = {
-    "ppo": {"n_steps": 256, "batch_size": 256, "n_epochs": 4, "learning_rate": 1e-3,
-            "ent_coef": 0.01, "gamma": 0.99},
-    "maskppo": {"n_steps": 256, "batch_size": 256, "n_epochs": 4, "learning_rate": 1e-3,
-                "ent_coef": 0.01, "gamma": 0.99},
+    "ppo": {
+        "n_steps": 256,
+        "batch_size": 256,
+        "n_epochs": 4,
+        "learning_rate": 1e-3,
+        "ent_coef": 0.01,
+        "gamma": 0.99,
+    },
+    "maskppo": {
+        "n_steps": 256,
+        "batch_size": 256,
+        "n_epochs": 4,
+        "learning_rate": 1e-3,
+        "ent_coef": 0.01,
+        "gamma": 0.99,
+    },
     # A2C (8 envs x 8 steps, GAE 1.0) stalled on 2 of 3 seeds at EM ~0.15, the policy that answers
     # a comparison's first option at once; 16 envs x 5 steps with GAE 0.95 escape it.
-    "a2c": {"n_steps": 5, "learning_rate": 1e-3, "ent_coef": 0.02, "gae_lambda": 0.95,
-            "gamma": 0.99},
+    "a2c": {"n_steps": 5, "learning_rate": 1e-3, "ent_coef": 0.02, "gae_lambda": 0.95, "gamma": 0.99},
     # DQN cannot use the action masks; with lr 5e-4 and gamma 0.99 its Q-values drifted towards
     # empty (invalid, reward-free) slots and EM collapsed after 10k steps. Episodes last at most
     # a few turns, so a short horizon (gamma 0.9) costs nothing and keeps the targets tame.
-    "dqn": {"learning_rate": 1e-4, "buffer_size": 50_000, "learning_starts": 2_000,
-            "batch_size": 64, "train_freq": 2, "target_update_interval": 500,
-            "exploration_fraction": 0.3, "exploration_final_eps": 0.05, "gamma": 0.9},
+    "dqn": {
+        "learning_rate": 1e-4,
+        "buffer_size": 50_000,
+        "learning_starts": 2_000,
+        "batch_size": 64,
+        "train_freq": 2,
+        "target_update_interval": 500,
+        "exploration_fraction": 0.3,
+        "exploration_final_eps": 0.05,
+        "gamma": 0.9,
+    },
 }
 #: Parallel envs per algorithm (a ``DummyVecEnv``): one policy forward serves several env steps,
 #: which is most of the speed on one CPU thread.
@@ -89,14 +108,17 @@ def _unwrap_featurized(env: gym.Env) -> Any:
     layer = env  # the FeaturizedEnv wrapper, under gym.make's own wrappers
     while not isinstance(layer, FeaturizedEnv):
         if not isinstance(layer, gym.Wrapper):
-            raise InvalidOptionTypeError(f"bench-rl needs a featurized env (e.g. {DEFAULT_ENV}); "
-                            f"{type(layer).__name__} has text actions")
+            raise InvalidOptionTypeError(
+                f"bench-rl needs a featurized env (e.g. {DEFAULT_ENV}); "
+                f"{type(layer).__name__} has text actions"
+            )
         layer = layer.env
     return layer
 
 
-def make_model(algo: str, env: gym.Env, seed: int, *,
-               hyperparams: Mapping[str, Any] | None = None, device: str = "cpu") -> Any:
+def make_model(
+    algo: str, env: gym.Env, seed: int, *, hyperparams: Mapping[str, Any] | None = None, device: str = "cpu"
+) -> Any:
     """An SB3 model with an MLP policy for ``env``.
 
     Args:
@@ -143,8 +165,9 @@ class PolicyAgent:
             # evaluate() passes what reset/step returned: the feature vector.
             obs = np.asarray(obs, dtype=np.float32)
         if self.masked:
-            action, _ = self.model.predict(obs, deterministic=self.deterministic,
-                                           action_masks=info["action_mask"])
+            action, _ = self.model.predict(
+                obs, deterministic=self.deterministic, action_masks=info["action_mask"]
+            )
         else:
             action, _ = self.model.predict(obs, deterministic=self.deterministic)
         return int(action)
@@ -170,8 +193,14 @@ def evaluate_model(model: Any, env: gym.Env, episodes: int, seed: int) -> dict[s
     return evaluate(env, PolicyAgent(model, env), episodes=episodes, seed=seed)
 
 
-def _curve_callback(env: gym.Env, every: int, episodes: int, seed: int,
-                    points: list[tuple[int, float]], tick: Callable[[int], None] | None) -> Any:
+def _curve_callback(
+    env: gym.Env,
+    every: int,
+    episodes: int,
+    seed: int,
+    points: list[tuple[int, float]],
+    tick: Callable[[int], None] | None,
+) -> Any:
     from stable_baselines3.common.callbacks import BaseCallback
 
     class _Curve(BaseCallback):
@@ -187,8 +216,7 @@ def _curve_callback(env: gym.Env, every: int, episodes: int, seed: int,
                 tick(self.training_env.num_envs)  # an increment
             if every > 0 and self.num_timesteps >= self._next:
                 self._next += every
-                points.append((self.num_timesteps,
-                               evaluate_model(self.model, env, episodes, seed)["em"]))
+                points.append((self.num_timesteps, evaluate_model(self.model, env, episodes, seed)["em"]))
             return True
 
     return _Curve()
@@ -302,12 +330,18 @@ def bench_rl(
             task_id = tasks(f"{label} {name}", eval_episodes)
             tick = _ticker(bar, task_id, cumulative=True)
             if name == "masked-random":
-                m = evaluate(env, MaskedRandomAgent(eval_seed), episodes=eval_episodes,
-                             seed=eval_seed, progress=tick)
+                m = evaluate(
+                    env, MaskedRandomAgent(eval_seed), episodes=eval_episodes, seed=eval_seed, progress=tick
+                )
             else:
                 text_env = feat.env
-                m = evaluate(text_env, make_agent(name, text_env, seed=eval_seed),
-                             episodes=eval_episodes, seed=eval_seed, progress=tick)
+                m = evaluate(
+                    text_env,
+                    make_agent(name, text_env, seed=eval_seed),
+                    episodes=eval_episodes,
+                    seed=eval_seed,
+                    progress=tick,
+                )
             base_rows[name] = _row(m)
             env.close()
         for algo in algos:
@@ -318,8 +352,7 @@ def bench_rl(
                 task_id = tasks(f"{label} {algo} seed {seed}", timesteps)
                 tick = _ticker(bar, task_id, cumulative=False)
                 points: list[tuple[int, float]] = []
-                callback = _curve_callback(curve_env, every, curve_episodes, eval_seed + 1,
-                                           points, tick)
+                callback = _curve_callback(curve_env, every, curve_episodes, eval_seed + 1, points, tick)
                 model = make_model(algo, env, seed, hyperparams=hp.get(algo))
                 start = time.perf_counter()
                 model.learn(total_timesteps=timesteps, callback=callback)
@@ -327,9 +360,14 @@ def bench_rl(
                 eval_env = make_eval()
                 m = evaluate_model(model, eval_env, eval_episodes, eval_seed)
                 row = _row(m)
-                row.update(algo=algo, seed=int(seed), n_envs=n, train_s=train_s,
-                           train_steps_per_s=timesteps / max(train_s, 1e-9),
-                           curve=[[int(t), float(e)] for t, e in points])
+                row.update(
+                    algo=algo,
+                    seed=int(seed),
+                    n_envs=n,
+                    train_s=train_s,
+                    train_steps_per_s=timesteps / max(train_s, 1e-9),
+                    curve=[[int(t), float(e)] for t, e in points],
+                )
                 runs.append(row)
                 for e in (env, curve_env, eval_env):
                     e.close()
@@ -340,16 +378,22 @@ def bench_rl(
     for algo in algos:
         rows = [r for r in runs if r["algo"] == algo]
         summary[algo] = {}
-        for key in ("em", "f1", "reward", "avg_searches", "avg_steps", "invalid_rate",
-                    "train_steps_per_s"):
+        for key in ("em", "f1", "reward", "avg_searches", "avg_steps", "invalid_rate", "train_steps_per_s"):
             vals = np.array([r[key] for r in rows], dtype=float)
             summary[algo][key] = float(vals.mean())
             summary[algo][f"{key}_std"] = float(vals.std())
-    result = {"env": env_id, "env_kwargs": {k: _jsonable(v) for k, v in kwargs.items()},
-              "eval_env_kwargs": {k: _jsonable(v) for k, v in eval_kwargs.items()},
-              "timesteps": timesteps, "eval_episodes": eval_episodes, "eval_seed": eval_seed,
-              "seeds": [int(s) for s in seeds], "runs": runs, "summary": summary,
-              "baselines": base_rows}
+    result = {
+        "env": env_id,
+        "env_kwargs": {k: _jsonable(v) for k, v in kwargs.items()},
+        "eval_env_kwargs": {k: _jsonable(v) for k, v in eval_kwargs.items()},
+        "timesteps": timesteps,
+        "eval_episodes": eval_episodes,
+        "eval_seed": eval_seed,
+        "seeds": [int(s) for s in seeds],
+        "runs": runs,
+        "summary": summary,
+        "baselines": base_rows,
+    }
     if plot is not None:
         plot_curves(result, plot)
     return result
@@ -373,9 +417,15 @@ def _jsonable(v: Any) -> Any:
 
 
 def _row(m: Mapping[str, Any]) -> dict[str, Any]:
-    return {"em": float(m["em"]), "f1": float(m["f1"]), "reward": float(m["reward"]),
-            "avg_searches": float(m["avg_searches"]), "avg_steps": float(m["avg_steps"]),
-            "invalid_rate": float(m["invalid_rate"]), "eval_steps_per_s": float(m["steps_per_s"])}
+    return {
+        "em": float(m["em"]),
+        "f1": float(m["f1"]),
+        "reward": float(m["reward"]),
+        "avg_searches": float(m["avg_searches"]),
+        "avg_steps": float(m["avg_steps"]),
+        "invalid_rate": float(m["invalid_rate"]),
+        "eval_steps_per_s": float(m["steps_per_s"]),
+    }
 
 
 def _progress(show: bool) -> tuple[Any, Callable[[str, int], Any]]:
@@ -386,8 +436,9 @@ def _progress(show: bool) -> tuple[Any, Callable[[str, int], Any]]:
         return None, lambda name, total: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=err)
+    bar = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    )
     bar.start()
     return bar, lambda name, total: bar.add_task(name, total=total)
 
@@ -408,21 +459,39 @@ def render_table(result: Mapping[str, Any]) -> Any:
 
     seeds = len(result.get("seeds", ()))
     env = str(result["env"]).removeprefix("hopgym/")
-    table = Table(title=f"bench-rl, {env}: {result['timesteps']:,} steps x {seeds} seed(s), "
-                        f"{result['eval_episodes']} eval episodes",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    table = Table(
+        title=f"bench-rl, {env}: {result['timesteps']:,} steps x {seeds} seed(s), "
+        f"{result['eval_episodes']} eval episodes",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     # Short and two-line headers: the table fits 80 columns.
-    for col in ("agent", "EM ± std", "F1", "reward", "searches", "steps", "invalid\nturns",
-                "train\nsteps/s"):
+    for col in ("agent", "EM ± std", "F1", "reward", "searches", "steps", "invalid\nturns", "train\nsteps/s"):
         table.add_column(col, justify="left" if col == "agent" else "right", no_wrap=True)
     for algo, s in result["summary"].items():
-        table.add_row(algo, f"{s['em']:.3f} ± {s['em_std']:.3f}", f"{s['f1']:.3f}",
-                      f"{s['reward']:.3f}", f"{s['avg_searches']:.2f}", f"{s['avg_steps']:.2f}",
-                      f"{s['invalid_rate']:.3f}", f"{s['train_steps_per_s']:.0f}")
+        table.add_row(
+            algo,
+            f"{s['em']:.3f} ± {s['em_std']:.3f}",
+            f"{s['f1']:.3f}",
+            f"{s['reward']:.3f}",
+            f"{s['avg_searches']:.2f}",
+            f"{s['avg_steps']:.2f}",
+            f"{s['invalid_rate']:.3f}",
+            f"{s['train_steps_per_s']:.0f}",
+        )
     for name, b in result["baselines"].items():
-        table.add_row(f"[dim]{name}[/dim]", f"{b['em']:.3f}", f"{b['f1']:.3f}",
-                      f"{b['reward']:.3f}", f"{b['avg_searches']:.2f}", f"{b['avg_steps']:.2f}",
-                      f"{b['invalid_rate']:.3f}", "-")
+        table.add_row(
+            f"[dim]{name}[/dim]",
+            f"{b['em']:.3f}",
+            f"{b['f1']:.3f}",
+            f"{b['reward']:.3f}",
+            f"{b['avg_searches']:.2f}",
+            f"{b['avg_steps']:.2f}",
+            f"{b['invalid_rate']:.3f}",
+            "-",
+        )
     return table
 
 
@@ -448,8 +517,13 @@ def plot_curves(result: Mapping[str, Any], path: str | Path) -> Path:
         ax.plot(steps, ems.mean(axis=0), label=f"{algo} ({len(curves)} seeds)", color=color)
         ax.fill_between(steps, ems.min(axis=0), ems.max(axis=0), alpha=0.2, color=color)
     for j, (name, b) in enumerate(result["baselines"].items()):
-        ax.axhline(b["em"], linestyle="--", linewidth=1, color=colors[(j + 4) % len(colors)],
-                   label=f"{name} ({b['em']:.2f})")
+        ax.axhline(
+            b["em"],
+            linestyle="--",
+            linewidth=1,
+            color=colors[(j + 4) % len(colors)],
+            label=f"{name} ({b['em']:.2f})",
+        )
     ax.set_xlabel("environment steps")
     ax.set_ylabel("exact match")
     ax.set_ylim(0, 1)

@@ -27,15 +27,24 @@ class DataConfig:
 
 #: The world: every WorldConfig field through ``--kw key=value`` (tuples, e.g. hops=(2,3), are
 #: Python literals, which per-field options would not express as simply).
-WORLD_SPEC = ConfigSpec(WorldConfig, kv_flag="--kw", title="world",
-                        exclude=frozenset(f.name for f in dataclasses.fields(WorldConfig)))
+WORLD_SPEC = ConfigSpec(
+    WorldConfig,
+    kv_flag="--kw",
+    title="world",
+    exclude=frozenset(f.name for f in dataclasses.fields(WorldConfig)),
+)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``data`` to the ``hopgym`` command."""
-    p = command_parser(subparsers, "data", "export the synthetic world as FlashRAG jsonl files",
-                       "Write the synthetic world in FlashRAG layout: corpus.jsonl (web.jsonl "
-                       "too with two sources) and questions.jsonl.", run=run)
+    p = command_parser(
+        subparsers,
+        "data",
+        "export the synthetic world as FlashRAG jsonl files",
+        "Write the synthetic world in FlashRAG layout: corpus.jsonl (web.jsonl "
+        "too with two sources) and questions.jsonl.",
+        run=run,
+    )
     add_config_arguments(p, DataConfig)
     add_config_arguments(p, WORLD_SPEC)
     return p

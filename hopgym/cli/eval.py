@@ -44,66 +44,125 @@ LLM_AGENTS = ("llm", "llm-direct")
 class EvalConfig:
     """Which agent, for how long, and where the results go."""
 
-    agent: str = field(default="oracle", metadata={
-        "help": f"A scripted agent ({', '.join(AGENTS)}), llm (a language model that searches; "
-                f"needs --model) or llm-direct (the same model answering at once from memory, "
-                f"without searching: the closed-book baseline)."})
+    agent: str = field(
+        default="oracle",
+        metadata={
+            "help": f"A scripted agent ({', '.join(AGENTS)}), llm (a language model that searches; "
+            f"needs --model) or llm-direct (the same model answering at once from memory, "
+            f"without searching: the closed-book baseline)."
+        },
+    )
     episodes: int = field(default=100, metadata={"help": "Episodes to run."})
-    num_envs: int = field(default=1, metadata={
-        "help": "Episodes acted on side by side (llm agents): one batched generate call per "
-                "turn for all of them."})
-    ray: bool = field(default=False, metadata={
-        "help": "Run the --num-envs sub-envs in Ray workers (hopgym[ray]; a local Ray is "
-                "started when none runs) instead of in this process: the same episodes and "
-                "results (llm agents)."})
-    workers: int | None = field(default=None, metadata={
-        "help": "With --ray: how many workers (default: one per 8 sub-envs).", "metavar": "W"})
-    time_limit: float | None = field(default=None, metadata={
-        "help": "Stop after this many seconds (checked before each turn); the episodes finished "
-                "by then are scored and written.", "metavar": "S"})
-    json: str | None = field(default=None, metadata={
-        "help": "Write the metrics here as JSON (full precision).", "metavar": "PATH"})
-    trajectories: str | None = field(default=None, metadata={
-        "help": "Write every episode, turn by turn, here (.jsonl; hopgym view reads it).",
-        "metavar": "PATH"})
-    report: str | None = field(default=None, metadata={
-        "help": "Write the HTML report of the run here (see hopgym view).", "metavar": "HTML"})
+    num_envs: int = field(
+        default=1,
+        metadata={
+            "help": "Episodes acted on side by side (llm agents): one batched generate call per "
+            "turn for all of them."
+        },
+    )
+    ray: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the --num-envs sub-envs in Ray workers (hopgym[ray]; a local Ray is "
+            "started when none runs) instead of in this process: the same episodes and "
+            "results (llm agents)."
+        },
+    )
+    workers: int | None = field(
+        default=None,
+        metadata={"help": "With --ray: how many workers (default: one per 8 sub-envs).", "metavar": "W"},
+    )
+    time_limit: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop after this many seconds (checked before each turn); the episodes finished "
+            "by then are scored and written.",
+            "metavar": "S",
+        },
+    )
+    json: str | None = field(
+        default=None, metadata={"help": "Write the metrics here as JSON (full precision).", "metavar": "PATH"}
+    )
+    trajectories: str | None = field(
+        default=None,
+        metadata={
+            "help": "Write every episode, turn by turn, here (.jsonl; hopgym view reads it).",
+            "metavar": "PATH",
+        },
+    )
+    report: str | None = field(
+        default=None,
+        metadata={"help": "Write the HTML report of the run here (see hopgym view).", "metavar": "HTML"},
+    )
 
 
 @dataclass
 class LLMConfig:
     """The model behind ``--agent llm`` (:func:`hopgym.agents.llm.make_llm_agent`)."""
 
-    model: str | None = field(default=None, metadata={
-        "help": "Model path or hub id (transformers, vllm), or the served model name (openai).",
-        "metavar": "ID"})
-    backend: str = field(default=_LLM["backend"].default, metadata={
-        "help": "Generation backend.", "choices": BACKENDS})
-    base_url: str | None = field(default=None, metadata={
-        "help": "API root of an OpenAI-compatible server (openai backend).", "metavar": "URL"})
-    temperature: float = field(default=_LLM["temperature"].default, metadata={
-        "help": "Sampling temperature (0: greedy)."})
+    model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Model path or hub id (transformers, vllm), or the served model name (openai).",
+            "metavar": "ID",
+        },
+    )
+    backend: str = field(
+        default=_LLM["backend"].default, metadata={"help": "Generation backend.", "choices": BACKENDS}
+    )
+    base_url: str | None = field(
+        default=None,
+        metadata={"help": "API root of an OpenAI-compatible server (openai backend).", "metavar": "URL"},
+    )
+    temperature: float = field(
+        default=_LLM["temperature"].default, metadata={"help": "Sampling temperature (0: greedy)."}
+    )
     top_p: float = field(default=_LLM["top_p"].default, metadata={"help": "Nucleus sampling mass."})
-    max_new_tokens: int = field(default=_LLM["max_new_tokens"].default, metadata={
-        "help": "Longest model turn in tokens."})
-    mode: str = field(default=_LLM["mode"].default, metadata={
-        "help": "chat: one chat message per turn and observation; continuation: the rollout as "
-                "one growing assistant message (Search-R1's layout, and hopgym train sft's); "
-                "auto: chat when the model has a chat template.", "choices": MODES})
-    system_prompt: str | None = field(default=None, metadata={
-        "help": "The system prompt: TEXT, or @FILE to read it from a file; '' for none. Default: "
-                "the protocol's (or the closed-book one for llm-direct).", "metavar": "TEXT"})
-    force_answer: str = field(default=_LLM["force_answer"].default, metadata={
-        "help": "When to prefill the answer tag so that the model answers: on the last turn, "
-                "always, or never.", "choices": FORCE_ANSWER})
-    few_shot: int = field(default=0, metadata={
-        "help": "Worked examples shown to the model: the oracle's episodes on other questions, "
-                "from the env made with --few-shot-kw on top of the evaluated env's "
-                "arguments.", "metavar": "N"})
-    few_shot_kw: dict[str, Any] = field(default_factory=lambda: {"split": "train"}, metadata={
-        "help": "Env keyword arguments for the few-shot questions, e.g. split=train (the "
-                "synthetic worlds) or start=0 limit=20 with the evaluated file sliced from "
-                "start=20."})
+    max_new_tokens: int = field(
+        default=_LLM["max_new_tokens"].default, metadata={"help": "Longest model turn in tokens."}
+    )
+    mode: str = field(
+        default=_LLM["mode"].default,
+        metadata={
+            "help": "chat: one chat message per turn and observation; continuation: the rollout as "
+            "one growing assistant message (Search-R1's layout, and hopgym train sft's); "
+            "auto: chat when the model has a chat template.",
+            "choices": MODES,
+        },
+    )
+    system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "The system prompt: TEXT, or @FILE to read it from a file; '' for none. Default: "
+            "the protocol's (or the closed-book one for llm-direct).",
+            "metavar": "TEXT",
+        },
+    )
+    force_answer: str = field(
+        default=_LLM["force_answer"].default,
+        metadata={
+            "help": "When to prefill the answer tag so that the model answers: on the last turn, "
+            "always, or never.",
+            "choices": FORCE_ANSWER,
+        },
+    )
+    few_shot: int = field(
+        default=0,
+        metadata={
+            "help": "Worked examples shown to the model: the oracle's episodes on other questions, "
+            "from the env made with --few-shot-kw on top of the evaluated env's "
+            "arguments.",
+            "metavar": "N",
+        },
+    )
+    few_shot_kw: dict[str, Any] = field(
+        default_factory=lambda: {"split": "train"},
+        metadata={
+            "help": "Env keyword arguments for the few-shot questions, e.g. split=train (the "
+            "synthetic worlds) or start=0 limit=20 with the evaluated file sliced from "
+            "start=20."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.few_shot < 0:
@@ -121,8 +180,9 @@ class LLMConfig:
         try:
             return Path(text[1:]).read_text(encoding="utf-8")
         except OSError as exc:
-            raise CommandError(f"--system-prompt {text}: cannot read {text[1:]} "
-                               f"({exc.strerror or exc})") from None
+            raise CommandError(
+                f"--system-prompt {text}: cannot read {text[1:]} ({exc.strerror or exc})"
+            ) from None
 
 
 LLM_SPEC = ConfigSpec(LLMConfig, title="llm agent")
@@ -130,18 +190,24 @@ LLM_SPEC = ConfigSpec(LLMConfig, title="llm agent")
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``eval`` to the ``hopgym`` command."""
-    p = command_parser(subparsers, "eval", "evaluate one agent; prints a table, writes JSON",
-                       "Run one agent for N episodes on an env and print EM, F1, support "
-                       "recall, steps, searches (by source), invalid turns, reward and the mean "
-                       "of each reward term.", run=run)
+    p = command_parser(
+        subparsers,
+        "eval",
+        "evaluate one agent; prints a table, writes JSON",
+        "Run one agent for N episodes on an env and print EM, F1, support "
+        "recall, steps, searches (by source), invalid turns, reward and the mean "
+        "of each reward term.",
+        run=run,
+    )
     add_env_arguments(p)
     add_config_arguments(p, ConfigSpec(EvalConfig, title="evaluation"))
     add_config_arguments(p, LLM_SPEC)
     return p
 
 
-def make_cli_agent(name: str, env: Any, seed: int, llm: LLMConfig | None = None,
-                   few_shot_env: Any = None) -> Any:
+def make_cli_agent(
+    name: str, env: Any, seed: int, llm: LLMConfig | None = None, few_shot_env: Any = None
+) -> Any:
     """A scripted agent by name, or the LLM agent ``llm`` describes (``llm-direct``: closed book).
 
     Args:
@@ -165,21 +231,27 @@ def make_cli_agent(name: str, env: Any, seed: int, llm: LLMConfig | None = None,
             if llm.few_shot:
                 from hopgym.agents.llm import few_shot_examples
 
-                few_shot = few_shot_examples(few_shot_env, llm.few_shot, seed=seed,
-                                             closed_book=closed_book)
-            return make_llm_agent(llm.model, backend=llm.backend,
-                                  protocol=env.unwrapped.protocol.name, base_url=llm.base_url,
-                                  temperature=llm.temperature, top_p=llm.top_p,
-                                  max_new_tokens=llm.max_new_tokens, seed=seed, mode=llm.mode,
-                                  system_prompt=llm.read_system_prompt(),
-                                  closed_book=closed_book, force_answer=llm.force_answer,
-                                  few_shot=few_shot)
+                few_shot = few_shot_examples(few_shot_env, llm.few_shot, seed=seed, closed_book=closed_book)
+            return make_llm_agent(
+                llm.model,
+                backend=llm.backend,
+                protocol=env.unwrapped.protocol.name,
+                base_url=llm.base_url,
+                temperature=llm.temperature,
+                top_p=llm.top_p,
+                max_new_tokens=llm.max_new_tokens,
+                seed=seed,
+                mode=llm.mode,
+                system_prompt=llm.read_system_prompt(),
+                closed_book=closed_book,
+                force_answer=llm.force_answer,
+                few_shot=few_shot,
+            )
         except ValueError as exc:  # e.g. the openai backend without --base-url
             raise CommandError(str(exc)) from None
     if ":" not in name and name not in agent_names():
         known = ", ".join((*agent_names(), *LLM_AGENTS))
-        raise CommandError(f"unknown agent {name!r}; choose one of {known}, or give "
-                           "module:factory")
+        raise CommandError(f"unknown agent {name!r}; choose one of {known}, or give module:factory")
     try:
         return make_agent(name, env, seed=seed)
     except ValueError as exc:  # a module:factory that cannot be loaded
@@ -197,23 +269,28 @@ def _workers(ev: EvalConfig) -> int | None:
     if ev.workers is None:
         return min(ev.num_envs, -(-ev.num_envs // ENVS_PER_WORKER))
     if not 1 <= ev.workers <= ev.num_envs:
-        raise CommandError(f"--workers must be in [1, --num-envs {ev.num_envs}], got "
-                           f"{ev.workers}")
+        raise CommandError(f"--workers must be in [1, --num-envs {ev.num_envs}], got {ev.workers}")
     return ev.workers
 
 
 def _llm_line(metrics: dict[str, Any]) -> str:
     """What the table leaves out for LLM agents: answered, cut and flawed turns, tokens."""
+
     def share(key: str) -> str:
         value = metrics.get(key)
         return "-" if value is None else f"{value:.3f}"
 
-    parts = [f"answered {share('answered')}", f"turns cut at the token limit "
-             f"{share('truncated_rate')}", f"turns with format issues {share('format_issue_rate')}"]
+    parts = [
+        f"answered {share('answered')}",
+        f"turns cut at the token limit {share('truncated_rate')}",
+        f"turns with format issues {share('format_issue_rate')}",
+    ]
     tokens = metrics.get("tokens")
     if tokens:
-        parts.append(f"tokens: prompt {tokens.get('prompt', 0)} (reused "
-                     f"{tokens.get('cached', 0)}), generated {tokens.get('completion', 0)}")
+        parts.append(
+            f"tokens: prompt {tokens.get('prompt', 0)} (reused "
+            f"{tokens.get('cached', 0)}), generated {tokens.get('completion', 0)}"
+        )
     return "; ".join(parts)
 
 
@@ -226,44 +303,58 @@ def run(args: argparse.Namespace) -> int:
     kwargs = env_kwargs(args, cfg.kw)
     env = make_env(cfg.env, kwargs)
     llm = config_from_args(args, LLM_SPEC)
-    few_shot_env = (make_env(cfg.env, {**kwargs, **llm.few_shot_kw})
-                    if ev.agent in LLM_AGENTS and llm.few_shot else None)
+    few_shot_env = (
+        make_env(cfg.env, {**kwargs, **llm.few_shot_kw}) if ev.agent in LLM_AGENTS and llm.few_shot else None
+    )
     agent = make_cli_agent(ev.agent, env, cfg.seed, llm, few_shot_env)
     agent_name = f"{ev.agent}:{llm.model}" if ev.agent in LLM_AGENTS else ev.agent
     if ev.num_envs > 1 and ev.agent not in LLM_AGENTS:
-        raise CommandError(f"--num-envs {ev.num_envs} acts in batches, which only the llm agents "
-                           f"do; {ev.agent} runs one env")
+        raise CommandError(
+            f"--num-envs {ev.num_envs} acts in batches, which only the llm agents do; {ev.agent} runs one env"
+        )
     workers = _workers(ev)
     if workers is not None and ev.agent not in LLM_AGENTS:
-        raise CommandError(f"--ray runs the envs in workers, which only the llm agents act on "
-                           f"(the scripted agents read their env in this process); {ev.agent} "
-                           f"runs one env")
+        raise CommandError(
+            f"--ray runs the envs in workers, which only the llm agents act on "
+            f"(the scripted agents read their env in this process); {ev.agent} "
+            f"runs one env"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         # The report is built from a trajectory file; without --trajectories it is a temporary one.
         trajectories = ev.trajectories or (str(Path(tmp) / "run.jsonl") if ev.report else None)
         try:
-            metrics = evaluate(env, agent, episodes=ev.episodes, seed=cfg.seed,
-                               trajectories=trajectories, agent_name=agent_name,
-                               progress=progress_label(cfg.env, ev.agent),
-                               time_limit=ev.time_limit, num_envs=ev.num_envs,
-                               workers=workers)
+            metrics = evaluate(
+                env,
+                agent,
+                episodes=ev.episodes,
+                seed=cfg.seed,
+                trajectories=trajectories,
+                agent_name=agent_name,
+                progress=progress_label(cfg.env, ev.agent),
+                time_limit=ev.time_limit,
+                num_envs=ev.num_envs,
+                workers=workers,
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         if ev.report and metrics["episodes"]:
             from hopgym.viewer import write_report
 
-            report = write_report(trajectories, ev.report,
-                                  title=f"hopgym: {ev.agent} on {cfg.env}")
+            report = write_report(trajectories, ev.report, title=f"hopgym: {ev.agent} on {cfg.env}")
     out = console()
     done = metrics["episodes"]
     if metrics["stopped"]:
-        out.print(f"stopped by --time-limit {ev.time_limit:g} s after {done} of {ev.episodes} "
-                  f"episodes")
+        out.print(f"stopped by --time-limit {ev.time_limit:g} s after {done} of {ev.episodes} episodes")
     if metrics.get("worker_errors"):
         out.print(f"{metrics['worker_errors']} episodes were lost with a Ray worker and run again")
     if done:
-        out.print(metrics_table(f"{cfg.env}, {done} episodes, seed {cfg.seed}",
-                                [(ev.agent, metrics)], getattr(env.unwrapped, "source_names", ())))
+        out.print(
+            metrics_table(
+                f"{cfg.env}, {done} episodes, seed {cfg.seed}",
+                [(ev.agent, metrics)],
+                getattr(env.unwrapped, "source_names", ()),
+            )
+        )
         if ev.agent in LLM_AGENTS:
             out.print(_llm_line(metrics))
         if metrics["reward_terms"]:

@@ -24,8 +24,17 @@ from hopgym.retrieval.dense import INDEX_BACKENDS, INDEX_TYPES
 from hopgym.retrieval.index_store import RETRIEVER_KINDS, VERIFY_MODES, build_index
 from hopgym.retrieval.specs import RetrieverSpec
 
-__all__ = ["CORPUS_FORMATS", "IndexBuildConfig", "IndexInfoConfig", "IndexVerifyConfig",
-           "RETRIEVER", "add_parser", "run_build", "run_info", "run_verify"]
+__all__ = [
+    "CORPUS_FORMATS",
+    "IndexBuildConfig",
+    "IndexInfoConfig",
+    "IndexVerifyConfig",
+    "RETRIEVER",
+    "add_parser",
+    "run_build",
+    "run_info",
+    "run_verify",
+]
 
 _BUILD = inspect.signature(build_index).parameters
 #: Layouts ``--format`` accepts: a corpus file, or a QA file whose paragraphs are pooled (every
@@ -34,26 +43,37 @@ CORPUS_FORMATS = ("auto", "corpus", *(name for name, fmt in REGISTRY.items() if 
 
 #: The retriever to build: a RetrieverSpec, less what only a remote (http) retriever uses.
 RETRIEVER = ConfigSpec(
-    RetrieverSpec, title="retriever (RetrieverSpec)", aliases={"kind": ("--retriever",)},
+    RetrieverSpec,
+    title="retriever (RetrieverSpec)",
+    aliases={"kind": ("--retriever",)},
     exclude=frozenset({"urls", "timeout", "retries", "backoff", "show_progress"}),
-    metadata={"kind": {"choices": RETRIEVER_KINDS}, "index_type": {"choices": INDEX_TYPES},
-              "index_backend": {"choices": INDEX_BACKENDS}})
+    metadata={
+        "kind": {"choices": RETRIEVER_KINDS},
+        "index_type": {"choices": INDEX_TYPES},
+        "index_backend": {"choices": INDEX_BACKENDS},
+    },
+)
 
 
 @dataclass
 class IndexBuildConfig:
     """What ``hopgym index build`` indexes and where it writes (the retriever: :data:`RETRIEVER`)."""
 
-    corpus: str = field(metadata={
-        "help": "Corpus jsonl ({id, contents} or {id, title, text}) or a QA file to pool.",
-        "metavar": "FILE"})
+    corpus: str = field(
+        metadata={
+            "help": "Corpus jsonl ({id, contents} or {id, title, text}) or a QA file to pool.",
+            "metavar": "FILE",
+        }
+    )
     out: str = field(metadata={"help": "Index directory to write.", "metavar": "DIR"})
-    format: str = field(default=_BUILD["corpus_format"].default, metadata={
-        "help": "Layout of --corpus; auto detects it.", "choices": CORPUS_FORMATS})
-    limit: int | None = field(default=_BUILD["limit"].default, metadata={
-        "help": "Index only the first N passages."})
-    force: bool = field(default=_BUILD["overwrite"].default, metadata={
-        "help": "Replace an existing index."})
+    format: str = field(
+        default=_BUILD["corpus_format"].default,
+        metadata={"help": "Layout of --corpus; auto detects it.", "choices": CORPUS_FORMATS},
+    )
+    limit: int | None = field(
+        default=_BUILD["limit"].default, metadata={"help": "Index only the first N passages."}
+    )
+    force: bool = field(default=_BUILD["overwrite"].default, metadata={"help": "Replace an existing index."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar while encoding."})
 
 
@@ -61,37 +81,47 @@ class IndexBuildConfig:
 class IndexInfoConfig:
     """Which index ``hopgym index info`` describes."""
 
-    index: str = field(metadata={"help": "Index directory.", "positional": True,
-                                 "metavar": "INDEX"})
+    index: str = field(metadata={"help": "Index directory.", "positional": True, "metavar": "INDEX"})
 
 
 @dataclass
 class IndexVerifyConfig:
     """Which index ``hopgym index verify`` checks, and how thoroughly."""
 
-    index: str = field(metadata={"help": "Index directory.", "positional": True,
-                                 "metavar": "INDEX"})
-    verify: str = field(default="full", metadata={
-        "help": "full reads every byte; sample up to 16 MiB of each file; size only sizes.",
-        "choices": tuple(m for m in VERIFY_MODES if m != "none")})
+    index: str = field(metadata={"help": "Index directory.", "positional": True, "metavar": "INDEX"})
+    verify: str = field(
+        default="full",
+        metadata={
+            "help": "full reads every byte; sample up to 16 MiB of each file; size only sizes.",
+            "choices": tuple(m for m in VERIFY_MODES if m != "none"),
+        },
+    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``index`` (``build``, ``info``, ``verify``) to the ``hopgym`` command."""
     p = command_parser(subparsers, "index", "build, inspect or verify a saved search index")
     sub = p.add_subparsers(dest="index_command", metavar="{build,info,verify}", required=True)
-    b = command_parser(sub, "build", "index a corpus (BM25, dense or hybrid) into a directory",
-                       "Index a corpus file into a directory (BM25, dense FAISS or hybrid); the "
-                       "manifest records the corpus fingerprint, so a stale index is refused.",
-                       run=run_build)
+    b = command_parser(
+        sub,
+        "build",
+        "index a corpus (BM25, dense or hybrid) into a directory",
+        "Index a corpus file into a directory (BM25, dense FAISS or hybrid); the "
+        "manifest records the corpus fingerprint, so a stale index is refused.",
+        run=run_build,
+    )
     add_config_arguments(b, IndexBuildConfig)
     add_config_arguments(b, RETRIEVER)
     i = command_parser(sub, "info", "print an index's manifest as JSON", run=run_info)
     add_config_arguments(i, IndexInfoConfig)
-    v = command_parser(sub, "verify", "check an index's files against its manifest's checksums",
-                       "Check every file of an index against the size and xxHash3 checksum its "
-                       "manifest records (exit status 1 and the file's name when one differs).",
-                       run=run_verify)
+    v = command_parser(
+        sub,
+        "verify",
+        "check an index's files against its manifest's checksums",
+        "Check every file of an index against the size and xxHash3 checksum its "
+        "manifest records (exit status 1 and the file's name when one differs).",
+        run=run_verify,
+    )
     add_config_arguments(v, IndexVerifyConfig)
     return p
 
@@ -102,13 +132,21 @@ def run_build(args: argparse.Namespace) -> int:
     spec = config_from_args(args, RETRIEVER, show_progress=cfg.progress)
     t0 = time.perf_counter()
     try:
-        m = build_index(cfg.corpus, cfg.out, retriever=spec, corpus_format=cfg.format,
-                        overwrite=cfg.force, limit=cfg.limit)
+        m = build_index(
+            cfg.corpus,
+            cfg.out,
+            retriever=spec,
+            corpus_format=cfg.format,
+            overwrite=cfg.force,
+            limit=cfg.limit,
+        )
     except (FileNotFoundError, ValueError, OSError) as exc:  # hopgym's own errors pass through
         raise CommandError(str(exc)) from None
-    print(f"hopgym: indexed {m.num_passages:,} passages ({m.retriever}"
-          f"{', ' + m.model if m.model else ''}) into {cfg.out} in "
-          f"{time.perf_counter() - t0:.1f} s")
+    print(
+        f"hopgym: indexed {m.num_passages:,} passages ({m.retriever}"
+        f"{', ' + m.model if m.model else ''}) into {cfg.out} in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
     return 0
 
 
@@ -130,6 +168,8 @@ def run_verify(args: argparse.Namespace) -> int:
     m = verify_index(cfg.index, cfg.verify)
     size = sum(f["size"] for f in m.files.values())
     amount = f"{size / 2**20:,.1f} MiB" if size >= 2**20 else f"{size / 1024:,.0f} KiB"
-    print(f"hopgym: {cfg.index}: {len(m.files)} files, {amount}, match the manifest "
-          f"({cfg.verify}, {time.perf_counter() - t0:.2f} s)")
+    print(
+        f"hopgym: {cfg.index}: {len(m.files)} files, {amount}, match the manifest "
+        f"({cfg.verify}, {time.perf_counter() - t0:.2f} s)"
+    )
     return 0

@@ -32,15 +32,22 @@ def shortcuts_help(sources: tuple[str, ...]) -> str:
         True
     """
     route = f"'r SOURCE' route to {' or '.join(sources)}, " if len(sources) > 1 else ""
-    return ("Type a turn as raw protocol text, or a shortcut: 's QUERY' search, "
-            f"{route}'a ANSWER' answer, 't TEXT' think, 'q' quit.")
+    return (
+        "Type a turn as raw protocol text, or a shortcut: 's QUERY' search, "
+        f"{route}'a ANSWER' answer, 't TEXT' think, 'q' quit."
+    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``play`` to the ``hopgym`` command."""
-    p = command_parser(subparsers, "play", "play an episode yourself in the terminal",
-                       "Play one episode: read the question, type turns (raw protocol text "
-                       "or shortcuts), see the documents and the reward.", run=run)
+    p = command_parser(
+        subparsers,
+        "play",
+        "play an episode yourself in the terminal",
+        "Play one episode: read the question, type turns (raw protocol text "
+        "or shortcuts), see the documents and the reward.",
+        run=run,
+    )
     add_env_arguments(p)
     return p
 
@@ -78,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
             print(obs)
         if terminated or truncated:
             sample = env.unwrapped.sample
-            print(f"Episode over ({'answered' if terminated else 'out of turns'}). "
-                  f"Gold: {sample.answer}. Return: {total:.3f}. "
-                  f"Terms: {rounded(info.get('reward_terms'))}")
+            print(
+                f"Episode over ({'answered' if terminated else 'out of turns'}). "
+                f"Gold: {sample.answer}. Return: {total:.3f}. "
+                f"Terms: {rounded(info.get('reward_terms'))}"
+            )
             return 0

@@ -23,11 +23,15 @@ SERVE = ConfigSpec(ServeConfig, metadata={"index": {"required": True}})
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``hopgym`` command."""
     p = command_parser(
-        subparsers, "serve", "serve a saved index over HTTP (Search-R1's POST /retrieve)",
+        subparsers,
+        "serve",
+        "serve a saved index over HTTP (Search-R1's POST /retrieve)",
         "Serve a saved index over HTTP with Search-R1's contract (POST /retrieve, GET /health, "
         "GET /metrics) on uvicorn, or on Ray Serve replicas with --ray; concurrent requests are "
         "answered in batched engine calls, and every limit below answers with a 4xx JSON error "
-        "naming it. SIGINT or SIGTERM answers the requests in flight, then exits.", run=run)
+        "naming it. SIGINT or SIGTERM answers the requests in flight, then exits.",
+        run=run,
+    )
     add_config_arguments(p, SERVE)
     return p
 

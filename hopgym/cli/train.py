@@ -46,21 +46,35 @@ from hopgym.cli.train_jobs import SFTDataConfig, TrainConfig, run_grpo, run_rft,
 __all__ = ["SUBCOMMANDS", "Subcommand", "add_parser"]
 
 #: Short spellings of run-config fields, shared by every trainer's config.
-RUN_ALIASES = {"output_dir": ("--out",), "max_steps": ("--steps",),
-               "learning_rate": ("--lr",), "time_limit_s": ("--time-limit",)}
+RUN_ALIASES = {
+    "output_dir": ("--out",),
+    "max_steps": ("--steps",),
+    "learning_rate": ("--lr",),
+    "time_limit_s": ("--time-limit",),
+}
 
 TRAIN = ConfigSpec(TrainConfig, title="env and model")
 TINY = ConfigSpec(TinyLMConfig, prefix="tiny", kv_flag="--tiny", title="tiny model (--model tiny)")
-TEACHER = ConfigSpec(TeacherConfig, prefix="teacher", kv_flag="--teacher-kw",
-                     title="imperfect teacher (--teacher imperfect)")
+TEACHER = ConfigSpec(
+    TeacherConfig, prefix="teacher", kv_flag="--teacher-kw", title="imperfect teacher (--teacher imperfect)"
+)
 SFT_DATA = ConfigSpec(SFTDataConfig, title="teacher data")
 SFT_RUN = ConfigSpec(SFTRunConfig, aliases=RUN_ALIASES, title="SFT (SFTRunConfig)")
-GRPO_RUN = ConfigSpec(GRPORunConfig, title="GRPO (GRPORunConfig)",
-                      aliases={**RUN_ALIASES, "max_completion_tokens": ("--max-length",)})
-RFT_RUN = ConfigSpec(RFTRunConfig, title="rejection sampling (RFTRunConfig)",
-                     aliases={**RUN_ALIASES, "max_rounds": ("--steps",),
-                              "questions_per_round": ("--questions-per-step",),
-                              "max_completion_tokens": ("--max-length",)})
+GRPO_RUN = ConfigSpec(
+    GRPORunConfig,
+    title="GRPO (GRPORunConfig)",
+    aliases={**RUN_ALIASES, "max_completion_tokens": ("--max-length",)},
+)
+RFT_RUN = ConfigSpec(
+    RFTRunConfig,
+    title="rejection sampling (RFTRunConfig)",
+    aliases={
+        **RUN_ALIASES,
+        "max_rounds": ("--steps",),
+        "questions_per_round": ("--questions-per-step",),
+        "max_completion_tokens": ("--max-length",),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -79,14 +93,16 @@ class Subcommand:
 def _tiny(args: argparse.Namespace, train: TrainConfig) -> TinyLMConfig | None:
     if train.model != "tiny":
         if changed(args, TINY):
-            raise CommandError(f"{', '.join(changed(args, TINY))} describe the tiny model: "
-                               f"use them with --model tiny")
+            raise CommandError(
+                f"{', '.join(changed(args, TINY))} describe the tiny model: use them with --model tiny"
+            )
         return None
     return config_from_args(args, TINY)
 
 
-def _trainer(run: Callable[..., dict[str, Any]], spec: ConfigSpec
-             ) -> Callable[[argparse.Namespace], dict[str, Any]]:
+def _trainer(
+    run: Callable[..., dict[str, Any]], spec: ConfigSpec
+) -> Callable[[argparse.Namespace], dict[str, Any]]:
     """``run(train, run_config, tiny=...)`` from the parsed options (GRPO's shape)."""
 
     def from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -112,8 +128,9 @@ def _sft(args: argparse.Namespace) -> dict[str, Any]:
     if data.teacher == "imperfect":
         teacher = config_from_args(args, TEACHER)
     elif changed(args, TEACHER):
-        raise CommandError(f"{', '.join(changed(args, TEACHER))} set the imperfect teacher's "
-                           f"flaws: add --teacher imperfect")
+        raise CommandError(
+            f"{', '.join(changed(args, TEACHER))} set the imperfect teacher's flaws: add --teacher imperfect"
+        )
     return run_sft(train, sft, data, teacher=teacher, tiny=_tiny(args, train))
 
 
@@ -123,28 +140,35 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "imitate a scripted teacher on the env's questions (TRL SFTTrainer)",
         "Supervised fine-tuning on teacher trajectories (the oracle, or an imperfect teacher), "
         "with the loss on the teacher's tokens only.",
-        (TRAIN, SFT_DATA, SFT_RUN, TEACHER, TINY), _sft),
+        (TRAIN, SFT_DATA, SFT_RUN, TEACHER, TINY),
+        _sft,
+    ),
     "grpo": Subcommand(
         "GRPO with the env's reward over multi-turn rollouts (TRL GRPOTrainer)",
         "GRPO over multi-turn env rollouts: the reward is the env's reward stack, retrieved "
         "tokens are masked out of the loss.",
-        (TRAIN, GRPO_RUN, TINY), _trainer(run_grpo, GRPO_RUN)),
+        (TRAIN, GRPO_RUN, TINY),
+        _trainer(run_grpo, GRPO_RUN),
+    ),
     "rft": Subcommand(
-        "rejection-sampling fine-tuning: SFT on the policy's own correct episodes (TRL "
-        "SFTTrainer)",
+        "rejection-sampling fine-tuning: SFT on the policy's own correct episodes (TRL SFTTrainer)",
         "Rejection sampling: each round samples G episodes per question from the policy, keeps "
         "those the env's reward marks correct (or with a return >= --min-reward) and trains on "
         "them, retrieved tokens masked out of the loss.",
-        (TRAIN, RFT_RUN, TINY), _trainer(run_rft, RFT_RUN)),
+        (TRAIN, RFT_RUN, TINY),
+        _trainer(run_rft, RFT_RUN),
+    ),
 }
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``train`` and its :data:`SUBCOMMANDS` to the ``hopgym`` command."""
-    p = command_parser(subparsers, "train", "train an LLM policy: SFT cold start, GRPO, "
-                       "rejection sampling (needs hopgym[train])")
-    sub = p.add_subparsers(dest="train_command", metavar="{" + ",".join(SUBCOMMANDS) + "}",
-                           required=True)
+    p = command_parser(
+        subparsers,
+        "train",
+        "train an LLM policy: SFT cold start, GRPO, rejection sampling (needs hopgym[train])",
+    )
+    sub = p.add_subparsers(dest="train_command", metavar="{" + ",".join(SUBCOMMANDS) + "}", required=True)
     for name, spec in SUBCOMMANDS.items():
         s = command_parser(sub, name, spec.help, spec.description, run=_runner(spec))
         for config in spec.specs:
@@ -159,4 +183,3 @@ def _runner(spec: Subcommand) -> Callable[[argparse.Namespace], int]:
         return 0
 
     return run
-

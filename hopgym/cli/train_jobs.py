@@ -51,24 +51,38 @@ __all__ = ["SFTDataConfig", "TrainConfig", "load_policy", "run_grpo", "run_rft",
 class TrainConfig:
     """The env a policy trains on, which of its questions, and the policy to start from."""
 
-    model: str = field(metadata={
-        "help": "tiny (a small Llama built from scratch, see --tiny-*), or a local folder or "
-                "hub id.", "metavar": "ID"})
-    env: str = field(default="hopgym/Synthetic-v1", metadata={"help": "Env id.",
-                                                              "metavar": "ID"})
-    kw: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "Env keyword arguments, e.g. --kw hops=2 kinds=bridge; repeat to add more."})
-    reward: str | None = field(default=None, metadata={
-        "help": "Reward preset of the env (default: the bare env for sft, whose teacher needs "
-                "none; the default preset for grpo and rft); none: the bare env.",
-        "metavar": "PRESET"})
-    split: str | None = field(default="train", metadata={
-        "help": "Questions to train on: train, test, or none for all; the env must accept "
-                "split= (the synthetic envs do)."})
-    questions: int | None = field(default=None, metadata={
-        "help": "Use only the first N questions of the split."})
-    eval_split: str | None = field(default=None, metadata={
-        "help": "Evaluate greedy EM on this split (e.g. test)."})
+    model: str = field(
+        metadata={
+            "help": "tiny (a small Llama built from scratch, see --tiny-*), or a local folder or hub id.",
+            "metavar": "ID",
+        }
+    )
+    env: str = field(default="hopgym/Synthetic-v1", metadata={"help": "Env id.", "metavar": "ID"})
+    kw: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Env keyword arguments, e.g. --kw hops=2 kinds=bridge; repeat to add more."},
+    )
+    reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reward preset of the env (default: the bare env for sft, whose teacher needs "
+            "none; the default preset for grpo and rft); none: the bare env.",
+            "metavar": "PRESET",
+        },
+    )
+    split: str | None = field(
+        default="train",
+        metadata={
+            "help": "Questions to train on: train, test, or none for all; the env must accept "
+            "split= (the synthetic envs do)."
+        },
+    )
+    questions: int | None = field(
+        default=None, metadata={"help": "Use only the first N questions of the split."}
+    )
+    eval_split: str | None = field(
+        default=None, metadata={"help": "Evaluate greedy EM on this split (e.g. test)."}
+    )
     eval_n: int = field(default=100, metadata={"help": "Questions to evaluate."})
 
     def __post_init__(self) -> None:
@@ -84,12 +98,18 @@ class TrainConfig:
 class SFTDataConfig:
     """The teacher trajectories of ``train sft`` and its held-out evaluation."""
 
-    teacher: Literal["oracle", "imperfect"] = field(default="oracle", metadata={
-        "help": "The scripted teacher: the oracle, or an imperfect one (see --teacher-*)."})
-    episodes: int | None = field(default=None, metadata={
-        "help": "Teacher episodes (default: steps x batch size, fresh examples every step)."})
-    max_new_tokens: int = field(default=RolloutConfig.max_new_tokens, metadata={
-        "help": "Longest model turn in the held-out evaluation, in tokens."})
+    teacher: Literal["oracle", "imperfect"] = field(
+        default="oracle",
+        metadata={"help": "The scripted teacher: the oracle, or an imperfect one (see --teacher-*)."},
+    )
+    episodes: int | None = field(
+        default=None,
+        metadata={"help": "Teacher episodes (default: steps x batch size, fresh examples every step)."},
+    )
+    max_new_tokens: int = field(
+        default=RolloutConfig.max_new_tokens,
+        metadata={"help": "Longest model turn in the held-out evaluation, in tokens."},
+    )
 
     def __post_init__(self) -> None:
         if self.episodes is not None and self.episodes < 1:
@@ -112,8 +132,9 @@ def _env_fn(train: TrainConfig, reward: str | None, split: str | None) -> Any:
     return make
 
 
-def load_policy(model: str, env: Any, tiny: TinyLMConfig | dict[str, Any] | None = None,
-                seed: int = 0) -> tuple[Any, Any]:
+def load_policy(
+    model: str, env: Any, tiny: TinyLMConfig | dict[str, Any] | None = None, seed: int = 0
+) -> tuple[Any, Any]:
     """``(model, tokenizer)``: a fresh tiny model for ``"tiny"``, else loaded from a path/hub id.
 
     Args:
@@ -148,34 +169,45 @@ def _question_ids(env: Any, limit: int | None) -> list[str]:
     return ids[:limit] if limit else ids
 
 
-def _eval_em(model: Any, tok: Any, env_fn: Any, qids: list[str], max_new_tokens: int,
-             max_completion_tokens: int) -> dict[str, float]:
+def _eval_em(
+    model: Any, tok: Any, env_fn: Any, qids: list[str], max_new_tokens: int, max_completion_tokens: int
+) -> dict[str, float]:
     from hopgym.agents.rollout import RolloutCollector, summarize
 
-    col = RolloutCollector(model, tok, env_fn, RolloutConfig(
-        temperature=0.0, max_new_tokens=max_new_tokens,
-        max_completion_tokens=max_completion_tokens))
+    col = RolloutCollector(
+        model,
+        tok,
+        env_fn,
+        RolloutConfig(
+            temperature=0.0, max_new_tokens=max_new_tokens, max_completion_tokens=max_completion_tokens
+        ),
+    )
     return summarize(col.collect(qids, 1, seed=0))
 
 
 def _changed(before: list[Any], model: Any) -> int:
-    return sum(not bool((a == b.detach()).all())
-               for a, b in zip(before, model.parameters(), strict=True))
+    return sum(not bool((a == b.detach()).all()) for a, b in zip(before, model.parameters(), strict=True))
 
 
-def _save(model: Any, tok: Any, out: Path, configs: dict[str, Any],
-          summary: dict[str, Any]) -> None:
+def _save(model: Any, tok: Any, out: Path, configs: dict[str, Any], summary: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    meta = {"configs": {name: dataclasses.asdict(cfg) for name, cfg in configs.items()
-                        if cfg is not None}, "summary": summary}
+    meta = {
+        "configs": {name: dataclasses.asdict(cfg) for name, cfg in configs.items() if cfg is not None},
+        "summary": summary,
+    }
     (out / "hopgym_train.json").write_text(json.dumps(meta, indent=2, default=str))
 
 
-def run_sft(train: TrainConfig, sft: SFTRunConfig, data: SFTDataConfig | None = None, *,
-            teacher: TeacherConfig | None = None,
-            tiny: TinyLMConfig | None = None) -> dict[str, Any]:
+def run_sft(
+    train: TrainConfig,
+    sft: SFTRunConfig,
+    data: SFTDataConfig | None = None,
+    *,
+    teacher: TeacherConfig | None = None,
+    tiny: TinyLMConfig | None = None,
+) -> dict[str, Any]:
     """SFT on teacher trajectories (what ``hopgym train sft`` runs); returns a summary.
 
     Args:
@@ -200,6 +232,7 @@ def run_sft(train: TrainConfig, sft: SFTRunConfig, data: SFTDataConfig | None = 
     n = data.episodes or sft.max_steps * sft.batch_size
     draw = [qids[int(i)] for i in rng.integers(len(qids), size=n)]
     if data.teacher == "oracle":
+
         def agent_fn(e: Any) -> Any:
             return OracleAgent(e)
     else:
@@ -207,30 +240,40 @@ def run_sft(train: TrainConfig, sft: SFTRunConfig, data: SFTDataConfig | None = 
 
         def agent_fn(e: Any) -> Any:
             return ImperfectTeacher(e, tcfg, seed=sft.seed)
+
     examples = teacher_examples(env_fn, agent_fn, draw, tok, seed=sft.seed)
     before = [p.detach().clone() for p in model.parameters()]
     start = time.perf_counter()
     trainer = train_sft(model, tok, examples, sft)
     seconds = time.perf_counter() - start
     summary: dict[str, Any] = {
-        "command": "sft", "examples": len(examples),
+        "command": "sft",
+        "examples": len(examples),
         "teacher_em": float(np.mean([e["em"] for e in examples])),
-        "steps": trainer.state.global_step, "seconds": round(seconds, 2),
-        "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history)
-                            if "loss" in h), None),
-        "changed_tensors": _changed(before, model), "out": sft.output_dir,
+        "steps": trainer.state.global_step,
+        "seconds": round(seconds, 2),
+        "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None),
+        "changed_tensors": _changed(before, model),
+        "out": sft.output_dir,
     }
     if train.eval_split:
         eval_fn = _env_fn(train, train.reward, train.eval_split)
-        summary["eval"] = _eval_em(model, tok, eval_fn, _question_ids(eval_fn(), train.eval_n),
-                                   data.max_new_tokens, sft.max_length)
-    _save(model, tok, Path(sft.output_dir),
-          {"train": train, "sft": sft, "data": data, "teacher": teacher, "tiny": tiny}, summary)
+        summary["eval"] = _eval_em(
+            model, tok, eval_fn, _question_ids(eval_fn(), train.eval_n), data.max_new_tokens, sft.max_length
+        )
+    _save(
+        model,
+        tok,
+        Path(sft.output_dir),
+        {"train": train, "sft": sft, "data": data, "teacher": teacher, "tiny": tiny},
+        summary,
+    )
     return summary
 
 
-def _on_policy_setup(train: TrainConfig, cfg: Any, tiny: TinyLMConfig | None, command: str
-                     ) -> tuple[Any, Any, Any, list[str], dict[str, Any], Any]:
+def _on_policy_setup(
+    train: TrainConfig, cfg: Any, tiny: TinyLMConfig | None, command: str
+) -> tuple[Any, Any, Any, list[str], dict[str, Any], Any]:
     """What ``train grpo`` and ``train rft`` start from: the env factory (the default preset
     when ``train.reward`` is None), the policy, the question ids, the summary so far, and
     ``held_out(key)``, which writes greedy EM on ``train.eval_split`` under ``key`` (a no-op
@@ -246,15 +289,15 @@ def _on_policy_setup(train: TrainConfig, cfg: Any, tiny: TinyLMConfig | None, co
 
     def held_out(key: str) -> None:
         if eval_fn is not None:
-            summary[key] = _eval_em(model, tok, eval_fn, eval_q, cfg.max_new_tokens,
-                                    cfg.max_completion_tokens)
+            summary[key] = _eval_em(
+                model, tok, eval_fn, eval_q, cfg.max_new_tokens, cfg.max_completion_tokens
+            )
 
     held_out("eval_before")
     return env_fn, model, tok, qids, summary, held_out
 
 
-def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *,
-             tiny: TinyLMConfig | None = None) -> dict[str, Any]:
+def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *, tiny: TinyLMConfig | None = None) -> dict[str, Any]:
     """GRPO with the env's reward (what ``hopgym train grpo`` runs); returns a summary.
 
     Args:
@@ -273,13 +316,11 @@ def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *,
     summary["changed_tensors"] = _changed(before, model)
     summary["last_log"] = trainer.hopgym_history[-1] if trainer.hopgym_history else {}
     held_out("eval_after")
-    _save(model, tok, Path(grpo.output_dir), {"train": train, "grpo": grpo, "tiny": tiny},
-          summary)
+    _save(model, tok, Path(grpo.output_dir), {"train": train, "grpo": grpo, "tiny": tiny}, summary)
     return summary
 
 
-def run_rft(train: TrainConfig, rft: RFTRunConfig, *,
-            tiny: TinyLMConfig | None = None) -> dict[str, Any]:
+def run_rft(train: TrainConfig, rft: RFTRunConfig, *, tiny: TinyLMConfig | None = None) -> dict[str, Any]:
     """Rejection-sampling fine-tuning (what ``hopgym train rft`` runs); returns a summary.
 
     Args:
@@ -293,9 +334,14 @@ def run_rft(train: TrainConfig, rft: RFTRunConfig, *,
     env_fn, model, tok, qids, summary, held_out = _on_policy_setup(train, rft, tiny, "rft")
     before = [p.detach().clone() for p in model.parameters()]
     res = train_rft(model, tok, env_fn, qids, rft)
-    summary.update(rounds=res.rounds, episodes=res.episodes, kept=res.kept,
-                   optimizer_steps=res.optimizer_steps, seconds=round(res.seconds, 2),
-                   cpu_seconds=round(res.cpu_seconds, 2))
+    summary.update(
+        rounds=res.rounds,
+        episodes=res.episodes,
+        kept=res.kept,
+        optimizer_steps=res.optimizer_steps,
+        seconds=round(res.seconds, 2),
+        cpu_seconds=round(res.cpu_seconds, 2),
+    )
     summary["changed_tensors"] = _changed(before, model)
     summary["last_log"] = res.history[-1] if res.history else {}
     held_out("eval_after")

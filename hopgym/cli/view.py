@@ -19,20 +19,36 @@ __all__ = ["ViewConfig", "add_parser", "run"]
 class ViewConfig:
     """Which trajectory files ``hopgym view`` reads and where the report goes."""
 
-    runs: tuple[str, ...] = field(metadata={
-        "help": "Trajectory file(s) of hopgym eval --trajectories; a second one is compared with "
-                "the first.", "positional": True, "metavar": "RUN.jsonl", "commas": False})
-    out: str | None = field(default=None, metadata={
-        "help": "Output file (default: RUN.html, or A-vs-B.html, beside the first file).",
-        "aliases": ("-o",), "metavar": "HTML"})
+    runs: tuple[str, ...] = field(
+        metadata={
+            "help": "Trajectory file(s) of hopgym eval --trajectories; a second one is compared with "
+            "the first.",
+            "positional": True,
+            "metavar": "RUN.jsonl",
+            "commas": False,
+        }
+    )
+    out: str | None = field(
+        default=None,
+        metadata={
+            "help": "Output file (default: RUN.html, or A-vs-B.html, beside the first file).",
+            "aliases": ("-o",),
+            "metavar": "HTML",
+        },
+    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``view`` to the ``hopgym`` command."""
-    p = command_parser(subparsers, "view", "HTML report of a trajectory file (two: compare them)",
-                       "Write one self-contained HTML file (no server, opens offline): summary, "
-                       "charts and every episode of a trajectory file, or what a second run "
-                       "fixed and broke compared with the first.", run=run)
+    p = command_parser(
+        subparsers,
+        "view",
+        "HTML report of a trajectory file (two: compare them)",
+        "Write one self-contained HTML file (no server, opens offline): summary, "
+        "charts and every episode of a trajectory file, or what a second run "
+        "fixed and broke compared with the first.",
+        run=run,
+    )
     add_config_arguments(p, ViewConfig)
     return p
 

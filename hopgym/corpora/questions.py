@@ -51,18 +51,20 @@ WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
 #: A name: capitalised words, possibly joined by a few lower-case particles ("University of
 #: Lorn", "Night at Harrow Pier").
 NAME = re.compile(
-    r"[A-Z][\w'-]*(?:\s+(?:(?:of|the|de|del|da|von|van|der|du|la|le|at|on|upon)\s+)*[A-Z][\w'-]*)*")
+    r"[A-Z][\w'-]*(?:\s+(?:(?:of|the|de|del|da|von|van|der|du|la|le|at|on|upon)\s+)*[A-Z][\w'-]*)*"
+)
 _CHOICE = re.compile(r",\s*(.+?)\s+or\s+(.+?)\?*\s*$")
 # Capitalised words that open sentences or questions without naming anything.
 _CAP_STOP = frozenset(
     """a an the he she it its his her they their them this that these those in on at after
     before during since both who whom whose which what where when how is was are were did do does
-    has have had born there here then also not notable directed""".split())
+    has have had born there here then also not notable directed""".split()
+)
 _AUX = frozenset("is was are were did do does has have had can could".split())
-_WANTS_MIN = frozenset(
-    "first earlier earliest older oldest fewer fewest smaller smallest less".split())
+_WANTS_MIN = frozenset("first earlier earliest older oldest fewer fewest smaller smallest less".split())
 _WANTS_MAX = frozenset(
-    "later latest recently recent younger youngest larger largest more most bigger biggest".split())
+    "later latest recently recent younger youngest larger largest more most bigger biggest".split()
+)
 
 #: Relation concepts: name -> (question cue prefixes, document cue prefixes). Cues are matched as
 #: word prefixes, on lower-case words only (so "University of X" does not cue ``located``).
@@ -78,8 +80,10 @@ CONCEPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "country": (("country", "nation"), ("country", "lies", "located", "city", "town", "nation")),
     "capital": (("capital",), ("capital",)),
     "release": (("releas", "came", "come", "premiere"), ("releas", "film", "premiere")),
-    "pop": (("population", "inhabitant", "live", "populous"),
-            ("population", "inhabitant", "live", "home", "populous")),
+    "pop": (
+        ("population", "inhabitant", "live", "populous"),
+        ("population", "inhabitant", "live", "home", "populous"),
+    ),
 }
 # Kinship words as relation chains, innermost first ("mother of X" = spouse of the father of X).
 _KINSHIP: dict[str, tuple[str, ...]] = {
@@ -194,10 +198,12 @@ def _templates() -> _Templates:
         noun_phrases=[(rel, _template_regex(t)) for rel, ts in NOUN_PHRASES.items() for t in ts],
         questions=[(rel, _template_regex(t)) for rel, ts in QUESTIONS.items() for t in ts],
         inferences=[(rels, _template_regex(t)) for rels, t in INFERENCES.items()],
-        comparisons=[(attr, mode, _template_regex(t))
-                     for (attr, mode), (t, _) in COMPARISONS.items()],
-        bridge_comparisons=[(bridge, attr, mode, hops, _template_regex(t))
-                            for (bridge, attr, mode, hops), (t, _) in BRIDGE_COMPARISONS.items()])
+        comparisons=[(attr, mode, _template_regex(t)) for (attr, mode), (t, _) in COMPARISONS.items()],
+        bridge_comparisons=[
+            (bridge, attr, mode, hops, _template_regex(t))
+            for (bridge, attr, mode, hops), (t, _) in BRIDGE_COMPARISONS.items()
+        ],
+    )
 
 
 def _parse_np(text: str) -> Side:
@@ -229,8 +235,7 @@ def parse_question(question: str) -> Plan | None:
         if m:
             a, b = m.group("a"), m.group("b")
             if hops == 4:
-                return Plan("compare", [Side(a, [bridge]), Side(b, [bridge])], attr, mode,
-                            answer_topic=True)
+                return Plan("compare", [Side(a, [bridge]), Side(b, [bridge])], attr, mode, answer_topic=True)
             return Plan("compare", [Side(a, [bridge]), _parse_np(b)], attr, mode)
     for attr, mode, rx in t.comparisons:
         m = rx.match(q)
@@ -335,7 +340,7 @@ def _relation_units(words: list[re.Match[str]], spans: list[_Span]) -> list[_Uni
         greats = 0
         while lw.startswith("great-" * (greats + 1)):
             greats += 1
-        base = lw[6 * greats:]
+        base = lw[6 * greats :]
         if base in _KINSHIP:
             units.append((w.start(), ("father",) * greats + _KINSHIP[base], lw))
             continue
@@ -345,8 +350,9 @@ def _relation_units(words: list[re.Match[str]], spans: list[_Span]) -> list[_Uni
     return units
 
 
-def _chain(question: str, spans: list[_Span], units: list[_Unit],
-           options: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
+def _chain(
+    question: str, spans: list[_Span], units: list[_Unit], options: tuple[str, ...]
+) -> tuple[list[str], dict[str, str]]:
     """The relation chain, innermost first, and the question word of each concept.
 
     Relations before the (last) name read outwards from it, then those after it; "the city where
@@ -408,6 +414,13 @@ def read_question(question: str) -> QuestionInfo:
     chain, words_of = _chain(question, spans, _relation_units(words, spans), options)
     tokens = {w.group(0).lower() for w in words}
     wants = "min" if tokens & _WANTS_MIN else ("max" if tokens & _WANTS_MAX else "")
-    return QuestionInfo(text=question, wh=_question_type(question, first, options),
-                        entities=entities, entity_texts=entity_texts, chain=tuple(chain),
-                        words=words_of, options=options, wants=wants)
+    return QuestionInfo(
+        text=question,
+        wh=_question_type(question, first, options),
+        entities=entities,
+        entity_texts=entity_texts,
+        chain=tuple(chain),
+        words=words_of,
+        options=options,
+        wants=wants,
+    )

@@ -34,8 +34,19 @@ from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.envs.options import EnvKwargs, EnvOptions
 from hopgym.envs.spaces import FreeText
 
-__all__ = ["MultiHopQAEnv", "EnvOptions", "EnvKwargs", "FreeText", "Think", "Search", "Route",
-           "Answer", "register_envs", "BUILTIN_IDS", "V0_OPTIONS"]
+__all__ = [
+    "MultiHopQAEnv",
+    "EnvOptions",
+    "EnvKwargs",
+    "FreeText",
+    "Think",
+    "Search",
+    "Route",
+    "Answer",
+    "register_envs",
+    "BUILTIN_IDS",
+    "V0_OPTIONS",
+]
 
 # One table: id -> (entry point, kwargs). Variants of a family share its entry point and differ
 # by kwargs, as Gymnasium's LunarLanderContinuous-v3 is LunarLander with {"continuous": True}.
@@ -44,8 +55,7 @@ __all__ = ["MultiHopQAEnv", "EnvOptions", "EnvKwargs", "FreeText", "Think", "Sea
 _DATASET_ENTRY = "hopgym.envs.datasets:make_dataset_env"
 _IDS: dict[str, tuple[str, dict[str, Any]]] = {
     "hopgym/Synthetic-v1": ("hopgym.envs.registration:make_synthetic", {}),
-    "hopgym/SyntheticRouting-v1": (
-        "hopgym.envs.registration:make_synthetic", {"sources": ("local", "web")}),
+    "hopgym/SyntheticRouting-v1": ("hopgym.envs.registration:make_synthetic", {"sources": ("local", "web")}),
     "hopgym/Tiny-v1": ("hopgym.envs.registration:make_tiny", {}),
     "hopgym/SyntheticFeaturized-v0": ("hopgym.envs.featurized:make_featurized", {"max_turns": 6}),
     "hopgym/HotpotQA-v1": (_DATASET_ENTRY, {"dataset": "hotpotqa"}),
@@ -57,8 +67,13 @@ _IDS: dict[str, tuple[str, dict[str, Any]]] = {
 
 #: What a ``-v0`` text id adds to its ``-v1`` kwargs: 0.1's turn handling.
 V0_OPTIONS: dict[str, Any] = {"parse": "strict", "repeat_notice": False, "last_turn_notice": False}
-_IDS.update({env_id.replace("-v1", "-v0"): (entry, {**kwargs, **V0_OPTIONS})
-             for env_id, (entry, kwargs) in list(_IDS.items()) if env_id.endswith("-v1")})
+_IDS.update(
+    {
+        env_id.replace("-v1", "-v0"): (entry, {**kwargs, **V0_OPTIONS})
+        for env_id, (entry, kwargs) in list(_IDS.items())
+        if env_id.endswith("-v1")
+    }
+)
 
 #: Ids that need no files: the conformance tests run over these.
 BUILTIN_IDS = ("hopgym/Synthetic-v1", "hopgym/SyntheticRouting-v1", "hopgym/Tiny-v1")
@@ -73,8 +88,7 @@ def register_envs() -> None:
     for env_id, (entry_point, kwargs) in _IDS.items():
         if env_id not in registry:
             vector = partial(vector_entry_point, env_id) if env_id in _BATCHED_IDS else None
-            register(id=env_id, entry_point=entry_point, kwargs=kwargs,
-                     vector_entry_point=vector)
+            register(id=env_id, entry_point=entry_point, kwargs=kwargs, vector_entry_point=vector)
 
 
 register_envs()

@@ -13,8 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["Think", "Search", "Route", "Answer", "Action", "ParsedTurn", "FormatIssue",
-           "ACTION_TYPES", "FORMAT_ISSUES"]
+__all__ = [
+    "Think",
+    "Search",
+    "Route",
+    "Answer",
+    "Action",
+    "ParsedTurn",
+    "FormatIssue",
+    "ACTION_TYPES",
+    "FORMAT_ISSUES",
+]
 
 ACTION_TYPES = ("think", "search", "route", "answer", "invalid")
 

@@ -125,24 +125,35 @@ class TaskSpec:
         RetrieverSpec(kind='dense')
     """
 
-    dataset: str = _task("auto", "which benchmark: a registered dataset format "
-                                 f"({', '.join(DATASETS)}, ...) or auto")
+    dataset: str = _task(
+        "auto", f"which benchmark: a registered dataset format ({', '.join(DATASETS)}, ...) or auto"
+    )
     path: str | None = _task(None, "the QA file (JSON array or jsonl), or a hub name")
     mode: str | None = _task(
-        None, "distractor (each question searches its own paragraphs; the default without "
-              "corpus) or open (all paragraphs of the file pooled)")
-    corpus: str | None = _task(None, "an external corpus jsonl (FlashRAG layout, e.g. wiki-18) "
-                                     "to search instead")
+        None,
+        "distractor (each question searches its own paragraphs; the default without "
+        "corpus) or open (all paragraphs of the file pooled)",
+    )
+    corpus: str | None = _task(
+        None, "an external corpus jsonl (FlashRAG layout, e.g. wiki-18) to search instead"
+    )
     retriever: RetrieverSpec = _task(
-        RetrieverSpec(), "how to search: a kind (bm25, dense, hybrid), a server URL, a dict of "
-                         "RetrieverSpec fields or a RetrieverSpec")
-    index: str | None = _task(None, "a saved index directory: loaded (checked) if present, else "
-                                    "built and saved there")
-    rebuild: bool = _task(False, "rebuild the index at index= when it cannot be used as it is (no "
-                                 "manifest, a corrupted file, a changed corpus) instead of "
-                                 "raising")
-    start: int = _task(0, "skip the first N questions of the file (a slice with limit: "
-                          "questions start .. start+limit-1)")
+        RetrieverSpec(),
+        "how to search: a kind (bm25, dense, hybrid), a server URL, a dict of "
+        "RetrieverSpec fields or a RetrieverSpec",
+    )
+    index: str | None = _task(
+        None, "a saved index directory: loaded (checked) if present, else built and saved there"
+    )
+    rebuild: bool = _task(
+        False,
+        "rebuild the index at index= when it cannot be used as it is (no "
+        "manifest, a corrupted file, a changed corpus) instead of "
+        "raising",
+    )
+    start: int = _task(
+        0, "skip the first N questions of the file (a slice with limit: questions start .. start+limit-1)"
+    )
     limit: int | None = _task(None, "use only N questions (the first N from start)")
     lenient: bool = _task(False, "skip malformed records instead of raising")
     web: str | None = _task(None, "a second source, web: a server URL or an index directory")
@@ -154,10 +165,11 @@ class TaskSpec:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
-        if self.dataset != "auto" and (not isinstance(self.dataset, str)
-                                       or self.dataset not in REGISTRY):
-            raise InvalidOptionError(f"dataset must be one of {['auto', *REGISTRY]} (the registered "
-                             f"dataset formats), got {self.dataset!r}")
+        if self.dataset != "auto" and (not isinstance(self.dataset, str) or self.dataset not in REGISTRY):
+            raise InvalidOptionError(
+                f"dataset must be one of {['auto', *REGISTRY]} (the registered "
+                f"dataset formats), got {self.dataset!r}"
+            )
         fmt = None if self.dataset == "auto" else get_format(self.dataset)
         path = fmt.default_hub_name if self.path is None and fmt is not None else self.path
         if path is None:
@@ -171,18 +183,25 @@ class TaskSpec:
         put("retriever", RetrieverSpec.coerce(self.retriever))
         if self.mode is not None:
             if fmt is not None and not fmt.has_paragraphs:
-                raise InvalidOptionError(f"mode does not apply to {self.dataset!r} (questions only): "
-                                 "search needs corpus=, index= or a server URL as retriever")
+                raise InvalidOptionError(
+                    f"mode does not apply to {self.dataset!r} (questions only): "
+                    "search needs corpus=, index= or a server URL as retriever"
+                )
             if self.mode not in _MODES:
-                raise InvalidOptionError(f"mode must be 'distractor' or 'open' (corpus= implies the "
-                                 f"external corpus), got {self.mode!r}")
+                raise InvalidOptionError(
+                    f"mode must be 'distractor' or 'open' (corpus= implies the "
+                    f"external corpus), got {self.mode!r}"
+                )
         if self.mode == "distractor" and (self.remote or self.index is not None):
-            raise InvalidOptionError("mode='distractor' searches each question's own paragraphs in "
-                             "memory: it takes no index= or server URL (use mode='open')")
+            raise InvalidOptionError(
+                "mode='distractor' searches each question's own paragraphs in "
+                "memory: it takes no index= or server URL (use mode='open')"
+            )
         if not isinstance(self.start, int) or isinstance(self.start, bool) or self.start < 0:
             raise InvalidOptionError(f"start must be an int >= 0, got {self.start!r}")
-        if self.limit is not None and (not isinstance(self.limit, int)
-                                       or isinstance(self.limit, bool) or self.limit < 1):
+        if self.limit is not None and (
+            not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1
+        ):
             raise InvalidOptionError(f"limit must be None or an int >= 1, got {self.limit!r}")
         if not isinstance(self.lenient, bool):
             raise InvalidOptionError(f"lenient must be True or False, got {self.lenient!r}")
@@ -190,8 +209,11 @@ class TaskSpec:
             raise InvalidOptionError(f"rebuild must be True or False, got {self.rebuild!r}")
         if self.rebuild and self.index is None:
             raise InvalidOptionError("rebuild=True rebuilds a saved index: give index=<dir> too")
-        if (not isinstance(self.web_cost, (int, float)) or isinstance(self.web_cost, bool)
-                or not self.web_cost >= 0):
+        if (
+            not isinstance(self.web_cost, (int, float))
+            or isinstance(self.web_cost, bool)
+            or not self.web_cost >= 0
+        ):
             raise InvalidOptionError(f"web_cost must be a number >= 0, got {self.web_cost!r}")
         put("path_key", _file_key(self.path))
         put("corpus_key", _file_key(self.corpus))
@@ -204,8 +226,9 @@ class TaskSpec:
 
 #: The keywords :class:`TaskSpec` takes from ``gym.make`` (``dataset`` comes from the id, ``path``
 #: is :func:`make_dataset_env`'s own).
-TASK_ARGS: tuple[str, ...] = tuple(f.name for f in fields(TaskSpec)
-                                   if f.init and f.name not in ("dataset", "path"))
+TASK_ARGS: tuple[str, ...] = tuple(
+    f.name for f in fields(TaskSpec) if f.init and f.name not in ("dataset", "path")
+)
 #: Keyword shorthands for retriever settings, kept from the first release.
 RETRIEVER_SHORTHANDS: tuple[str, ...] = ("model", "index_type", "engine")
 
@@ -255,8 +278,7 @@ def _load_dataset(spec: TaskSpec, mode: str | None) -> QADataset:
     if not fmt.has_paragraphs or (spec.dataset == "auto" and spec.corpus is not None):
         mode = None  # questions only, or auto with corpus=: the mode follows from corpus=
     read = None if spec.limit is None else spec.start + spec.limit
-    ds = load_dataset(fmt, spec.path, mode=mode, corpus=spec.corpus, lenient=spec.lenient,
-                      limit=read)
+    ds = load_dataset(fmt, spec.path, mode=mode, corpus=spec.corpus, lenient=spec.lenient, limit=read)
     return _sliced(ds, spec) if spec.start else ds
 
 
@@ -264,16 +286,19 @@ def _sliced(ds: QADataset, spec: TaskSpec) -> QADataset:
     """The questions from ``spec.start`` on. In distractor mode the skipped questions' paragraphs
     go too; a pooled corpus (open mode, an external corpus) stays as read."""
     if spec.start >= len(ds.samples):
-        raise InvalidOptionError(f"start={spec.start} skips every question: {spec.path} has "
-                         f"{len(ds.samples)} questions (that were read)")
-    samples = ds.samples[spec.start:]
+        raise InvalidOptionError(
+            f"start={spec.start} skips every question: {spec.path} has "
+            f"{len(ds.samples)} questions (that were read)"
+        )
+    samples = ds.samples[spec.start :]
     if ds.mode != "distractor":
         return replace(ds, samples=samples)
     kept = {s.id for s in samples}
     by_sample = {qid: ps for qid, ps in ds.by_sample.items() if qid in kept}
     doc_ids = {p.doc_id for ps in by_sample.values() for p in ps}
-    return replace(ds, samples=samples, by_sample=by_sample,
-                   passages=[p for p in ds.passages if p.doc_id in doc_ids])
+    return replace(
+        ds, samples=samples, by_sample=by_sample, passages=[p for p in ds.passages if p.doc_id in doc_ids]
+    )
 
 
 def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
@@ -287,8 +312,9 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
             # index files without a manifest is refused there, unless rebuild=True.
             placed = {"device": r.device, "index_backend": r.index_backend}
             try:
-                loaded = index_store.load_index(spec.index, passages=ds.passages or None,
-                                                retriever=r.kind, model=r.model, **placed)
+                loaded = index_store.load_index(
+                    spec.index, passages=ds.passages or None, retriever=r.kind, model=r.model, **placed
+                )
                 if hasattr(loaded, "configure_cache"):  # the spec's cache bounds, as if built
                     loaded.configure_cache(*r.cache_bounds())
                 return loaded
@@ -297,27 +323,35 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
             except index_store.IndexStoreError as exc:
                 if not spec.rebuild:
                     raise
-                warnings.warn(f"rebuilding the index at {spec.index} because: {exc}",
-                              index_store.IndexIntegrityWarning, stacklevel=2)
+                warnings.warn(
+                    f"rebuilding the index at {spec.index} because: {exc}",
+                    index_store.IndexIntegrityWarning,
+                    stacklevel=2,
+                )
         if not ds.passages:
-            raise InvalidOptionError(f"{spec.path} has questions only and there is no index at "
-                             f"{spec.index}: pass corpus=<corpus jsonl> to build one")
+            raise InvalidOptionError(
+                f"{spec.path} has questions only and there is no index at "
+                f"{spec.index}: pass corpus=<corpus jsonl> to build one"
+            )
         built = make_retriever(r, ds.passages)
         if ds.mode == "corpus":
-            index_store.save_index(built, spec.index, corpus_path=ds.corpus_path,
-                                   corpus_format="corpus", overwrite=spec.rebuild)
+            index_store.save_index(
+                built, spec.index, corpus_path=ds.corpus_path, corpus_format="corpus", overwrite=spec.rebuild
+            )
         else:
             # The index records the QA file to re-pool it later (hopgym serve); a partial load
             # (start, limit, skipped records) cannot be re-read that way, so its passages are
             # stored.
             whole = spec.limit is None and spec.start == 0 and ds.skipped == 0
-            index_store.save_index(built, spec.index, corpus_path=spec.path if whole else None,
-                                   overwrite=spec.rebuild)
+            index_store.save_index(
+                built, spec.index, corpus_path=spec.path if whole else None, overwrite=spec.rebuild
+            )
         return built
     if not ds.passages:
         raise InvalidOptionError(
             f"{spec.path} has questions only (no paragraphs): pass corpus=<corpus jsonl, e.g. "
-            "wiki-18>, index=<saved index dir>, or retriever='http://host:port' (hopgym serve)")
+            "wiki-18>, index=<saved index dir>, or retriever='http://host:port' (hopgym serve)"
+        )
     return make_retriever(r, ds.passages)
 
 
@@ -343,16 +377,19 @@ def _build_task(spec: TaskSpec) -> QATask:
         check(spec.retriever)  # a missing dependency fails now, not after the file is read
     ds = _load_dataset(spec, mode)
     if ds.mode == "distractor":
-        local = Source("local", retriever_factory=PerSampleIndex(
-            ds.by_sample, RetrieverBuilder(spec.retriever)),
-            description="the question's own paragraphs")
+        local = Source(
+            "local",
+            retriever_factory=PerSampleIndex(ds.by_sample, RetrieverBuilder(spec.retriever)),
+            description="the question's own paragraphs",
+        )
     elif spec.remote:
-        local = Source("local", make_retriever(spec.retriever),
-                       description="the retrieval server's corpus")
+        local = Source("local", make_retriever(spec.retriever), description="the retrieval server's corpus")
     else:
-        local = Source("local", _source_backend(spec, ds),
-                       description="Wikipedia paragraphs" if ds.mode == "corpus"
-                       else f"the {ds.name} paragraphs")
+        local = Source(
+            "local",
+            _source_backend(spec, ds),
+            description="Wikipedia paragraphs" if ds.mode == "corpus" else f"the {ds.name} paragraphs",
+        )
     sources = {"local": local}
     if spec.web is not None:
         sources["web"] = _web_source(spec)
@@ -373,15 +410,17 @@ def _split_kwargs(dataset: str, path: Any, kwargs: dict[str, Any]) -> tuple[Task
         elif key in OPTION_NAMES:
             option_kw[key] = value
         else:
-            raise unknown_name_error(key, ("dataset", "path", *TASK_ARGS, *RETRIEVER_SHORTHANDS,
-                                           *OPTION_NAMES))
+            raise unknown_name_error(
+                key, ("dataset", "path", *TASK_ARGS, *RETRIEVER_SHORTHANDS, *OPTION_NAMES)
+            )
     options = EnvOptions.from_kwargs(option_kw)
     task_kw["retriever"] = RetrieverSpec.coerce(task_kw.get("retriever")).updated(**shorthand)
     return TaskSpec(dataset=dataset, path=path, **task_kw), options
 
 
-def make_dataset_env(dataset: str = "auto", path: str | os.PathLike[str] | None = None,
-                     **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+def make_dataset_env(
+    dataset: str = "auto", path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]
+) -> gym.Env:
     """A benchmark file as an env: the entry point of every dataset id.
 
     Args:
@@ -402,26 +441,22 @@ def make_dataset_env(dataset: str = "auto", path: str | os.PathLike[str] | None 
     return make_task_env(load_task(spec), options)
 
 
-def make_hotpotqa(path: str | os.PathLike[str] | None = None,
-                  **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+def make_hotpotqa(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
     """HotpotQA as an env (``hopgym/HotpotQA-v1``): ``make_dataset_env("hotpotqa", ...)``."""
     return make_dataset_env("hotpotqa", path, **kwargs)
 
 
-def make_2wiki(path: str | os.PathLike[str] | None = None,
-               **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+def make_2wiki(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
     """2WikiMultihopQA as an env (``hopgym/2WikiMultiHopQA-v1``): ``make_dataset_env("2wiki", ...)``."""
     return make_dataset_env("2wiki", path, **kwargs)
 
 
-def make_musique(path: str | os.PathLike[str] | None = None,
-                 **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+def make_musique(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
     """MuSiQue (answerable) as an env (``hopgym/MuSiQue-v1``): ``make_dataset_env("musique", ...)``."""
     return make_dataset_env("musique", path, **kwargs)
 
 
-def make_bamboogle(path: str | os.PathLike[str] | None = None,
-                   **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+def make_bamboogle(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
     """Bamboogle as an env (``hopgym/Bamboogle-v1``): ``make_dataset_env("bamboogle", ...)``.
 
     Bamboogle has questions and answers only, so search needs ``corpus=`` (e.g. wiki-18),
@@ -431,8 +466,7 @@ def make_bamboogle(path: str | os.PathLike[str] | None = None,
     return make_dataset_env("bamboogle", path, **kwargs)
 
 
-def make_multihopqa(path: str | os.PathLike[str] | None = None,
-                    **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
+def make_multihopqa(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
     """Any supported QA file as an env (``hopgym/MultiHopQA-v1``): ``make_dataset_env("auto", ...)``.
 
     The layout is detected from the first record: a FlashRAG QA jsonl (``{id, question,

@@ -127,8 +127,7 @@ class MultiHopTeamEnv(ParallelEnv):
         else:
             self.possible_agents = [f"racer_{i}" for i in range(n_racers)]
             self._n_actions = dict.fromkeys(self.possible_agents, core.n_actions)
-        self._core_of = {a: self.cores[min(i, n_cores - 1)]
-                         for i, a in enumerate(self.possible_agents)}
+        self._core_of = {a: self.cores[min(i, n_cores - 1)] for i, a in enumerate(self.possible_agents)}
         if obs_mode == "featurized":
             box = core.observation_space
             self._obs_spaces: dict[str, spaces.Space] = dict.fromkeys(self.possible_agents, box)
@@ -160,13 +159,13 @@ class MultiHopTeamEnv(ParallelEnv):
             if agent == "searcher_0":
                 mask = np.concatenate([full[: 1 + k + s], [True]])
             else:
-                mask = np.concatenate([full[1 + k + s:], [True]])
+                mask = np.concatenate([full[1 + k + s :], [True]])
         else:
             mask = full.copy()
             if self.searches_left <= 0:
                 mask[: 1 + k] = False
                 if not mask.any():
-                    mask[1 + k + s:] = np.arange(k) < len(core.slots)
+                    mask[1 + k + s :] = np.arange(k) < len(core.slots)
         return mask.astype(np.int8)
 
     def _describe(self, agent: str) -> list[str]:
@@ -176,16 +175,17 @@ class MultiHopTeamEnv(ParallelEnv):
         if self.mode == "cooperative":
             if agent == "searcher_0":
                 return lines[: 1 + k + s] + ["wait"]
-            return lines[1 + k + s:] + ["wait"]
+            return lines[1 + k + s :] + ["wait"]
         return lines
 
     def _observe(self, agent: str, core_obs: np.ndarray, text: str) -> Any:
         if self.obs_mode == "featurized":
             return core_obs
         actions = "\n".join(f"[{i}] {d}" for i, d in enumerate(self._describe(agent)) if d)
-        role = {"searcher_0": "You are the searcher: search or route, or wait.",
-                "answerer_0": "You are the answerer: answer with a candidate, or wait."}.get(
-                    agent, "You race the other agents: the first correct answer wins.")
+        role = {
+            "searcher_0": "You are the searcher: search or route, or wait.",
+            "answerer_0": "You are the answerer: answer with a candidate, or wait.",
+        }.get(agent, "You race the other agents: the first correct answer wins.")
         return f"{text}\n{role}\nActions:\n{actions}\n"[:_TEXT_MAX]
 
     def _last_text(self, core: FeaturizedEnv) -> str:
@@ -202,8 +202,9 @@ class MultiHopTeamEnv(ParallelEnv):
         return out
 
     # ------------------------------------------------------------------ API
-    def reset(self, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         if seed is not None or self._np_random is None:
             self._np_random = np.random.default_rng(seed)
         self.agents = list(self.possible_agents)
@@ -214,8 +215,9 @@ class MultiHopTeamEnv(ParallelEnv):
         results = [(obs0, info0)]
         qid = info0.get("question_id")
         for i, core in enumerate(self.cores[1:], start=1):
-            results.append(core.reset(seed=None if seed is None else int(seed) + i,
-                                      options={"question_id": qid}))
+            results.append(
+                core.reset(seed=None if seed is None else int(seed) + i, options={"question_id": qid})
+            )
         obs, infos = {}, {}
         for agent in self.agents:
             core = self._core_of[agent]
@@ -270,8 +272,9 @@ class MultiHopTeamEnv(ParallelEnv):
             a = _as_int(actions.get(agent), core.n_actions)
             if 0 <= a <= k and core.decode(a) is not None:
                 if self.searches_left <= 0:
-                    out[agent] = core.step_text("(the shared search budget is spent)",
-                                                description="search over budget")
+                    out[agent] = core.step_text(
+                        "(the shared search budget is spent)", description="search over budget"
+                    )
                     continue
                 self.searches_left -= 1
             out[agent] = core.step(a if 0 <= a < core.n_actions else -1)
@@ -303,9 +306,13 @@ class MultiHopTeamEnv(ParallelEnv):
         parts = []
         for i, core in enumerate(self.cores):
             head = "" if len(self.cores) == 1 else f"=== racer_{i} ===\n"
-            parts.append(head + "".join(m["content"] if m["role"] == "user"
-                                        else m["content"] + "\n"
-                                        for m in core.unwrapped.transcript))
+            parts.append(
+                head
+                + "".join(
+                    m["content"] if m["role"] == "user" else m["content"] + "\n"
+                    for m in core.unwrapped.transcript
+                )
+            )
         return "\n".join(parts)
 
     def close(self) -> None:

@@ -42,8 +42,9 @@ class SearchRequest:
 def _option(name: str) -> property:
     """A read-only attribute that reads ``self.options.<name>``."""
     help_text = next(f.metadata["help"] for f in fields(EnvOptions) if f.name == name)
-    return property(lambda self: getattr(self.options, name),
-                    doc=f"``options.{name}`` (read-only): {help_text}.")
+    return property(
+        lambda self: getattr(self.options, name), doc=f"``options.{name}`` (read-only): {help_text}."
+    )
 
 
 class MultiHopQAEnv(gym.Env[str, str]):
@@ -230,8 +231,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
         return out
 
     # ------------------------------------------------------------------ API
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
         if "question_id" in options:
@@ -253,8 +255,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
         background = ""
         if self.background_k:
             docs, raw, error = self._search(self.sample.question, self.background_k)
-            info.update(retrieved_ids=raw, new_ids=[d.doc_id for d in docs], documents=docs,
-                        retrieval_error=error)
+            info.update(
+                retrieved_ids=raw, new_ids=[d.doc_id for d in docs], documents=docs, retrieval_error=error
+            )
             if docs:
                 background = self._docs_text(docs)
         descriptions = {n: s.description for n, s in self.task.sources.items()}
@@ -280,8 +283,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
         terminated = False
         act = parsed.action
         if act is None:
-            obs = self.protocol.format_error(parsed.error or "invalid turn", self.turn,
-                                             tuple(self.task.sources))
+            obs = self.protocol.format_error(
+                parsed.error or "invalid turn", self.turn, tuple(self.task.sources)
+            )
         elif isinstance(act, Think):
             obs = self.protocol.format_think(self.turn)
         elif isinstance(act, Route):
@@ -289,7 +293,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
             info.update(source=act.source, routed_to=act.source)
             desc = self.task.sources[act.source].description
             obs = self.protocol.format_notice(
-                f"Searches now go to {act.source}" + (f" ({desc})." if desc else "."), self.turn)
+                f"Searches now go to {act.source}" + (f" ({desc})." if desc else "."), self.turn
+            )
         elif isinstance(act, Search):
             obs = self._do_search(act.query, info)
         else:
@@ -353,13 +358,19 @@ class MultiHopQAEnv(gym.Env[str, str]):
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
         answered = self.done
-        return (self.protocol.format_error(error, self.turn, tuple(self.task.sources)), 0.0,
-                answered, not answered, info)
+        return (
+            self.protocol.format_error(error, self.turn, tuple(self.task.sources)),
+            0.0,
+            answered,
+            not answered,
+            info,
+        )
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":
-            return "".join(m["content"] if m["role"] == "user" else m["content"] + "\n"
-                           for m in self.transcript)
+            return "".join(
+                m["content"] if m["role"] == "user" else m["content"] + "\n" for m in self.transcript
+            )
         return None
 
     # ------------------------------------------------------------------ helpers
@@ -370,14 +381,14 @@ class MultiHopQAEnv(gym.Env[str, str]):
             text = action
         else:
             shown = repr(action)[:60]
-            return shown, ParsedTurn(None, error=f"a turn must be a string, got "
-                                                 f"{type(action).__name__} {shown}")
+            return shown, ParsedTurn(
+                None, error=f"a turn must be a string, got {type(action).__name__} {shown}"
+            )
         if not text.strip():
             return text, ParsedTurn(None, error="empty turn")
         limit = self.options.max_action_chars
         if len(text) > limit:
-            return text[:limit], ParsedTurn(
-                None, error=f"turn too long ({len(text)} > {limit} characters)")
+            return text[:limit], ParsedTurn(None, error=f"turn too long ({len(text)} > {limit} characters)")
         return text, self.protocol.parse(text, self.source_names)
 
     def _blank_info(self, parsed: ParsedTurn) -> dict[str, Any]:
@@ -423,8 +434,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
         try:
             request = self._request(query, k)
             assert request is not None
-            if supplied is not None and supplied[0].retriever is request.retriever and \
-                    supplied[0].query == query and supplied[0].k == request.k:
+            if (
+                supplied is not None
+                and supplied[0].retriever is request.retriever
+                and supplied[0].query == query
+                and supplied[0].k == request.k
+            ):
                 hits = supplied[1]
             else:
                 hits = request.retriever.search(query, request.k)
@@ -450,17 +465,21 @@ class MultiHopQAEnv(gym.Env[str, str]):
         note = self.protocol.repeat_note(self.dedup) if repeated and self.repeat_notice else ""
         if self.max_docs is not None and self.shown >= self.max_docs:
             return self.protocol.format_notice(
-                f"Document limit reached ({self.max_docs} per episode): answer now.", self.turn)
+                f"Document limit reached ({self.max_docs} per episode): answer now.", self.turn
+            )
         docs, raw, error = self._search(query, self.top_k)
-        info.update(retrieved_ids=raw, new_ids=[d.doc_id for d in docs], documents=docs,
-                    retrieval_error=error)
+        info.update(
+            retrieved_ids=raw, new_ids=[d.doc_id for d in docs], documents=docs, retrieval_error=error
+        )
         if error is not None:
             return self.protocol.format_notice(
-                f"Search failed ({error}). Try again, route elsewhere or answer.", self.turn)
+                f"Search failed ({error}). Try again, route elsewhere or answer.", self.turn
+            )
         if not docs:
             if note:
                 return self.protocol.format_notice(
-                    self.protocol.repeat_note(self.dedup, exhausted=True), self.turn)
+                    self.protocol.repeat_note(self.dedup, exhausted=True), self.turn
+                )
             what = "No new documents found" if raw else "No documents found"
             return self.protocol.format_notice(f"{what} for this query.", self.turn)
         return self.protocol.format_documents(docs, self.doc_chars, self.turn, note=note)

@@ -67,37 +67,49 @@ class EnvOptions:
     """
 
     protocol: str | Protocol = _opt(
-        "tags", "turn format: 'tags' (Search-R1 style <think>/<search>/<route>/<answer> tags) or "
-                "'r3' (R3-RAG's 'Step k:' format), or a Protocol instance")
+        "tags",
+        "turn format: 'tags' (Search-R1 style <think>/<search>/<route>/<answer> tags) or "
+        "'r3' (R3-RAG's 'Step k:' format), or a Protocol instance",
+    )
     top_k: int = _opt(3, "documents shown per search", low=1)
-    dedup: bool = _opt(True, "drop documents already shown in the episode and fill up with the "
-                             "next ones (R3-RAG)")
+    dedup: bool = _opt(
+        True, "drop documents already shown in the episode and fill up with the next ones (R3-RAG)"
+    )
     max_docs: int | None = _opt(None, "cap on documents shown per episode (None: no cap)", low=1)
     doc_chars: int | None = _opt(
-        None, "cut the joined documents of one observation to this many characters (None: no cut)",
-        low=1)
+        None, "cut the joined documents of one observation to this many characters (None: no cut)", low=1
+    )
     background_k: int = _opt(
-        0, "documents retrieved for the raw question and shown in the prompt (KunLunBaizeRAG's "
-           "RDRA; 0: none)", low=0)
-    max_turns: int = _opt(8, "step budget: a TimeLimit truncates the episode after this many turns",
-                          low=1)
+        0,
+        "documents retrieved for the raw question and shown in the prompt (KunLunBaizeRAG's RDRA; 0: none)",
+        low=0,
+    )
+    max_turns: int = _opt(8, "step budget: a TimeLimit truncates the episode after this many turns", low=1)
     max_action_chars: int = _opt(8192, "longer turns are invalid (the agent sees why)", low=1)
     reward: str | None = _opt(
-        "default", "reward preset: default, em, f1, searchr1, r3rag or kunlun "
-                   "(see hopgym.rewards.presets); None: the bare env, whose reward is 0")
+        "default",
+        "reward preset: default, em, f1, searchr1, r3rag or kunlun "
+        "(see hopgym.rewards.presets); None: the bare env, whose reward is 0",
+    )
     render_mode: str | None = _opt(None, "None, or 'ansi': render() returns the transcript")
     parse: str | None = _opt(
-        None, "how turns are read: 'lenient' (the first complete action block, as Search-R1 "
-              "reads it; an unclosed <think> or text outside the tags is a format issue in "
-              "info['format_issues']) or 'strict' (every unbalanced or stray tag makes the turn "
-              "invalid); None: the protocol instance's own mode, else 'lenient'")
+        None,
+        "how turns are read: 'lenient' (the first complete action block, as Search-R1 "
+        "reads it; an unclosed <think> or text outside the tags is a format issue in "
+        "info['format_issues']) or 'strict' (every unbalanced or stray tag makes the turn "
+        "invalid); None: the protocol instance's own mode, else 'lenient'",
+    )
     repeat_notice: bool | None = _opt(
-        None, "after a search whose query repeats one of the episode (same words, any order), "
-              "the observation says so and what it shows instead; None: on, except under the "
-              "searchr1, r3rag and kunlun reward presets, whose papers show no such text")
+        None,
+        "after a search whose query repeats one of the episode (same words, any order), "
+        "the observation says so and what it shows instead; None: on, except under the "
+        "searchr1, r3rag and kunlun reward presets, whose papers show no such text",
+    )
     last_turn_notice: bool | None = _opt(
-        None, "when one turn is left, the observation asks for the answer now; None: on, except "
-              "under the searchr1, r3rag and kunlun reward presets")
+        None,
+        "when one turn is left, the observation asks for the answer now; None: on, except "
+        "under the searchr1, r3rag and kunlun reward presets",
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -108,25 +120,28 @@ class EnvOptions:
             optional = f.default is None
             # bool is an int subclass: top_k=True is a mistake, not 1.
             if (value is None and optional) or (
-                    isinstance(value, int) and not isinstance(value, bool) and value >= low):
+                isinstance(value, int) and not isinstance(value, bool) and value >= low
+            ):
                 continue
             want = f"None or an int >= {low}" if optional else f"an int >= {low}"
             raise InvalidOptionError(f"{f.name} must be {want}, got {value!r}")
         if not isinstance(self.dedup, bool):
             raise InvalidOptionError(f"dedup must be True or False, got {self.dedup!r}")
         if not isinstance(self.protocol, Protocol) and self.protocol not in PROTOCOLS:
-            raise InvalidOptionError(f"protocol must be one of {sorted(PROTOCOLS)} or a Protocol instance, "
-                             f"got {self.protocol!r}")
+            raise InvalidOptionError(
+                f"protocol must be one of {sorted(PROTOCOLS)} or a Protocol instance, got {self.protocol!r}"
+            )
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
-            raise InvalidOptionError(f"render_mode must be None or one of {list(RENDER_MODES)}, "
-                             f"got {self.render_mode!r}")
+            raise InvalidOptionError(
+                f"render_mode must be None or one of {list(RENDER_MODES)}, got {self.render_mode!r}"
+            )
         if self.parse is not None and self.parse not in PARSE_MODES:
-            raise InvalidOptionError(f"parse must be None or one of {list(PARSE_MODES)}, "
-                             f"got {self.parse!r}")
-        if isinstance(self.protocol, Protocol) and self.parse not in (None,
-                                                                      self.protocol.parse_mode):
-            raise InvalidOptionError(f"parse={self.parse!r} contradicts the protocol instance "
-                             f"{self.protocol!r}: pass the protocol by name, or leave parse None")
+            raise InvalidOptionError(f"parse must be None or one of {list(PARSE_MODES)}, got {self.parse!r}")
+        if isinstance(self.protocol, Protocol) and self.parse not in (None, self.protocol.parse_mode):
+            raise InvalidOptionError(
+                f"parse={self.parse!r} contradicts the protocol instance "
+                f"{self.protocol!r}: pass the protocol by name, or leave parse None"
+            )
         for name in ("repeat_notice", "last_turn_notice"):
             value = getattr(self, name)
             if not (value is None or isinstance(value, bool)):
@@ -137,17 +152,23 @@ class EnvOptions:
             from hopgym.rewards.presets import PRESETS, preset_name
 
             if not isinstance(self.reward, str):
-                raise InvalidOptionError(f"reward must be a preset name or None, got {self.reward!r}; "
-                                 f"choose one of {list(PRESETS)}")
+                raise InvalidOptionError(
+                    f"reward must be a preset name or None, got {self.reward!r}; "
+                    f"choose one of {list(PRESETS)}"
+                )
             try:
                 preset_name(self.reward)
             except ValueError as exc:
                 raise InvalidOptionError(f"reward: {exc}") from None
 
     @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any], *,
-                    base: EnvOptions | Mapping[str, Any] | None = None,
-                    also: Iterable[str] = ()) -> EnvOptions:
+    def from_kwargs(
+        cls,
+        kwargs: Mapping[str, Any],
+        *,
+        base: EnvOptions | Mapping[str, Any] | None = None,
+        also: Iterable[str] = (),
+    ) -> EnvOptions:
         """Options from keyword arguments, on top of ``base`` (default: the defaults).
 
         Args:
@@ -175,8 +196,9 @@ class EnvOptions:
         elif isinstance(base, Mapping):
             start = cls.from_kwargs(base, also=also)
         else:
-            raise InvalidOptionTypeError(f"options must be an EnvOptions, a mapping or None, "
-                            f"got {type(base).__name__}")
+            raise InvalidOptionTypeError(
+                f"options must be an EnvOptions, a mapping or None, got {type(base).__name__}"
+            )
         for key in kwargs:
             if key not in OPTION_NAMES:
                 raise unknown_name_error(key, (*OPTION_NAMES, *also))
@@ -206,10 +228,11 @@ class EnvOptions:
         if parse is None:
             parse = self.protocol.parse_mode if isinstance(self.protocol, Protocol) else "lenient"
         return replace(
-            self, parse=parse,
+            self,
+            parse=parse,
             repeat_notice=not paper if self.repeat_notice is None else self.repeat_notice,
-            last_turn_notice=not paper if self.last_turn_notice is None
-            else self.last_turn_notice)
+            last_turn_notice=not paper if self.last_turn_notice is None else self.last_turn_notice,
+        )
 
     def as_kwargs(self) -> dict[str, Any]:
         """The options as keyword arguments (for ``gym.make`` or a factory).

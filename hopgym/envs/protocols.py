@@ -76,13 +76,13 @@ class Protocol:
         """The text a model would write for ``action``."""
         raise NotImplementedError
 
-    def prompt(self, question: str, sources: dict[str, str], max_turns: int,
-               background: str = "") -> str:
+    def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
         """The first observation: instructions, the question and optional background documents."""
         raise NotImplementedError
 
-    def format_documents(self, docs: Sequence[Passage], doc_chars: int | None,
-                         turn: int, note: str = "") -> str:
+    def format_documents(
+        self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
+    ) -> str:
         """The observation after a search; ``note`` (e.g. a repeated-query notice) comes first."""
         raise NotImplementedError
 
@@ -108,8 +108,10 @@ class Protocol:
             exhausted: the search found no document that was not shown before.
         """
         if exhausted:
-            return ("You already searched for this, and it finds no new documents: search for "
-                    "something else, or answer.")
+            return (
+                "You already searched for this, and it finds no new documents: search for "
+                "something else, or answer."
+            )
         if dedup:
             return "You already searched for this; here are the next results."
         return "You already searched for this; here are the same results again."
@@ -136,19 +138,20 @@ _TAG_NAMES = ("think", "search", "route", "answer")
 _TAG_RE = re.compile(r"<(think|search|route|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
 _ANY_TAG_RE = re.compile(r"</?(think|search|route|answer|information)>", re.IGNORECASE)
 # Lenient mode also reads tags with spaces inside the brackets ("< search >", "</ answer>").
-_LOOSE_TAG_RE = re.compile(r"<\s*(/?)\s*(think|search|route|answer|information)\s*>",
-                           re.IGNORECASE)
+_LOOSE_TAG_RE = re.compile(r"<\s*(/?)\s*(think|search|route|answer|information)\s*>", re.IGNORECASE)
 _ACTION_NAMES = ("search", "route", "answer")
 # The canonical turn, as models trained on the protocol write it: an optional <think> block, then
 # at most one action block, in lower case, with nothing but white space around them and no "<"
 # inside. Both parse modes read such a turn the same way, so it skips the general parser.
-_CANONICAL_RE = re.compile(
-    r"\s*(?:<think>([^<]*)</think>\s*)?(?:<(search|route|answer)>([^<]*)</\2>\s*)?")
+_CANONICAL_RE = re.compile(r"\s*(?:<think>([^<]*)</think>\s*)?(?:<(search|route|answer)>([^<]*)</\2>\s*)?")
 
 _INFO_ERROR = "<information> is written by the environment, not by you"
 _NESTED_ERROR = "nested tags: a tag may not contain another tag"
-_IN_THINK_ERROR = ("an action inside <think>…</think> does not count: close the thought with "
-                   "</think>, then write the action")
+_IN_THINK_ERROR = (
+    "an action inside <think>…</think> does not count: close the thought with </think>, then write the action"
+)
+
+
 def _routes(sources: Sequence[str]) -> bool:
     """Whether an env with these sources can route: more than one source (a container with no
     length, such as a reader's accept-any-source set, counts as several)."""
@@ -162,8 +165,10 @@ def _no_action_error(sources: Sequence[str]) -> str:
 
 
 def _truncated_error(tag: str) -> str:
-    return (f"the turn ended inside <{tag}> before any complete action (cut off at the length "
-            "limit?): keep your thoughts short")
+    return (
+        f"the turn ended inside <{tag}> before any complete action (cut off at the length "
+        "limit?): keep your thoughts short"
+    )
 
 
 class _Tag(NamedTuple):
@@ -175,9 +180,16 @@ class _Tag(NamedTuple):
 
 
 def _tags(text: str) -> list[_Tag]:
-    return [_Tag(m.start(), m.end(), bool(m.group(1)), m.group(2).lower(),
-                 m.group(0).lower() == f"<{m.group(1)}{m.group(2)}>".lower())
-            for m in _LOOSE_TAG_RE.finditer(text)]
+    return [
+        _Tag(
+            m.start(),
+            m.end(),
+            bool(m.group(1)),
+            m.group(2).lower(),
+            m.group(0).lower() == f"<{m.group(1)}{m.group(2)}>".lower(),
+        )
+        for m in _LOOSE_TAG_RE.finditer(text)
+    ]
 
 
 def _open_at_end(tags: Sequence[_Tag]) -> str | None:
@@ -189,7 +201,7 @@ def _open_at_end(tags: Sequence[_Tag]) -> str | None:
         if not t.closing:
             open_.append(t.name)
         elif t.name in open_:
-            del open_[len(open_) - 1 - open_[::-1].index(t.name):]
+            del open_[len(open_) - 1 - open_[::-1].index(t.name) :]
     return open_[-1] if open_ else None
 
 
@@ -259,8 +271,12 @@ class TagsProtocol(Protocol):
             return ParsedTurn(None, error=_no_action_error(sources), issues=issues)
         if len(acts) > 1:
             names = ", ".join(k for k, _ in acts)
-            return ParsedTurn(None, think=think, issues=issues,
-                              error=f"two actions in one turn ({names}): write exactly one")
+            return ParsedTurn(
+                None,
+                think=think,
+                issues=issues,
+                error=f"two actions in one turn ({names}): write exactly one",
+            )
         kind, body = acts[0]
         return replace(_make_action(kind, body, think, sources), issues=issues)
 
@@ -283,7 +299,7 @@ class TagsProtocol(Protocol):
 
         bad = next((t for t in tags if not t.exact), None)
         if bad is not None:
-            issue("malformed_tag", f"spaces inside a tag: {text[bad.start:bad.end]!r}")
+            issue("malformed_tag", f"spaces inside a tag: {text[bad.start : bad.end]!r}")
         thoughts: list[str] = []
         acts: list[tuple[str, str]] = []
         covered: list[tuple[int, int]] = []  # thought and action spans, tags included
@@ -296,30 +312,29 @@ class TagsProtocol(Protocol):
                 if not t.closing:
                     if think_at is not None:  # a second <think> while one is open
                         issue("unclosed_think", "<think> opened again before </think>")
-                        thoughts.append(text[think_at:t.start])
+                        thoughts.append(text[think_at : t.start])
                     think_at = t.end
                     covered.append((t.start, t.end))
                 elif think_at is None:
                     # "reasoning</think>": the text since the last tag is the thought (a chat
                     # template may have opened the <think> already).
                     issue("unopened_think", "</think> without <think>")
-                    thoughts.append(text[prev_end:t.start])
+                    thoughts.append(text[prev_end : t.start])
                     covered.append((prev_end, t.end))
                 else:
-                    thoughts.append(text[think_at:t.start])
+                    thoughts.append(text[think_at : t.start])
                     covered.append((think_at, t.end))
                     think_at = None
                 prev_end = t.end
                 i += 1
                 continue
             if t.closing:
-                issue("stray_tag", f"{text[t.start:t.end]} without its opening tag")
+                issue("stray_tag", f"{text[t.start : t.end]} without its opening tag")
                 covered.append((t.start, t.end))
                 prev_end = t.end
                 i += 1
                 continue
-            j = next((k for k in range(i + 1, len(tags))
-                      if tags[k].name == t.name and tags[k].closing), None)
+            j = next((k for k in range(i + 1, len(tags)) if tags[k].name == t.name and tags[k].closing), None)
             if j is None:
                 issue("stray_tag", f"<{t.name}> is never closed")
                 covered.append((t.start, t.end))
@@ -329,21 +344,25 @@ class TagsProtocol(Protocol):
             if j > i + 1:
                 return ParsedTurn(None, error=_NESTED_ERROR, issues=tuple(issues))
             if think_at is not None:
-                later = next((u for u in tags[j + 1:] if u.name == "think"), None)
+                later = next((u for u in tags[j + 1 :] if u.name == "think"), None)
                 if later is not None and later.closing:
                     return ParsedTurn(None, error=_IN_THINK_ERROR, issues=tuple(issues))
                 issue("unclosed_think", "<think> is never closed")
-                thoughts.append(text[think_at:t.start])
+                thoughts.append(text[think_at : t.start])
                 covered.append((think_at, t.start))
                 think_at = None
-            acts.append((t.name, " ".join(text[t.end:tags[j].start].split())))
+            acts.append((t.name, " ".join(text[t.end : tags[j].start].split())))
             covered.append((t.start, tags[j].end))
             prev_end = tags[j].end
             i = j + 1
         if think_at is not None:
             if not acts:
-                return ParsedTurn(None, error=_truncated_error(_open_at_end(tags) or "think"),
-                                  issues=tuple(issues), truncated=True)
+                return ParsedTurn(
+                    None,
+                    error=_truncated_error(_open_at_end(tags) or "think"),
+                    issues=tuple(issues),
+                    truncated=True,
+                )
             issue("unclosed_think", "<think> is never closed")
             thoughts.append(text[think_at:])
             covered.append((think_at, len(text)))
@@ -354,16 +373,21 @@ class TagsProtocol(Protocol):
         if not acts:
             open_tag = _open_at_end(tags)
             if open_tag is not None:
-                return ParsedTurn(None, error=_truncated_error(open_tag), issues=tuple(issues),
-                                  truncated=True)
+                return ParsedTurn(
+                    None, error=_truncated_error(open_tag), issues=tuple(issues), truncated=True
+                )
             if think:
                 return ParsedTurn(Think(think), think=think, issues=tuple(issues))
             return ParsedTurn(None, error=_no_action_error(sources), issues=tuple(issues))
         distinct = list(dict.fromkeys(acts))
         if len(distinct) > 1:
             names = ", ".join(k for k, _ in acts)
-            return ParsedTurn(None, think=think, issues=tuple(issues),
-                              error=f"two actions in one turn ({names}): write exactly one")
+            return ParsedTurn(
+                None,
+                think=think,
+                issues=tuple(issues),
+                error=f"two actions in one turn ({names}): write exactly one",
+            )
         if len(acts) > 1:
             issue("duplicate_action", f"<{acts[0][0]}> written {len(acts)} times")
         kind, body = acts[0]
@@ -380,8 +404,7 @@ class TagsProtocol(Protocol):
             return f"{think}<route>{action.source}</route>"
         return f"{think}<answer>{action.text}</answer>"
 
-    def prompt(self, question: str, sources: dict[str, str], max_turns: int,
-               background: str = "") -> str:
+    def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
         lines = [
             "Answer the question by reasoning and searching step by step. In every turn, first "
             "reason inside <think> and </think>, then do exactly one of:",
@@ -390,8 +413,10 @@ class TagsProtocol(Protocol):
         ]
         if len(sources) > 1:
             names = ", ".join(f"{n} ({d})" if d else n for n, d in sources.items())
-            lines.append(f"- <route> source </route> to choose where later searches go: {names}. "
-                         f"Searches start in {next(iter(sources))}.")
+            lines.append(
+                f"- <route> source </route> to choose where later searches go: {names}. "
+                f"Searches start in {next(iter(sources))}."
+            )
         lines += [
             "- <answer> answer </answer> to give the final answer as a short span, without "
             "explanation. This ends the episode.",
@@ -403,8 +428,9 @@ class TagsProtocol(Protocol):
             text += f"<information>{background}</information>\n"
         return text
 
-    def format_documents(self, docs: Sequence[Passage], doc_chars: int | None, turn: int,
-                         note: str = "") -> str:
+    def format_documents(
+        self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
+    ) -> str:
         body = _join_docs(docs, doc_chars, "Doc {i} (Title: {title}) {text}")
         head = f"{note}\n" if note else ""
         return f"\n<information>{head}{body}</information>\n"
@@ -413,17 +439,20 @@ class TagsProtocol(Protocol):
         return f"\n<information>{message}</information>\n"
 
     def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
-        actions = ("exactly one of <search>query</search>, <route>source</route> or "
-                   "<answer>answer</answer>"
-                   if _routes(sources) else "either <search>query</search> or <answer>answer</answer>")
-        return (f"\n<information>Invalid turn: {reason}. Write <think>…</think> followed by "
-                f"{actions}.</information>\n")
+        actions = (
+            "exactly one of <search>query</search>, <route>source</route> or <answer>answer</answer>"
+            if _routes(sources)
+            else "either <search>query</search> or <answer>answer</answer>"
+        )
+        return (
+            f"\n<information>Invalid turn: {reason}. Write <think>…</think> followed by "
+            f"{actions}.</information>\n"
+        )
 
     #: The last-turn notice (a line of its own after the observation). It holds no tag: a model
     #: that copies it must not have written an action (SmolLM2-135M copied an earlier wording's
     #: "<answer> short answer </answer>", which the lenient parse read as the answer).
-    LAST_TURN = ("This is your last turn: give your final answer now, as a short answer in the "
-                 "answer tags.")
+    LAST_TURN = "This is your last turn: give your final answer now, as a short answer in the answer tags."
 
     def last_turn(self, observation: str, turn: int) -> str:
         """The observation, then the last-turn notice on a line of its own.
@@ -484,16 +513,20 @@ _R3_FIELDS = {
     "the retrieval source:": "route",
     "the final answer:": "answer",
 }
-_R3_LABELS = (r"(the problem analysis:|the retrieval query:|the retrieval source:"
-              r"|the final answer:|the retrieval documents:)")
+_R3_LABELS = (
+    r"(the problem analysis:|the retrieval query:|the retrieval source:"
+    r"|the final answer:|the retrieval documents:)"
+)
 _R3_RE = re.compile(r"(?im)^\s*" + _R3_LABELS)
 # Lenient: a label anywhere, as long as it starts a word ("...done. The final answer: X").
 _R3_LOOSE_RE = re.compile(r"(?i)(?<![a-z])" + _R3_LABELS)
 _R3_STEP_RE = re.compile(r"(?im)^\s*step\s+\d+\s*:\s*$")
 _R3_STEP_HEAD_RE = re.compile(r"(?im)^[ \t]*step\s+\d+\s*:[ \t]*")
 _R3_DOCS_ERROR = "'The retrieval documents:' is written by the environment, not by you"
-_R3_TRUNCATED_ERROR = ("the step ended inside 'The problem analysis:' before a query or an answer "
-                       "(cut off at the length limit?): keep the analysis short")
+_R3_TRUNCATED_ERROR = (
+    "the step ended inside 'The problem analysis:' before a query or an answer "
+    "(cut off at the length limit?): keep the analysis short"
+)
 _SENTENCE_END = ".!?\"')]»”’"
 
 
@@ -538,7 +571,7 @@ class R3Protocol(Protocol):
             if all(i.code != code for i in issues):
                 issues.append(FormatIssue(code, detail))
 
-        head = text[:marks[0].start()] if marks else ""
+        head = text[: marks[0].start()] if marks else ""
         if head.strip():
             issue("text_outside_fields", f"text before the first field: {_quote(head)}")
         fields: list[tuple[str, str]] = []
@@ -548,9 +581,9 @@ class R3Protocol(Protocol):
             if key == "the retrieval documents:":
                 return ParsedTurn(None, error=_R3_DOCS_ERROR, issues=tuple(issues))
             line_start = text.rfind("\n", 0, m.start()) + 1
-            if text[line_start:m.start()].strip():
+            if text[line_start : m.start()].strip():
                 issue("inline_field", f"{m.group(1)!r} inside a line")
-            kind, value = _R3_FIELDS[key], text[m.end():end].strip()
+            kind, value = _R3_FIELDS[key], text[m.end() : end].strip()
             if lenient and kind != "think" and "\n" in value:
                 value, rest = value.split("\n", 1)
                 if rest.strip():
@@ -562,19 +595,32 @@ class R3Protocol(Protocol):
         acts = [(k, " ".join(v.split())) for k, v in fields if k != "think"]
         if not acts:
             # Cut mid-sentence, with no action label anywhere (not even one strict mode skips).
-            cut = bool(fields) and fields[-1][0] == "think" and \
-                not fields[-1][1].rstrip().endswith(tuple(_SENTENCE_END)) and \
-                not any(m.group(1).lower() != "the problem analysis:"
-                        for m in _R3_LOOSE_RE.finditer(text))
+            cut = (
+                bool(fields)
+                and fields[-1][0] == "think"
+                and not fields[-1][1].rstrip().endswith(tuple(_SENTENCE_END))
+                and not any(
+                    m.group(1).lower() != "the problem analysis:" for m in _R3_LOOSE_RE.finditer(text)
+                )
+            )
             if cut:
-                return ParsedTurn(None, think=think, error=_R3_TRUNCATED_ERROR,
-                                  issues=tuple(issues), truncated=True)
-            return ParsedTurn(None, think=think, issues=tuple(issues),
-                              error="no 'The retrieval query:' or 'The final answer:' line")
+                return ParsedTurn(
+                    None, think=think, error=_R3_TRUNCATED_ERROR, issues=tuple(issues), truncated=True
+                )
+            return ParsedTurn(
+                None,
+                think=think,
+                issues=tuple(issues),
+                error="no 'The retrieval query:' or 'The final answer:' line",
+            )
         if len(dict.fromkeys(acts)) > 1 or (len(acts) > 1 and not lenient):
             names = ", ".join(k for k, _ in acts)
-            return ParsedTurn(None, think=think, issues=tuple(issues),
-                              error=f"two actions in one step ({names}): write exactly one")
+            return ParsedTurn(
+                None,
+                think=think,
+                issues=tuple(issues),
+                error=f"two actions in one step ({names}): write exactly one",
+            )
         if len(acts) > 1:
             issue("duplicate_action", f"the {acts[0][0]} line written {len(acts)} times")
         kind, body = acts[0]
@@ -591,8 +637,7 @@ class R3Protocol(Protocol):
             return head + f"The retrieval source: {action.source}"
         return head + f"The final answer: {action.text}"
 
-    def prompt(self, question: str, sources: dict[str, str], max_turns: int,
-               background: str = "") -> str:
+    def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
         lines = [
             "Solve the question step by step. Each step starts with 'The problem analysis:' and "
             "ends with either 'The retrieval query:' (a search query; documents follow) or "
@@ -600,16 +645,19 @@ class R3Protocol(Protocol):
         ]
         if len(sources) > 1:
             names = ", ".join(f"{n} ({d})" if d else n for n, d in sources.items())
-            lines.append(f"Instead of a query, 'The retrieval source:' chooses where later "
-                         f"queries go: {names}. Queries start in {next(iter(sources))}.")
+            lines.append(
+                f"Instead of a query, 'The retrieval source:' chooses where later "
+                f"queries go: {names}. Queries start in {next(iter(sources))}."
+            )
         lines.append(f"You have at most {max_turns} steps.")
         text = "\n".join(lines) + f"\nThe question: {question}\n"
         if background:
             text += f"The retrieval documents: {background}\n"
         return text + "Step 1:\n"
 
-    def format_documents(self, docs: Sequence[Passage], doc_chars: int | None, turn: int,
-                         note: str = "") -> str:
+    def format_documents(
+        self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
+    ) -> str:
         body = _join_docs(docs, doc_chars, "({i}) {title}: {text}")
         head = f"\n{note}" if note else ""
         return f"{head}\nThe retrieval documents: {body}\nStep {turn + 1}:\n"
@@ -618,8 +666,10 @@ class R3Protocol(Protocol):
         return f"\nThe retrieval documents: {message}\nStep {turn + 1}:\n"
 
     def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
-        return (f"\nFormat error: {reason}. Write 'The problem analysis: …' and then either "
-                f"'The retrieval query: …' or 'The final answer: …'.\nStep {turn + 1}:\n")
+        return (
+            f"\nFormat error: {reason}. Write 'The problem analysis: …' and then either "
+            f"'The retrieval query: …' or 'The final answer: …'.\nStep {turn + 1}:\n"
+        )
 
     def format_think(self, turn: int) -> str:
         return f"\nStep {turn + 1}:\n"
@@ -637,7 +687,7 @@ class R3Protocol(Protocol):
 answer now, a short answer.\\nStep 4:\\n'
         """
         header = f"Step {turn + 1}:\n"
-        body = observation[:-len(header)] if observation.endswith(header) else observation
+        body = observation[: -len(header)] if observation.endswith(header) else observation
         return (body or "\n") + self.LAST_TURN + "\n" + header
 
 
@@ -662,8 +712,10 @@ def get_protocol(name: str | Protocol, parse: str | None = None) -> Protocol:
     """
     if isinstance(name, Protocol):
         if parse is not None and parse != name.parse_mode:
-            raise InvalidOptionError(f"protocol {name!r} parses {name.parse_mode!r}, but parse={parse!r} "
-                             "was asked for: pass the protocol's name instead of an instance")
+            raise InvalidOptionError(
+                f"protocol {name!r} parses {name.parse_mode!r}, but parse={parse!r} "
+                "was asked for: pass the protocol's name instead of an instance"
+            )
         return name
     try:
         cls = PROTOCOLS[name]

@@ -37,8 +37,7 @@ from gymnasium.vector import AutoresetMode
 from hopgym.envs.vector import BatchVectorEnvBase, EnvBatch, ResetResult, SearchStats, StepResult
 from hopgym.errors import DependencyNotInstalled, HopgymError, InvalidOptionError
 
-__all__ = ["RayVectorEnv", "WorkerError", "DEFAULT_TIMEOUT", "DEFAULT_START_TIMEOUT",
-           "ENVS_PER_WORKER"]
+__all__ = ["RayVectorEnv", "WorkerError", "DEFAULT_TIMEOUT", "DEFAULT_START_TIMEOUT", "ENVS_PER_WORKER"]
 
 #: Seconds a worker may take to answer one call (a step of all its envs) before it is given up.
 DEFAULT_TIMEOUT = 120.0
@@ -64,8 +63,9 @@ def _ray() -> Any:
 class _Worker:
     """The actor: an :class:`EnvBatch` over one slice of the sub-envs."""
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]],
-                 next_seeds: dict[int, int | None] | None = None) -> None:
+    def __init__(
+        self, env_fns: Sequence[Callable[[], gym.Env]], next_seeds: dict[int, int | None] | None = None
+    ) -> None:
         self.batch = EnvBatch(env_fns)
         if next_seeds:
             self.batch.seed_next_reset(next_seeds)
@@ -76,12 +76,14 @@ class _Worker:
     def pid(self) -> int:
         return os.getpid()
 
-    def reset(self, indices: list[int], seeds: list[int | None],
-              options: list[dict[str, Any] | None]) -> list[ResetResult]:
+    def reset(
+        self, indices: list[int], seeds: list[int | None], options: list[dict[str, Any] | None]
+    ) -> list[ResetResult]:
         return self.batch.reset(indices, seeds, options)
 
-    def step(self, indices: list[int], actions: list[Any], reset_first: list[int],
-             reset_done: bool) -> tuple[list[StepResult], dict[int, ResetResult]]:
+    def step(
+        self, indices: list[int], actions: list[Any], reset_first: list[int], reset_done: bool
+    ) -> tuple[list[StepResult], dict[int, ResetResult]]:
         return self.batch.step(indices, actions, reset_first=reset_first, reset_done=reset_done)
 
     def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
@@ -115,8 +117,10 @@ def _resources_hint(ray: Any, dead: _Dead) -> str:
         free = ray.available_resources().get("CPU", 0)
     except Exception:  # noqa: BLE001 - only a hint
         return ""
-    return (f" (the Ray cluster has {free:g} CPU(s) free: each worker asks for "
-            f"worker_options['num_cpus'], 1 by default)")
+    return (
+        f" (the Ray cluster has {free:g} CPU(s) free: each worker asks for "
+        f"worker_options['num_cpus'], 1 by default)"
+    )
 
 
 class _Dead:
@@ -161,12 +165,18 @@ class RayVectorEnv(BatchVectorEnvBase):
         v0.2.0: added.
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None,
-                 copy: bool = True,
-                 autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-                 timeout: float = DEFAULT_TIMEOUT, start_timeout: float = DEFAULT_START_TIMEOUT,
-                 worker_options: dict[str, Any] | None = None,
-                 ray_init: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        workers: int | None = None,
+        copy: bool = True,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        timeout: float = DEFAULT_TIMEOUT,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        worker_options: dict[str, Any] | None = None,
+        ray_init: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.env_fns = list(env_fns)
         n = len(self.env_fns)
@@ -175,8 +185,9 @@ class RayVectorEnv(BatchVectorEnvBase):
         if workers is None:
             workers = min(n, max(1, -(-n // ENVS_PER_WORKER)))
         if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= n:
-            raise InvalidOptionError(f"workers must be an int in [1, {n}] (the number of sub-envs), "
-                             f"got {workers!r}")
+            raise InvalidOptionError(
+                f"workers must be an int in [1, {n}] (the number of sub-envs), got {workers!r}"
+            )
         for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise InvalidOptionError(f"{name} must be a number of seconds > 0, got {value!r}")
@@ -187,21 +198,22 @@ class RayVectorEnv(BatchVectorEnvBase):
         self._actor_cls = ray.remote(**{"num_cpus": 1, **(worker_options or {})})(_Worker)
         bounds = np.cumsum([0] + [len(part) for part in np.array_split(np.arange(n), workers)])
         #: ``slices[w]`` is the range of sub-envs worker ``w`` holds.
-        self.slices = [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:],
-                                                              strict=True)]
+        self.slices = [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         self._owner = np.repeat(np.arange(workers), [len(s) for s in self.slices])
         self.workers: list[Any] = [self._start(w) for w in range(workers)]
-        spaces = self._get({w: a.spaces.remote() for w, a in enumerate(self.workers)},
-                           self.start_timeout)
+        spaces = self._get({w: a.spaces.remote() for w, a in enumerate(self.workers)}, self.start_timeout)
         for w, got in spaces.items():
             if isinstance(got, _Dead):
                 self._kill_all()
-                raise WorkerError(f"Ray env worker {w} could not start: {got.reason}"
-                                  f"{_resources_hint(ray, got)}")
+                raise WorkerError(
+                    f"Ray env worker {w} could not start: {got.reason}{_resources_hint(ray, got)}"
+                )
         first = spaces[0]
         for w, got in spaces.items():
-            if (got["observation_space"], got["action_space"]) != \
-                    (first["observation_space"], first["action_space"]):
+            if (got["observation_space"], got["action_space"]) != (
+                first["observation_space"],
+                first["action_space"],
+            ):
                 self._kill_all()
                 raise InvalidOptionError(f"worker {w}'s sub-envs have other spaces than worker 0's")
         self._setup(n, first, autoreset_mode, copy)
@@ -214,8 +226,7 @@ class RayVectorEnv(BatchVectorEnvBase):
     def __repr__(self) -> str:
         spec = self.spec or self._sub_spec
         name = f"{spec.id}, " if spec is not None else ""
-        return (f"{type(self).__name__}({name}num_envs={self.num_envs}, "
-                f"workers={len(self.workers)})")
+        return f"{type(self).__name__}({name}num_envs={self.num_envs}, workers={len(self.workers)})"
 
     # ------------------------------------------------------------------ workers
     def _start(self, w: int, next_seeds: dict[int, int | None] | None = None) -> Any:
@@ -237,8 +248,7 @@ class RayVectorEnv(BatchVectorEnvBase):
             except ray.exceptions.GetTimeoutError:
                 out[w] = _Dead(f"Ray env worker {w} did not answer within {timeout:g} s")
             except ray.exceptions.RayError as exc:
-                out[w] = _Dead(f"Ray env worker {w} died ({type(exc).__name__}: "
-                               f"{_summary(exc)})")
+                out[w] = _Dead(f"Ray env worker {w} died ({type(exc).__name__}: {_summary(exc)})")
         return out
 
     def _replace(self, w: int) -> None:
@@ -253,13 +263,15 @@ class RayVectorEnv(BatchVectorEnvBase):
         seeds = {}
         for local, i in enumerate(self.slices[w]):
             base = self._last_seed[i]
-            seeds[local] = None if base is None else int(
-                np.random.SeedSequence([base, gen]).generate_state(1)[0])
+            seeds[local] = (
+                None if base is None else int(np.random.SeedSequence([base, gen]).generate_state(1)[0])
+            )
         self.workers[w] = self._start(w, seeds)
         got = self._get({w: self.workers[w].pid.remote()}, self.start_timeout)[w]
         if isinstance(got, _Dead):
-            raise WorkerError(f"could not replace Ray env worker {w}: {got.reason}"
-                              f"{_resources_hint(self._ray, got)}")
+            raise WorkerError(
+                f"could not replace Ray env worker {w}: {got.reason}{_resources_hint(self._ray, got)}"
+            )
 
     def _lose(self, w: int, reason: str, ended_here: Sequence[int] = ()) -> None:
         """Replace worker ``w``; its running episodes other than ``ended_here`` end at their
@@ -306,15 +318,21 @@ class RayVectorEnv(BatchVectorEnvBase):
         last = "" if self.single_observation_space.contains("") else self._env_obs[i]
         return last, 0.0, False, True, {"worker_error": reason}
 
-    def _backend_reset(self, indices: list[int], seeds: list[int | None],
-                       options: list[dict[str, Any] | None]) -> list[ResetResult]:
+    def _backend_reset(
+        self, indices: list[int], seeds: list[int | None], options: list[dict[str, Any] | None]
+    ) -> list[ResetResult]:
         out: dict[int, ResetResult] = {}
         parts = self._split(indices)
         pos = {i: k for k, i in enumerate(indices)}
         for attempt in range(2):
-            refs = {w: self.workers[w].reset.remote(
-                [self._local(w, i) for i in part], [seeds[pos[i]] for i in part],
-                [options[pos[i]] for i in part]) for w, part in parts.items()}
+            refs = {
+                w: self.workers[w].reset.remote(
+                    [self._local(w, i) for i in part],
+                    [seeds[pos[i]] for i in part],
+                    [options[pos[i]] for i in part],
+                )
+                for w, part in parts.items()
+            }
             failed: dict[int, list[int]] = {}
             for w, got in self._get(refs).items():
                 if isinstance(got, _Dead):
@@ -334,8 +352,9 @@ class RayVectorEnv(BatchVectorEnvBase):
                 self._last_seed[i] = int(seed)
         return [out[i] for i in indices]
 
-    def _backend_step(self, indices: list[int], actions: list[Any], reset_first: list[int],
-                      reset_done: bool) -> tuple[list[StepResult], dict[int, ResetResult]]:
+    def _backend_step(
+        self, indices: list[int], actions: list[Any], reset_first: list[int], reset_done: bool
+    ) -> tuple[list[StepResult], dict[int, ResetResult]]:
         results: dict[int, StepResult] = {}
         resets: dict[int, ResetResult] = {}
         # Episodes of a replaced worker end now, without a call.
@@ -349,8 +368,11 @@ class RayVectorEnv(BatchVectorEnvBase):
         for w in sorted(set(steps) | set(firsts)):
             part, first = steps.get(w, []), firsts.get(w, [])
             refs[w] = self.workers[w].step.remote(
-                [self._local(w, i) for i in part], [action_of[i] for i in part],
-                [self._local(w, i) for i in first], reset_done)
+                [self._local(w, i) for i in part],
+                [action_of[i] for i in part],
+                [self._local(w, i) for i in first],
+                reset_done,
+            )
         need_reset: dict[int, list[int]] = {}  # worker -> sub-envs to reset on its replacement
         for w, got in self._get(refs).items():
             part, first = steps.get(w, []), firsts.get(w, [])
@@ -369,8 +391,10 @@ class RayVectorEnv(BatchVectorEnvBase):
                 need_reset.setdefault(int(self._owner[i]), []).append(i)
         if need_reset:
             for i, value in zip(
-                    [i for part in need_reset.values() for i in part],
-                    self._reset_after_loss(need_reset), strict=True):
+                [i for part in need_reset.values() for i in part],
+                self._reset_after_loss(need_reset),
+                strict=True,
+            ):
                 resets[i] = value
         for i in indices:
             _, _, terminated, truncated, _ = results[i]
@@ -385,23 +409,30 @@ class RayVectorEnv(BatchVectorEnvBase):
         for w, part in parts.items():
             if not part:
                 continue
-            got = self._get({w: self.workers[w].reset.remote(
-                [self._local(w, i) for i in part], [None] * len(part), [None] * len(part))})[w]
+            got = self._get(
+                {
+                    w: self.workers[w].reset.remote(
+                        [self._local(w, i) for i in part], [None] * len(part), [None] * len(part)
+                    )
+                }
+            )[w]
             if isinstance(got, _Dead):
                 raise WorkerError(f"the replacement of Ray env worker {w} failed: {got.reason}")
             out.extend(got)
         return out
 
-    def _backend_call(self, name: str, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> list[Any]:
-        got = self._get({w: a.call.remote(name, args, kwargs)
-                         for w, a in enumerate(self.workers)})
+    def _backend_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        got = self._get({w: a.call.remote(name, args, kwargs) for w, a in enumerate(self.workers)})
         self._raise_dead(got, f"call({name!r})")
         return [x for w in range(len(self.workers)) for x in got[w]]
 
     def _backend_set_attr(self, name: str, values: list[Any]) -> None:
-        got = self._get({w: a.set_attr.remote(name, [values[i] for i in self.slices[w]])
-                         for w, a in enumerate(self.workers)})
+        got = self._get(
+            {
+                w: a.set_attr.remote(name, [values[i] for i in self.slices[w]])
+                for w, a in enumerate(self.workers)
+            }
+        )
         self._raise_dead(got, f"set_attr({name!r})")
 
     def _raise_dead(self, got: dict[int, Any], what: str) -> None:

@@ -50,8 +50,11 @@ def make_task_env(
 
 def _own_args(factory: Any) -> tuple[str, ...]:
     """A factory's own keyword names (suggested, with the options, for a misspelt keyword)."""
-    return tuple(n for n, p in inspect.signature(factory).parameters.items()
-                 if p.kind is not inspect.Parameter.VAR_KEYWORD)
+    return tuple(
+        n
+        for n, p in inspect.signature(factory).parameters.items()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD
+    )
 
 
 def make_tiny(
@@ -114,8 +117,17 @@ def make_synthetic(
     from hopgym.tasks.synthetic import build_task
 
     config = WorldConfig(
-        seed=seed, n_entities=n_entities, hops=hops, kinds=KINDS if kinds is None else kinds,
-        n_questions=n_questions, distractors=distractors, passages_per_doc=passages_per_doc,
-        phrasing_variety=phrasing_variety, sources=tuple(sources), local_coverage=local_coverage,
-        web_noise=web_noise, test_fraction=test_fraction)
+        seed=seed,
+        n_entities=n_entities,
+        hops=hops,
+        kinds=KINDS if kinds is None else kinds,
+        n_questions=n_questions,
+        distractors=distractors,
+        passages_per_doc=passages_per_doc,
+        phrasing_variety=phrasing_variety,
+        sources=tuple(sources),
+        local_coverage=local_coverage,
+        web_noise=web_noise,
+        test_fraction=test_fraction,
+    )
     return make_task_env(build_task(config, split=split, retriever=spec), opts)

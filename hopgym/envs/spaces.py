@@ -47,8 +47,7 @@ class FreeText(Space[str]):
             raise NotImplementedError("FreeText.sample takes no mask or probability")
         n = int(self.np_random.integers(0, min(self.max_length, 48) + 1))
         text = "".join(self.np_random.choice(_SAMPLE_CHARS, size=n))
-        tag = ("think", "search", "route", "answer", None, None, None, None)[
-            int(self.np_random.integers(8))]
+        tag = ("think", "search", "route", "answer", None, None, None, None)[int(self.np_random.integers(8))]
         if tag is not None:
             text = f"<{tag}>{text}</{tag}>"
         return text[: self.max_length]

@@ -69,8 +69,14 @@ from hopgym.envs.multihop_qa import SearchRequest
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
 
-__all__ = ["BatchedSearchVectorEnv", "EnvBatch", "SearchStats", "step_batched",
-           "prefetch_searches", "StepResult"]
+__all__ = [
+    "BatchedSearchVectorEnv",
+    "EnvBatch",
+    "SearchStats",
+    "step_batched",
+    "prefetch_searches",
+    "StepResult",
+]
 
 #: One sub-env's step: ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
@@ -123,8 +129,7 @@ def _count_duplicates(retriever: Retriever, duplicates: int) -> None:
         cache.record(hits=duplicates)
 
 
-def prefetch_searches(envs: Sequence[gym.Env], actions: Sequence[Any],
-                      stats: _Counter | None = None) -> None:
+def prefetch_searches(envs: Sequence[gym.Env], actions: Sequence[Any], stats: _Counter | None = None) -> None:
     """Phases 1 and 2 of a batched step (see the module docstring): prepare every env's step for
     its action and supply each one the results of its search, searched in batches.
 
@@ -146,8 +151,7 @@ def prefetch_searches(envs: Sequence[gym.Env], actions: Sequence[Any],
         request = prepare(action)
         if request is None:
             continue
-        groups.setdefault(id(request.retriever), (request.retriever, []))[1].append(
-            (base, request))
+        groups.setdefault(id(request.retriever), (request.retriever, []))[1].append((base, request))
     for retriever, members in groups.values():
         if stats is not None:
             stats.requests += len(members)
@@ -177,11 +181,12 @@ def prefetch_searches(envs: Sequence[gym.Env], actions: Sequence[Any],
             by_query = dict(zip(queries, found, strict=True))
             for base, request in group:
                 hits = by_query[request.query]
-                base.supply_search(request, hits[:request.k] if request.k < k else hits)
+                base.supply_search(request, hits[: request.k] if request.k < k else hits)
 
 
-def step_batched(envs: Sequence[gym.Env], actions: Sequence[Any],
-                 stats: _Counter | None = None) -> list[StepResult]:
+def step_batched(
+    envs: Sequence[gym.Env], actions: Sequence[Any], stats: _Counter | None = None
+) -> list[StepResult]:
     """Step each env with its action, their searches answered in batches.
 
     Returns what ``[env.step(a) for env, a in zip(envs, actions)]`` returns (the same results:
@@ -229,14 +234,19 @@ class EnvBatch:
         spaces differ."""
         first = self.envs[0]
         for i, env in enumerate(self.envs):
-            if env.observation_space != first.observation_space or \
-                    env.action_space != first.action_space:
-                raise InvalidOptionError(f"sub-env {i} has other spaces than sub-env 0 "
-                                 f"({env.observation_space}, {env.action_space} vs "
-                                 f"{first.observation_space}, {first.action_space})")
-        return {"observation_space": first.observation_space,
-                "action_space": first.action_space, "metadata": dict(first.metadata),
-                "render_mode": first.render_mode, "spec": _spec_of(first)}
+            if env.observation_space != first.observation_space or env.action_space != first.action_space:
+                raise InvalidOptionError(
+                    f"sub-env {i} has other spaces than sub-env 0 "
+                    f"({env.observation_space}, {env.action_space} vs "
+                    f"{first.observation_space}, {first.action_space})"
+                )
+        return {
+            "observation_space": first.observation_space,
+            "action_space": first.action_space,
+            "metadata": dict(first.metadata),
+            "render_mode": first.render_mode,
+            "spec": _spec_of(first),
+        }
 
     def seed_next_reset(self, seeds: dict[int, int | None]) -> None:
         """Seeds that the next reset without a seed of these envs uses."""
@@ -246,19 +256,26 @@ class EnvBatch:
             else:
                 self._next_seed[i] = int(seed)
 
-    def _reset_one(self, i: int, seed: int | None = None,
-                   options: dict[str, Any] | None = None) -> ResetResult:
+    def _reset_one(
+        self, i: int, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
         pending = self._next_seed.pop(i, None)
         return self.envs[i].reset(seed=pending if seed is None else seed, options=options)
 
-    def reset(self, indices: Sequence[int], seeds: Sequence[int | None],
-              options: Sequence[dict[str, Any] | None]) -> list[ResetResult]:
+    def reset(
+        self, indices: Sequence[int], seeds: Sequence[int | None], options: Sequence[dict[str, Any] | None]
+    ) -> list[ResetResult]:
         """Reset the envs at ``indices`` with their seeds and options, in order."""
         return [self._reset_one(i, s, o) for i, s, o in zip(indices, seeds, options, strict=True)]
 
-    def step(self, indices: Sequence[int], actions: Sequence[Any], *,
-             reset_first: Sequence[int] = (), reset_done: bool = False
-             ) -> tuple[list[StepResult], dict[int, ResetResult]]:
+    def step(
+        self,
+        indices: Sequence[int],
+        actions: Sequence[Any],
+        *,
+        reset_first: Sequence[int] = (),
+        reset_done: bool = False,
+    ) -> tuple[list[StepResult], dict[int, ResetResult]]:
         """Reset the envs in ``reset_first``, then step the envs at ``indices`` with ``actions``
         (searches batched) and, with ``reset_done``, reset those that finished.
 
@@ -273,8 +290,7 @@ class EnvBatch:
                     resets[i] = self._reset_one(i)
         return results, resets
 
-    def call(self, indices: Sequence[int] | None, name: str, *args: Any,
-             **kwargs: Any) -> list[Any]:
+    def call(self, indices: Sequence[int] | None, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """``env.get_wrapper_attr(name)`` of each env, called with the arguments if callable."""
         out = []
         for i in range(len(self.envs)) if indices is None else indices:
@@ -324,12 +340,14 @@ class BatchVectorEnvBase(VectorEnv):
     autoreset_mode: AutoresetMode
     copy: bool
 
-    def _setup(self, num_envs: int, spaces: dict[str, Any], autoreset_mode: str | AutoresetMode,
-               copy: bool) -> None:
+    def _setup(
+        self, num_envs: int, spaces: dict[str, Any], autoreset_mode: str | AutoresetMode, copy: bool
+    ) -> None:
         self.num_envs = num_envs
         self.copy = copy
-        self.autoreset_mode = (autoreset_mode if isinstance(autoreset_mode, AutoresetMode)
-                               else AutoresetMode(autoreset_mode))
+        self.autoreset_mode = (
+            autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        )
         self.metadata = dict(spaces["metadata"])
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = spaces["render_mode"]
@@ -339,8 +357,7 @@ class BatchVectorEnvBase(VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._sub_spec = spaces.get("spec")
         self._env_obs: list[Any] = [None] * num_envs
-        self._observations = create_empty_array(self.single_observation_space, n=num_envs,
-                                                fn=np.zeros)
+        self._observations = create_empty_array(self.single_observation_space, n=num_envs, fn=np.zeros)
         self._rewards = np.zeros((num_envs,), dtype=np.float64)
         self._terminations = np.zeros((num_envs,), dtype=np.bool_)
         self._truncations = np.zeros((num_envs,), dtype=np.bool_)
@@ -364,11 +381,10 @@ class BatchVectorEnvBase(VectorEnv):
                     columns[key] = [(i, value)]
                 else:
                     column.append((i, value))
-        dicts = {key: [isinstance(v, dict) for _, v in column]
-                 for key, column in columns.items()}
+        dicts = {key: [isinstance(v, dict) for _, v in column] for key, column in columns.items()}
         if any(key[:1] == "_" for key in columns) or any(
-                key != "final_obs" and any(flags) and not all(flags)
-                for key, flags in dicts.items()):
+            key != "final_obs" and any(flags) and not all(flags) for key, flags in dicts.items()
+        ):
             # A key that looks like a mask, or dicts mixed with other values under one key:
             # build it the step-by-step way.
             out = {}
@@ -398,8 +414,9 @@ class BatchVectorEnvBase(VectorEnv):
             out["_" + key] = mask
         return out
 
-    def _add_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any],
-                  env_num: int) -> dict[str, Any]:
+    def _add_info(
+        self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int
+    ) -> dict[str, Any]:
         """``VectorEnv._add_info``, with its exact layout and types (a key's array takes the type
         of the first value it gets), but allocating a key's arrays once per step instead of a
         mask for every sub-env and key: it is most of a vector step's own cost."""
@@ -417,8 +434,7 @@ class BatchVectorEnvBase(VectorEnv):
                 array = vector_infos.get(key) if mask is not None else None
                 if array is None:
                     kind = type(value)
-                    if kind is int or kind is float or kind is bool or \
-                            issubclass(kind, np.number):
+                    if kind is int or kind is float or kind is bool or issubclass(kind, np.number):
                         array = np.zeros(n, dtype=kind)
                     elif isinstance(value, np.ndarray):
                         array = np.zeros((n, *value.shape), dtype=value.dtype)
@@ -433,16 +449,17 @@ class BatchVectorEnvBase(VectorEnv):
         return vector_infos
 
     # ------------------------------------------------------------------ backend (override)
-    def _backend_reset(self, indices: list[int], seeds: list[int | None],
-                       options: list[dict[str, Any] | None]) -> list[ResetResult]:
+    def _backend_reset(
+        self, indices: list[int], seeds: list[int | None], options: list[dict[str, Any] | None]
+    ) -> list[ResetResult]:
         raise NotImplementedError
 
-    def _backend_step(self, indices: list[int], actions: list[Any], reset_first: list[int],
-                      reset_done: bool) -> tuple[list[StepResult], dict[int, ResetResult]]:
+    def _backend_step(
+        self, indices: list[int], actions: list[Any], reset_first: list[int], reset_done: bool
+    ) -> tuple[list[StepResult], dict[int, ResetResult]]:
         raise NotImplementedError
 
-    def _backend_call(self, name: str, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> list[Any]:
+    def _backend_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         raise NotImplementedError
 
     def _backend_set_attr(self, name: str, values: list[Any]) -> None:
@@ -452,9 +469,12 @@ class BatchVectorEnvBase(VectorEnv):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ Gymnasium API
-    def reset(self, *, seed: int | Sequence[int | None] | None = None,
-              options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None
-              ) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
         """Reset the sub-envs, as ``SyncVectorEnv.reset`` does.
 
         Args:
@@ -472,8 +492,10 @@ class BatchVectorEnvBase(VectorEnv):
         else:
             seeds = list(seed)
         if len(seeds) != n:
-            raise InvalidOptionError(f"If seeds are passed as a list the length must match "
-                             f"num_envs={n} but got length={len(seeds)}.")
+            raise InvalidOptionError(
+                f"If seeds are passed as a list the length must match "
+                f"num_envs={n} but got length={len(seeds)}."
+            )
         if options is None or isinstance(options, dict):
             # As SyncVectorEnv: every chosen sub-env gets the same options, less the mask.
             opts = None if options is None else dict(options)
@@ -485,12 +507,14 @@ class BatchVectorEnvBase(VectorEnv):
         else:
             per = list(options)
             if len(per) != n:
-                raise InvalidOptionError(f"options as a sequence needs one entry per sub-env "
-                                 f"({n}), got {len(per)}")
+                raise InvalidOptionError(
+                    f"options as a sequence needs one entry per sub-env ({n}), got {len(per)}"
+                )
             for i, o in enumerate(per):
                 if o is not None and not isinstance(o, dict):
-                    raise InvalidOptionTypeError(f"options[{i}] must be a dict or None, got "
-                                    f"{type(o).__name__}")
+                    raise InvalidOptionTypeError(
+                        f"options[{i}] must be a dict or None, got {type(o).__name__}"
+                    )
             chosen = [i for i in range(n) if per[i] is not None]
             given = [per[i] for i in chosen]
             if not chosen:
@@ -499,14 +523,11 @@ class BatchVectorEnvBase(VectorEnv):
         for i, (obs, _) in zip(chosen, results, strict=True):
             self._env_obs[i] = obs
             self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
-        infos = self._merge_infos([(i, info) for i, (_, info) in zip(chosen, results,
-                                                                       strict=True)])
-        self._observations = concatenate(self.single_observation_space, self._env_obs,
-                                         self._observations)
+        infos = self._merge_infos([(i, info) for i, (_, info) in zip(chosen, results, strict=True)])
+        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
         return self._observations_out(), infos
 
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray,
-                                          dict[str, Any]]:
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env (searches batched), with Gymnasium's autoreset modes."""
         acts = list(iterate(self.action_space, actions))
         n = self.num_envs
@@ -521,14 +542,16 @@ class BatchVectorEnvBase(VectorEnv):
             if ended:
                 raise gym.error.ResetNeeded(
                     f"sub-env(s) {ended} finished and autoreset_mode is DISABLED: reset them "
-                    f"(options={{'reset_mask': mask}}) before the next step")
+                    f"(options={{'reset_mask': mask}}) before the next step"
+                )
             reset_first, stepped = [], list(range(n))
         elif mode == AutoresetMode.SAME_STEP:
             reset_first, stepped = [], list(range(n))
         else:  # pragma: no cover - AutoresetMode has three members
             raise InvalidOptionError(f"Unexpected autoreset mode, {mode}")
-        results, resets = self._backend_step(stepped, [acts[i] for i in stepped], reset_first,
-                                             mode == AutoresetMode.SAME_STEP)
+        results, resets = self._backend_step(
+            stepped, [acts[i] for i in stepped], reset_first, mode == AutoresetMode.SAME_STEP
+        )
         by_index = dict(zip(stepped, results, strict=True))
         entries: list[tuple[int, dict[str, Any]]] = []
         for i in range(n):
@@ -546,11 +569,15 @@ class BatchVectorEnvBase(VectorEnv):
             self._env_obs[i] = obs
             entries.append((i, info))
         infos = self._merge_infos(entries)
-        self._observations = concatenate(self.single_observation_space, self._env_obs,
-                                         self._observations)
+        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
-        return (self._observations_out(), np.copy(self._rewards), np.copy(self._terminations),
-                np.copy(self._truncations), infos)
+        return (
+            self._observations_out(),
+            np.copy(self._rewards),
+            np.copy(self._terminations),
+            np.copy(self._truncations),
+            infos,
+        )
 
     def _observations_out(self) -> Any:
         obs = self._observations
@@ -572,8 +599,9 @@ class BatchVectorEnvBase(VectorEnv):
             gymnasium.error.ResetNeeded: a sub-env that finished and was not reset.
         """
         if self.autoreset_mode != AutoresetMode.DISABLED:
-            raise InvalidOptionError("step_subset steps some sub-envs and resets none: it needs "
-                             "autoreset_mode=DISABLED")
+            raise InvalidOptionError(
+                "step_subset steps some sub-envs and resets none: it needs autoreset_mode=DISABLED"
+            )
         idx = [int(i) for i in indices]
         acts = list(actions)
         if len(acts) != len(idx):
@@ -642,8 +670,10 @@ def _check_mask(mask: Any, n: int) -> np.ndarray:
     if mask.dtype != np.bool_:
         raise InvalidOptionTypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
     if not np.any(mask):
-        raise InvalidOptionError(f"`options['reset_mask']` must contain a boolean array with at least "
-                         f"one True value, got reset_mask={mask}")
+        raise InvalidOptionError(
+            f"`options['reset_mask']` must contain a boolean array with at least "
+            f"one True value, got reset_mask={mask}"
+        )
     return mask
 
 
@@ -670,8 +700,12 @@ class BatchedSearchVectorEnv(BatchVectorEnvBase):
         v0.2.0: added.
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], copy: bool = True,
-                 autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP) -> None:
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        copy: bool = True,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    ) -> None:
         super().__init__()
         self.env_fns = list(env_fns)
         if not self.env_fns:
@@ -693,16 +727,17 @@ class BatchedSearchVectorEnv(BatchVectorEnvBase):
         """Searches requested, ``search_batch`` calls and queries sent so far."""
         return self.batch.search_stats()
 
-    def _backend_reset(self, indices: list[int], seeds: list[int | None],
-                       options: list[dict[str, Any] | None]) -> list[ResetResult]:
+    def _backend_reset(
+        self, indices: list[int], seeds: list[int | None], options: list[dict[str, Any] | None]
+    ) -> list[ResetResult]:
         return self.batch.reset(indices, seeds, options)
 
-    def _backend_step(self, indices: list[int], actions: list[Any], reset_first: list[int],
-                      reset_done: bool) -> tuple[list[StepResult], dict[int, ResetResult]]:
+    def _backend_step(
+        self, indices: list[int], actions: list[Any], reset_first: list[int], reset_done: bool
+    ) -> tuple[list[StepResult], dict[int, ResetResult]]:
         return self.batch.step(indices, actions, reset_first=reset_first, reset_done=reset_done)
 
-    def _backend_call(self, name: str, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> list[Any]:
+    def _backend_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         return self.batch.call(None, name, *args, **kwargs)
 
     def _backend_set_attr(self, name: str, values: list[Any]) -> None:
@@ -710,4 +745,3 @@ class BatchedSearchVectorEnv(BatchVectorEnvBase):
 
     def _backend_close(self) -> None:
         self.batch.close()
-

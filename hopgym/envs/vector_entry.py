@@ -16,9 +16,14 @@ from hopgym.envs.vector import BatchedSearchVectorEnv
 __all__ = ["vector_entry_point"]
 
 
-def vector_entry_point(env_id: str, num_envs: int = 1, *,
-                       autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-                       ray_workers: int | None = None, **kwargs: Any) -> VectorEnv:
+def vector_entry_point(
+    env_id: str,
+    num_envs: int = 1,
+    *,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    ray_workers: int | None = None,
+    **kwargs: Any,
+) -> VectorEnv:
     """What ``gym.make_vec(env_id, num_envs=n, **kwargs)`` builds for a hopgym text env.
 
     A :class:`~hopgym.envs.vector.BatchedSearchVectorEnv` of ``gym.make(env_id, **kwargs)``, or,

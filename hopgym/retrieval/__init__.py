@@ -16,5 +16,13 @@ from hopgym.retrieval.base import BatchScoredRetriever, Retriever, SearchHit, to
 from hopgym.retrieval.sparse import BM25Retriever
 from hopgym.retrieval.specs import RetrieverSpec, make_retriever, register_retriever
 
-__all__ = ["Retriever", "SearchHit", "BatchScoredRetriever", "BM25Retriever", "tokenize",
-           "RetrieverSpec", "make_retriever", "register_retriever"]
+__all__ = [
+    "Retriever",
+    "SearchHit",
+    "BatchScoredRetriever",
+    "BM25Retriever",
+    "tokenize",
+    "RetrieverSpec",
+    "make_retriever",
+    "register_retriever",
+]

@@ -78,15 +78,17 @@ class BatchScoredRetriever:
         """What makes two queries the same for this retriever (here: the exact string)."""
         return query
 
-    def configure_cache(self, max_entries: int = DEFAULT_CACHE_ENTRIES,
-                        max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def configure_cache(
+        self, max_entries: int = DEFAULT_CACHE_ENTRIES, max_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
         """Give this retriever a new, empty query cache (``0`` for either bound: off).
 
         Raises:
             ValueError: a bound that is not an int >= 0.
         """
-        self._query_cache = QueryCache(max_entries, max_bytes, prefix_exact=self.prefix_exact,
-                                       shared_passages=self.shared_passages)
+        self._query_cache = QueryCache(
+            max_entries, max_bytes, prefix_exact=self.prefix_exact, shared_passages=self.shared_passages
+        )
 
     @property
     def query_cache(self) -> QueryCache | None:
@@ -112,8 +114,9 @@ class BatchScoredRetriever:
         if self._query_cache is not None:
             self._query_cache.clear()
 
-    def _search_keyed(self, queries: Sequence[str], keys: Sequence[Hashable], k: int
-                      ) -> list[list[SearchHit]]:
+    def _search_keyed(
+        self, queries: Sequence[str], keys: Sequence[Hashable], k: int
+    ) -> list[list[SearchHit]]:
         """Uncached search of distinct queries whose cache keys are ``keys`` (a subclass may
         search from the keys, already computed)."""
         return self.search_batch_scored(queries, k)
@@ -186,5 +189,3 @@ def tokenize(text: str) -> list[str]:
         ['founded', 'qelvor', 'dynamics', 'company']
     """
     return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
-
-

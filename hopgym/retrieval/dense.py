@@ -93,8 +93,7 @@ def _blas_counts_floats(faiss: Any) -> bool:
     return False
 
 
-def configure_threads(threads: int | None = 1, blas_min_queries: int | None = 4,
-                      dim: int = 384) -> None:
+def configure_threads(threads: int | None = 1, blas_min_queries: int | None = 4, dim: int = 384) -> None:
     """Set FAISS's OpenMP threads, and from how many queries per call exact search uses BLAS.
 
     Both settings are process-wide; ``None`` leaves one as it is. FAISS 1.15 compares
@@ -129,8 +128,14 @@ class Embedder(Protocol):
     name: str
     dim: int
 
-    def encode(self, texts: Sequence[str], *, kind: str = "passage", batch_size: int = 64,
-               show_progress: bool = False) -> np.ndarray:
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        kind: str = "passage",
+        batch_size: int = 64,
+        show_progress: bool = False,
+    ) -> np.ndarray:
         """``(len(texts), dim)`` float32 array; ``kind`` is ``"query"`` or ``"passage"``."""
         ...
 
@@ -153,8 +158,13 @@ def _progress(total: int, description: str, show: bool) -> Any:
         TimeRemainingColumn,
     )
 
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeRemainingColumn(), transient=True)
+    prog = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    )
     return _RichProgress(prog, total, description)
 
 
@@ -216,8 +226,14 @@ class HashingEmbedder:
             return words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
         return words
 
-    def encode(self, texts: Sequence[str], *, kind: str = "passage", batch_size: int = 64,
-               show_progress: bool = False) -> np.ndarray:
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        kind: str = "passage",
+        batch_size: int = 64,
+        show_progress: bool = False,
+    ) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, text in enumerate(texts):
             for f in self._features(text):
@@ -254,9 +270,17 @@ class SentenceTransformerEmbedder:
         max_seq_length: truncate inputs to this many tokens (``None``: the model's own limit).
     """
 
-    def __init__(self, model: str = "default", *, device: str = "cpu", batch_size: int = 64,
-                 threads: int | None = None, query_prefix: str | None = None,
-                 passage_prefix: str | None = None, max_seq_length: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str = "default",
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        threads: int | None = None,
+        query_prefix: str | None = None,
+        passage_prefix: str | None = None,
+        max_seq_length: int | None = None,
+    ) -> None:
         if model in _DEFAULT_ALIASES:
             path, self.name = default_model_path(), DEFAULT_MODEL
             # The packaged model is complete on disk: never let the hub be contacted for it.
@@ -284,8 +308,10 @@ class SentenceTransformerEmbedder:
             self.model.half()
         if max_seq_length is not None:
             self.model.max_seq_length = max_seq_length
-        get_dim = (getattr(self.model, "get_embedding_dimension", None)
-                   or self.model.get_sentence_embedding_dimension)
+        get_dim = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
         self.dim = int(get_dim())
         self.batch_size = batch_size
         low = self.name.lower()
@@ -297,23 +323,39 @@ class SentenceTransformerEmbedder:
         self.query_prefix = auto_q if query_prefix is None else query_prefix
         self.passage_prefix = auto_p if passage_prefix is None else passage_prefix
 
-    def encode(self, texts: Sequence[str], *, kind: str = "passage", batch_size: int | None = None,
-               show_progress: bool = False) -> np.ndarray:
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        kind: str = "passage",
+        batch_size: int | None = None,
+        show_progress: bool = False,
+    ) -> np.ndarray:
         prefix = self.query_prefix if kind == "query" else self.passage_prefix
         bs = batch_size or self.batch_size
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         with _progress(len(texts), f"encoding {kind}s", show_progress) as bar:
             for start in range(0, len(texts), bs):
-                batch = [prefix + t for t in texts[start:start + bs]]
-                emb = self.model.encode(batch, batch_size=bs, convert_to_numpy=True,
-                                        normalize_embeddings=True, show_progress_bar=False)
-                out[start:start + len(batch)] = emb
+                batch = [prefix + t for t in texts[start : start + bs]]
+                emb = self.model.encode(
+                    batch,
+                    batch_size=bs,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+                out[start : start + len(batch)] = emb
                 bar.advance(len(batch))
         return _normalize(out) if self.half else out
 
 
-def make_embedder(model: str | Embedder = "default", *, device: str = "cpu",
-                  batch_size: int = 64, threads: int | None = None) -> Embedder:
+def make_embedder(
+    model: str | Embedder = "default",
+    *,
+    device: str = "cpu",
+    batch_size: int = 64,
+    threads: int | None = None,
+) -> Embedder:
     """An embedder from a spec: an :class:`Embedder` as is, ``"hashing"``/``"hashing-<dim>"``,
     ``"default"`` (packaged MiniLM), or a sentence-transformers model name or path.
 
@@ -330,8 +372,9 @@ def make_embedder(model: str | Embedder = "default", *, device: str = "cpu",
     return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size, threads=threads)
 
 
-def place_index(index_type: str = "flat", device: str = "cpu",
-                index_backend: str = "auto") -> tuple[str, str]:
+def place_index(
+    index_type: str = "flat", device: str = "cpu", index_backend: str = "auto"
+) -> tuple[str, str]:
     """Where a dense index runs: ``(device, backend)``, checked against this machine.
 
     ``device`` is resolved (:func:`~hopgym.retrieval.devices.resolve_device`: ``"auto"`` decided,
@@ -361,8 +404,9 @@ def place_index(index_type: str = "flat", device: str = "cpu",
         if index_backend == "faiss" or (index_backend == "auto" and dev == "cpu"):
             raise
         faiss = None
-    backend = choose_index_backend(index_backend, index_type, dev,
-                                   faiss_gpu_count(faiss) if faiss is not None else 0)
+    backend = choose_index_backend(
+        index_backend, index_type, dev, faiss_gpu_count(faiss) if faiss is not None else 0
+    )
     if backend != "torch" and faiss is None:
         raise DependencyNotInstalled.for_extra("faiss-cpu", "dense")
     if backend == "torch":
@@ -475,13 +519,17 @@ class DenseRetriever(BatchScoredRetriever):
             self.nlist = getattr(index, "nlist", None)
         else:
             if embeddings is None:
-                embeddings = self.embedder.encode([p.contents for p in self.passages],
-                                                  kind="passage", batch_size=batch_size,
-                                                  show_progress=show_progress)
+                embeddings = self.embedder.encode(
+                    [p.contents for p in self.passages],
+                    kind="passage",
+                    batch_size=batch_size,
+                    show_progress=show_progress,
+                )
             vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
             if vectors.shape != (n, self.embedder.dim):
-                raise InvalidOptionError(f"embeddings have shape {vectors.shape}, expected "
-                                 f"{(n, self.embedder.dim)}")
+                raise InvalidOptionError(
+                    f"embeddings have shape {vectors.shape}, expected {(n, self.embedder.dim)}"
+                )
             if self.index_backend != "torch":
                 self.host_index = self._build_faiss(faiss, vectors, nlist)
         if self.host_index is not None:
@@ -517,8 +565,7 @@ class DenseRetriever(BatchScoredRetriever):
             gpu, self._gpu_resources = faiss_to_gpu(faiss, self.host_index, self.device)
             return gpu
         if vectors is None:  # a FAISS flat index read from disk: its rows, not copied
-            return TorchFlatIndex(flat_vectors(faiss, self.host_index), self.device,
-                                  owner=self.host_index)
+            return TorchFlatIndex(flat_vectors(faiss, self.host_index), self.device, owner=self.host_index)
         return TorchFlatIndex(vectors, self.device)
 
     def to_faiss(self) -> Any:
@@ -546,8 +593,7 @@ class DenseRetriever(BatchScoredRetriever):
         """What an index manifest records about this retriever."""
         out: dict[str, Any] = {"index_type": self.index_type, "dim": self.embedder.dim}
         if self.index_type == "hnsw":
-            out.update(hnsw_m=self.hnsw_m, ef_construction=self.ef_construction,
-                       ef_search=self.ef_search)
+            out.update(hnsw_m=self.hnsw_m, ef_construction=self.ef_construction, ef_search=self.ef_search)
         if self.index_type == "ivf":
             out.update(nlist=self.nlist, nprobe=self.nprobe, seed=self.seed)
         return out
@@ -579,4 +625,3 @@ class DenseRetriever(BatchScoredRetriever):
         if k <= 0:
             return [[] for _ in queries]
         return self.search_vectors(self.embedder.encode(list(queries), kind="query"), k)
-

@@ -81,8 +81,11 @@ def check_device(device: Any) -> str:
     if isinstance(device, str):
         low = re.sub(r"^(?:cuda|gpu)[ :_-]?([0-9]+)$", r"cuda:\1", device.strip().lower())
         low = {"gpu": "cuda", "nvidia": "cuda"}.get(low, low)
-        close = low if _DEVICE.fullmatch(low) else next(
-            iter(difflib.get_close_matches(low, ["cpu", "cuda", "auto"], n=1)), "")
+        close = (
+            low
+            if _DEVICE.fullmatch(low)
+            else next(iter(difflib.get_close_matches(low, ["cpu", "cuda", "auto"], n=1)), "")
+        )
         hint = f" (did you mean {close!r}?)" if close and close != device else ""
     raise InvalidOptionError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}{hint}")
 
@@ -96,17 +99,22 @@ def _torch_or_none() -> Any:
 
 
 def _no_cuda(device: str, torch: Any) -> DeviceUnavailableError:
-    fix = ("install a CUDA build of torch (https://pytorch.org/get-started/locally/), or use "
-           "device='cpu' (or device='auto', which takes a GPU only when there is one)")
+    fix = (
+        "install a CUDA build of torch (https://pytorch.org/get-started/locally/), or use "
+        "device='cpu' (or device='auto', which takes a GPU only when there is one)"
+    )
     if torch is None:
-        return DeviceUnavailableError(f"device={device!r} needs torch with CUDA, and torch is not "
-                                      f"installed: {fix}")
+        return DeviceUnavailableError(
+            f"device={device!r} needs torch with CUDA, and torch is not installed: {fix}"
+        )
     built = getattr(torch.version, "cuda", None)
-    found = (f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None)"
-             if built is None else
-             f"torch {torch.__version__} is built for CUDA {built} but sees no GPU "
-             "(torch.cuda.is_available() is False: check the NVIDIA driver and "
-             "CUDA_VISIBLE_DEVICES)")
+    found = (
+        f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None)"
+        if built is None
+        else f"torch {torch.__version__} is built for CUDA {built} but sees no GPU "
+        "(torch.cuda.is_available() is False: check the NVIDIA driver and "
+        "CUDA_VISIBLE_DEVICES)"
+    )
     return DeviceUnavailableError(f"device={device!r} asks for a CUDA GPU, but {found}: {fix}")
 
 
@@ -141,7 +149,8 @@ def resolve_device(device: str) -> str:
             names = ", ".join(f"cuda:{i}" for i in range(count))
             raise DeviceUnavailableError(
                 f"device={device!r} asks for GPU {n}, but torch sees {count} GPU(s) ({names}): "
-                "use one of those, or device='cuda' for the current one")
+                "use one of those, or device='cuda' for the current one"
+            )
     return device
 
 
@@ -159,14 +168,15 @@ def check_index_backend(index_backend: Any, index_type: str) -> str:
     if index_backend not in INDEX_BACKENDS:
         raise InvalidOptionError(f"index_backend must be one of {INDEX_BACKENDS}, got {index_backend!r}")
     if index_backend == "torch" and index_type != "flat":
-        raise InvalidOptionError(f"index_backend='torch' is an exact flat index, so index_type must be "
-                         f"'flat', got {index_type!r} (an {index_type} index is a FAISS index: use "
-                         "index_backend='faiss' or 'auto')")
+        raise InvalidOptionError(
+            f"index_backend='torch' is an exact flat index, so index_type must be "
+            f"'flat', got {index_type!r} (an {index_type} index is a FAISS index: use "
+            "index_backend='faiss' or 'auto')"
+        )
     return index_backend
 
 
-def choose_index_backend(index_backend: str, index_type: str, device: str,
-                         faiss_gpus: int) -> str:
+def choose_index_backend(index_backend: str, index_type: str, device: str, faiss_gpus: int) -> str:
     """What holds the index: ``"faiss"`` (CPU), ``"faiss-gpu"`` or ``"torch"``.
 
     Args:
@@ -193,16 +203,19 @@ def choose_index_backend(index_backend: str, index_type: str, device: str,
         return "faiss"
     if index_backend == "faiss":
         if index_type == "hnsw":
-            raise InvalidOptionError(f"FAISS has no GPU HNSW index, so index_backend='faiss' with "
-                             f"index_type='hnsw' cannot run on device {device!r}: use "
-                             "index_backend='auto' (the HNSW index stays on the CPU, the encoder "
-                             "runs on the GPU), device='cpu', or index_type='flat' / 'ivf'")
+            raise InvalidOptionError(
+                f"FAISS has no GPU HNSW index, so index_backend='faiss' with "
+                f"index_type='hnsw' cannot run on device {device!r}: use "
+                "index_backend='auto' (the HNSW index stays on the CPU, the encoder "
+                "runs on the GPU), device='cpu', or index_type='flat' / 'ivf'"
+            )
         if faiss_gpus == 0:
             raise DeviceUnavailableError(
                 f"index_backend='faiss' on device {device!r} needs a FAISS build with GPU "
                 "support, and this FAISS sees no GPU: install faiss-gpu-cu12 in place of "
                 "faiss-cpu (`pip uninstall faiss-cpu && pip install 'hopgym[gpu]'`), or use "
-                "index_backend='torch' (or 'auto')")
+                "index_backend='torch' (or 'auto')"
+            )
         return "faiss-gpu"
     if faiss_gpus > 0 and index_type in ("flat", "ivf"):
         return "faiss-gpu"
@@ -246,8 +259,10 @@ def flat_vectors(faiss: Any, index: Any) -> np.ndarray:
     """
     flat = faiss.downcast_index(index)
     if not isinstance(flat, faiss.IndexFlat) or flat.metric_type != faiss.METRIC_INNER_PRODUCT:
-        raise InvalidOptionError(f"the torch index reads FAISS inner-product flat indexes, not a "
-                         f"{type(flat).__name__}: use index_backend='faiss' for it")
+        raise InvalidOptionError(
+            f"the torch index reads FAISS inner-product flat indexes, not a "
+            f"{type(flat).__name__}: use index_backend='faiss' for it"
+        )
     n, d = int(flat.ntotal), int(flat.d)
     if n == 0:
         return np.empty((0, d), dtype=np.float32)
@@ -286,16 +301,24 @@ class TorchFlatIndex:
         ([[2, 3]], [1.0, 0.1])
     """
 
-    def __init__(self, vectors: np.ndarray, device: str = "cpu", *, dtype: str | None = None,
-                 max_scores: int | None = None, owner: Any = None) -> None:
+    def __init__(
+        self,
+        vectors: np.ndarray,
+        device: str = "cpu",
+        *,
+        dtype: str | None = None,
+        max_scores: int | None = None,
+        owner: Any = None,
+    ) -> None:
         try:
             import torch
         except ImportError:
             raise DependencyNotInstalled.for_extra("torch", "dense") from None
         self._torch = torch
         if vectors.ndim != 2 or vectors.dtype != np.float32:
-            raise InvalidOptionError(f"vectors must be a 2-d float32 array, got {vectors.dtype} "
-                             f"{vectors.shape}")
+            raise InvalidOptionError(
+                f"vectors must be a 2-d float32 array, got {vectors.dtype} {vectors.shape}"
+            )
         if dtype is None:
             dtype = "float32" if device == "cpu" else "float16"
         if dtype not in ("float16", "float32"):
@@ -317,8 +340,10 @@ class TorchFlatIndex:
             self.x = x.to(device=self.device, dtype=self.dtype)
 
     def __repr__(self) -> str:
-        return (f"TorchFlatIndex(ntotal={self.ntotal}, d={self.d}, device='{self.device}', "
-                f"dtype={str(self.dtype).removeprefix('torch.')})")
+        return (
+            f"TorchFlatIndex(ntotal={self.ntotal}, d={self.d}, device='{self.device}', "
+            f"dtype={str(self.dtype).removeprefix('torch.')})"
+        )
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top ``k`` inner products of each query row: ``(scores, ids)``, best first.
@@ -340,9 +365,9 @@ class TorchFlatIndex:
         with torch.inference_mode():
             qt = torch.from_numpy(q).to(device=self.device, dtype=self.dtype)
             for s in range(0, nq, q_rows):
-                best_s, best_i = self._top(qt[s:s + q_rows], k)
-                scores[s:s + len(best_s)] = best_s.float().cpu().numpy()
-                ids[s:s + len(best_s)] = best_i.cpu().numpy()
+                best_s, best_i = self._top(qt[s : s + q_rows], k)
+                scores[s : s + len(best_s)] = best_s.float().cpu().numpy()
+                ids[s : s + len(best_s)] = best_i.cpu().numpy()
         return scores, ids
 
     def _top(self, q: Any, k: int) -> tuple[Any, Any]:
@@ -351,7 +376,7 @@ class TorchFlatIndex:
         rows = max(1, self.max_scores // len(q))
         best_s = best_i = None
         for start in range(0, self.ntotal, rows):
-            s, i = self._block_top(self._scores(q, self.x[start:start + rows]), k, start)
+            s, i = self._block_top(self._scores(q, self.x[start : start + rows]), k, start)
             if best_s is None:
                 best_s, best_i = s, i
                 continue
@@ -383,7 +408,7 @@ class TorchFlatIndex:
         tied = (s[:, k] == s[:, k - 1]).nonzero().flatten() if k < width else s[:0, 0]
         s, i = s[:, :k], i[:, :k]
         if len(tied):  # exact ties are rare with real vectors: fix only their rows
-            rows, c = scores[tied], s[tied, k - 1:k]
+            rows, c = scores[tied], s[tied, k - 1 : k]
             above, at = rows > c, rows == c
             need = k - above.sum(dim=1, keepdim=True)
             keep = above | (at & (at.cumsum(dim=1) <= need))

@@ -83,8 +83,16 @@ class HTTPRetriever(BatchScoredRetriever):
 
     kind = "http"
 
-    def __init__(self, url: str | Sequence[str], *, timeout: float = 10.0, retries: int = 2,
-                 backoff: float = 0.1, max_backoff: float = 2.0, cooldown: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        *,
+        timeout: float = 10.0,
+        retries: int = 2,
+        backoff: float = 0.1,
+        max_backoff: float = 2.0,
+        cooldown: float = 5.0,
+    ) -> None:
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
             raise InvalidOptionError("url must be a server URL or a non-empty list of them")
@@ -99,9 +107,15 @@ class HTTPRetriever(BatchScoredRetriever):
             path = parts.path.rstrip("/")
             self.paths.append(path if path.endswith("/retrieve") else path + "/retrieve")
             # The client checks timeout, retries and the waits.
-            self.clients.append(HTTPClient(f"{parts.scheme}://{parts.netloc}", timeout=timeout,
-                                           retries=retries, backoff=backoff,
-                                           max_backoff=max_backoff))
+            self.clients.append(
+                HTTPClient(
+                    f"{parts.scheme}://{parts.netloc}",
+                    timeout=timeout,
+                    retries=retries,
+                    backoff=backoff,
+                    max_backoff=max_backoff,
+                )
+            )
         if not (isinstance(cooldown, (int, float)) and cooldown >= 0):
             raise InvalidOptionError(f"cooldown must be a number of seconds >= 0, got {cooldown!r}")
         self.cooldown = float(cooldown)
@@ -173,10 +187,12 @@ class HTTPRetriever(BatchScoredRetriever):
                 if not exc.transient:
                     endpoint = self.endpoints[i]
                     if exc.status is not None and not 200 <= exc.status < 300:
-                        raise RetrievalError(f"the retrieval server at {endpoint} refused the "
-                                             f"request: {exc.cause}") from exc
-                    raise RetrievalError(f"the retrieval server at {endpoint} sent invalid "
-                                         f"JSON: {exc}") from None
+                        raise RetrievalError(
+                            f"the retrieval server at {endpoint} refused the request: {exc.cause}"
+                        ) from exc
+                    raise RetrievalError(
+                        f"the retrieval server at {endpoint} sent invalid JSON: {exc}"
+                    ) from None
                 failures[i] = exc.cause
                 retry_after = exc.retry_after
                 with self._lock:
@@ -187,8 +203,10 @@ class HTTPRetriever(BatchScoredRetriever):
                     self._down_until[i] = 0.0
             return data
         where = "; ".join(f"{self.endpoints[i]}: {cause}" for i, cause in failures.items())
-        raise RetrievalError(f"the retrieval server failed after {self.retries + 1} attempt(s) "
-                             f"({where}). Is `hopgym serve` running there?")
+        raise RetrievalError(
+            f"the retrieval server failed after {self.retries + 1} attempt(s) "
+            f"({where}). Is `hopgym serve` running there?"
+        )
 
     def search_batch_scored(self, queries: Sequence[str], k: int) -> list[list[SearchHit]]:
         """Top ``k`` hits with the server's scores for each query, in one request."""
@@ -200,8 +218,9 @@ class HTTPRetriever(BatchScoredRetriever):
         data = self._post({"queries": queries, "topk": int(k), "return_scores": True})
         result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrievalError(f"the retrieval server at {self.endpoint} sent no 'result' list "
-                                 f"of {len(queries)} entries")
+            raise RetrievalError(
+                f"the retrieval server at {self.endpoint} sent no 'result' list of {len(queries)} entries"
+            )
         out: list[list[SearchHit]] = []
         for items in result:
             if not isinstance(items, list):
@@ -210,8 +229,12 @@ class HTTPRetriever(BatchScoredRetriever):
             for rank, item in enumerate(items[:k]):
                 if isinstance(item, dict) and "document" in item:
                     score = item.get("score")
-                    hits.append(SearchHit(passage_from_json(item["document"]),
-                                          float(score) if score is not None else 1.0 / (rank + 1)))
+                    hits.append(
+                        SearchHit(
+                            passage_from_json(item["document"]),
+                            float(score) if score is not None else 1.0 / (rank + 1),
+                        )
+                    )
                 else:  # a server that ignores return_scores
                     hits.append(SearchHit(passage_from_json(item), 1.0 / (rank + 1)))
             out.append(hits)

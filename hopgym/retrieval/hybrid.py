@@ -22,8 +22,9 @@ from hopgym.retrieval.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTR
 __all__ = ["HybridRetriever", "scored_search", "scored_search_batch"]
 
 
-def scored_search_batch(retriever: Retriever, queries: Sequence[str], k: int, *,
-                        cached: bool = False) -> list[list[SearchHit]]:
+def scored_search_batch(
+    retriever: Retriever, queries: Sequence[str], k: int, *, cached: bool = False
+) -> list[list[SearchHit]]:
     """Top ``k`` hits with scores for each query, from any retriever.
 
     Uses ``search_batch_scored`` or ``search_scored`` when the retriever has them; a plain
@@ -37,8 +38,9 @@ def scored_search_batch(retriever: Retriever, queries: Sequence[str], k: int, *,
         return retriever.search_batch_scored(queries, k)
     if hasattr(retriever, "search_scored"):
         return [retriever.search_scored(q, k) for q in queries]
-    return [[SearchHit(p, 1.0 / (r + 1)) for r, p in enumerate(ps)]
-            for ps in retriever.search_batch(queries, k)]
+    return [
+        [SearchHit(p, 1.0 / (r + 1)) for r, p in enumerate(ps)] for ps in retriever.search_batch(queries, k)
+    ]
 
 
 def scored_search(retriever: Retriever, query: str, k: int) -> list[SearchHit]:
@@ -71,12 +73,18 @@ class HybridRetriever(BatchScoredRetriever):
 
     kind = "hybrid"
 
-    def __init__(self, retrievers: Sequence[Retriever], *, weights: Sequence[float] | None = None,
-                 rrf_k: float = 60.0, depth: int = 50, cache_entries: int = DEFAULT_CACHE_ENTRIES,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        retrievers: Sequence[Retriever],
+        *,
+        weights: Sequence[float] | None = None,
+        rrf_k: float = 60.0,
+        depth: int = 50,
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         if len(retrievers) < 2:
-            raise InvalidOptionError(
-                f"hybrid retrieval fuses at least two retrievers, got {len(retrievers)}")
+            raise InvalidOptionError(f"hybrid retrieval fuses at least two retrievers, got {len(retrievers)}")
         if weights is not None and len(weights) != len(retrievers):
             raise InvalidOptionError(f"{len(weights)} weights for {len(retrievers)} retrievers")
         if rrf_k < 0:
@@ -91,8 +99,9 @@ class HybridRetriever(BatchScoredRetriever):
 
     def cache_key(self, query: str) -> Hashable:
         """The parts' keys (the exact string for a part without one)."""
-        return tuple(r.cache_key(query) if isinstance(r, BatchScoredRetriever) else query
-                     for r in self.retrievers)
+        return tuple(
+            r.cache_key(query) if isinstance(r, BatchScoredRetriever) else query for r in self.retrievers
+        )
 
     @property
     def passages(self) -> list[Passage]:
@@ -138,5 +147,3 @@ class HybridRetriever(BatchScoredRetriever):
         depth = max(k, self.depth)
         per = [scored_search_batch(r, queries, depth) for r in self.retrievers]
         return [self._fuse([p[i] for p in per], k) for i in range(len(queries))]
-
-

@@ -175,7 +175,8 @@ class Manifest:
         if d.get("format_version") != FORMAT_VERSION:
             raise IndexStoreError(
                 f"{where} has index format {d.get('format_version')}, this hopgym reads "
-                f"{FORMAT_VERSION}: rebuild it with `hopgym index build`")
+                f"{FORMAT_VERSION}: rebuild it with `hopgym index build`"
+            )
         try:
             return cls(**{k: d[k] for k in d if k != "format"})
         except TypeError as exc:
@@ -241,9 +242,12 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
             raise IndexStoreError(
                 f"{where} holds index files but no {MANIFEST} (deleted, or a build that died "
                 f"half-way): it cannot be checked, so it is not used. Rebuild it with "
-                f"rebuild=True (CLI: --rebuild), or `{rebuild_command(path)}`")
-        raise IndexStoreError(f"no index at {where} (no {MANIFEST}): build one with "
-                              f"`hopgym index build --corpus FILE --out {where}`")
+                f"rebuild=True (CLI: --rebuild), or `{rebuild_command(path)}`"
+            )
+        raise IndexStoreError(
+            f"no index at {where} (no {MANIFEST}): build one with "
+            f"`hopgym index build --corpus FILE --out {where}`"
+        )
     try:
         data = json.loads(mf.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -296,8 +300,9 @@ def file_checksums(path: str | os.PathLike[str]) -> dict[str, int | str]:
     return {"size": size, "xxh3": _full_digest(p), "sample": _sample_digest(p, size)}
 
 
-def verify_index(path: str | os.PathLike[str], verify: str = "full",
-                 manifest: Manifest | None = None) -> Manifest:
+def verify_index(
+    path: str | os.PathLike[str], verify: str = "full", manifest: Manifest | None = None
+) -> Manifest:
     """Check an index directory's files against its manifest.
 
     Args:
@@ -321,9 +326,11 @@ def verify_index(path: str | os.PathLike[str], verify: str = "full",
     if verify == "none":
         return manifest
     if not manifest.files:
-        raise IndexStoreError(f"{os.fspath(path)} records no checksums (built by hopgym "
-                              f"{manifest.hopgym_version}): rebuild it to add them: "
-                              f"`{rebuild_command(path, manifest)}`")
+        raise IndexStoreError(
+            f"{os.fspath(path)} records no checksums (built by hopgym "
+            f"{manifest.hopgym_version}): rebuild it to add them: "
+            f"`{rebuild_command(path, manifest)}`"
+        )
     for rel, want in sorted(manifest.files.items()):
         f = root / rel
         problem = None
@@ -341,15 +348,20 @@ def verify_index(path: str | os.PathLike[str], verify: str = "full",
             raise CorruptIndexError(
                 f"index file {f} does not match {root / MANIFEST}: {problem}. The index cannot "
                 f"be trusted; rebuild it with rebuild=True (CLI: --rebuild) or "
-                f"`{rebuild_command(path, manifest)}`")
+                f"`{rebuild_command(path, manifest)}`"
+            )
     return manifest
 
 
 def _check_on_load(root: Path, manifest: Manifest, verify: str) -> None:
     if verify != "none" and not manifest.files:
-        warnings.warn(f"{root} records no checksums (built by hopgym {manifest.hopgym_version}): "
-                      f"its files are not verified. Rebuild it to add them: "
-                      f"`{rebuild_command(root, manifest)}`", IndexIntegrityWarning, stacklevel=3)
+        warnings.warn(
+            f"{root} records no checksums (built by hopgym {manifest.hopgym_version}): "
+            f"its files are not verified. Rebuild it to add them: "
+            f"`{rebuild_command(root, manifest)}`",
+            IndexIntegrityWarning,
+            stacklevel=3,
+        )
         return
     verify_index(root, verify, manifest)
 
@@ -359,8 +371,9 @@ def _kind(retriever: Any) -> str:
     kind = "bm25" if isinstance(retriever, BM25Retriever) else getattr(retriever, "kind", None)
     if kind in persistable_kinds():
         return kind
-    raise IndexStoreError(f"cannot save a {type(retriever).__name__}: only the kinds "
-                          f"{persistable_kinds()} persist")
+    raise IndexStoreError(
+        f"cannot save a {type(retriever).__name__}: only the kinds {persistable_kinds()} persist"
+    )
 
 
 def build_retriever(passages: Sequence[Passage], kind: Any = "bm25", **settings: Any) -> Retriever:
@@ -429,13 +442,16 @@ def save_index(
     kind = _kind(retriever)
     if index_exists(out):
         if not overwrite:
-            raise IndexStoreError(f"an index already exists at {out}: pass overwrite=True "
-                                  "(CLI: --force) to replace it")
+            raise IndexStoreError(
+                f"an index already exists at {out}: pass overwrite=True (CLI: --force) to replace it"
+            )
         shutil.rmtree(out)
     elif out.is_dir() and _index_files(out):
         if not overwrite:
-            raise IndexStoreError(f"{out} holds index files but no {MANIFEST}: pass "
-                                  "overwrite=True (CLI: --force) to replace them")
+            raise IndexStoreError(
+                f"{out} holds index files but no {MANIFEST}: pass "
+                "overwrite=True (CLI: --force) to replace them"
+            )
         _remove_index_files(out)  # without a manifest only hopgym's own names are removed
     out.mkdir(parents=True, exist_ok=True)
     passages: list[Passage] = retriever.passages  # type: ignore[attr-defined]
@@ -448,8 +464,11 @@ def save_index(
         model = retriever.embedder.name  # type: ignore[attr-defined]
     else:
         parts = retriever.retrievers  # type: ignore[attr-defined]
-        if (len(parts) != 2 or not isinstance(parts[0], BM25Retriever)
-                or getattr(parts[1], "kind", None) != "dense"):
+        if (
+            len(parts) != 2
+            or not isinstance(parts[0], BM25Retriever)
+            or getattr(parts[1], "kind", None) != "dense"
+        ):
             raise IndexStoreError("only a hybrid of [BM25Retriever, DenseRetriever] can be saved")
         if [p.doc_id for p in parts[0].passages] != [p.doc_id for p in parts[1].passages]:
             raise IndexStoreError("the BM25 and dense parts of the hybrid index other corpora")
@@ -460,8 +479,9 @@ def save_index(
     if corpus_path is None:
         with open(out / "passages.jsonl", "w", encoding="utf-8") as f:
             for p in passages:
-                f.write(json.dumps({"id": p.doc_id, "title": p.title, "text": p.text},
-                                   ensure_ascii=False) + "\n")
+                f.write(
+                    json.dumps({"id": p.doc_id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n"
+                )
         cpath, cformat = "passages.jsonl", "corpus"
     else:
         cpath = str(Path(corpus_path).resolve())
@@ -471,8 +491,9 @@ def save_index(
             corpus_format = detect_format(corpus_path)
         cformat = corpus_format
     files = {rel: file_checksums(out / rel) for rel in _index_files(out)}
-    manifest = Manifest(kind, corpus_fingerprint(passages), len(passages), model, params,
-                        cpath, cformat, files=files)
+    manifest = Manifest(
+        kind, corpus_fingerprint(passages), len(passages), model, params, cpath, cformat, files=files
+    )
     tmp = out / (MANIFEST + ".tmp")
     tmp.write_text(manifest.to_json(), encoding="utf-8")
     os.replace(tmp, out / MANIFEST)
@@ -517,8 +538,9 @@ def build_index(
     if spec.kind is None:
         spec = replace(spec, kind="bm25")
     if spec.kind not in persistable_kinds():
-        raise InvalidOptionError(f"retriever must be one of {persistable_kinds()} to be saved, got "
-                         f"{spec.kind!r}")
+        raise InvalidOptionError(
+            f"retriever must be one of {persistable_kinds()} to be saved, got {spec.kind!r}"
+        )
     if isinstance(corpus, (str, os.PathLike)):
         from hopgym.corpora.datasets import detect_format, load_pooled_corpus
 
@@ -528,8 +550,9 @@ def build_index(
     else:
         passages, path, fmt = list(corpus)[:limit], None, None
     if not overwrite and index_exists(out):
-        raise IndexStoreError(f"an index already exists at {os.fspath(out)}: pass overwrite=True "
-                              "(CLI: --force) to replace it")
+        raise IndexStoreError(
+            f"an index already exists at {os.fspath(out)}: pass overwrite=True (CLI: --force) to replace it"
+        )
     r = make_retriever(spec, passages)
     if path is not None and limit is not None:
         path = None  # a truncated corpus cannot be re-read from the file: store it
@@ -537,14 +560,14 @@ def build_index(
 
 
 # ---------------------------------------------------------------------------------- loading
-def _load_bm25(d: Path, passages: list[Passage], params: dict[str, Any], mmap: bool
-               ) -> BM25Retriever:
+def _load_bm25(d: Path, passages: list[Passage], params: dict[str, Any], mmap: bool) -> BM25Retriever:
     import bm25s
 
     if params.get("tokenizer") != tokenizer_fingerprint():
         raise ForeignIndexError(
             f"{d} was built with another BM25 tokenizer ({params.get('tokenizer')}, this hopgym "
-            f"has {tokenizer_fingerprint()}): rebuild it with `hopgym index build`")
+            f"has {tokenizer_fingerprint()}): rebuild it with `hopgym index build`"
+        )
     try:
         model = bm25s.BM25.load(str(d), mmap=mmap, load_vocab=True, show_progress=False)
     except (OSError, ValueError) as exc:
@@ -552,8 +575,7 @@ def _load_bm25(d: Path, passages: list[Passage], params: dict[str, Any], mmap: b
     if getattr(model, "scores", None) is None or model.scores.get("num_docs") != len(passages):
         raise IndexStoreError(f"the BM25 index in {d} does not hold {len(passages)} passages")
     # Wrap the loaded arrays instead of re-indexing.
-    return BM25Retriever.from_bm25s(passages, model, k1=params.get("k1", 1.5),
-                                    b=params.get("b", 0.75))
+    return BM25Retriever.from_bm25s(passages, model, k1=params.get("k1", 1.5), b=params.get("b", 0.75))
 
 
 def _load_faiss(path: Path, index_type: str, mmap: bool) -> Any:
@@ -583,7 +605,8 @@ def _embedder_for(manifest: Manifest, model: Any, where: str, device: str) -> An
     if name != want:
         raise ForeignIndexError(
             f"{where} was built with embedding model {want!r}, not {name!r}: pass model={want!r} "
-            "(or leave it unset), or rebuild the index with the model you want")
+            "(or leave it unset), or rebuild the index with the model you want"
+        )
     return make_embedder(model, device=device)
 
 
@@ -636,9 +659,17 @@ def load_index(
     """
     if verify not in VERIFY_MODES:
         raise InvalidOptionError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
-    settings = {"passages": passages, "corpus": corpus, "retriever": retriever, "model": model,
-                "mmap": mmap, "threads": threads, "blas_min_queries": blas_min_queries,
-                "device": device, "index_backend": index_backend}
+    settings = {
+        "passages": passages,
+        "corpus": corpus,
+        "retriever": retriever,
+        "model": model,
+        "mmap": mmap,
+        "threads": threads,
+        "blas_min_queries": blas_min_queries,
+        "device": device,
+        "index_backend": index_backend,
+    }
     try:
         return _load_index(path, verify, **settings)
     except ForeignIndexError:
@@ -651,9 +682,15 @@ def load_index(
     return _load_index(path, "none", **settings)
 
 
-def _rebuild(path: str | os.PathLike[str], passages: Sequence[Passage] | None,
-             corpus: str | os.PathLike[str] | None, retriever: str | None, model: Any,
-             threads: int | None, reason: Exception) -> None:
+def _rebuild(
+    path: str | os.PathLike[str],
+    passages: Sequence[Passage] | None,
+    corpus: str | os.PathLike[str] | None,
+    retriever: str | None,
+    model: Any,
+    threads: int | None,
+    reason: Exception,
+) -> None:
     try:
         manifest: Manifest | None = read_manifest(path)
     except IndexStoreError:
@@ -667,16 +704,22 @@ def _rebuild(path: str | os.PathLike[str], passages: Sequence[Passage] | None,
             source = manifest.corpus_path
             fmt = manifest.corpus_format or "auto"
         else:
-            raise IndexStoreError(f"cannot rebuild {os.fspath(path)} ({reason}): it records no "
-                                  "corpus file; pass passages= or corpus= (CLI: --corpus)")
-    spec = RetrieverSpec(kind=retriever or (manifest.retriever if manifest else "bm25"),
-                         model=model if model is not None else (manifest.model if manifest
-                                                                else None),
-                         index_type=(manifest.params.get("dense", {}).get("index_type", "flat")
-                                     if manifest else "flat"), threads=threads)
-    warnings.warn(f"rebuilding the {spec.kind} index at {os.fspath(path)} from "
-                  f"{'the given passages' if passages is not None else source} because: {reason}",
-                  IndexIntegrityWarning, stacklevel=3)
+            raise IndexStoreError(
+                f"cannot rebuild {os.fspath(path)} ({reason}): it records no "
+                "corpus file; pass passages= or corpus= (CLI: --corpus)"
+            )
+    spec = RetrieverSpec(
+        kind=retriever or (manifest.retriever if manifest else "bm25"),
+        model=model if model is not None else (manifest.model if manifest else None),
+        index_type=(manifest.params.get("dense", {}).get("index_type", "flat") if manifest else "flat"),
+        threads=threads,
+    )
+    warnings.warn(
+        f"rebuilding the {spec.kind} index at {os.fspath(path)} from "
+        f"{'the given passages' if passages is not None else source} because: {reason}",
+        IndexIntegrityWarning,
+        stacklevel=3,
+    )
     build_index(source, path, retriever=spec, corpus_format=fmt, overwrite=True)
 
 
@@ -699,8 +742,10 @@ def _load_index(
     manifest = read_manifest(root)
     _check_on_load(root, manifest, verify)
     if retriever is not None and retriever != manifest.retriever:
-        raise ForeignIndexError(f"{where} holds a {manifest.retriever!r} index, not {retriever!r}: "
-                                "pass the matching retriever= or build another index")
+        raise ForeignIndexError(
+            f"{where} holds a {manifest.retriever!r} index, not {retriever!r}: "
+            "pass the matching retriever= or build another index"
+        )
     if manifest.retriever not in persistable_kinds():
         raise IndexStoreError(f"{where}: unknown retriever kind {manifest.retriever!r}")
     embedder = None
@@ -708,8 +753,7 @@ def _load_index(
         from hopgym.retrieval.dense import place_index
 
         # Before any model or corpus is read: a missing GPU or library fails at once.
-        place_index(manifest.params.get("dense", {}).get("index_type", "flat"), device,
-                    index_backend)
+        place_index(manifest.params.get("dense", {}).get("index_type", "flat"), device, index_backend)
         embedder = _embedder_for(manifest, model, where, device)
     if passages is None:
         passages = _read_corpus(root, manifest, corpus)
@@ -717,13 +761,13 @@ def _load_index(
     else:
         origin = "the given passages"
     passages = list(passages)
-    if (len(passages) != manifest.num_passages
-            or corpus_fingerprint(passages) != manifest.corpus_fingerprint):
+    if len(passages) != manifest.num_passages or corpus_fingerprint(passages) != manifest.corpus_fingerprint:
         raise StaleIndexError(
             f"{where} is stale: it was built on {manifest.num_passages} passages "
             f"({manifest.corpus_fingerprint[:19]}...), but {origin} has {len(passages)} "
             f"({corpus_fingerprint(passages)[:19]}...). Rebuild it: `hopgym index build --corpus "
-            f"FILE --retriever {manifest.retriever} --out {where} --force`")
+            f"FILE --retriever {manifest.retriever} --out {where} --force`"
+        )
     params = manifest.params
     if manifest.retriever == "bm25":
         return _load_bm25(root / "bm25", passages, params.get("bm25", {}), mmap)
@@ -731,27 +775,38 @@ def _load_index(
 
     dp = params.get("dense", {})
     if embedder.dim != dp.get("dim"):
-        raise ForeignIndexError(f"{where} holds {dp.get('dim')}-d vectors; the embedder "
-                                f"{embedder.name!r} makes {embedder.dim}-d ones")
+        raise ForeignIndexError(
+            f"{where} holds {dp.get('dim')}-d vectors; the embedder "
+            f"{embedder.name!r} makes {embedder.dim}-d ones"
+        )
     index = _load_faiss(root / "dense.faiss", dp.get("index_type", "flat"), mmap)
     dense = DenseRetriever(
-        passages, embedder=embedder, index=index, index_type=dp.get("index_type", "flat"),
-        hnsw_m=dp.get("hnsw_m", 32), ef_construction=dp.get("ef_construction", 80),
-        ef_search=dp.get("ef_search", 64), nprobe=dp.get("nprobe", 8), seed=dp.get("seed", 0),
-        threads=threads, blas_min_queries=blas_min_queries, device=device,
-        index_backend=index_backend)
+        passages,
+        embedder=embedder,
+        index=index,
+        index_type=dp.get("index_type", "flat"),
+        hnsw_m=dp.get("hnsw_m", 32),
+        ef_construction=dp.get("ef_construction", 80),
+        ef_search=dp.get("ef_search", 64),
+        nprobe=dp.get("nprobe", 8),
+        seed=dp.get("seed", 0),
+        threads=threads,
+        blas_min_queries=blas_min_queries,
+        device=device,
+        index_backend=index_backend,
+    )
     if manifest.retriever == "dense":
         return dense
     from hopgym.retrieval.hybrid import HybridRetriever
 
     bm25 = _load_bm25(root / "bm25", passages, params.get("bm25", {}), mmap)
     hp = params.get("hybrid", {})
-    return HybridRetriever([bm25, dense], weights=hp.get("weights"), rrf_k=hp.get("rrf_k", 60.0),
-                           depth=hp.get("depth", 50))
+    return HybridRetriever(
+        [bm25, dense], weights=hp.get("weights"), rrf_k=hp.get("rrf_k", 60.0), depth=hp.get("depth", 50)
+    )
 
 
-def _read_corpus(root: Path, manifest: Manifest, corpus: str | os.PathLike[str] | None
-                 ) -> list[Passage]:
+def _read_corpus(root: Path, manifest: Manifest, corpus: str | os.PathLike[str] | None) -> list[Passage]:
     from hopgym.corpora.datasets import load_pooled_corpus
 
     if corpus is not None:
@@ -763,6 +818,7 @@ def _read_corpus(root: Path, manifest: Manifest, corpus: str | os.PathLike[str] 
         if not src.is_absolute():
             src = root / src
     if not src.is_file():
-        raise IndexStoreError(f"the corpus of {root} is not at {src}: pass corpus=<file> "
-                              "(CLI: --corpus) if it moved")
+        raise IndexStoreError(
+            f"the corpus of {root} is not at {src}: pass corpus=<file> (CLI: --corpus) if it moved"
+        )
     return load_pooled_corpus(src, format=manifest.corpus_format or "auto")

@@ -33,9 +33,12 @@ class PerSampleIndex:
         ['q:B']
     """
 
-    def __init__(self, by_sample: Mapping[str, Sequence[Passage]],
-                 build: Callable[[Sequence[Passage]], Retriever] | None = None,
-                 maxsize: int = 4096) -> None:
+    def __init__(
+        self,
+        by_sample: Mapping[str, Sequence[Passage]],
+        build: Callable[[Sequence[Passage]], Retriever] | None = None,
+        maxsize: int = 4096,
+    ) -> None:
         if maxsize < 1:
             raise InvalidOptionError(f"maxsize must be at least 1, got {maxsize}")
         self.by_sample = by_sample
@@ -73,4 +76,3 @@ class _EmptyRetriever:
 
     def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         return [[] for _ in queries]
-

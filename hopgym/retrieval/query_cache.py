@@ -51,8 +51,7 @@ from typing import Any, NamedTuple
 
 from hopgym.errors import InvalidOptionError
 
-__all__ = ["QueryCache", "CacheInfo", "DEFAULT_CACHE_ENTRIES", "DEFAULT_CACHE_BYTES",
-           "check_cache_bounds"]
+__all__ = ["QueryCache", "CacheInfo", "DEFAULT_CACHE_ENTRIES", "DEFAULT_CACHE_BYTES", "check_cache_bounds"]
 
 #: Entries an in-process retriever's cache holds by default.
 DEFAULT_CACHE_ENTRIES = 4096
@@ -127,9 +126,14 @@ class QueryCache:
         (2, 1, 1, 0.67)
     """
 
-    def __init__(self, max_entries: int = DEFAULT_CACHE_ENTRIES,
-                 max_bytes: int = DEFAULT_CACHE_BYTES, *, prefix_exact: bool = False,
-                 shared_passages: bool = True) -> None:
+    def __init__(
+        self,
+        max_entries: int = DEFAULT_CACHE_ENTRIES,
+        max_bytes: int = DEFAULT_CACHE_BYTES,
+        *,
+        prefix_exact: bool = False,
+        shared_passages: bool = True,
+    ) -> None:
         self.max_entries, self.max_bytes = check_cache_bounds(max_entries, max_bytes)
         self.prefix_exact = bool(prefix_exact)
         self.shared_passages = bool(shared_passages)
@@ -149,8 +153,12 @@ class QueryCache:
         return self.max_entries > 0 and self.max_bytes > 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"max_entries": self.max_entries, "max_bytes": self.max_bytes,
-                "prefix_exact": self.prefix_exact, "shared_passages": self.shared_passages}
+        return {
+            "max_entries": self.max_entries,
+            "max_bytes": self.max_bytes,
+            "prefix_exact": self.prefix_exact,
+            "shared_passages": self.shared_passages,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -160,8 +168,10 @@ class QueryCache:
         return len(self._table)
 
     def __repr__(self) -> str:
-        return (f"QueryCache(max_entries={self.max_entries}, max_bytes={self.max_bytes}, "
-                f"prefix_exact={self.prefix_exact})")
+        return (
+            f"QueryCache(max_entries={self.max_entries}, max_bytes={self.max_bytes}, "
+            f"prefix_exact={self.prefix_exact})"
+        )
 
     def _slot(self, key: Hashable, k: int) -> Hashable:
         return key if self.prefix_exact else (key, k)
@@ -227,8 +237,9 @@ class QueryCache:
     def info(self) -> CacheInfo:
         """The counters and sizes now."""
         with self._lock:
-            return CacheInfo(self.hits, self.misses, len(self._table), self._bytes,
-                             self.max_entries, self.max_bytes)
+            return CacheInfo(
+                self.hits, self.misses, len(self._table), self._bytes, self.max_entries, self.max_bytes
+            )
 
 
 def _passage_bytes(hit: Any) -> int:

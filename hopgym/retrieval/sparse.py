@@ -21,7 +21,6 @@ BM25_ENGINES = ("bm25s", "rank_bm25")
 BM25_BACKENDS = ("sparse", "numpy", "numba")
 
 
-
 def _canonical(terms: Sequence[Any]) -> tuple[Any, ...]:
     # A score is a float sum in query order; with one or two terms every order gives the same
     # floats (0 + a + b == 0 + b + a), so their order is dropped; longer queries keep it.
@@ -104,21 +103,28 @@ class BM25Retriever(BatchScoredRetriever):
             self._vocab: dict[str, int] = {}
             ids = [[self._vocab.setdefault(w, len(self._vocab)) for w in d] for d in docs]
             self._bm25 = bm25s.BM25(k1=k1, b=b, backend="numba" if backend == "numba" else "numpy")
-            self._bm25.index(bm25s.tokenization.Tokenized(ids=ids, vocab=self._vocab),
-                             show_progress=False)
+            self._bm25.index(bm25s.tokenization.Tokenized(ids=ids, vocab=self._vocab), show_progress=False)
         self.configure_cache(cache_entries, cache_bytes)
 
     @classmethod
-    def from_bm25s(cls, passages: Sequence[Passage], model: Any, *, k1: float = 1.5,
-                   b: float = 0.75, backend: str = "sparse",
-                   cache_entries: int = DEFAULT_CACHE_ENTRIES,
-                   cache_bytes: int = DEFAULT_CACHE_BYTES) -> BM25Retriever:
+    def from_bm25s(
+        cls,
+        passages: Sequence[Passage],
+        model: Any,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        backend: str = "sparse",
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> BM25Retriever:
         """Wrap an already built (e.g. loaded, memory-mapped) ``bm25s.BM25`` index over
         ``passages``, whose vocabulary came from :func:`tokenize`; nothing is re-indexed.
         ``backend`` is ``"sparse"`` or ``"numpy"`` (see the class)."""
         if backend not in ("sparse", "numpy"):
-            raise InvalidOptionError(f"a loaded index searches with backend 'sparse' or 'numpy', got "
-                             f"{backend!r}")
+            raise InvalidOptionError(
+                f"a loaded index searches with backend 'sparse' or 'numpy', got {backend!r}"
+            )
         self = cls.__new__(cls)
         self.passages = list(passages)
         self.engine, self.backend, self.k1, self.b = "bm25s", backend, k1, b
@@ -192,8 +198,9 @@ class BM25Retriever(BatchScoredRetriever):
         """
         return self._search_keyed(queries, [self.cache_key(q) for q in queries], k)
 
-    def _search_keyed(self, queries: Sequence[str], keys: Sequence[Hashable], k: int
-                      ) -> list[list[SearchHit]]:
+    def _search_keyed(
+        self, queries: Sequence[str], keys: Sequence[Hashable], k: int
+    ) -> list[list[SearchHit]]:
         if k <= 0:
             return [[] for _ in keys]
         pending = list(dict.fromkeys(keys))
@@ -218,11 +225,9 @@ class BM25Retriever(BatchScoredRetriever):
             scores = self._dense_scores(terms)
             pick = top_k_indices(scores, k)
             got = pick, scores[pick]
-        return [SearchHit(self.passages[i], s)
-                for i, s in zip(got[0].tolist(), got[1].tolist(), strict=True)]
+        return [SearchHit(self.passages[i], s) for i, s in zip(got[0].tolist(), got[1].tolist(), strict=True)]
 
-    def _numba_top_k(self, keys: Sequence[tuple[int, ...]], k: int
-                     ) -> dict[Hashable, list[SearchHit]]:
+    def _numba_top_k(self, keys: Sequence[tuple[int, ...]], k: int) -> dict[Hashable, list[SearchHit]]:
         """bm25s' compiled top-k for every query in one call."""
         out: dict[Hashable, list[SearchHit]] = {key: [] for key in keys}
         asked = [key for key in keys if key]
@@ -230,8 +235,9 @@ class BM25Retriever(BatchScoredRetriever):
             return out
         # Ask for a few more than k so that ties at the cut-off break by corpus position.
         kk = min(len(self.passages), k + 8)
-        docs, scores = self._bm25.retrieve([list(key) for key in asked], k=kk,
-                                           show_progress=False, n_threads=1)
+        docs, scores = self._bm25.retrieve(
+            [list(key) for key in asked], k=kk, show_progress=False, n_threads=1
+        )
         for key, d, s in zip(asked, docs, scores, strict=True):
             order = np.lexsort((d, -np.round(s, 5)))[:k]
             out[key] = [SearchHit(self.passages[d[i]], float(s[i])) for i in order if s[i] > 0]

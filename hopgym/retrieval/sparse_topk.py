@@ -126,8 +126,9 @@ class SparseTopK:
         [1, 2]
     """
 
-    def __init__(self, model: Any, *, full_df: int = 1024, depth: int = 64,
-                 impact_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self, model: Any, *, full_df: int = 1024, depth: int = 64, impact_bytes: int = 256 << 20
+    ) -> None:
         scores = model.scores
         self.data: np.ndarray = scores["data"]
         self.indices: np.ndarray = scores["indices"]
@@ -148,11 +149,11 @@ class SparseTopK:
 
     # ------------------------------------------------------------------ per-term data
     def _column(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        s, e = self.indptr[t:t + 2].tolist()
+        s, e = self.indptr[t : t + 2].tolist()
         return self.indices[s:e], self.data[s:e]
 
     def _df(self, t: int) -> int:
-        s, e = self.indptr[t:t + 2].tolist()
+        s, e = self.indptr[t : t + 2].tolist()
         return e - s
 
     def _sorted(self, t: int) -> bool:
@@ -232,13 +233,13 @@ class SparseTopK:
         return _beats(float(kth), bound, n_terms)
 
     @classmethod
-    def _top_if_proved(cls, cand: np.ndarray, scores: np.ndarray, k: int, bound: float,
-                       n_terms: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def _top_if_proved(
+        cls, cand: np.ndarray, scores: np.ndarray, k: int, bound: float, n_terms: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """The candidates' top ``k`` when it is the corpus' top ``k`` (see :meth:`_proved`)."""
         if len(scores) <= _SMALL:  # one stable sort: ties keep corpus order
             pick = np.argsort(-scores, kind="stable")[:k]
-            if bound > 0.0 and (len(pick) < k or not _beats(float(scores[pick[-1]]), bound,
-                                                            n_terms)):
+            if bound > 0.0 and (len(pick) < k or not _beats(float(scores[pick[-1]]), bound, n_terms)):
                 return None
             pick = pick[scores[pick] > 0]
         elif cls._proved(scores, k, bound, n_terms):

@@ -99,9 +99,15 @@ class RetrieverKind:
 _KINDS: dict[str, RetrieverKind] = {}
 
 
-def register_retriever(kind: str, build: Build, *, remote: bool = False, persists: bool = False,
-                       check: Callable[[RetrieverSpec], None] | None = None,
-                       override: bool = False) -> RetrieverKind:
+def register_retriever(
+    kind: str,
+    build: Build,
+    *,
+    remote: bool = False,
+    persists: bool = False,
+    check: Callable[[RetrieverSpec], None] | None = None,
+    override: bool = False,
+) -> RetrieverKind:
     """Register a retriever kind (see :class:`RetrieverKind` for the arguments).
 
     Raises:
@@ -111,8 +117,9 @@ def register_retriever(kind: str, build: Build, *, remote: bool = False, persist
     if not isinstance(kind, str) or not kind.replace("_", "").replace("-", "").isalnum():
         raise InvalidOptionError(f"a retriever kind must be a non-empty identifier, got {kind!r}")
     if kind in _KINDS and not override:
-        raise InvalidOptionError(f"retriever kind {kind!r} is already registered (pass override=True "
-                         "to replace it)")
+        raise InvalidOptionError(
+            f"retriever kind {kind!r} is already registered (pass override=True to replace it)"
+        )
     if not callable(build):
         raise InvalidOptionError(f"the builder of retriever kind {kind!r} must be callable, got {build!r}")
     entry = RetrieverKind(kind, build, remote=remote, persists=persists, check=check)
@@ -154,8 +161,9 @@ def retriever_kind(kind: str) -> RetrieverKind:
     if entry is None:
         close = difflib.get_close_matches(str(kind), list(_KINDS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InvalidOptionError(f"retriever must be one of {list(_KINDS)} or an http:// URL, got "
-                         f"{kind!r}{hint}")
+        raise InvalidOptionError(
+            f"retriever must be one of {list(_KINDS)} or an http:// URL, got {kind!r}{hint}"
+        )
     return entry
 
 
@@ -192,50 +200,69 @@ class RetrieverSpec:
     """
 
     kind: str | None = _setting(
-        None, "retriever kind: bm25, dense, hybrid, http or a registered one (None: bm25, or the "
-              "kind a saved index holds)")
+        None,
+        "retriever kind: bm25, dense, hybrid, http or a registered one (None: bm25, or the "
+        "kind a saved index holds)",
+    )
     engine: str = _setting("bm25s", "BM25 engine: bm25s or rank_bm25 (pure Python; cannot be saved)")
     backend: str = _setting(
-        "sparse", "bm25s top-k backend: sparse (reads only the query terms' postings), numpy "
-                  "(scores every passage; the same results, slower) or numba (bm25s' compiled "
-                  "top-k: ~15 s to compile in each process, ties on rounded scores; needs "
-                  "hopgym[fast])")
+        "sparse",
+        "bm25s top-k backend: sparse (reads only the query terms' postings), numpy "
+        "(scores every passage; the same results, slower) or numba (bm25s' compiled "
+        "top-k: ~15 s to compile in each process, ties on rounded scores; needs "
+        "hopgym[fast])",
+    )
     model: Any = _setting(
-        None, "embedder for dense/hybrid: 'default' (the packaged all-MiniLM-L6-v2), "
-              "'hashing-<dim>', a sentence-transformers name or path, or an Embedder (None: "
-              "'default', or the model a saved index was built with)")
+        None,
+        "embedder for dense/hybrid: 'default' (the packaged all-MiniLM-L6-v2), "
+        "'hashing-<dim>', a sentence-transformers name or path, or an Embedder (None: "
+        "'default', or the model a saved index was built with)",
+    )
     index_type: str = _setting("flat", "FAISS index for dense/hybrid: flat (exact), hnsw or ivf")
     index_backend: str = _setting(
-        "auto", "what holds the dense index: faiss, torch (an exact flat index as a torch tensor, "
-                "one matrix product per batch; flat only) or auto (FAISS on the CPU; on CUDA a "
-                "FAISS GPU index when FAISS has GPU support, else torch for flat; hnsw, and ivf "
-                "without FAISS GPU support, stay on the CPU)")
+        "auto",
+        "what holds the dense index: faiss, torch (an exact flat index as a torch tensor, "
+        "one matrix product per batch; flat only) or auto (FAISS on the CPU; on CUDA a "
+        "FAISS GPU index when FAISS has GPU support, else torch for flat; hnsw, and ivf "
+        "without FAISS GPU support, stay on the CPU)",
+    )
     rrf_k: float = _setting(60.0, "hybrid reciprocal-rank fusion constant")
     batch_size: int = _setting(64, "passages per encoder batch")
     threads: int | None = _setting(
-        1, "FAISS and torch threads for dense/hybrid (None: leave the process's setting)")
+        1, "FAISS and torch threads for dense/hybrid (None: leave the process's setting)"
+    )
     device: str = _setting(
-        "cpu", "where dense/hybrid retrieval runs: cpu, cuda, cuda:N or auto (cuda when torch "
-               "sees a GPU, else cpu): the encoder (float16 on CUDA) and, where it can, the index "
-               "(see index_backend)")
+        "cpu",
+        "where dense/hybrid retrieval runs: cpu, cuda, cuda:N or auto (cuda when torch "
+        "sees a GPU, else cpu): the encoder (float16 on CUDA) and, where it can, the index "
+        "(see index_backend)",
+    )
     show_progress: bool = _setting(False, "show a progress bar while encoding passages")
     urls: tuple[str, ...] = _setting(
-        (), "retrieval server(s) for http: http://host:port (a Search-R1-compatible POST "
-            "/retrieve); with several, searches are spread over them and fail over")
+        (),
+        "retrieval server(s) for http: http://host:port (a Search-R1-compatible POST "
+        "/retrieve); with several, searches are spread over them and fail over",
+    )
     timeout: float | None = _setting(
-        None, "http: seconds for connecting and for each read (None: the client's default)")
+        None, "http: seconds for connecting and for each read (None: the client's default)"
+    )
     retries: int | None = _setting(
-        None, "http: further attempts after a failed one (None: the client's default)")
+        None, "http: further attempts after a failed one (None: the client's default)"
+    )
     backoff: float | None = _setting(
-        None, "http: seconds before the first retry, doubled each time (None: the client's "
-              "default)")
+        None, "http: seconds before the first retry, doubled each time (None: the client's default)"
+    )
     cache_entries: int | None = _setting(
-        None, f"query cache entries, repeated queries answered without searching (0: off; "
-              f"None: {DEFAULT_CACHE_ENTRIES} for in-process kinds, off for http, whose remote "
-              f"index may change)")
+        None,
+        f"query cache entries, repeated queries answered without searching (0: off; "
+        f"None: {DEFAULT_CACHE_ENTRIES} for in-process kinds, off for http, whose remote "
+        f"index may change)",
+    )
     cache_bytes: int | None = _setting(
-        None, f"query cache bytes, estimated (0: off; None: {DEFAULT_CACHE_BYTES >> 20} MiB for "
-              f"in-process kinds, off for http)")
+        None,
+        f"query cache bytes, estimated (0: off; None: {DEFAULT_CACHE_BYTES >> 20} MiB for "
+        f"in-process kinds, off for http)",
+    )
 
     def __post_init__(self) -> None:
         urls = self.urls
@@ -254,48 +281,58 @@ class RetrieverSpec:
             if entry.remote and not self.urls:
                 raise InvalidOptionError(f"retriever kind {self.kind!r} needs urls=('http://host:port',)")
             if not entry.remote and self.urls:
-                raise InvalidOptionError(f"urls are for a retrieval server (kind 'http'), not for kind "
-                                 f"{self.kind!r}")
+                raise InvalidOptionError(
+                    f"urls are for a retrieval server (kind 'http'), not for kind {self.kind!r}"
+                )
         if self.engine not in BM25_ENGINES:
             raise InvalidOptionError(f"engine must be one of {BM25_ENGINES}, got {self.engine!r}")
         if self.backend not in BM25_BACKENDS:
             raise InvalidOptionError(f"backend must be one of {BM25_BACKENDS}, got {self.backend!r}")
         if self.engine == "rank_bm25" and self.backend != BM25_BACKENDS[0]:  # not the default
-            raise InvalidOptionError(f"backend={self.backend!r} is a bm25s backend; engine='rank_bm25' "
-                             "has none")
-        check_cache_bounds(0 if self.cache_entries is None else self.cache_entries,
-                           0 if self.cache_bytes is None else self.cache_bytes)
+            raise InvalidOptionError(
+                f"backend={self.backend!r} is a bm25s backend; engine='rank_bm25' has none"
+            )
+        check_cache_bounds(
+            0 if self.cache_entries is None else self.cache_entries,
+            0 if self.cache_bytes is None else self.cache_bytes,
+        )
         model = self.model
-        if not (model is None or (model if isinstance(model, str)
-                                  else hasattr(model, "encode") and hasattr(model, "dim"))):
-            raise InvalidOptionError(f"model must be a model name or path, 'hashing-<dim>', an Embedder "
-                             f"or None, got {self.model!r}")
+        if not (
+            model is None
+            or (model if isinstance(model, str) else hasattr(model, "encode") and hasattr(model, "dim"))
+        ):
+            raise InvalidOptionError(
+                f"model must be a model name or path, 'hashing-<dim>', an Embedder "
+                f"or None, got {self.model!r}"
+            )
         if self.index_type not in INDEX_TYPES:
             raise InvalidOptionError(f"index_type must be one of {INDEX_TYPES}, got {self.index_type!r}")
         check_index_backend(self.index_backend, self.index_type)
         if not _number(self.rrf_k) or self.rrf_k < 0:
             raise InvalidOptionError(f"rrf_k must be a number >= 0, got {self.rrf_k!r}")
-        for name, low, optional in (("batch_size", 1, False), ("threads", 1, True),
-                                    ("retries", 0, True)):
+        for name, low, optional in (("batch_size", 1, False), ("threads", 1, True), ("retries", 0, True)):
             value = getattr(self, name)
             if (value is None and optional) or (
-                    isinstance(value, int) and not isinstance(value, bool) and value >= low):
+                isinstance(value, int) and not isinstance(value, bool) and value >= low
+            ):
                 continue
             want = f"None or an int >= {low}" if optional else f"an int >= {low}"
             raise InvalidOptionError(f"{name} must be {want}, got {value!r}")
         if self.timeout is not None and not (_number(self.timeout) and self.timeout > 0):
             raise InvalidOptionError(f"timeout must be None or a number of seconds > 0, got {self.timeout!r}")
         if self.backoff is not None and not (_number(self.backoff) and self.backoff >= 0):
-            raise InvalidOptionError(f"backoff must be None or a number of seconds >= 0, got "
-                             f"{self.backoff!r}")
+            raise InvalidOptionError(
+                f"backoff must be None or a number of seconds >= 0, got {self.backoff!r}"
+            )
         check_device(self.device)
         if not isinstance(self.show_progress, bool):
             raise InvalidOptionError(f"show_progress must be True or False, got {self.show_progress!r}")
 
     def __repr__(self) -> str:
         # Only what differs from the defaults: specs show up in env specs and error messages.
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
-                 if getattr(self, f.name) != f.default]
+        shown = [
+            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if getattr(self, f.name) != f.default
+        ]
         return f"RetrieverSpec({', '.join(shown)})"
 
     @property
@@ -315,10 +352,10 @@ class RetrieverSpec:
         """
         # A remote kind has no cache unless a bound is given; the other bound then defaults.
         on = not remote or self.cache_entries is not None or self.cache_bytes is not None
-        entries = self.cache_entries if self.cache_entries is not None else (
-            DEFAULT_CACHE_ENTRIES if on else 0)
-        size = self.cache_bytes if self.cache_bytes is not None else (
-            DEFAULT_CACHE_BYTES if on else 0)
+        entries = (
+            self.cache_entries if self.cache_entries is not None else (DEFAULT_CACHE_ENTRIES if on else 0)
+        )
+        size = self.cache_bytes if self.cache_bytes is not None else (DEFAULT_CACHE_BYTES if on else 0)
         return entries, size
 
     @property
@@ -369,8 +406,10 @@ class RetrieverSpec:
                 if key not in names:
                     raise unknown_name_error(key, [*names, "url"], "retriever setting")
             return cls(**settings)
-        raise InvalidOptionTypeError(f"retriever must be a kind name, a URL, a list of URLs, a dict or a "
-                        f"RetrieverSpec, got {type(value).__name__} {value!r:.60}")
+        raise InvalidOptionTypeError(
+            f"retriever must be a kind name, a URL, a list of URLs, a dict or a "
+            f"RetrieverSpec, got {type(value).__name__} {value!r:.60}"
+        )
 
     def updated(self, **settings: Any) -> RetrieverSpec:
         """This spec with the settings that are not ``None`` replaced.
@@ -389,13 +428,16 @@ class RetrieverSpec:
                 raise unknown_name_error(key, defaults, "retriever setting")
             current = getattr(self, key)
             if current != defaults[key] and current != value:
-                raise InvalidOptionError(f"{key} is given twice, as {current!r} in the retriever spec and "
-                                 f"as {key}={value!r}: give it once")
+                raise InvalidOptionError(
+                    f"{key} is given twice, as {current!r} in the retriever spec and "
+                    f"as {key}={value!r}: give it once"
+                )
         return replace(self, **given) if given else self
 
 
-def make_retriever(spec: Any, passages: Sequence[Passage] | None = None, *,
-                   cache: MutableMapping[Any, Any] | None = None) -> Retriever:
+def make_retriever(
+    spec: Any, passages: Sequence[Passage] | None = None, *, cache: MutableMapping[Any, Any] | None = None
+) -> Retriever:
     """Build the retriever a spec describes.
 
     Args:
@@ -414,11 +456,13 @@ def make_retriever(spec: Any, passages: Sequence[Passage] | None = None, *,
     spec = RetrieverSpec.coerce(spec)
     kind = retriever_kind(spec.resolved_kind)
     if kind.remote and passages is not None:
-        raise InvalidOptionError(f"a {kind.name!r} retriever searches its server's corpus; it takes no "
-                         "passages")
+        raise InvalidOptionError(
+            f"a {kind.name!r} retriever searches its server's corpus; it takes no passages"
+        )
     if not kind.remote and passages is None:
-        raise InvalidOptionError(f"a {kind.name!r} retriever searches passages in this process: pass "
-                         "passages=")
+        raise InvalidOptionError(
+            f"a {kind.name!r} retriever searches passages in this process: pass passages="
+        )
     return kind.build(spec, passages, {} if cache is None else cache)
 
 
@@ -464,19 +508,26 @@ def _build_bm25(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, A
     from hopgym.retrieval.sparse import BM25Retriever
 
     entries, size = spec.cache_bounds()
-    return BM25Retriever(passages, engine=spec.engine, backend=spec.backend,
-                         cache_entries=entries, cache_bytes=size)
+    return BM25Retriever(
+        passages, engine=spec.engine, backend=spec.backend, cache_entries=entries, cache_bytes=size
+    )
 
 
 def _embedder(spec: RetrieverSpec, cache: MutableMapping[Any, Any]) -> Any:
     from hopgym.retrieval.dense import make_embedder
 
     model = "default" if spec.model is None else spec.model
-    key = ("embedder", model if isinstance(model, str) else id(model), spec.device,
-           spec.batch_size, spec.threads)
+    key = (
+        "embedder",
+        model if isinstance(model, str) else id(model),
+        spec.device,
+        spec.batch_size,
+        spec.threads,
+    )
     if key not in cache:
-        cache[key] = make_embedder(model, device=spec.device, batch_size=spec.batch_size,
-                                   threads=spec.threads)
+        cache[key] = make_embedder(
+            model, device=spec.device, batch_size=spec.batch_size, threads=spec.threads
+        )
     return cache[key]
 
 
@@ -484,11 +535,18 @@ def _build_dense(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, 
     from hopgym.retrieval.dense import DenseRetriever
 
     entries, size = spec.cache_bounds()
-    return DenseRetriever(passages, embedder=_embedder(spec, cache), index_type=spec.index_type,
-                          batch_size=spec.batch_size, show_progress=spec.show_progress,
-                          threads=spec.threads, device=spec.device,
-                          index_backend=spec.index_backend, cache_entries=entries,
-                          cache_bytes=size)
+    return DenseRetriever(
+        passages,
+        embedder=_embedder(spec, cache),
+        index_type=spec.index_type,
+        batch_size=spec.batch_size,
+        show_progress=spec.show_progress,
+        threads=spec.threads,
+        device=spec.device,
+        index_backend=spec.index_backend,
+        cache_entries=entries,
+        cache_bytes=size,
+    )
 
 
 def _build_hybrid(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Retriever:
@@ -498,15 +556,18 @@ def _build_hybrid(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any,
     parts = replace(spec, cache_entries=0)
     dense = _build_dense(parts, passages, cache)
     entries, size = spec.cache_bounds()
-    return HybridRetriever([_build_bm25(parts, dense.passages, cache), dense], rrf_k=spec.rrf_k,
-                           cache_entries=entries, cache_bytes=size)
+    return HybridRetriever(
+        [_build_bm25(parts, dense.passages, cache), dense],
+        rrf_k=spec.rrf_k,
+        cache_entries=entries,
+        cache_bytes=size,
+    )
 
 
 def _build_http(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, Any]) -> Retriever:
     from hopgym.retrieval.http import HTTPRetriever
 
-    policy = {k: getattr(spec, k) for k in ("timeout", "retries", "backoff")
-              if getattr(spec, k) is not None}
+    policy = {k: getattr(spec, k) for k in ("timeout", "retries", "backoff") if getattr(spec, k) is not None}
     retriever = HTTPRetriever(spec.urls, **policy)
     entries, size = spec.cache_bounds(remote=True)
     if entries and size:  # off by default: the server's index may change under the cache

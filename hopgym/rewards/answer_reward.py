@@ -53,17 +53,18 @@ class AnswerCheck:
 
     def __post_init__(self) -> None:
         if self.metric not in OUTCOME_METRICS:
-            raise RewardArgumentError(
-                f"metric must be one of {list(OUTCOME_METRICS)}, got {self.metric!r}")
+            raise RewardArgumentError(f"metric must be one of {list(OUTCOME_METRICS)}, got {self.metric!r}")
         if self.metric == "judge" and self.judge is None:
-            raise RewardArgumentError("metric='judge' needs judge=...: a hopgym.rewards.judges "
-                                      "Judge (OpenAIJudge, TransformersJudge, CallableJudge)")
+            raise RewardArgumentError(
+                "metric='judge' needs judge=...: a hopgym.rewards.judges "
+                "Judge (OpenAIJudge, TransformersJudge, CallableJudge)"
+            )
         if self.judge is not None and not isinstance(self.judge, Judge):
             raise RewardArgumentError(
-                f"judge must implement judge_answer/judge_relevance, got {type(self.judge)!r}")
+                f"judge must implement judge_answer/judge_relevance, got {type(self.judge)!r}"
+            )
         if not isinstance(self.max_extra_tokens, int) or self.max_extra_tokens < 0:
-            raise RewardArgumentError(
-                f"max_extra_tokens must be an int >= 0, got {self.max_extra_tokens!r}")
+            raise RewardArgumentError(f"max_extra_tokens must be an int >= 0, got {self.max_extra_tokens!r}")
         check_number(self.correct_threshold, "correct_threshold", low=0.0, high=1.0)
 
     @property
@@ -72,8 +73,13 @@ class AnswerCheck:
 
     def string_score(self, prediction: str, golds: Sequence[str]) -> float:
         """The guarded string score alone."""
-        return answer_score(prediction, golds, self.string_metric, hedge_guard=self.hedge_guard,
-                            max_extra_tokens=self.max_extra_tokens)
+        return answer_score(
+            prediction,
+            golds,
+            self.string_metric,
+            hedge_guard=self.hedge_guard,
+            max_extra_tokens=self.max_extra_tokens,
+        )
 
     def needs_judge(self, prediction: str, golds: Sequence[str], string_score: float) -> bool:
         """Whether the judge is asked: string match failed and the answer passes the guards.
@@ -148,9 +154,16 @@ class OutcomeReward(RewardTermWrapper):
         name: str = "outcome",
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
-            self, metric=metric, weight=weight, judge=judge, no_answer=no_answer,
-            hedge_guard=hedge_guard, max_extra_tokens=max_extra_tokens, name=name,
-            _disable_deepcopy=True)
+            self,
+            metric=metric,
+            weight=weight,
+            judge=judge,
+            no_answer=no_answer,
+            hedge_guard=hedge_guard,
+            max_extra_tokens=max_extra_tokens,
+            name=name,
+            _disable_deepcopy=True,
+        )
         self.weight = check_number(weight, "weight", low=0.0)
         self.no_answer = check_number(no_answer, "no_answer")
         self.check = AnswerCheck(metric, judge, hedge_guard, max_extra_tokens)

@@ -53,13 +53,11 @@ def reward_terms_of(env: gym.Env) -> list[str]:
 
 def check_name(name: str, what: str = "name") -> str:
     if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
-        raise RewardArgumentError(f"{what} must be a non-empty identifier such as 'outcome', "
-                                  f"got {name!r}")
+        raise RewardArgumentError(f"{what} must be a non-empty identifier such as 'outcome', got {name!r}")
     return name
 
 
-def check_number(value: Any, what: str, *, low: float | None = None,
-                 high: float | None = None) -> float:
+def check_number(value: Any, what: str, *, low: float | None = None, high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise RewardArgumentError(f"{what} must be a finite number, got {value!r}")
     if low is not None and value < low:
@@ -89,14 +87,17 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         for n in names:
             check_name(n, "term name")
         if len(set(names)) != len(names):
-            raise RewardTermError(f"{type(self).__name__} would write the term names {names} "
-                                  "more than once: give distinct names")
+            raise RewardTermError(
+                f"{type(self).__name__} would write the term names {names} "
+                "more than once: give distinct names"
+            )
         below = reward_terms_of(env)
         taken = [n for n in names if n in below or n == UNATTRIBUTED]
         if taken:
             raise RewardTermError(
                 f"{type(self).__name__}: term name(s) {taken} already written by a wrapper below "
-                f"(terms so far: {below}); pass name=... to give this wrapper other names")
+                f"(terms so far: {below}); pass name=... to give this wrapper other names"
+            )
         self.term_names = tuple(names)
         self._ended = False
         self._max_turns: int | None = None
@@ -118,8 +119,9 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         return False
 
     # ------------------------------------------------------------------ gym API
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._ended = False
         max_turns = info.get("max_turns")
@@ -139,7 +141,8 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         if clash:
             raise RewardTermError(
                 f"{type(self).__name__}: info['reward_terms'] already has {clash} (written below "
-                f"this wrapper: {sorted(terms)}); pass name=... to use other names")
+                f"this wrapper: {sorted(terms)}); pass name=... to use other names"
+            )
         own = dict.fromkeys(self.term_names, 0.0)
         self._add(own, self._step_terms(info))
         forced = not (terminated or truncated) and self._ends_episode(info)

@@ -66,8 +66,13 @@ class SearchCostReward(RewardTermWrapper):
         name: str = "search_cost",
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
-            self, weight=weight, per_search=per_search,
-            costs=dict(costs) if costs is not None else None, route_cost=route_cost, name=name)
+            self,
+            weight=weight,
+            per_search=per_search,
+            costs=dict(costs) if costs is not None else None,
+            route_cost=route_cost,
+            name=name,
+        )
         self.weight = check_number(weight, "weight", low=0.0)
         self.per_search = check_number(per_search, "per_search", low=0.0)
         self.route_cost = check_number(route_cost, "route_cost", low=0.0)
@@ -76,14 +81,18 @@ class SearchCostReward(RewardTermWrapper):
         if sources is None:
             raise RewardArgumentError(
                 "SearchCostReward needs env.unwrapped.task.sources (a hopgym QATask); "
-                f"{type(env.unwrapped).__name__} has none")
+                f"{type(env.unwrapped).__name__} has none"
+            )
         overrides = dict(costs or {})
         unknown = sorted(set(overrides) - set(sources))
         if unknown:
             raise RewardArgumentError(
-                f"costs names unknown source(s) {unknown}; this task's sources: {list(sources)}")
-        base = {n: check_number(overrides.get(n, s.cost), f"cost of source {n!r}", low=0.0)
-                for n, s in sources.items()}
+                f"costs names unknown source(s) {unknown}; this task's sources: {list(sources)}"
+            )
+        base = {
+            n: check_number(overrides.get(n, s.cost), f"cost of source {n!r}", low=0.0)
+            for n, s in sources.items()
+        }
         #: The charge (before ``weight``) of one search per source.
         self.costs = {n: self.per_search + c for n, c in base.items()}
         self.name = name
@@ -153,28 +162,42 @@ class RedundancyReward(RewardTermWrapper):
         name: str = "redundant",
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
-            self, query_penalty=query_penalty, doc_penalty=doc_penalty,
-            answer_penalty=answer_penalty, query_similarity=query_similarity,
-            stie_thresholds=tuple(stie_thresholds), name=name)
+            self,
+            query_penalty=query_penalty,
+            doc_penalty=doc_penalty,
+            answer_penalty=answer_penalty,
+            query_similarity=query_similarity,
+            stie_thresholds=tuple(stie_thresholds),
+            name=name,
+        )
         self.query_penalty = check_number(query_penalty, "query_penalty", low=0.0)
         self.doc_penalty = check_number(doc_penalty, "doc_penalty", low=0.0)
         self.answer_penalty = check_number(answer_penalty, "answer_penalty", low=0.0)
         if not (self.query_penalty or self.doc_penalty or self.answer_penalty):
-            raise RewardArgumentError("RedundancyReward with every penalty 0 does nothing: set "
-                                      "query_penalty, doc_penalty or answer_penalty")
-        self.query_similarity = check_number(query_similarity, "query_similarity", low=0.0,
-                                             high=1.0)
+            raise RewardArgumentError(
+                "RedundancyReward with every penalty 0 does nothing: set "
+                "query_penalty, doc_penalty or answer_penalty"
+            )
+        self.query_similarity = check_number(query_similarity, "query_similarity", low=0.0, high=1.0)
         if self.query_similarity == 0.0:
-            raise RewardArgumentError("query_similarity must be in (0, 1]: 0 would count every "
-                                      "query as a repeat")
-        self.stie_thresholds = tuple(check_number(t, "STIE threshold", low=0.0, high=1.0)
-                                     for t in stie_thresholds)
+            raise RewardArgumentError(
+                "query_similarity must be in (0, 1]: 0 would count every query as a repeat"
+            )
+        self.stie_thresholds = tuple(
+            check_number(t, "STIE threshold", low=0.0, high=1.0) for t in stie_thresholds
+        )
         self.name = name
         self.query_name, self.docs_name = f"{name}_query", f"{name}_docs"
         self.answer_name = f"{name}_answer"
-        names = tuple(n for n, p in ((self.query_name, self.query_penalty),
-                                     (self.docs_name, self.doc_penalty),
-                                     (self.answer_name, self.answer_penalty)) if p > 0)
+        names = tuple(
+            n
+            for n, p in (
+                (self.query_name, self.query_penalty),
+                (self.docs_name, self.doc_penalty),
+                (self.answer_name, self.answer_penalty),
+            )
+            if p > 0
+        )
         self._init_terms(env, names)
         self._on_reset({})
 
@@ -188,8 +211,7 @@ class RedundancyReward(RewardTermWrapper):
         out: dict[str, float] = {}
         if kind == "search":
             query = info.get("query") or ""
-            if self.query_penalty and any(
-                    _similar(query, q, self.query_similarity) for q in self._queries):
+            if self.query_penalty and any(_similar(query, q, self.query_similarity) for q in self._queries):
                 out[self.query_name] = -self.query_penalty
             self._queries.append(query)
             ids = list(info.get("retrieved_ids") or ())

@@ -78,8 +78,8 @@ class FormatReward(RewardTermWrapper):
         name: str = "format",
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
-            self, penalty=penalty, terminate=terminate, bonus=bonus, issue_penalty=issue_penalty,
-            name=name)
+            self, penalty=penalty, terminate=terminate, bonus=bonus, issue_penalty=issue_penalty, name=name
+        )
         self.penalty = check_number(penalty, "penalty", low=0.0)
         self.bonus = check_number(bonus, "bonus", low=0.0)
         self.issue_penalty = check_number(issue_penalty, "issue_penalty", low=0.0)
@@ -87,8 +87,10 @@ class FormatReward(RewardTermWrapper):
         self.name = name
         self.bonus_name = f"{name}_bonus"
         if not (self.penalty or self.terminate or self.bonus or self.issue_penalty):
-            raise RewardArgumentError("FormatReward with penalty=0, issue_penalty=0, bonus=0 and "
-                                      "terminate=False does nothing: set one of them")
+            raise RewardArgumentError(
+                "FormatReward with penalty=0, issue_penalty=0, bonus=0 and "
+                "terminate=False does nothing: set one of them"
+            )
         charges = self.penalty or self.issue_penalty or self.terminate
         names = ((name,) if charges else ()) + ((self.bonus_name,) if self.bonus > 0 else ())
         self._init_terms(env, names)

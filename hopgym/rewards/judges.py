@@ -73,8 +73,7 @@ class Judge(Protocol):
         """Whether ``prediction`` answers ``question`` as one of ``golds`` does."""
         ...
 
-    def judge_relevance(self, question: str, reasoning: str, query: str,
-                        documents: Sequence[str]) -> float:
+    def judge_relevance(self, question: str, reasoning: str, query: str, documents: Sequence[str]) -> float:
         """How relevant ``documents`` are to the question, the reasoning and the query."""
         ...
 
@@ -152,8 +151,7 @@ class CallableJudge:
             raise JudgeError("this CallableJudge has no answer_fn: pass one to judge answers")
         return as_score(self.answer_fn(question, prediction, tuple(golds)))
 
-    def judge_relevance(self, question: str, reasoning: str, query: str,
-                        documents: Sequence[str]) -> float:
+    def judge_relevance(self, question: str, reasoning: str, query: str, documents: Sequence[str]) -> float:
         if self.relevance_fn is None:
             raise JudgeError("this CallableJudge has no relevance_fn: pass one to judge relevance")
         return as_score(self.relevance_fn(question, reasoning, query, tuple(documents)))
@@ -187,15 +185,17 @@ def answer_prompt(question: str, prediction: str, golds: Sequence[str]) -> str:
         >>> "Gold answer(s): Ann | A. Lee" in answer_prompt("Who?", "Ann", ["Ann", "A. Lee"])
         True
     """
-    return _ANSWER_TEMPLATE.format(question=question.strip(), golds=" | ".join(golds),
-                                   prediction=prediction.strip()[:500])
+    return _ANSWER_TEMPLATE.format(
+        question=question.strip(), golds=" | ".join(golds), prediction=prediction.strip()[:500]
+    )
 
 
 def relevance_prompt(question: str, reasoning: str, query: str, documents: Sequence[str]) -> str:
     """The prompt model-backed judges use for relevance (each document cut to 2,000 chars)."""
     docs = "\n".join(f"[{i + 1}] {d[:_MAX_DOC_CHARS]}" for i, d in enumerate(documents)) or "(none)"
-    return _RELEVANCE_TEMPLATE.format(question=question.strip(), reasoning=reasoning.strip() or "-",
-                                      query=query.strip(), documents=docs)
+    return _RELEVANCE_TEMPLATE.format(
+        question=question.strip(), reasoning=reasoning.strip() or "-", query=query.strip(), documents=docs
+    )
 
 
 _THINK_RE = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
@@ -288,8 +288,9 @@ class PromptJudge:
     ) -> None:
         self._check(on_error, cache_size, max_workers)
         if not callable(getattr(backend, "generate", None)):
-            raise InvalidOptionTypeError(f"backend must have a generate(prompts, params) method, got "
-                            f"{type(backend).__name__}")
+            raise InvalidOptionTypeError(
+                f"backend must have a generate(prompts, params) method, got {type(backend).__name__}"
+            )
         if params is not None and not isinstance(params, SamplingParams):
             raise InvalidOptionTypeError(f"params must be SamplingParams, got {type(params).__name__}")
         self.backend = backend
@@ -309,8 +310,11 @@ class PromptJudge:
         if isinstance(on_error, str):
             if on_error != "raise":
                 raise InvalidOptionError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
-        elif isinstance(on_error, bool) or not isinstance(on_error, (int, float)) \
-                or not 0.0 <= float(on_error) <= 1.0:
+        elif (
+            isinstance(on_error, bool)
+            or not isinstance(on_error, (int, float))
+            or not 0.0 <= float(on_error) <= 1.0
+        ):
             raise InvalidOptionError(f"on_error must be 'raise' or a score in [0, 1], got {on_error!r}")
         if not isinstance(cache_size, int) or cache_size < 0:
             raise InvalidOptionError(f"cache_size must be an int >= 0, got {cache_size!r}")
@@ -331,9 +335,11 @@ class PromptJudge:
     def _complete(self, prompt: str) -> str:
         """The model's reply to one prompt."""
         backend = self.backend
-        message: str | list[Message] = ([{"role": "user", "content": prompt}]
-                                         if getattr(backend, "supports_chat", False)
-                                         else prompt + "\n")
+        message: str | list[Message] = (
+            [{"role": "user", "content": prompt}]
+            if getattr(backend, "supports_chat", False)
+            else prompt + "\n"
+        )
         texts = backend.generate([message], self.params)
         if len(texts) != 1 or not isinstance(texts[0], str):
             raise JudgeError(f"the backend returned {texts!r:.80} for one prompt, not one text")
@@ -365,16 +371,28 @@ class PromptJudge:
             first = not self._warned
             self._warned = True
         if first:
-            warnings.warn(f"{type(self).__name__} failed ({exc}); scoring {self.on_error} instead "
-                          f"(on_error={self.on_error}); further failures are only counted in "
-                          ".failures", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"{type(self).__name__} failed ({exc}); scoring {self.on_error} instead "
+                f"(on_error={self.on_error}); further failures are only counted in "
+                ".failures",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return float(self.on_error)
 
     def _score(self, prompt: str, parse: Callable[[str], float]) -> float:
         try:
             return parse(self._cached(prompt))
-        except (JudgeError, BackendError, HTTPError, OSError, ValueError, KeyError, IndexError,
-                TypeError) as exc:
+        except (
+            JudgeError,
+            BackendError,
+            HTTPError,
+            OSError,
+            ValueError,
+            KeyError,
+            IndexError,
+            TypeError,
+        ) as exc:
             return self._fail(exc)
 
     def _score_many(self, prompts: Sequence[str], parse: Callable[[str], float]) -> list[float]:
@@ -383,16 +401,14 @@ class PromptJudge:
             scores = {p: self._score(p, parse) for p in unique}
         else:
             with ThreadPoolExecutor(max_workers=min(self.max_workers, len(unique))) as pool:
-                scores = dict(zip(unique, pool.map(lambda p: self._score(p, parse), unique),
-                                  strict=True))
+                scores = dict(zip(unique, pool.map(lambda p: self._score(p, parse), unique), strict=True))
         return [scores[p] for p in prompts]
 
     def judge_answer(self, question: str, prediction: str, golds: Sequence[str]) -> float:
         """1.0 when the model says the prediction is correct, 0.0 when it says it is not."""
         return self._score(answer_prompt(question, prediction, golds), parse_verdict)
 
-    def judge_relevance(self, question: str, reasoning: str, query: str,
-                        documents: Sequence[str]) -> float:
+    def judge_relevance(self, question: str, reasoning: str, query: str, documents: Sequence[str]) -> float:
         """The model's 0-10 relevance score on the grid ``0, 0.1, ..., 1``."""
         return self._score(relevance_prompt(question, reasoning, query, documents), parse_relevance)
 
@@ -402,8 +418,7 @@ class PromptJudge:
 
     def judge_relevances(self, items: Sequence[RelevanceItem]) -> list[float]:
         """Many relevance scores; distinct prompts run on up to ``max_workers`` threads."""
-        return self._score_many([relevance_prompt(q, r, s, d) for q, r, s, d in items],
-                                parse_relevance)
+        return self._score_many([relevance_prompt(q, r, s, d) for q, r, s, d in items], parse_relevance)
 
 
 _UNSET: Any = object()
@@ -413,8 +428,11 @@ def _renamed(old: str, old_value: Any, new: str, new_value: Any, default: Any) -
     """The value of a renamed argument: the old name still works, with a DeprecationWarning."""
     if old_value is _UNSET:
         return new_value
-    warnings.warn(f"OpenAIJudge({old}=) is deprecated and will be removed in hopgym 0.3: use "
-                  f"{new}=", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"OpenAIJudge({old}=) is deprecated and will be removed in hopgym 0.3: use {new}=",
+        DeprecationWarning,
+        stacklevel=3,
+    )
     if new_value != default:
         raise InvalidOptionError(f"pass {new}= only ({old}= is its deprecated name)")
     return old_value
@@ -479,25 +497,39 @@ class OpenAIJudge(PromptJudge):
         max_retries: int = _UNSET,
         retry_backoff: float = _UNSET,
     ) -> None:
-        if max_retries is not _UNSET and (isinstance(max_retries, bool)
-                                          or not isinstance(max_retries, int) or max_retries < 0):
+        if max_retries is not _UNSET and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
             raise InvalidOptionError(f"max_retries (now retries=) must be an int >= 0, got {max_retries!r}")
         self._check(on_error, cache_size, max_workers)
         retries = _renamed("max_retries", max_retries, "retries", retries, 2)
         backoff = _renamed("retry_backoff", retry_backoff, "backoff", backoff, 0.5)
-        backend = OpenAIBackend(base_url, model, api_key=api_key, timeout=timeout, retries=retries,
-                                backoff=backoff, max_backoff=max_backoff,
-                                max_concurrency=max_workers, headers=headers)
-        super().__init__(backend, params=SamplingParams(temperature=temperature,
-                                                        max_new_tokens=max_tokens),
-                         on_error=on_error, cache_size=cache_size, max_workers=max_workers)
+        backend = OpenAIBackend(
+            base_url,
+            model,
+            api_key=api_key,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            max_concurrency=max_workers,
+            headers=headers,
+        )
+        super().__init__(
+            backend,
+            params=SamplingParams(temperature=temperature, max_new_tokens=max_tokens),
+            on_error=on_error,
+            cache_size=cache_size,
+            max_workers=max_workers,
+        )
 
     # The settings live in the backend and the sampling parameters; these read them.
     base_url = property(lambda self: self.backend.base_url, doc="The API root.")
     model = property(lambda self: self.backend.model, doc="The served model's name.")
     api_key = property(lambda self: self.backend.api_key, doc="The API key (or None).")
-    url = property(lambda self: self.backend.base_url + "/chat/completions",
-                   doc="The chat completions endpoint.")
+    url = property(
+        lambda self: self.backend.base_url + "/chat/completions", doc="The chat completions endpoint."
+    )
     timeout = property(lambda self: self.backend.timeout, doc="Seconds one attempt may take.")
     retries = property(lambda self: self.backend.retries, doc="Further attempts after a failure.")
     backoff = property(lambda self: self.backend.backoff, doc="The first nominal wait (seconds).")
@@ -507,15 +539,15 @@ class OpenAIJudge(PromptJudge):
     @property
     def max_retries(self) -> int:
         """Deprecated name of :attr:`retries` (removed in 0.3)."""
-        warnings.warn("OpenAIJudge.max_retries is deprecated: use .retries", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn("OpenAIJudge.max_retries is deprecated: use .retries", DeprecationWarning, stacklevel=2)
         return self.retries
 
     @property
     def retry_backoff(self) -> float:
         """Deprecated name of :attr:`backoff` (removed in 0.3)."""
-        warnings.warn("OpenAIJudge.retry_backoff is deprecated: use .backoff", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn(
+            "OpenAIJudge.retry_backoff is deprecated: use .backoff", DeprecationWarning, stacklevel=2
+        )
         return self.backoff
 
     def __repr__(self) -> str:  # never show the key
@@ -532,8 +564,11 @@ class _LazyTransformersBackend:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "device": self.device,
-                "local_files_only": self.local_files_only}
+        return {
+            "model_path": self.model_path,
+            "device": self.device,
+            "local_files_only": self.local_files_only,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)
@@ -553,9 +588,11 @@ class _LazyTransformersBackend:
                 from hopgym.backends import TransformersBackend
 
                 tokenizer = AutoTokenizer.from_pretrained(
-                    self.model_path, local_files_only=self.local_files_only)
+                    self.model_path, local_files_only=self.local_files_only
+                )
                 model = AutoModelForCausalLM.from_pretrained(
-                    self.model_path, local_files_only=self.local_files_only)
+                    self.model_path, local_files_only=self.local_files_only
+                )
                 self._backend = TransformersBackend(model, tokenizer, device=self.device)
             return self._backend
 
@@ -567,8 +604,7 @@ class _LazyTransformersBackend:
     def has_chat_template(self) -> bool:
         return self.get().has_chat_template
 
-    def apply_chat_template(self, messages: Sequence[Message], *,
-                            add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
         return self.get().apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
 
     def generate(self, prompts: Sequence[Any], params: SamplingParams) -> list[str]:
@@ -603,14 +639,19 @@ class TransformersJudge(PromptJudge):
     ) -> None:
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise InvalidOptionError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-        super().__init__(_LazyTransformersBackend(str(model_path), device, local_files_only),
-                         params=SamplingParams(max_new_tokens=max_new_tokens), on_error=on_error,
-                         cache_size=cache_size, max_workers=1)
+        super().__init__(
+            _LazyTransformersBackend(str(model_path), device, local_files_only),
+            params=SamplingParams(max_new_tokens=max_new_tokens),
+            on_error=on_error,
+            cache_size=cache_size,
+            max_workers=1,
+        )
 
     model_path = property(lambda self: self.backend.model_path, doc="The model directory.")
     device = property(lambda self: self.backend.device, doc="The torch device.")
-    local_files_only = property(lambda self: self.backend.local_files_only,
-                                doc="Whether the hub is never asked.")
+    local_files_only = property(
+        lambda self: self.backend.local_files_only, doc="Whether the hub is never asked."
+    )
     max_new_tokens = property(lambda self: self.params.max_new_tokens, doc="Reply length.")
 
     @property

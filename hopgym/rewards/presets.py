@@ -73,8 +73,10 @@ def preset_name(name: str) -> str:
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key not in PRESETS:
-        raise InvalidOptionError(f"unknown reward preset {name!r}; choose one of {list(PRESETS)} "
-                         "(or None for the bare env, whose reward is 0)")
+        raise InvalidOptionError(
+            f"unknown reward preset {name!r}; choose one of {list(PRESETS)} "
+            "(or None for the bare env, whose reward is 0)"
+        )
     return key
 
 
@@ -110,8 +112,9 @@ def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym
     if name is None:
         return env
     if not isinstance(name, str):
-        raise InvalidOptionError(f"reward preset must be a name or None, got {name!r}; "
-                         f"choose one of {list(PRESETS)}")
+        raise InvalidOptionError(
+            f"reward preset must be a name or None, got {name!r}; choose one of {list(PRESETS)}"
+        )
     key = preset_name(name)
     if key in ("default", "em"):
         return OutcomeReward(env, "em")
@@ -122,8 +125,14 @@ def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym
     if key == "r3rag":
         check = AnswerCheck("cover_em", judge)
         env = OutcomeReward(env, "cover_em", weight=2.0, judge=judge)
-        env = RelevanceReward(env, "judge" if judge is not None else "gold", weight=1.0,
-                              judge=judge, scaling=R3_SCALING, answer_check=check)
+        env = RelevanceReward(
+            env,
+            "judge" if judge is not None else "gold",
+            weight=1.0,
+            judge=judge,
+            scaling=R3_SCALING,
+            answer_check=check,
+        )
         return FormatReward(env, penalty=0.9, terminate=True, issue_penalty=R3_ISSUE_PENALTY)
     assert key == "kunlun"
     sources = getattr(getattr(env.unwrapped, "task", None), "sources", None) or {}

@@ -81,24 +81,33 @@ class RelevanceReward(RewardTermWrapper):
         name: str = "relevance",
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
-            self, mode=mode, weight=weight, judge=judge, scaling=scaling, aggregate=aggregate,
-            answer_check=answer_check, name=name, _disable_deepcopy=True)
+            self,
+            mode=mode,
+            weight=weight,
+            judge=judge,
+            scaling=scaling,
+            aggregate=aggregate,
+            answer_check=answer_check,
+            name=name,
+            _disable_deepcopy=True,
+        )
         if mode not in _MODES:
             raise RewardArgumentError(f"mode must be one of {list(_MODES)}, got {mode!r}")
         if mode == "judge" and judge is None:
             raise RewardArgumentError("mode='judge' needs judge=...: a hopgym.rewards.judges Judge")
         if judge is not None and not isinstance(judge, Judge):
             raise RewardArgumentError(
-                f"judge must implement judge_answer/judge_relevance, got {type(judge)!r}")
+                f"judge must implement judge_answer/judge_relevance, got {type(judge)!r}"
+            )
         aggregate = aggregate or ("sum" if mode == "gold" else "mean")
         if aggregate not in _AGGREGATES:
-            raise RewardArgumentError(
-                f"aggregate must be one of {list(_AGGREGATES)}, got {aggregate!r}")
+            raise RewardArgumentError(f"aggregate must be one of {list(_AGGREGATES)}, got {aggregate!r}")
         if scaling is not None:
             if not isinstance(scaling, (tuple, list)) or len(scaling) != 3:
                 raise RewardArgumentError(
                     "scaling must be (correct, wrong, no_answer) factors, e.g. (1.6, 0.8, 0.9); "
-                    f"got {scaling!r}")
+                    f"got {scaling!r}"
+                )
             scaling = tuple(check_number(s, "scaling factor", low=0.0) for s in scaling)
         self.mode = mode
         self.weight = check_number(weight, "weight", low=0.0)
@@ -131,8 +140,11 @@ class RelevanceReward(RewardTermWrapper):
             return 0.0
         assert self.judge is not None
         texts = [getattr(d, "contents", str(d)) for d in docs]
-        return as_score(self.judge.judge_relevance(sample.question, info.get("think") or "",
-                                                   info.get("query") or "", texts))
+        return as_score(
+            self.judge.judge_relevance(
+                sample.question, info.get("think") or "", info.get("query") or "", texts
+            )
+        )
 
     def _total(self) -> float:
         if not self._scores:

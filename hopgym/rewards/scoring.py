@@ -58,7 +58,18 @@ _YES_NO = frozenset({"yes", "no", "noanswer"})
 #: What separates candidates in a hedged answer ("A, B", "A or B", "A/B"). Word separators are
 #: matched with surrounding spaces, case-insensitively.
 LIST_SEPARATORS: tuple[str, ...] = (
-    ",", ";", "/", "|", "&", "\n", " or ", " and ", " nor ", " vs ", " versus ", " either ",
+    ",",
+    ";",
+    "/",
+    "|",
+    "&",
+    "\n",
+    " or ",
+    " and ",
+    " nor ",
+    " vs ",
+    " versus ",
+    " either ",
 )
 
 
@@ -144,8 +155,7 @@ def _contains(haystack: Sequence[str], needle: Sequence[str]) -> bool:
     return any(list(haystack[i : i + n]) == list(needle) for i in range(len(haystack) - n + 1))
 
 
-def cover_em(prediction: str, golds: str | Iterable[str], *,
-             max_extra_tokens: int | None = None) -> float:
+def cover_em(prediction: str, golds: str | Iterable[str], *, max_extra_tokens: int | None = None) -> float:
     """1.0 if a gold alias appears as a run of whole tokens in the normalised prediction.
 
     Args:
@@ -220,8 +230,7 @@ def is_hedged(prediction: str, gold: str) -> bool:
     return sum(1 for part in parts if normalize_answer(part)) >= 2
 
 
-def _admissible(n_pred: int, prediction: str, gold: str, hedge_guard: bool,
-                length_guard: bool) -> bool:
+def _admissible(n_pred: int, prediction: str, gold: str, hedge_guard: bool, length_guard: bool) -> bool:
     if n_pred == 0:
         return False
     if hedge_guard and is_hedged(prediction, gold):
@@ -229,8 +238,9 @@ def _admissible(n_pred: int, prediction: str, gold: str, hedge_guard: bool,
     return not (length_guard and n_pred > 2 * len(answer_tokens(gold)) + 8)
 
 
-def admissible(prediction: str, golds: str | Iterable[str], *, hedge_guard: bool = True,
-               length_guard: bool = True) -> bool:
+def admissible(
+    prediction: str, golds: str | Iterable[str], *, hedge_guard: bool = True, length_guard: bool = True
+) -> bool:
     """Whether some alias admits the prediction under :func:`answer_score`'s guards.
 
     Rewards ask a judge only about admissible answers, so a judge cannot be talked into paying
@@ -241,8 +251,7 @@ def admissible(prediction: str, golds: str | Iterable[str], *, hedge_guard: bool
         (True, False)
     """
     n_pred = len(answer_tokens(prediction))
-    return any(_admissible(n_pred, prediction, g, hedge_guard, length_guard)
-               for g in _golds(golds))
+    return any(_admissible(n_pred, prediction, g, hedge_guard, length_guard) for g in _golds(golds))
 
 
 def answer_score(

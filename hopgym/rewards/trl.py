@@ -30,8 +30,14 @@ from hopgym.errors import InvalidOptionError
 from hopgym.rewards.answer_reward import AnswerCheck
 from hopgym.rewards.judges import Judge, judge_answers
 
-__all__ = ["AnswerRewardFunc", "FormatRewardFunc", "extract_answer", "is_well_formed",
-           "completion_text", "ANSWER_PROTOCOLS"]
+__all__ = [
+    "AnswerRewardFunc",
+    "FormatRewardFunc",
+    "extract_answer",
+    "is_well_formed",
+    "completion_text",
+    "ANSWER_PROTOCOLS",
+]
 
 #: Protocols :func:`extract_answer` reads.
 ANSWER_PROTOCOLS: tuple[str, ...] = ("auto", "tags", "r3", "boxed")
@@ -116,8 +122,15 @@ def extract_answer(text: str, protocol: str = "auto") -> str | None:
     body = _strip_context(text)
     if protocol == "auto":
         low = body.lower()
-        protocol = ("tags" if "<answer>" in low else "r3" if "the final answer:" in low
-                    else "boxed" if _BOXED in body else "")
+        protocol = (
+            "tags"
+            if "<answer>" in low
+            else "r3"
+            if "the final answer:" in low
+            else "boxed"
+            if _BOXED in body
+            else ""
+        )
         if not protocol:
             return None
     if protocol == "tags":
@@ -253,11 +266,15 @@ class AnswerRewardFunc:
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         if self.answers_column not in kwargs:
-            cols = sorted(k for k in kwargs if k not in ("prompts", "completion_ids",
-                                                         "trainer_state", "log_extra",
-                                                         "log_metric"))
-            raise InvalidOptionError(f"{self.__name__}: the dataset has no {self.answers_column!r} column "
-                             f"(columns: {cols}); pass answers_column=...")
+            cols = sorted(
+                k
+                for k in kwargs
+                if k not in ("prompts", "completion_ids", "trainer_state", "log_extra", "log_metric")
+            )
+            raise InvalidOptionError(
+                f"{self.__name__}: the dataset has no {self.answers_column!r} column "
+                f"(columns: {cols}); pass answers_column=..."
+            )
         gold_col = kwargs[self.answers_column]
         questions = kwargs.get(self.question_column)
         prompts = kwargs.get("prompts")
@@ -274,8 +291,13 @@ class AnswerRewardFunc:
                 continue
             score = self.check.string_score(answer, golds)
             if self.check.needs_judge(answer, golds, score):
-                question = str(questions[i]) if questions is not None else \
-                    _prompt_text(prompts[i]) if prompts is not None else ""
+                question = (
+                    str(questions[i])
+                    if questions is not None
+                    else _prompt_text(prompts[i])
+                    if prompts is not None
+                    else ""
+                )
                 pending.append((i, (question, answer, golds)))
             out.append(self.weight * score)
         if pending and self.judge is not None:
@@ -298,8 +320,7 @@ class FormatRewardFunc:
         [1.0, 0.0]
     """
 
-    def __init__(self, protocol: str = "tags", *, value: float = 1.0,
-                 name: str = "hopgym_format") -> None:
+    def __init__(self, protocol: str = "tags", *, value: float = 1.0, name: str = "hopgym_format") -> None:
         if protocol not in ANSWER_PROTOCOLS or protocol == "auto":
             raise InvalidOptionError(f"protocol must be 'tags', 'r3' or 'boxed', got {protocol!r}")
         self.protocol = protocol
@@ -310,5 +331,4 @@ class FormatRewardFunc:
         return f"FormatRewardFunc({self.protocol!r}, name={self.__name__!r})"
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        return [self.value if is_well_formed(completion_text(c), self.protocol) else 0.0
-                for c in completions]
+        return [self.value if is_well_formed(completion_text(c), self.protocol) else 0.0 for c in completions]

@@ -43,7 +43,9 @@ class Source:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise InvalidOptionError(f"source name must be a non-empty identifier, got {self.name!r}")
         if (self.retriever is None) == (self.retriever_factory is None):
-            raise InvalidOptionError(f"source {self.name!r}: give exactly one of retriever, retriever_factory")
+            raise InvalidOptionError(
+                f"source {self.name!r}: give exactly one of retriever, retriever_factory"
+            )
 
     def for_sample(self, sample: QASample) -> Retriever:
         """The retriever to use while ``sample`` is the current question."""
@@ -72,7 +74,8 @@ class QATask:
     sources: Mapping[str, Source]
     documents: Mapping[str, Passage] | None = None
     recipe: tuple[Callable[..., QATask], tuple[Any, ...]] | None = field(
-        default=None, repr=False, compare=False)
+        default=None, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not self.samples:

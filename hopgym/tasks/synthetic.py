@@ -52,9 +52,12 @@ def _sources(config: WorldConfig, spec: RetrieverSpec) -> dict[str, Source]:
     world = generate_world(config)
     out: dict[str, Source] = {}
     for name in config.sources:
-        out[name] = Source(name, make_retriever(spec, world.source_passages(name)),
-                           cost=WEB_COST if name == "web" else LOCAL_COST,
-                           description=world.source_description(name))
+        out[name] = Source(
+            name,
+            make_retriever(spec, world.source_passages(name)),
+            cost=WEB_COST if name == "web" else LOCAL_COST,
+            description=world.source_description(name),
+        )
     return out
 
 
@@ -106,8 +109,13 @@ def _verified_samples(config: WorldConfig, spec: RetrieverSpec) -> tuple[list[QA
     return out, refined
 
 
-def build_task(config: WorldConfig | None = None, engine: str | None = None,
-               split: str | None = None, *, retriever: Any = None) -> SyntheticTask:
+def build_task(
+    config: WorldConfig | None = None,
+    engine: str | None = None,
+    split: str | None = None,
+    *,
+    retriever: Any = None,
+) -> SyntheticTask:
     """The synthetic world for ``config`` as a :class:`QATask`, with one index per source.
 
     Cached per ``(config, retriever spec, split)``: every env in a process shares one world and
@@ -142,10 +150,12 @@ def build_task(config: WorldConfig | None = None, engine: str | None = None,
         raise InvalidOptionTypeError(f"config must be a WorldConfig, got {type(config).__name__}")
     spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
     if retriever_kind(spec.resolved_kind).remote:
-        raise InvalidOptionError(f"retriever kind {spec.resolved_kind!r} searches a server's corpus, but a "
-                         "synthetic task indexes its own world: export the world (`hopgym data "
-                         "--out DIR`), serve it (`hopgym index build` + `hopgym serve`) and use "
-                         "hopgym/MultiHopQA-v1 with retriever=URL")
+        raise InvalidOptionError(
+            f"retriever kind {spec.resolved_kind!r} searches a server's corpus, but a "
+            "synthetic task indexes its own world: export the world (`hopgym data "
+            "--out DIR`), serve it (`hopgym index build` + `hopgym serve`) and use "
+            "hopgym/MultiHopQA-v1 with retriever=URL"
+        )
     if split not in (None, "train", "test"):
         raise InvalidOptionError(f"split must be None, 'train' or 'test', got {split!r}")
     return _build_task(config, spec, split)
@@ -158,15 +168,15 @@ def _build_task(config: WorldConfig, spec: RetrieverSpec, split: str | None) -> 
     samples = [s for s in verified if split is None or s.metadata["split"] == split]
     name = "synthetic" if split is None else f"synthetic-{split}"
     if not samples:
-        raise InvalidOptionError(f"the {split!r} split of this world is empty: raise n_questions or "
-                         "test_fraction")
+        raise InvalidOptionError(
+            f"the {split!r} split of this world is empty: raise n_questions or test_fraction"
+        )
     task = SyntheticTask(name, samples, _sources(config, spec), world.documents)
     task.config, task.retriever_spec, task.split_name = config, spec, split
     return task
 
 
-def export_flashrag(out_dir: str | Path, config: WorldConfig | None = None, **overrides: Any
-                    ) -> list[Path]:
+def export_flashrag(out_dir: str | Path, config: WorldConfig | None = None, **overrides: Any) -> list[Path]:
     """Write a world in FlashRAG layout: ``corpus.jsonl`` (``{"id", "contents"}``, the complete
     corpus, plus ``web.jsonl`` with two sources) and ``questions.jsonl`` (``{"id", "question",
     "golden_answers", "metadata"}``).
@@ -188,8 +198,7 @@ def export_flashrag(out_dir: str | Path, config: WorldConfig | None = None, **ov
     out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     for name in config.sources:
-        path = out / ("corpus.jsonl" if name == "local" and len(config.sources) == 1
-                      else f"{name}.jsonl")
+        path = out / ("corpus.jsonl" if name == "local" and len(config.sources) == 1 else f"{name}.jsonl")
         with path.open("w", encoding="utf-8") as fh:
             for p in world.source_passages(name):
                 fh.write(json.dumps({"id": p.doc_id, "contents": p.contents}) + "\n")
@@ -197,13 +206,28 @@ def export_flashrag(out_dir: str | Path, config: WorldConfig | None = None, **ov
     path = out / "questions.jsonl"
     with path.open("w", encoding="utf-8") as fh:
         for s in world.samples:
-            meta = {"kind": s.kind, "hops": s.hops, "supporting_ids": list(s.supporting_ids),
-                    "decomposition": [{"question": h.question, "answer": h.answer,
-                                       "doc_id": h.doc_id, "query": h.query, "source": h.source}
-                                      for h in s.decomposition],
-                    **{k: list(v) if isinstance(v, tuple) else v for k, v in s.metadata.items()}}
-            fh.write(json.dumps({"id": s.id, "question": s.question,
-                                 "golden_answers": list(s.answers), "metadata": meta}) + "\n")
+            meta = {
+                "kind": s.kind,
+                "hops": s.hops,
+                "supporting_ids": list(s.supporting_ids),
+                "decomposition": [
+                    {
+                        "question": h.question,
+                        "answer": h.answer,
+                        "doc_id": h.doc_id,
+                        "query": h.query,
+                        "source": h.source,
+                    }
+                    for h in s.decomposition
+                ],
+                **{k: list(v) if isinstance(v, tuple) else v for k, v in s.metadata.items()},
+            }
+            fh.write(
+                json.dumps(
+                    {"id": s.id, "question": s.question, "golden_answers": list(s.answers), "metadata": meta}
+                )
+                + "\n"
+            )
     paths.append(path)
     return paths
 

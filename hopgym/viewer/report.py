@@ -61,8 +61,7 @@ def _keys(episodes: Sequence[Mapping[str, Any]], by_seed: bool) -> list[tuple[An
     return keys
 
 
-def pair_episodes(a: Sequence[Mapping[str, Any]],
-                  b: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+def pair_episodes(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
     """Pair two runs' episodes by question id and seed and sort the pairs by what changed.
 
     Where either run has no seeds (a hopgym 0.1 file), the n-th episode of a question in one run
@@ -81,8 +80,14 @@ def pair_episodes(a: Sequence[Mapping[str, Any]],
     """
     by_seed = all(ep["seed"] is not None for ep in (*a, *b))
     index_b = {k: i for i, k in enumerate(_keys(b, by_seed))}
-    out: dict[str, list[Any]] = {"fixed": [], "broke": [], "both correct": [], "both wrong": [],
-                                 "only a": [], "only b": []}
+    out: dict[str, list[Any]] = {
+        "fixed": [],
+        "broke": [],
+        "both correct": [],
+        "both wrong": [],
+        "only a": [],
+        "only b": [],
+    }
     paired_b: set[int] = set()
     for i, key in enumerate(_keys(a, by_seed)):
         j = index_b.get(key)
@@ -91,8 +96,7 @@ def pair_episodes(a: Sequence[Mapping[str, Any]],
             continue
         paired_b.add(j)
         ok_a, ok_b = a[i]["em"] >= 1.0, b[j]["em"] >= 1.0
-        name = ("both correct" if ok_a and ok_b else "fixed" if ok_b else "broke" if ok_a
-                else "both wrong")
+        name = "both correct" if ok_a and ok_b else "fixed" if ok_b else "broke" if ok_a else "both wrong"
         out[name].append([i, j])
     out["only b"] = [j for j in range(len(b)) if j not in paired_b]
     return out
@@ -115,18 +119,51 @@ class _DocTable:
         return self._index[key]
 
 
-_TURN_FIELDS = ("action_type", "action", "reward", "think", "query", "source", "route", "answer",
-                "invalid_action", "skipped_ids", "retrieval_error", "observation", "reward_terms")
+_TURN_FIELDS = (
+    "action_type",
+    "action",
+    "reward",
+    "think",
+    "query",
+    "source",
+    "route",
+    "answer",
+    "invalid_action",
+    "skipped_ids",
+    "retrieval_error",
+    "observation",
+    "reward_terms",
+)
 
 
 def _episode_data(ep: Mapping[str, Any], index: int, docs: _DocTable) -> dict[str, Any]:
     known = ep["documents"]
-    out = {k: ep[k] for k in ("question_id", "seed", "question", "kind", "hops", "answers",
-                              "prediction", "em", "f1", "support_recall", "steps", "searches",
-                              "searches_by_source", "invalid", "return", "reward_terms", "end")}
+    out = {
+        k: ep[k]
+        for k in (
+            "question_id",
+            "seed",
+            "question",
+            "kind",
+            "hops",
+            "answers",
+            "prediction",
+            "em",
+            "f1",
+            "support_recall",
+            "steps",
+            "searches",
+            "searches_by_source",
+            "invalid",
+            "return",
+            "reward_terms",
+            "end",
+        )
+    }
     out["index"] = index
-    out["support_docs"] = (None if ep["supporting_ids"] is None
-                           else [docs.ref(d, known.get(d)) for d in ep["supporting_ids"]])
+    out["support_docs"] = (
+        None if ep["supporting_ids"] is None else [docs.ref(d, known.get(d)) for d in ep["supporting_ids"]]
+    )
     out["background_docs"] = [docs.ref(d, known.get(d)) for d in ep["background_ids"]]
     turns = []
     for t in ep["turns"]:
@@ -141,8 +178,13 @@ def _episode_data(ep: Mapping[str, Any], index: int, docs: _DocTable) -> dict[st
 def _json_for_script(data: Any) -> str:
     """JSON that cannot end its ``<script>`` block: ``<``, ``>`` and ``&`` become ``\\uXXXX``."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    for ch, code in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                     ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for ch, code in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(ch, code)
     return text
 
@@ -157,14 +199,20 @@ def _f2(v: float) -> str:
 
 
 _HEADLINE: tuple[tuple[str, str, Any], ...] = (
-    ("em", "EM", _f3), ("f1", "F1", _f3), ("support_recall", "support recall", _f3),
-    ("answered", "answered", _f3), ("invalid_rate", "invalid-turn rate", _f3),
-    ("avg_steps", "steps", _f2), ("avg_searches", "searches", _f2), ("reward", "return", _f3),
+    ("em", "EM", _f3),
+    ("f1", "F1", _f3),
+    ("support_recall", "support recall", _f3),
+    ("answered", "answered", _f3),
+    ("invalid_rate", "invalid-turn rate", _f3),
+    ("avg_steps", "steps", _f2),
+    ("avg_searches", "searches", _f2),
+    ("reward", "return", _f3),
 )
 
 
-def _cell(values: Sequence[float | None], fmt: Any, better_high: bool | None = True,
-          delta: bool = True) -> str:
+def _cell(
+    values: Sequence[float | None], fmt: Any, better_high: bool | None = True, delta: bool = True
+) -> str:
     """One value, or ``a → b (Δ)`` for two runs; the change is coloured when it is good or bad."""
     shown = [fmt(v) if v is not None else "–" for v in values]
     if len(values) < 2 or values[0] is None or values[1] is None:
@@ -174,11 +222,15 @@ def _cell(values: Sequence[float | None], fmt: Any, better_high: bool | None = T
     if abs(diff) > 1e-12 and better_high is not None:
         cls = "up" if (diff > 0) == better_high else "down"
     if not delta:  # tables: colour the new value instead of printing the change
-        return (f'<span class="a">{escape(shown[0])}</span> → '
-                f'<span class="b delta {cls}">{escape(shown[1])}</span>')
+        return (
+            f'<span class="a">{escape(shown[0])}</span> → '
+            f'<span class="b delta {cls}">{escape(shown[1])}</span>'
+        )
     change = ("+" if diff >= 0 else "−") + fmt(abs(diff)).lstrip("+")
-    return (f'<span class="a">{escape(shown[0])}</span> → <span class="b">{escape(shown[1])}</span> '
-            f'<span class="delta {cls}">({escape(change)})</span>')
+    return (
+        f'<span class="a">{escape(shown[0])}</span> → <span class="b">{escape(shown[1])}</span> '
+        f'<span class="delta {cls}">({escape(change)})</span>'
+    )
 
 
 def _by_source(m: Mapping[str, Any]) -> str:
@@ -197,18 +249,27 @@ def _groups(runs: Sequence[TrajectoryFile], field: str) -> list[str]:
         if k == "unknown":
             return (2, k)
         return (0, int(k)) if k.isdigit() else (1, k)
+
     return sorted(keys, key=order)
 
 
 def _breakdown_table(runs: Sequence[TrajectoryFile], field: str, title: str) -> str:
     groups = _groups(runs, field)
     if groups == ["unknown"]:
-        return (f'<h3>{escape(title)}</h3><p class="muted">Not recorded in this file '
-                f'(a trajectory file of hopgym 0.1).</p>')
-    cols = (("em", "EM", _f3, True), ("f1", "F1", _f3, True),
-            ("support_recall", "support recall", _f3, True), ("answered", "answered", _f3, True),
-            ("invalid_rate", "invalid turns", _f3, False), ("avg_steps", "steps", _f2, None),
-            ("avg_searches", "searches", _f2, None), ("reward", "return", _f3, True))
+        return (
+            f'<h3>{escape(title)}</h3><p class="muted">Not recorded in this file '
+            f"(a trajectory file of hopgym 0.1).</p>"
+        )
+    cols = (
+        ("em", "EM", _f3, True),
+        ("f1", "F1", _f3, True),
+        ("support_recall", "support recall", _f3, True),
+        ("answered", "answered", _f3, True),
+        ("invalid_rate", "invalid turns", _f3, False),
+        ("avg_steps", "steps", _f2, None),
+        ("avg_searches", "searches", _f2, None),
+        ("reward", "return", _f3, True),
+    )
     head = "".join(f"<th>{escape(label)}</th>" for _, label, _, _ in cols)
     rows = []
     for g in groups:
@@ -219,27 +280,38 @@ def _breakdown_table(runs: Sequence[TrajectoryFile], field: str, title: str) -> 
         counts = " → ".join(str(m["episodes"]) if m else "0" for m in metrics)
         cells = "".join(
             f"<td>{_cell([m[key] if m else None for m in metrics], fmt, better, delta=False)}</td>"
-            for key, _, fmt, better in cols)
+            for key, _, fmt, better in cols
+        )
         rows.append(f'<tr><th scope="row">{escape(g)}</th><td>{escape(counts)}</td>{cells}</tr>')
-    return (f'<h3>{escape(title)}</h3><div class="table-wrap"><table class="breakdown" '
-            f'data-field="{escape(field)}"><thead><tr><th>{escape(field)}</th><th>episodes</th>'
-            f'{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+    return (
+        f'<h3>{escape(title)}</h3><div class="table-wrap"><table class="breakdown" '
+        f'data-field="{escape(field)}"><thead><tr><th>{escape(field)}</th><th>episodes</th>'
+        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def _run_info(run: TrajectoryFile, letter: str | None) -> str:
     h = run.header
-    items = [("file", run.path.name), ("env", h.get("env_id") or "unknown"),
-             ("options", json.dumps(h.get("env_options") or {}, ensure_ascii=False)),
-             ("agent", h.get("agent") or "unknown"), ("reward", h.get("reward") or "unknown"),
-             ("protocol", h.get("protocol") or "unknown"), ("seed", h.get("seed")),
-             ("episodes", len(run.episodes)), ("hopgym", h.get("hopgym_version")),
-             ("created", h.get("created") or "unknown")]
+    items = [
+        ("file", run.path.name),
+        ("env", h.get("env_id") or "unknown"),
+        ("options", json.dumps(h.get("env_options") or {}, ensure_ascii=False)),
+        ("agent", h.get("agent") or "unknown"),
+        ("reward", h.get("reward") or "unknown"),
+        ("protocol", h.get("protocol") or "unknown"),
+        ("seed", h.get("seed")),
+        ("episodes", len(run.episodes)),
+        ("hopgym", h.get("hopgym_version")),
+        ("created", h.get("created") or "unknown"),
+    ]
     dl = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(str(v))}</dd></div>" for k, v in items)
     note = ""
     if run.upgraded_from:
-        note = (f'<p class="note">A trajectory file of hopgym {escape(run.upgraded_from)}: no header '
-                "(env, agent and reward unknown) and no question kinds, hop counts, seeds or "
-                "supporting documents.</p>")
+        note = (
+            f'<p class="note">A trajectory file of hopgym {escape(run.upgraded_from)}: no header '
+            "(env, agent and reward unknown) and no question kinds, hop counts, seeds or "
+            "supporting documents.</p>"
+        )
     tag = f'<span class="run-tag run-{letter.lower()}">{letter}</span> ' if letter else ""
     return f'<div class="run-info"><h3>{tag}{escape(run.path.name)}</h3><dl>{dl}</dl>{note}</div>'
 
@@ -247,17 +319,27 @@ def _run_info(run: TrajectoryFile, letter: str | None) -> str:
 def _summary_html(runs: Sequence[TrajectoryFile]) -> str:
     metrics = [aggregate(run.episodes) if run.episodes else None for run in runs]
     letters = ["A", "B"] if len(runs) == 2 else [None]
-    parts = ['<section class="run-infos">'
-             + "".join(_run_info(r, letter) for r, letter in zip(runs, letters, strict=True))
-             + "</section>"]
+    parts = [
+        '<section class="run-infos">'
+        + "".join(_run_info(r, letter) for r, letter in zip(runs, letters, strict=True))
+        + "</section>"
+    ]
     if len(runs) == 2:
-        differ = [k for k in ("env_id", "env_options", "reward", "protocol", "doc_text_chars")
-                  if runs[0].header.get(k) != runs[1].header.get(k)]
+        differ = [
+            k
+            for k in ("env_id", "env_options", "reward", "protocol", "doc_text_chars")
+            if runs[0].header.get(k) != runs[1].header.get(k)
+        ]
         if differ:
-            parts.append('<p class="note">The runs differ in '
-                         + ", ".join(f"{escape(k)} ({escape(json.dumps(runs[0].header.get(k)))} vs "
-                                     f"{escape(json.dumps(runs[1].header.get(k)))})" for k in differ)
-                         + ": compare with care.</p>")
+            parts.append(
+                '<p class="note">The runs differ in '
+                + ", ".join(
+                    f"{escape(k)} ({escape(json.dumps(runs[0].header.get(k)))} vs "
+                    f"{escape(json.dumps(runs[1].header.get(k)))})"
+                    for k in differ
+                )
+                + ": compare with care.</p>"
+            )
     if any(m is None for m in metrics):
         empty = ", ".join(r.path.name for r, m in zip(runs, metrics, strict=True) if m is None)
         parts.append(f'<p class="note">No episodes in {escape(empty)}.</p>')
@@ -267,17 +349,23 @@ def _summary_html(runs: Sequence[TrajectoryFile]) -> str:
     for key, label, fmt in _HEADLINE:
         extra = ""
         if key == "avg_searches":
-            extra = "".join(f'<div class="sub">{escape(letter or "")}{": " if letter else ""}'
-                            f'{escape(_by_source(m))}</div>'
-                            for letter, m in zip(letters, metrics, strict=True))
-        cards.append(f'<div class="card" data-metric="{key}"><div class="label">{escape(label)}</div>'
-                     f'<div class="value">{_cell([m[key] for m in metrics], fmt, better.get(key, True))}'
-                     f"</div>{extra}</div>")
+            extra = "".join(
+                f'<div class="sub">{escape(letter or "")}{": " if letter else ""}'
+                f"{escape(_by_source(m))}</div>"
+                for letter, m in zip(letters, metrics, strict=True)
+            )
+        cards.append(
+            f'<div class="card" data-metric="{key}"><div class="label">{escape(label)}</div>'
+            f'<div class="value">{_cell([m[key] for m in metrics], fmt, better.get(key, True))}'
+            f"</div>{extra}</div>"
+        )
     for term in sorted({t for m in metrics for t in m["reward_terms"]}):
         values = [m["reward_terms"].get(term, 0.0) for m in metrics]
-        cards.append(f'<div class="card term-card" data-term="{escape(term)}"><div class="label">'
-                     f'reward term: {escape(term)}</div><div class="value">'
-                     f'{_cell(values, lambda v: f"{v:+.4f}")}</div></div>')
+        cards.append(
+            f'<div class="card term-card" data-term="{escape(term)}"><div class="label">'
+            f'reward term: {escape(term)}</div><div class="value">'
+            f"{_cell(values, lambda v: f'{v:+.4f}')}</div></div>"
+        )
     two = " two" if len(runs) == 2 else ""
     parts.append(f'<section class="cards{two}">{"".join(cards)}</section>')
     # Outcome counts: each opens the episode list with that filter.
@@ -290,16 +378,22 @@ def _summary_html(runs: Sequence[TrajectoryFile]) -> str:
             else:
                 values.append(sum(1 for ep in run.episodes if outcome(ep) == name))
         shown = " → ".join(str(v) for v in values)
-        counts.append(f'<button type="button" class="count outcome-{name.replace(" ", "-")}" '
-                      f'data-outcome="{escape(name)}" data-count="{escape(name)}">'
-                      f'<span class="n">{escape(shown)}</span> <span class="label">{escape(name)}'
-                      f"</span></button>")
-    parts.append('<section class="counts"><h3>Outcomes</h3><div class="count-row">'
-                 f'{"".join(counts)}</div></section>')
+        counts.append(
+            f'<button type="button" class="count outcome-{name.replace(" ", "-")}" '
+            f'data-outcome="{escape(name)}" data-count="{escape(name)}">'
+            f'<span class="n">{escape(shown)}</span> <span class="label">{escape(name)}'
+            f"</span></button>"
+        )
+    parts.append(
+        f'<section class="counts"><h3>Outcomes</h3><div class="count-row">{"".join(counts)}</div></section>'
+    )
     parts.append(f'<section class="charts">{_charts(runs, metrics)}</section>')
-    parts.append('<section class="breakdowns">'
-                 + _breakdown_table(runs, "kind", "By question kind")
-                 + _breakdown_table(runs, "hops", "By hop count") + "</section>")
+    parts.append(
+        '<section class="breakdowns">'
+        + _breakdown_table(runs, "kind", "By question kind")
+        + _breakdown_table(runs, "hops", "By hop count")
+        + "</section>"
+    )
     return "".join(parts)
 
 
@@ -320,15 +414,27 @@ def _charts(runs: Sequence[TrajectoryFile], metrics: Sequence[Mapping[str, Any]]
     most = max((k for c in counts for k in c), default=0)
     bins = list(range(most + 1))
     top = max((n for c in counts for n in c.values()), default=1)
-    charts.append(bar_chart("Searches per episode", [str(b) for b in bins],
-                            [(n, [c.get(b, 0) for b in bins])
-                             for n, c in zip(names, counts, strict=True)],
-                            y_max=top + top % 2,  # even, so that the middle tick is a count
-                            fmt=lambda v: str(int(v)), x_label="searches (episodes per count)"))
+    charts.append(
+        bar_chart(
+            "Searches per episode",
+            [str(b) for b in bins],
+            [(n, [c.get(b, 0) for b in bins]) for n, c in zip(names, counts, strict=True)],
+            y_max=top + top % 2,  # even, so that the middle tick is a count
+            fmt=lambda v: str(int(v)),
+            x_label="searches (episodes per count)",
+        )
+    )
     terms = sorted({t for m in metrics for t in m["reward_terms"]})
-    charts.append(signed_bar_chart("Reward terms (mean per episode)", terms,
-                                   [(n, [m["reward_terms"].get(t, 0.0) for t in terms])
-                                    for n, m in zip(names, metrics, strict=True)]))
+    charts.append(
+        signed_bar_chart(
+            "Reward terms (mean per episode)",
+            terms,
+            [
+                (n, [m["reward_terms"].get(t, 0.0) for t in terms])
+                for n, m in zip(names, metrics, strict=True)
+            ],
+        )
+    )
     return "".join(f'<figure class="chart-box">{c}</figure>' for c in charts)
 
 
@@ -344,41 +450,49 @@ def render_report(runs: Sequence[TrajectoryFile], *, title: str | None = None) -
     docs = _DocTable()
     data: dict[str, Any] = {"runs": []}
     for run in runs:
-        data["runs"].append({
-            "name": run.path.name,
-            "header": run.header,
-            "upgraded_from": run.upgraded_from,
-            "episodes": [_episode_data(ep, i, docs) for i, ep in enumerate(run.episodes)],
-        })
+        data["runs"].append(
+            {
+                "name": run.path.name,
+                "header": run.header,
+                "upgraded_from": run.upgraded_from,
+                "episodes": [_episode_data(ep, i, docs) for i, ep in enumerate(run.episodes)],
+            }
+        )
     data["docs"] = docs.rows
     if len(runs) == 2:
         data["pairs"] = pair_episodes(runs[0].episodes, runs[1].episodes)
     script = _asset("report.js")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
-    csp = (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
-           "img-src data:; base-uri 'none'; form-action 'none'")
+    csp = (
+        f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
     if title is None:
-        title = ("hopgym: " + " vs ".join(run.path.name for run in runs))
-    tabs = ['<button type="button" class="tab" data-tab="summary" aria-selected="true">Summary</button>',
-            '<button type="button" class="tab" data-tab="episodes">Episodes</button>']
+        title = "hopgym: " + " vs ".join(run.path.name for run in runs)
+    tabs = [
+        '<button type="button" class="tab" data-tab="summary" aria-selected="true">Summary</button>',
+        '<button type="button" class="tab" data-tab="episodes">Episodes</button>',
+    ]
     if len(runs) == 2:
         tabs.append('<button type="button" class="tab" data-tab="compare">Compare</button>')
-    return "".join([
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        f'<meta http-equiv="Content-Security-Policy" content="{escape(csp, quote=False)}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<meta name="generator" content="hopgym view">',
-        '<link rel="icon" href="data:,">',
-        f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>",
-        f'<header class="top"><h1>{escape(title)}</h1><nav class="tabs">{"".join(tabs)}</nav></header>',
-        f'<main><section id="summary" class="panel">{_summary_html(runs)}</section>',
-        '<section id="episodes" class="panel" hidden></section>',
-        '<section id="compare" class="panel" hidden></section>' if len(runs) == 2 else "",
-        '<noscript><p class="note">The episode list needs JavaScript; the summary above does not.'
-        "</p></noscript></main>",
-        f'<script type="application/json" id="hopgym-data">{_json_for_script(data)}</script>',
-        f"<script>{script}</script></body></html>\n",
-    ])
+    return "".join(
+        [
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{escape(csp, quote=False)}">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<meta name="generator" content="hopgym view">',
+            '<link rel="icon" href="data:,">',
+            f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>",
+            f'<header class="top"><h1>{escape(title)}</h1><nav class="tabs">{"".join(tabs)}</nav></header>',
+            f'<main><section id="summary" class="panel">{_summary_html(runs)}</section>',
+            '<section id="episodes" class="panel" hidden></section>',
+            '<section id="compare" class="panel" hidden></section>' if len(runs) == 2 else "",
+            '<noscript><p class="note">The episode list needs JavaScript; the summary above does not.'
+            "</p></noscript></main>",
+            f'<script type="application/json" id="hopgym-data">{_json_for_script(data)}</script>',
+            f"<script>{script}</script></body></html>\n",
+        ]
+    )
 
 
 def _default_out(paths: Sequence[Path]) -> Path:
@@ -387,8 +501,9 @@ def _default_out(paths: Sequence[Path]) -> Path:
     return paths[0].with_name(f"{paths[0].stem}-vs-{paths[1].stem}.html")
 
 
-def write_report(paths: str | Path | Iterable[str | Path], out: str | Path | None = None, *,
-                 title: str | None = None) -> Path:
+def write_report(
+    paths: str | Path | Iterable[str | Path], out: str | Path | None = None, *, title: str | None = None
+) -> Path:
     """Read one or two trajectory files and write their HTML report; returns its path.
 
     Args:

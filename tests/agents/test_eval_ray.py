@@ -39,10 +39,12 @@ def _records(path):
 
 
 def test_workers_run_the_same_episodes(tmp_path):
-    here = evaluate(ENV, BatchedScript(), episodes=7, seed=1, num_envs=4,
-                    trajectories=tmp_path / "here.jsonl")
-    there = evaluate(ENV, BatchedScript(), episodes=7, seed=1, num_envs=4, workers=2,
-                     trajectories=tmp_path / "ray.jsonl")
+    here = evaluate(
+        ENV, BatchedScript(), episodes=7, seed=1, num_envs=4, trajectories=tmp_path / "here.jsonl"
+    )
+    there = evaluate(
+        ENV, BatchedScript(), episodes=7, seed=1, num_envs=4, workers=2, trajectories=tmp_path / "ray.jsonl"
+    )
     assert _records(tmp_path / "here.jsonl") == _records(tmp_path / "ray.jsonl")
     assert there["worker_errors"] == 0 and there["episodes"] == 7
     assert here["avg_searches"] == there["avg_searches"] > 1
@@ -71,10 +73,18 @@ class DieOnce(gym.Wrapper):
 def test_an_episode_lost_with_its_worker_runs_again(tmp_path):
     marker = str(tmp_path / "died")
     env_fn = functools.partial(lambda m: DieOnce(ENV(), m, 3), marker)
-    here = evaluate(ENV, BatchedScript(), episodes=5, seed=0, num_envs=4,
-                    trajectories=tmp_path / "here.jsonl")
-    there = evaluate(env_fn, BatchedScript(), episodes=5, seed=0, num_envs=4, workers=2,
-                     trajectories=tmp_path / "ray.jsonl")
+    here = evaluate(
+        ENV, BatchedScript(), episodes=5, seed=0, num_envs=4, trajectories=tmp_path / "here.jsonl"
+    )
+    there = evaluate(
+        env_fn,
+        BatchedScript(),
+        episodes=5,
+        seed=0,
+        num_envs=4,
+        workers=2,
+        trajectories=tmp_path / "ray.jsonl",
+    )
     assert os.path.exists(marker) and there["worker_errors"] >= 1
     assert _records(tmp_path / "here.jsonl") == _records(tmp_path / "ray.jsonl")
     assert here["em"] == there["em"] and there["episodes"] == 5
@@ -87,8 +97,23 @@ def test_cli_ray(tmp_path, capsys):
     tok = build_tokenizer()
     build_model(tok).save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    common = ["eval", "--env", "hopgym/Tiny-v1", "--max-turns", "2", "--agent", "llm", "--model",
-              str(tmp_path / "m"), "--max-new-tokens", "6", "--episodes", "3", "--num-envs", "2"]
+    common = [
+        "eval",
+        "--env",
+        "hopgym/Tiny-v1",
+        "--max-turns",
+        "2",
+        "--agent",
+        "llm",
+        "--model",
+        str(tmp_path / "m"),
+        "--max-new-tokens",
+        "6",
+        "--episodes",
+        "3",
+        "--num-envs",
+        "2",
+    ]
     main([*common, "--json", str(tmp_path / "here.json")])
     main([*common, "--ray", "--workers", "2", "--json", str(tmp_path / "ray.json")])
     here, there = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("here", "ray"))

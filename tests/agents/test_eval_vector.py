@@ -36,8 +36,9 @@ def test_make_vector_env_batches_searches():
 @pytest.mark.parametrize("num_envs", [2, 3, 9])
 def test_the_same_episodes_as_one_env(tmp_path, num_envs):
     one = evaluate(ENV(), BatchedScript(), episodes=7, seed=4, trajectories=tmp_path / "1.jsonl")
-    many = evaluate(ENV, BatchedScript(), episodes=7, seed=4, num_envs=num_envs,
-                    trajectories=tmp_path / "n.jsonl")
+    many = evaluate(
+        ENV, BatchedScript(), episodes=7, seed=4, num_envs=num_envs, trajectories=tmp_path / "n.jsonl"
+    )
     assert _records(tmp_path / "1.jsonl") == _records(tmp_path / "n.jsonl")
     assert [ep["seed"] for ep in _records(tmp_path / "n.jsonl")] == list(range(4, 11))
     assert one["avg_searches"] > 1 and one["answered"] == 1.0

@@ -24,8 +24,9 @@ def make_env(cfg: WorldConfig, max_turns: int = 8):
 
 
 def lookups(plan) -> int:
-    return sum(len(side.relations) for side in plan.sides) + \
-        (len(plan.sides) if plan.kind == "compare" else 1)
+    return sum(len(side.relations) for side in plan.sides) + (
+        len(plan.sides) if plan.kind == "compare" else 1
+    )
 
 
 def test_every_generated_question_parses_into_its_hops():
@@ -54,10 +55,22 @@ def test_parse_examples():
 
 @pytest.mark.parametrize("relation", sorted(RELATION_SENTENCES))
 def test_extract_reads_every_phrasing(relation):
-    values = {"year": "1987", "pop": "1,234,567", "n": "400", "a_occ": "a painter",
-              "a_industry": "an energy", "a_genre": "a drama", "genre": "drama",
-              "occ": "painter", "field": "music", "He": "She", "he": "she", "His": "Her",
-              "his": "her", "child": "daughter"}
+    values = {
+        "year": "1987",
+        "pop": "1,234,567",
+        "n": "400",
+        "a_occ": "a painter",
+        "a_industry": "an energy",
+        "a_genre": "a drama",
+        "genre": "drama",
+        "occ": "painter",
+        "field": "music",
+        "He": "She",
+        "he": "she",
+        "His": "Her",
+        "his": "her",
+        "child": "daughter",
+    }
     for key, target in RELATION_SENTENCES[relation]:
         for template in SENTENCES[key]:
             fields = dict.fromkeys(re.findall(r"\{(\w+)\}", template), "Vel Qormira")
@@ -100,8 +113,10 @@ def test_agent_scores_between_no_retrieval_and_the_oracle():
 def test_distractors_make_the_world_harder_for_the_agent():
     easy = make_env(WorldConfig(n_questions=300, distractors=0.0))
     hard = make_env(WorldConfig(n_questions=300, distractors=1.0))
-    assert evaluate(easy, IterativeAgent(), 200, seed=0)["em"] > \
-        evaluate(hard, IterativeAgent(), 200, seed=0)["em"] + 0.05
+    assert (
+        evaluate(easy, IterativeAgent(), 200, seed=0)["em"]
+        > evaluate(hard, IterativeAgent(), 200, seed=0)["em"] + 0.05
+    )
 
 
 def test_agent_routes_to_the_web_when_local_lacks_the_fact():
@@ -136,17 +151,21 @@ def test_agent_answers_within_a_tight_budget():
 
 def test_agent_structured_actions_and_reset():
     agent = IterativeAgent()
-    info = {"question": "Who founded Qel Labs?", "sources": ("local", "web"), "source": "local",
-            "max_turns": 8}
+    info = {
+        "question": "Who founded Qel Labs?",
+        "sources": ("local", "web"),
+        "source": "local",
+        "max_turns": 8,
+    }
     first = agent.act("", info)
     assert first == Search("Qel Labs founder", think="look up founder of Qel Labs")
     nothing = {"documents": [], "turns_left": 7}
     assert isinstance(agent.act("", nothing), Route)
     again = agent.act("", {"documents": [], "turns_left": 6})
     assert isinstance(again, Search) and again.query == "Qel Labs founder"
-    doc = Passage("e1", "Qel Labs", "Qel Labs was founded by nobody. It was founded in 1901 by "
-                                    "Ana Vel.")
-    assert agent.act("", {"documents": [doc], "turns_left": 5}) == \
-        Answer("Ana Vel", think="followed every hop")
+    doc = Passage("e1", "Qel Labs", "Qel Labs was founded by nobody. It was founded in 1901 by Ana Vel.")
+    assert agent.act("", {"documents": [doc], "turns_left": 5}) == Answer(
+        "Ana Vel", think="followed every hop"
+    )
     agent.reset()
     assert isinstance(agent.act("", {"question": "Nonsense?", "max_turns": 8}), Answer)

@@ -41,10 +41,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 
-
 def _env(protocol: str = "tags", max_turns: int = 4) -> gym.Env:
     return gym.make("hopgym/Tiny-v1", reward=None, protocol=protocol, max_turns=max_turns)
-
 
 
 GREEDY = SamplingParams(max_new_tokens=12)
@@ -63,8 +61,7 @@ def test_cut_at_stop_keeps_closing_tags_and_drops_env_headers():
 
 def test_close_open_tag_only_restores_an_open_tag():
     stops = ("</search>", "</route>", "</answer>")
-    assert close_open_tag("<think>t</think><answer>Oslo", stops) == \
-        "<think>t</think><answer>Oslo</answer>"
+    assert close_open_tag("<think>t</think><answer>Oslo", stops) == "<think>t</think><answer>Oslo</answer>"
     assert close_open_tag("<search>a</search>", stops) == "<search>a</search>"
     assert close_open_tag("The final answer: x", ("\nStep ",)) == "The final answer: x"
 
@@ -96,10 +93,16 @@ def test_default_system_prompts_name_the_protocol_format():
     assert "The retrieval query:" in default_system_prompt("r3")
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"),
-    ({"max_new_tokens": 0}, "max_new_tokens"), ({"stop": "</a>"}, "stop"),
-    ({"seed": 1.5}, "seed")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"stop": "</a>"}, "stop"),
+        ({"seed": 1.5}, "seed"),
+    ],
+)
 def test_sampling_params_reject_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kwargs)
@@ -107,15 +110,25 @@ def test_sampling_params_reject_bad_values(kwargs, match):
 
 # ------------------------------------------------------------------------------ transformers
 def test_transformers_backend_generates_strings(backend):
-    out = backend.generate(["Question: who founded Qelvor Dynamics?\n",
-                            [{"role": "user", "content": "Question: where is Lorn?"}]], GREEDY)
+    out = backend.generate(
+        [
+            "Question: who founded Qelvor Dynamics?\n",
+            [{"role": "user", "content": "Question: where is Lorn?"}],
+        ],
+        GREEDY,
+    )
     assert len(out) == 2 and all(isinstance(t, str) and t for t in out)
 
 
 def test_transformers_backend_batched_equals_unbatched_greedy(backend):
-    prompts = ["Question: who founded Qelvor Dynamics?\n", "Lorn",
-               [{"role": "system", "content": "S"},
-                {"role": "user", "content": "Who is the paternal grandfather of Sefa Quill?"}]]
+    prompts = [
+        "Question: who founded Qelvor Dynamics?\n",
+        "Lorn",
+        [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "Who is the paternal grandfather of Sefa Quill?"},
+        ],
+    ]
     batched = backend.generate(prompts, GREEDY)
     single = [backend.generate([p], GREEDY)[0] for p in prompts]
     assert batched == single
@@ -125,11 +138,14 @@ def test_transformers_backend_respects_stop_strings(backend):
     prompt = "Question: who founded Qelvor Dynamics?\n"
     free = backend.generate([prompt], SamplingParams(max_new_tokens=24))[0]
     # Pick a stop string the model is known to write, after the start of its output.
-    stop = next(free[i:i + 3] for i in range(2, len(free) - 3) if free[i:i + 3].strip()
-                and free.find(free[i:i + 3]) == i)
+    stop = next(
+        free[i : i + 3]
+        for i in range(2, len(free) - 3)
+        if free[i : i + 3].strip() and free.find(free[i : i + 3]) == i
+    )
     kept = f"</{stop}"  # closing-tag shape: kept; a plain stop string is dropped
     cut = backend.generate([prompt], SamplingParams(max_new_tokens=24, stop=(stop,)))[0]
-    assert cut == free[:free.index(stop)]
+    assert cut == free[: free.index(stop)]
     assert cut_at_stop(free + kept, (kept,)).endswith(kept)
 
 
@@ -139,15 +155,22 @@ def test_transformers_backend_seeded_sampling_is_reproducible_and_leaves_global_
     a = backend.generate(["Lorn is", "Vashti is"], params)
     assert torch.equal(torch.random.get_rng_state(), state)
     assert backend.generate(["Lorn is", "Vashti is"], params) == a
-    others = {tuple(backend.generate(["Lorn is", "Vashti is"], SamplingParams(
-        temperature=1.0, max_new_tokens=10, seed=s))) for s in range(4, 8)}
+    others = {
+        tuple(
+            backend.generate(
+                ["Lorn is", "Vashti is"], SamplingParams(temperature=1.0, max_new_tokens=10, seed=s)
+            )
+        )
+        for s in range(4, 8)
+    }
     assert len(others | {tuple(a)}) > 1
 
 
 def test_transformers_backend_encode_has_no_double_bos(tokenizer, model):
     tok = tokenizer
-    tok_bos = type(tok)(tokenizer_object=tok.backend_tokenizer, pad_token="<|pad|>",
-                        eos_token="<|end|>", bos_token="<|end|>")
+    tok_bos = type(tok)(
+        tokenizer_object=tok.backend_tokenizer, pad_token="<|pad|>", eos_token="<|end|>", bos_token="<|end|>"
+    )
     tok_bos.chat_template = "<|end|>" + TEMPLATE
     be = TransformersBackend(model, tok_bos, device="cpu")
     ids = be.encode([{"role": "user", "content": "hi"}])
@@ -155,8 +178,9 @@ def test_transformers_backend_encode_has_no_double_bos(tokenizer, model):
 
 
 def test_backend_without_template_rejects_chat(model, tokenizer):
-    tok = type(tokenizer)(tokenizer_object=tokenizer.backend_tokenizer, pad_token="<|pad|>",
-                          eos_token="<|end|>")
+    tok = type(tokenizer)(
+        tokenizer_object=tokenizer.backend_tokenizer, pad_token="<|pad|>", eos_token="<|end|>"
+    )
     be = TransformersBackend(model, tok, device="cpu")
     assert not be.has_chat_template
     with pytest.raises(ValueError, match="no chat template"):
@@ -176,8 +200,13 @@ def test_backend_without_template_rejects_chat(model, tokenizer):
 @pytest.mark.parametrize("mode", ["chat", "continuation"])
 def test_llm_agent_episode_runs_and_mirrors_env_transcript(backend, tokenizer, protocol, mode):
     env = _env(protocol, max_turns=3)
-    agent = LLMAgent(backend, protocol=protocol, sampling=SamplingParams(max_new_tokens=10),
-                     mode=mode, force_answer="never")
+    agent = LLMAgent(
+        backend,
+        protocol=protocol,
+        sampling=SamplingParams(max_new_tokens=10),
+        mode=mode,
+        force_answer="never",
+    )
     agent.reset()
     obs, info = env.reset(seed=0)
     done, steps = False, 0
@@ -187,20 +216,24 @@ def test_llm_agent_episode_runs_and_mirrors_env_transcript(backend, tokenizer, p
         obs, _, terminated, truncated, info = env.step(action)
         done = terminated or truncated
         steps += 1
-        assert agent.transcript == env.unwrapped.transcript[:len(agent.transcript)]
+        assert agent.transcript == env.unwrapped.transcript[: len(agent.transcript)]
     assert steps <= 3
     t = env.unwrapped.transcript
     # The agent has seen everything but a last observation after its final (truncated) turn.
-    assert agent.transcript == t[:len(agent.transcript)]
+    assert agent.transcript == t[: len(agent.transcript)]
     assert len(t) - len(agent.transcript) in (0, 1)
     prompt = agent.build_prompt()
     if mode == "chat":
         assert prompt == chat_messages(agent.transcript, default_system_prompt(protocol))
     else:
         head = tokenizer.apply_chat_template(
-            [{"role": "system", "content": default_system_prompt(protocol)},
-             {"role": "user", "content": t[0]["content"]}], tokenize=False,
-            add_generation_prompt=True)
+            [
+                {"role": "system", "content": default_system_prompt(protocol)},
+                {"role": "user", "content": t[0]["content"]},
+            ],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
         assert prompt == head + "".join(m["content"] for m in agent.transcript[1:])
 
 
@@ -222,10 +255,14 @@ class Scripted:
 
 
 def test_llm_agent_plays_a_valid_episode_to_termination():
-    backend = Scripted(["<think>who is the father?</think><search>Sefa Quill father</search>"
-                        "<information>made up</information>",
-                        "<think>his father</think><search>Aldo Quill father</search>",
-                        "<think>done</think><answer>Emery Quill</answer> trailing"])
+    backend = Scripted(
+        [
+            "<think>who is the father?</think><search>Sefa Quill father</search>"
+            "<information>made up</information>",
+            "<think>his father</think><search>Aldo Quill father</search>",
+            "<think>done</think><answer>Emery Quill</answer> trailing",
+        ]
+    )
     env = _env(max_turns=5)
     agent = LLMAgent(backend, sampling=SamplingParams(seed=1))
     obs, info = env.reset(options={"question_id": "tiny-6"})
@@ -255,8 +292,7 @@ def test_llm_agent_continuation_without_template_is_raw_text():
     agent = LLMAgent(backend, mode="continuation", use_chat_template=False, system_prompt="")
     agent.act("PROMPT\n", {"turn": 0})
     agent.act("\n<information>docs</information>\n", {"turn": 1})
-    assert backend.calls[1][0] == ["PROMPT\n<search>Lorn</search>\n<information>docs"
-                                   "</information>\n"]
+    assert backend.calls[1][0] == ["PROMPT\n<search>Lorn</search>\n<information>docs</information>\n"]
 
 
 def test_llm_agent_new_episode_starts_a_new_conversation():
@@ -264,8 +300,10 @@ def test_llm_agent_new_episode_starts_a_new_conversation():
     agent = LLMAgent(backend)
     agent.act("P1", {"turn": 0})
     agent.act("P2", {"turn": 0, "question": "q"})
-    assert agent.transcript == [{"role": "user", "content": "P2"},
-                                {"role": "assistant", "content": "<search>b</search>"}]
+    assert agent.transcript == [
+        {"role": "user", "content": "P2"},
+        {"role": "assistant", "content": "<search>b</search>"},
+    ]
 
 
 def test_act_batch_equals_act_for_greedy_decoding(backend):
@@ -279,19 +317,19 @@ def test_act_batch_equals_act_for_greedy_decoding(backend):
         singles.append(agent.act(obs, info))
     assert texts == singles
     steps = [e.step(t) for e, t in zip(envs, texts, strict=True)]
-    texts2 = batch_agent.act_batch([s[0] for s in steps], [s[4] for s in steps],
-                                   active=[True, False, True])
+    texts2 = batch_agent.act_batch([s[0] for s in steps], [s[4] for s in steps], active=[True, False, True])
     assert texts2[1] == ""
     for i in (0, 2):
         assert batch_agent.transcripts[i] == envs[i].unwrapped.transcript + [
-            {"role": "assistant", "content": texts2[i]}]
+            {"role": "assistant", "content": texts2[i]}
+        ]
 
 
 def test_act_batch_over_a_sync_vector_env(backend):
     n = 2
     venv = gym.vector.SyncVectorEnv(
-        [lambda: _env(max_turns=2) for _ in range(n)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        [lambda: _env(max_turns=2) for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
     agent = LLMAgent(backend, sampling=SamplingParams(max_new_tokens=8))
     obs, infos = venv.reset(seed=0)
     episodes = 0
@@ -304,7 +342,7 @@ def test_act_batch_over_a_sync_vector_env(backend):
             if not (term[i] or trunc[i]):
                 assert agent.transcripts[i][-1]["role"] == "assistant"
                 sub = venv.envs[i].unwrapped.transcript
-                assert agent.transcripts[i] == sub[:len(agent.transcripts[i])]
+                assert agent.transcripts[i] == sub[: len(agent.transcripts[i])]
     assert episodes >= n  # the 2-turn budget ends episodes; new ones start without errors
     venv.close()
 
@@ -314,8 +352,15 @@ def test_make_llm_agent_checks_arguments():
         make_llm_agent("m", backend="tgi")
     with pytest.raises(ValueError, match="base_url"):
         make_llm_agent("m", backend="openai")
-    agent = make_llm_agent("m", backend="openai", base_url="http://127.0.0.1:9/v1",
-                           protocol="r3", temperature=0.5, max_new_tokens=7, seed=3)
+    agent = make_llm_agent(
+        "m",
+        backend="openai",
+        base_url="http://127.0.0.1:9/v1",
+        protocol="r3",
+        temperature=0.5,
+        max_new_tokens=7,
+        seed=3,
+    )
     assert agent.mode == "chat" and agent.sampling.max_new_tokens == 7
     assert agent.stop == ("\nThe retrieval documents:", "\nStep ")
 
@@ -357,8 +402,11 @@ class _Stub:
                     return
                 if self.path.endswith("/chat/completions"):
                     text = stub.reply or body["messages"][-1]["content"][:5]
-                    data = {"choices": [{"message": {"role": "assistant", "content": text},
-                                         "finish_reason": "stop"}]}
+                    data = {
+                        "choices": [
+                            {"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                        ]
+                    }
                 else:
                     data = {"choices": [{"text": stub.reply or "raw", "finish_reason": "length"}]}
                 raw = json.dumps(data).encode()
@@ -371,8 +419,9 @@ class _Stub:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:
@@ -398,8 +447,9 @@ def test_openai_backend_chat_and_completions(stub):
     server = stub(reply="<think>t</think><search>Acme founder")
     be = OpenAIBackend(server.url, "served-model", api_key="k", max_concurrency=2)
     params = SamplingParams(max_new_tokens=9, stop=("</search>", "</answer>"), seed=5)
-    out = be.generate([[{"role": "user", "content": "q1"}], [{"role": "user", "content": "q2"}],
-                       "raw prompt"], params)
+    out = be.generate(
+        [[{"role": "user", "content": "q1"}], [{"role": "user", "content": "q2"}], "raw prompt"], params
+    )
     # The server drops the stop string; the backend restores the closing tag on finish "stop".
     assert out[:2] == ["<think>t</think><search>Acme founder</search>"] * 2
     assert out[2] == "<think>t</think><search>Acme founder"  # finish "length": left as is
@@ -471,10 +521,27 @@ def test_llm_eval_example_runs_batched_episodes(tmp_path, model, tokenizer):
     spec.loader.exec_module(module)
     model.save_pretrained(tmp_path / "m")
     tokenizer.save_pretrained(tmp_path / "m")
-    metrics = module.main(["--env", "hopgym/Tiny-v1", "--kw", "reward=null", "max_turns=2",
-                           "--model", str(tmp_path / "m"), "--episodes", "3", "--num-envs", "2",
-                           "--max-new-tokens", "6", "--json", str(tmp_path / "m.json"),
-                           "--trajectories", str(tmp_path / "t.jsonl")])
+    metrics = module.main(
+        [
+            "--env",
+            "hopgym/Tiny-v1",
+            "--kw",
+            "reward=null",
+            "max_turns=2",
+            "--model",
+            str(tmp_path / "m"),
+            "--episodes",
+            "3",
+            "--num-envs",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--json",
+            str(tmp_path / "m.json"),
+            "--trajectories",
+            str(tmp_path / "t.jsonl"),
+        ]
+    )
     assert metrics["episodes"] == 3
     assert json.loads((tmp_path / "m.json").read_text())["episodes"] == 3
     header, *lines = (tmp_path / "t.jsonl").read_text().splitlines()

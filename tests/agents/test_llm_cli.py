@@ -39,36 +39,84 @@ def test_llm_options_reach_the_agent(model_dir, tmp_path):
     env = gym.make("hopgym/Tiny-v1", max_turns=3)
     prompt = tmp_path / "system.txt"
     prompt.write_text("Answer in one word.\n", encoding="utf-8")
-    agent = make_cli_agent("llm", env, 0, _llm("--model", model_dir, "--mode", "continuation",
-                                               "--system-prompt", f"@{prompt}",
-                                               "--force-answer", "never",
-                                               "--max-new-tokens", "7"))
+    agent = make_cli_agent(
+        "llm",
+        env,
+        0,
+        _llm(
+            "--model",
+            model_dir,
+            "--mode",
+            "continuation",
+            "--system-prompt",
+            f"@{prompt}",
+            "--force-answer",
+            "never",
+            "--max-new-tokens",
+            "7",
+        ),
+    )
     assert (agent.mode, agent.system_prompt, agent.force_answer, agent.closed_book) == (
-        "continuation", "Answer in one word.\n", "never", False)
+        "continuation",
+        "Answer in one word.\n",
+        "never",
+        False,
+    )
     assert agent.sampling.max_new_tokens == 7
     agent = make_cli_agent("llm", env, 0, _llm("--model", model_dir, "--system-prompt", ""))
     assert agent.mode == "chat" and agent.system_prompt == ""
-    assert make_cli_agent("llm", env, 0, _llm("--model", model_dir)).system_prompt == \
-        default_system_prompt("tags")
+    assert make_cli_agent("llm", env, 0, _llm("--model", model_dir)).system_prompt == default_system_prompt(
+        "tags"
+    )
     direct = make_cli_agent("llm-direct", env, 0, _llm("--model", model_dir))
     assert direct.closed_book and direct.force_answer == "always"
     assert direct.system_prompt == CLOSED_BOOK_SYSTEM_PROMPTS["tags"]
-    few = make_cli_agent("llm", env, 0, _llm("--model", model_dir, "--few-shot", "2"),
-                         few_shot_env=gym.make("hopgym/Tiny-v1", max_turns=4))
+    few = make_cli_agent(
+        "llm",
+        env,
+        0,
+        _llm("--model", model_dir, "--few-shot", "2"),
+        few_shot_env=gym.make("hopgym/Tiny-v1", max_turns=4),
+    )
     assert len(few.few_shot) == 2
     with pytest.raises(CommandError, match="cannot read"):
-        make_cli_agent("llm", env, 0, _llm("--model", model_dir, "--system-prompt",
-                                           f"@{tmp_path / 'missing.txt'}"))
+        make_cli_agent(
+            "llm", env, 0, _llm("--model", model_dir, "--system-prompt", f"@{tmp_path / 'missing.txt'}")
+        )
     with pytest.raises(CommandError, match="llm-direct needs --model"):
         make_cli_agent("llm-direct", env, 0, _llm())
 
 
 def test_eval_llm_batched_writes_metrics_and_trajectories(model_dir, tmp_path, capsys):
     out, traj = tmp_path / "m.json", tmp_path / "t.jsonl"
-    assert main(["eval", "--env", "hopgym/Tiny-v1", "--max-turns", "2", "--agent", "llm",
-                 "--model", model_dir, "--max-new-tokens", "6", "--episodes", "3",
-                 "--num-envs", "2", "--mode", "continuation", "--json", str(out),
-                 "--trajectories", str(traj)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--env",
+                "hopgym/Tiny-v1",
+                "--max-turns",
+                "2",
+                "--agent",
+                "llm",
+                "--model",
+                model_dir,
+                "--max-new-tokens",
+                "6",
+                "--episodes",
+                "3",
+                "--num-envs",
+                "2",
+                "--mode",
+                "continuation",
+                "--json",
+                str(out),
+                "--trajectories",
+                str(traj),
+            ]
+        )
+        == 0
+    )
     metrics = json.loads(out.read_text())
     assert metrics["episodes"] == 3 and metrics["stopped"] is None
     assert metrics["answered"] == 1.0  # the last turn's answer is prefilled
@@ -80,17 +128,56 @@ def test_eval_llm_batched_writes_metrics_and_trajectories(model_dir, tmp_path, c
 
 def test_eval_llm_direct_answers_in_one_turn(model_dir, tmp_path):
     out = tmp_path / "m.json"
-    assert main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "llm-direct", "--model",
-                 model_dir, "--max-new-tokens", "5", "--episodes", "2", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--env",
+                "hopgym/Tiny-v1",
+                "--agent",
+                "llm-direct",
+                "--model",
+                model_dir,
+                "--max-new-tokens",
+                "5",
+                "--episodes",
+                "2",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     metrics = json.loads(out.read_text())
     assert metrics["avg_searches"] == 0.0 and metrics["answered"] == 1.0
 
 
 def test_eval_time_limit_stops_cleanly_and_still_writes(model_dir, tmp_path, capsys):
     out, traj = tmp_path / "m.json", tmp_path / "t.jsonl"
-    assert main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "llm", "--model", model_dir,
-                 "--max-new-tokens", "4", "--episodes", "500", "--time-limit", "2",
-                 "--json", str(out), "--trajectories", str(traj)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--env",
+                "hopgym/Tiny-v1",
+                "--agent",
+                "llm",
+                "--model",
+                model_dir,
+                "--max-new-tokens",
+                "4",
+                "--episodes",
+                "500",
+                "--time-limit",
+                "2",
+                "--json",
+                str(out),
+                "--trajectories",
+                str(traj),
+            ]
+        )
+        == 0
+    )
     metrics = json.loads(out.read_text())
     assert metrics["stopped"] == "time_limit" and 0 <= metrics["episodes"] < 500
     assert len(read_trajectories(traj).episodes) == metrics["episodes"]
@@ -99,5 +186,4 @@ def test_eval_time_limit_stops_cleanly_and_still_writes(model_dir, tmp_path, cap
 
 def test_num_envs_needs_an_llm_agent():
     with pytest.raises(SystemExit, match="only the llm agents"):
-        main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "oracle", "--num-envs", "2",
-              "--episodes", "2"])
+        main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "oracle", "--num-envs", "2", "--episodes", "2"])

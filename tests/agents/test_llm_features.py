@@ -38,7 +38,6 @@ def _env(protocol: str = "tags", max_turns: int = 4, **kw) -> gym.Env:
     return gym.make("hopgym/Tiny-v1", reward=None, protocol=protocol, max_turns=max_turns, **kw)
 
 
-
 class Fake:
     """A scripted backend: plays fixed completions and records each request."""
 
@@ -65,8 +64,7 @@ class Fake:
 def _episodes(backend, n_envs: int = 3, max_turns: int = 3, mode: str = "continuation"):
     """Greedy batched episodes; returns each turn's (text, generated ids, cached tokens)."""
     envs = [_env(max_turns=max_turns) for _ in range(n_envs)]
-    agent = LLMAgent(backend, sampling=SamplingParams(max_new_tokens=14), mode=mode,
-                     force_answer="never")
+    agent = LLMAgent(backend, sampling=SamplingParams(max_new_tokens=14), mode=mode, force_answer="never")
     firsts = [e.reset(options={"index": i}) for i, e in enumerate(envs)]
     obs, infos = [o for o, _ in firsts], [i for _, i in firsts]
     active = [True] * n_envs
@@ -116,14 +114,15 @@ def test_prefix_cache_matches_the_longest_prefix_and_respects_its_budget(model, 
 
 
 def test_transformers_backend_reports_finish_reasons(backend):
-    long = backend.complete(["Question: who founded Qelvor Dynamics?\n"],
-                            SamplingParams(max_new_tokens=3))[0]
+    long = backend.complete(["Question: who founded Qelvor Dynamics?\n"], SamplingParams(max_new_tokens=3))[0]
     assert long.finish_reason == "length" and long.truncated and long.completion_tokens == 3
-    free = backend.generate(["Question: who founded Qelvor Dynamics?\n"],
-                            SamplingParams(max_new_tokens=24))[0]
+    free = backend.generate(["Question: who founded Qelvor Dynamics?\n"], SamplingParams(max_new_tokens=24))[
+        0
+    ]
     stop = free[2:5]
-    cut = backend.complete(["Question: who founded Qelvor Dynamics?\n"],
-                           SamplingParams(max_new_tokens=24, stop=(stop,)))[0]
+    cut = backend.complete(
+        ["Question: who founded Qelvor Dynamics?\n"], SamplingParams(max_new_tokens=24, stop=(stop,))
+    )[0]
     assert cut.finish_reason == "stop" and not cut.truncated
 
 
@@ -142,9 +141,11 @@ class _Stub:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stub.bodies.append(body)
-                choice = ({"message": {"role": "assistant", **message}}
-                          if self.path.endswith("/chat/completions")
-                          else {"text": message.get("content", "")})
+                choice = (
+                    {"message": {"role": "assistant", **message}}
+                    if self.path.endswith("/chat/completions")
+                    else {"text": message.get("content", "")}
+                )
                 data = {"choices": [{**choice, "finish_reason": finish}], "usage": usage or {}}
                 raw = json.dumps(data).encode()
                 self.send_response(200)
@@ -156,8 +157,9 @@ class _Stub:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
-                         daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -192,20 +194,21 @@ def test_openai_backend_sends_no_n_unless_asked(stub):
 
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning", "thinking"])
 def test_openai_backend_merges_reasoning_back_as_think(stub, field):
-    server = stub({"content": "<search>Acme founder", field: "who founded Acme?"},
-                  usage={"prompt_tokens": 12, "completion_tokens": 7,
-                         "prompt_tokens_details": {"cached_tokens": 8}})
+    server = stub(
+        {"content": "<search>Acme founder", field: "who founded Acme?"},
+        usage={"prompt_tokens": 12, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 8}},
+    )
     be = OpenAIBackend(server.url, "m")
     chat = [{"role": "user", "content": "q"}]
     c = be.complete([chat], GREEDY)[0]
     assert c.text == "<search>Acme founder</search>" and c.reasoning == "who founded Acme?"
     assert (c.prompt_tokens, c.cached_tokens, c.completion_tokens) == (12, 8, 7)
-    assert be.generate([chat], GREEDY) == ["<think>who founded Acme?</think>"
-                                           "<search>Acme founder</search>"]
+    assert be.generate([chat], GREEDY) == ["<think>who founded Acme?</think><search>Acme founder</search>"]
     # The agent keeps the thought in its history, in its protocol's form.
     agent = LLMAgent(be, force_answer="never")
     assert agent.act("Question: who founded Acme?\n", {"turn": 0}).startswith(
-        "<think>who founded Acme?</think><search>")
+        "<think>who founded Acme?</think><search>"
+    )
     r3 = LLMAgent(be, protocol="r3", force_answer="never")
     assert r3.act("Q", {"turn": 0}).startswith("The problem analysis: who founded Acme?\n")
 
@@ -237,8 +240,14 @@ def test_openai_backend_prefill_needs_a_server_that_continues(stub):
 # ------------------------------------------------------------------------------ answer forcing
 @pytest.mark.parametrize("protocol", ["tags", "r3"])
 def test_answer_forcing_prefills_the_answer_on_the_last_turn_in_continuation(protocol):
-    fake = Fake(["<search>Lorn</search>" if protocol == "tags" else
-                 "The problem analysis: a\nThe retrieval query: Lorn", "Lorn</answer>"])
+    fake = Fake(
+        [
+            "<search>Lorn</search>"
+            if protocol == "tags"
+            else "The problem analysis: a\nThe retrieval query: Lorn",
+            "Lorn</answer>",
+        ]
+    )
     agent = LLMAgent(fake, protocol=protocol, mode="continuation")
     env = _env(protocol, max_turns=2)
     obs, info = env.reset(options={"index": 0})
@@ -271,9 +280,13 @@ def test_answer_forcing_in_chat_continues_a_final_assistant_message():
 
 
 def test_a_turn_cut_inside_an_open_action_is_closed_and_marked():
-    fake = Fake([Completion("<think>a</think><search>Sefa Quill fa", "length"),
-                 Completion("<think>the father is Aldo and", "length"),
-                 Completion("<answer>Emery", "stop")])
+    fake = Fake(
+        [
+            Completion("<think>a</think><search>Sefa Quill fa", "length"),
+            Completion("<think>the father is Aldo and", "length"),
+            Completion("<answer>Emery", "stop"),
+        ]
+    )
     agent = LLMAgent(fake, force_answer="never")
     env = _env(max_turns=4)
     obs, info = env.reset(options={"question_id": "tiny-6"})
@@ -310,7 +323,8 @@ def test_closed_book_agent_answers_at_once_from_the_bare_question():
     assert "<search>" not in msgs[1]["content"] and msgs[2]["content"] == "<answer>"
     cont = Fake(["Lorn</answer>"])
     LLMAgent(cont, closed_book=True, mode="continuation", protocol="r3").act(
-        obs, {**info, "turn": 0, "question": "Where?"})
+        obs, {**info, "turn": 0, "question": "Where?"}
+    )
     assert cont.calls[0][0].endswith("Question: Where?\n<assistant>" + answer_prefix("r3"))
 
 
@@ -322,9 +336,11 @@ def test_few_shot_examples_come_from_the_oracle_and_guard_the_asked_question():
     fake = Fake(["<answer>x</answer>"] * 4)
     agent = LLMAgent(fake, few_shot=examples)
     env = _env(max_turns=4)
-    asked = next(i for i in range(6)
-                 if all(env.reset(options={"index": i})[1]["question"] not in e[0]["content"]
-                        for e in examples))
+    asked = next(
+        i
+        for i in range(6)
+        if all(env.reset(options={"index": i})[1]["question"] not in e[0]["content"] for e in examples)
+    )
     obs, info = env.reset(options={"index": asked})
     agent.act(obs, info)
     msgs = fake.calls[0][0]
@@ -352,8 +368,7 @@ def test_batched_evaluation_matches_one_env_episode_for_episode(backend, tmp_pat
     env = _env(max_turns=3)
     agent = LLMAgent(backend, sampling=SamplingParams(max_new_tokens=10))
     one = evaluate(env, agent, episodes=5, seed=2, trajectories=tmp_path / "one.jsonl")
-    many = evaluate(env, agent, episodes=5, seed=2, num_envs=3,
-                    trajectories=tmp_path / "many.jsonl")
+    many = evaluate(env, agent, episodes=5, seed=2, num_envs=3, trajectories=tmp_path / "many.jsonl")
 
     def records(name):
         # Token counts differ (the prefix cache holds other sequences); the episodes do not.
@@ -364,8 +379,7 @@ def test_batched_evaluation_matches_one_env_episode_for_episode(backend, tmp_pat
         return sorted(eps, key=lambda ep: ep["seed"])
 
     assert records("one.jsonl") == records("many.jsonl")
-    for name in ("em", "f1", "avg_steps", "invalid_rate", "answered", "episodes",
-                 "truncated_rate"):
+    for name in ("em", "f1", "avg_steps", "invalid_rate", "answered", "episodes", "truncated_rate"):
         assert one[name] == pytest.approx(many[name]), name
     assert many["tokens"]["completion"] == one["tokens"]["completion"] > 0
     with pytest.raises(ValueError, match="act_batch"):

@@ -128,9 +128,12 @@ def test_collector_masks_and_logprobs_are_exact(tok, model, qids):
 
 
 def test_collect_is_reproducible_by_seed(tok, model, qids):
-    col = RolloutCollector(model, tok, lambda: make_env(None),
-                           RolloutConfig(temperature=1.0, max_new_tokens=8,
-                                         max_completion_tokens=120))
+    col = RolloutCollector(
+        model,
+        tok,
+        lambda: make_env(None),
+        RolloutConfig(temperature=1.0, max_new_tokens=8, max_completion_tokens=120),
+    )
     a = col.collect(qids[:2], 2, seed=3)
     b = col.collect(qids[:2], 2, seed=3)
     c = col.collect(qids[:2], 2, seed=4)
@@ -147,8 +150,9 @@ class ScriptedLM(torch.nn.Module):
         self.vocab, self.turns = vocab, turns
         self.turn, self.j = -1, 0
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
-                past_key_values=None, use_cache=None):
+    def forward(
+        self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None
+    ):
         if input_ids.shape[1] > 1:  # a new turn starts with a prefill
             self.turn, self.j = self.turn + 1, 0
         script = self.turns[self.turn]
@@ -176,9 +180,12 @@ def test_model_ids_are_kept_as_generated_not_retokenised(tok, qids):
     turn2 = [*ids("<answer> Emery Quill"), ids("</answer>")[0]]
     assert tok.encode(tok.decode(turn1), add_special_tokens=False) != turn1  # not canonical
     lm = ScriptedLM(len(tok), [turn1, turn2])
-    col = RolloutCollector(lm, tok, lambda: make_env("default"),
-                           RolloutConfig(temperature=0.0, max_new_tokens=12,
-                                         max_completion_tokens=400))
+    col = RolloutCollector(
+        lm,
+        tok,
+        lambda: make_env("default"),
+        RolloutConfig(temperature=0.0, max_new_tokens=12, max_completion_tokens=400),
+    )
     qid = next(q for q in qids if q == "tiny-6")  # the grandfather of Sefa Quill
     (t,) = col.collect([qid], 1, seed=0)
     model_ids = [i for i, m in zip(t.completion_ids, t.mask, strict=True) if m]
@@ -190,9 +197,12 @@ def test_model_ids_are_kept_as_generated_not_retokenised(tok, qids):
 
 
 def test_token_budget_cuts_the_episode(tok, model, qids):
-    col = RolloutCollector(model, tok, lambda: make_env(None),
-                           RolloutConfig(temperature=1.0, max_new_tokens=8,
-                                         max_completion_tokens=40))
+    col = RolloutCollector(
+        model,
+        tok,
+        lambda: make_env(None),
+        RolloutConfig(temperature=1.0, max_new_tokens=8, max_completion_tokens=40),
+    )
     for t in col.collect(qids[:2], 2, seed=1):
         assert len(t.completion_ids) <= 40
         assert t.completion_ids[-1] == tok.eos_token_id and t.mask[-1] == 0
@@ -208,8 +218,9 @@ def test_rollout_config_rejects_bad_values():
 
 
 def test_summarize_means():
-    a = Trajectory("q", [1], reward=1.0, reward_terms={"outcome": 1.0}, em=1.0, searches=2,
-                   steps=3, answer="x")
+    a = Trajectory(
+        "q", [1], reward=1.0, reward_terms={"outcome": 1.0}, em=1.0, searches=2, steps=3, answer="x"
+    )
     b = Trajectory("q", [1], reward=0.0, reward_terms={"outcome": 0.0}, invalid=1, steps=1)
     s = summarize([a, b])
     assert s["em"] == 0.5 and s["reward_terms/outcome"] == 0.5
@@ -228,10 +239,11 @@ def test_sft_examples_mask_exactly_the_teacher_turns(tok, qids):
         trained = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
         turns = [m["content"] for m in msgs if m["role"] == "assistant"]
         assert trained == normalize_text("".join(turns))
-        env_part = [i for i, m in zip(ids[len(prompt):], mask[len(prompt):], strict=True) if not m]
+        env_part = [i for i, m in zip(ids[len(prompt) :], mask[len(prompt) :], strict=True) if not m]
         obs = [m["content"] for m in msgs[1:] if m["role"] == "user"]
         assert env_part == [i for o in obs for i in tok.encode(o, add_special_tokens=False)] + [
-            tok.eos_token_id]
+            tok.eos_token_id
+        ]
 
 
 def test_imperfect_teacher_flaws():

@@ -16,8 +16,16 @@ from hopgym.agents import (
 )
 
 
-@pytest.mark.parametrize("kw", [{}, {"sources": ("local", "web")}, {"protocol": "r3"},
-                                {"top_k": 1}, {"background_k": 2, "sources": ("local", "web")}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"sources": ("local", "web")},
+        {"protocol": "r3"},
+        {"top_k": 1},
+        {"background_k": 2, "sources": ("local", "web")},
+    ],
+)
 def test_oracle_is_perfect_on_tiny(kw):
     env = gym.make("hopgym/Tiny-v1", **kw)
     m = evaluate(env, OracleAgent(env), episodes=6, seed=0)
@@ -78,9 +86,18 @@ def test_make_agent_names():
 def test_aggregate_means_carry_no_float_noise():
     from hopgym.agents.evaluation import aggregate
 
-    one = {"em": 0.0, "f1": 0.0, "support_recall": 1.0, "steps": 4, "searches": 3,
-           "searches_by_source": {"local": 3}, "invalid": 0, "prediction": None, "return": 0.1,
-           "reward_terms": {"cost": 0.1}}
+    one = {
+        "em": 0.0,
+        "f1": 0.0,
+        "support_recall": 1.0,
+        "steps": 4,
+        "searches": 3,
+        "searches_by_source": {"local": 3},
+        "invalid": 0,
+        "prediction": None,
+        "return": 0.1,
+        "reward_terms": {"cost": 0.1},
+    }
     m = aggregate([one] * 10)
     assert m["searches_by_source"] == {"local": 3.0}
     assert m["reward_terms"]["cost"] == 0.1

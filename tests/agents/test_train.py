@@ -64,32 +64,81 @@ def snapshot(model) -> list:
 
 
 def changed(before, model) -> int:
-    return sum(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(),
-                                                              strict=True))
+    return sum(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
 
 
 @pytest.mark.slow
 def test_cli_train_sft_then_grpo(tmp_path: Path, capsys):
     sft_out, grpo_out = tmp_path / "sft", tmp_path / "grpo"
-    assert main(["train", "sft", "--env", "hopgym/Tiny-v1", "--model", "tiny", *TINY_ARGS,
-                 "--out", str(sft_out), "--split", "none", "--steps", "3", "--batch-size", "4",
-                 "--max-length", "400", "--logging-steps", "1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "sft",
+                "--env",
+                "hopgym/Tiny-v1",
+                "--model",
+                "tiny",
+                *TINY_ARGS,
+                "--out",
+                str(sft_out),
+                "--split",
+                "none",
+                "--steps",
+                "3",
+                "--batch-size",
+                "4",
+                "--max-length",
+                "400",
+                "--logging-steps",
+                "1",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((sft_out / "hopgym_train.json").read_text())["summary"]
     assert summary["steps"] == 3 and summary["changed_tensors"] > 0
     assert summary["teacher_em"] == 1.0
     assert (sft_out / "tokenizer.json").exists() and (sft_out / "config.json").exists()
-    assert main(["train", "grpo", "--env", "hopgym/Tiny-v1", "--model", str(sft_out),
-                 "--out", str(grpo_out), "--split", "none", "--reward", "kunlun",
-                 "--steps", "2", "--questions-per-step", "2", "--group-size", "2",
-                 "--max-length", "200", "--max-new-tokens", "12", "--logging-steps", "1",
-                 "--lr", "1e-2"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "grpo",
+                "--env",
+                "hopgym/Tiny-v1",
+                "--model",
+                str(sft_out),
+                "--out",
+                str(grpo_out),
+                "--split",
+                "none",
+                "--reward",
+                "kunlun",
+                "--steps",
+                "2",
+                "--questions-per-step",
+                "2",
+                "--group-size",
+                "2",
+                "--max-length",
+                "200",
+                "--max-new-tokens",
+                "12",
+                "--logging-steps",
+                "1",
+                "--lr",
+                "1e-2",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((grpo_out / "hopgym_train.json").read_text())["summary"]
     assert summary["steps"] == 2 and summary["reward"] == "kunlun"
     assert (grpo_out / "curves.png").exists()
     logs = [json.loads(line) for line in (grpo_out / "log.jsonl").read_text().splitlines()]
     assert any("env/em" in row and "env/invalid_rate" in row for row in logs)
-    assert any("env/reward_terms/outcome" in row and "env/reward_terms/format" in row
-               for row in logs)
+    assert any("env/reward_terms/outcome" in row and "env/reward_terms/format" in row for row in logs)
     capsys.readouterr()
 
 
@@ -101,14 +150,19 @@ def test_sft_labels_mask_env_tokens(tmp_path: Path):
     qids = [s.id for s in env.unwrapped.task.samples]
     exs = teacher_examples(lambda: make_env(None), lambda e: OracleAgent(e), qids, tok)
     before = snapshot(model)
-    trainer = train_sft(model, tok, exs, SFTRunConfig(
-        output_dir=str(tmp_path), max_steps=2, batch_size=3, warmup_steps=0, logging_steps=1))
+    trainer = train_sft(
+        model,
+        tok,
+        exs,
+        SFTRunConfig(output_dir=str(tmp_path), max_steps=2, batch_size=3, warmup_steps=0, logging_steps=1),
+    )
     assert changed(before, model) > 0
     # TRL turned completion_mask into labels: -100 exactly on env tokens.
     for row, ex in zip(trainer.train_dataset, exs, strict=True):
         assert row["input_ids"] == ex["input_ids"]
-        assert row["labels"] == [i if m else -100 for i, m in
-                                 zip(ex["input_ids"], ex["completion_mask"], strict=True)]
+        assert row["labels"] == [
+            i if m else -100 for i, m in zip(ex["input_ids"], ex["completion_mask"], strict=True)
+        ]
     # The Trainer left an instance-level forward wrapper on the model that calls the original
     # model; the KL reference must not run the live weights through it.
     ref = frozen_copy(model)
@@ -129,17 +183,27 @@ def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path):
     seen: list[Trajectory] = []
     before = snapshot(model)
     trainer = train_grpo(
-        model, tok, lambda: LengthReward(make_env(None)),
+        model,
+        tok,
+        lambda: LengthReward(make_env(None)),
         [s.id for s in env.unwrapped.task.samples],
-        GRPORunConfig(output_dir=str(tmp_path), max_steps=2, questions_per_step=2, group_size=3,
-                      learning_rate=1e-2, max_new_tokens=8, max_completion_tokens=120,
-                      plot=False),
-        on_trajectories=seen.extend)
+        GRPORunConfig(
+            output_dir=str(tmp_path),
+            max_steps=2,
+            questions_per_step=2,
+            group_size=3,
+            learning_rate=1e-2,
+            max_new_tokens=8,
+            max_completion_tokens=120,
+            plot=False,
+        ),
+        on_trajectories=seen.extend,
+    )
     assert trainer.state.global_step == 2 and changed(before, model) > 0
     assert len(seen) == 2 * 2 * 3
     # TRL's RepeatSampler hands each question G times in a row: groups are one question each.
     for g in range(0, len(seen), 3):
-        assert len({t.question_id for t in seen[g:g + 3]}) == 1
+        assert len({t.question_id for t in seen[g : g + 3]}) == 1
     for t in seen:
         assert len(t.mask) == len(t.completion_ids) == len(t.logprobs)
         assert t.mask[-1] == 0 and set(t.mask) <= {0, 1} and 1 in t.mask
@@ -154,22 +218,33 @@ def test_grpo_kl_reference_is_the_starting_model(tmp_path: Path):
     model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
     before = snapshot(model)
     trainer = train_grpo(
-        model, tok, lambda: LengthReward(make_env(None)),
+        model,
+        tok,
+        lambda: LengthReward(make_env(None)),
         [s.id for s in env.unwrapped.task.samples],
-        GRPORunConfig(output_dir=str(tmp_path), max_steps=2, questions_per_step=2, group_size=2,
-                      learning_rate=1e-2, beta=0.5, max_new_tokens=8, max_completion_tokens=120,
-                      plot=False))
+        GRPORunConfig(
+            output_dir=str(tmp_path),
+            max_steps=2,
+            questions_per_step=2,
+            group_size=2,
+            learning_rate=1e-2,
+            beta=0.5,
+            max_new_tokens=8,
+            max_completion_tokens=120,
+            plot=False,
+        ),
+    )
     assert changed(before, model) > 0
     ref = dict(trainer.ref_model.named_parameters())
-    assert all(torch.equal(ref[name], b) for (name, _), b in
-               zip(model.named_parameters(), before, strict=True))
+    assert all(
+        torch.equal(ref[name], b) for (name, _), b in zip(model.named_parameters(), before, strict=True)
+    )
     assert model.config._name_or_path == ""
     assert any(h.get("kl", 0) > 0 for h in trainer.state.log_history)
 
 
 def test_env_reward_and_config_checks():
-    assert EnvReward()(prompts=["a", "b"], completions=["x", "y"], env_reward=[1, 0.5]) == [1.0,
-                                                                                            0.5]
+    assert EnvReward()(prompts=["a", "b"], completions=["x", "y"], env_reward=[1, 0.5]) == [1.0, 0.5]
     with pytest.raises(ValueError, match="env_reward"):
         EnvReward()(prompts=["a"], completions=["x"])
     with pytest.raises(ValueError, match="group_size"):
@@ -184,14 +259,15 @@ def test_env_reward_and_config_checks():
 
 
 def test_keep_correct_and_trajectory_examples():
-    good = Trajectory("q", [1, 2], completion_ids=[3, 4, 5], logprobs=[-1.0, 0.0, -2.0],
-                      mask=[1, 0, 1], em=1.0, reward=1.0)
-    bad = Trajectory("q", [1, 2], completion_ids=[3], logprobs=[-1.0], mask=[1], em=0.0,
-                     reward=0.3)
+    good = Trajectory(
+        "q", [1, 2], completion_ids=[3, 4, 5], logprobs=[-1.0, 0.0, -2.0], mask=[1, 0, 1], em=1.0, reward=1.0
+    )
+    bad = Trajectory("q", [1, 2], completion_ids=[3], logprobs=[-1.0], mask=[1], em=0.0, reward=0.3)
     assert keep_correct([good, bad]) == [good]
     assert keep_correct([good, bad], min_reward=0.2) == [good, bad]
     assert keep_correct([{"em": 0.0, "reward": 0.0}, {"em": 1.0, "reward": 1.0}]) == [
-        {"em": 1.0, "reward": 1.0}]
+        {"em": 1.0, "reward": 1.0}
+    ]
     ex = trajectory_example(good)
     assert ex["input_ids"] == [1, 2, 3, 4, 5]
     assert ex["completion_mask"] == [0, 0, 1, 0, 1]
@@ -229,12 +305,21 @@ def test_env_workers_reach_the_rollout_collector(monkeypatch, tmp_path: Path):
     tok = build_tokenizer(task_texts(env.unwrapped.task))
     model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
     with pytest.raises(Stop):
-        train_rft(model, tok, lambda: make_env("default"), ["tiny-1"],
-                  RFTRunConfig(output_dir=str(tmp_path), env_workers=3, max_new_tokens=8,
-                               max_completion_tokens=64))
+        train_rft(
+            model,
+            tok,
+            lambda: make_env("default"),
+            ["tiny-1"],
+            RFTRunConfig(output_dir=str(tmp_path), env_workers=3, max_new_tokens=8, max_completion_tokens=64),
+        )
     with pytest.raises(Stop):
-        train_grpo(model, tok, lambda: make_env("default"), ["tiny-1"],
-                   GRPORunConfig(output_dir=str(tmp_path), env_workers=2, plot=False))
+        train_grpo(
+            model,
+            tok,
+            lambda: make_env("default"),
+            ["tiny-1"],
+            GRPORunConfig(output_dir=str(tmp_path), env_workers=2, plot=False),
+        )
     assert seen == [3, 2]
     with pytest.raises(ValueError, match="env_workers"):
         GRPORunConfig(env_workers=-1)
@@ -246,18 +331,33 @@ def test_rft_keeps_only_passing_episodes_and_accounts_its_budget(tmp_path: Path)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
     model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
     rounds: list[list[Trajectory]] = []
-    cfg = RFTRunConfig(output_dir=str(tmp_path), max_rounds=3, questions_per_round=2,
-                       group_size=3, min_reward=1.3, batch_size=2, epochs=2,
-                       learning_rate=1e-2, max_new_tokens=8, max_completion_tokens=120)
+    cfg = RFTRunConfig(
+        output_dir=str(tmp_path),
+        max_rounds=3,
+        questions_per_round=2,
+        group_size=3,
+        min_reward=1.3,
+        batch_size=2,
+        epochs=2,
+        learning_rate=1e-2,
+        max_new_tokens=8,
+        max_completion_tokens=120,
+    )
     before = snapshot(model)
-    res = train_rft(model, tok, lambda: LengthReward(make_env(None)),
-                    [s.id for s in env.unwrapped.task.samples], cfg, on_trajectories=rounds.append)
+    res = train_rft(
+        model,
+        tok,
+        lambda: LengthReward(make_env(None)),
+        [s.id for s in env.unwrapped.task.samples],
+        cfg,
+        on_trajectories=rounds.append,
+    )
     # Budget: every round samples B x G episodes, G in a row per question.
     assert res.rounds == 3 and len(rounds) == 3
     assert res.episodes == 3 * cfg.episodes_per_round == sum(len(r) for r in rounds)
     for trajs in rounds:
         for g in range(0, len(trajs), 3):
-            assert len({t.question_id for t in trajs[g:g + 3]}) == 1
+            assert len({t.question_id for t in trajs[g : g + 3]}) == 1
     # Kept: exactly the episodes whose return reaches min_reward; SFT steps follow from them.
     kept = [[t for t in trajs if t.reward >= cfg.min_reward] for trajs in rounds]
     assert [h["rft/kept"] for h in res.history] == [len(k) for k in kept]
@@ -277,11 +377,23 @@ def test_rft_with_nothing_correct_leaves_the_model_alone(tmp_path: Path):
     tok = build_tokenizer(task_texts(env.unwrapped.task))
     model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
     before = snapshot(model)
-    res = train_rft(model, tok, lambda: make_env("default"),
-                    [s.id for s in env.unwrapped.task.samples],
-                    RFTRunConfig(output_dir=str(tmp_path), max_rounds=2, questions_per_round=2,
-                                 group_size=2, max_new_tokens=6, max_completion_tokens=60,
-                                 min_reward=2.0, plot=False, track_kl=False))
+    res = train_rft(
+        model,
+        tok,
+        lambda: make_env("default"),
+        [s.id for s in env.unwrapped.task.samples],
+        RFTRunConfig(
+            output_dir=str(tmp_path),
+            max_rounds=2,
+            questions_per_round=2,
+            group_size=2,
+            max_new_tokens=6,
+            max_completion_tokens=60,
+            min_reward=2.0,
+            plot=False,
+            track_kl=False,
+        ),
+    )
     assert res.episodes == 8 and res.kept == 0 and res.optimizer_steps == 0
     assert changed(before, model) == 0
 
@@ -292,8 +404,9 @@ def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Pat
     tok = build_tokenizer(task_texts(env.unwrapped.task))
     qids = [s.id for s in env.unwrapped.task.samples] * 3
     tcfg = TeacherConfig(early_answer=0.5, think=False)
-    exs = teacher_examples(lambda: make_env("default"),
-                           lambda e: ImperfectTeacher(e, tcfg, seed=0), qids, tok)
+    exs = teacher_examples(
+        lambda: make_env("default"), lambda e: ImperfectTeacher(e, tcfg, seed=0), qids, tok
+    )
     kept = keep_correct(exs)
     assert 0 < len(kept) < len(exs)
     assert all(e["em"] == 1.0 for e in kept)
@@ -305,8 +418,12 @@ def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Pat
     assert min(searches) >= 1 and all("<answer>" in a for a in answers)
     model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
     before = snapshot(model)
-    trainer = train_sft(model, tok, kept, SFTRunConfig(
-        output_dir=str(tmp_path), max_steps=2, batch_size=4, warmup_steps=0, logging_steps=1))
+    trainer = train_sft(
+        model,
+        tok,
+        kept,
+        SFTRunConfig(output_dir=str(tmp_path), max_steps=2, batch_size=4, warmup_steps=0, logging_steps=1),
+    )
     assert changed(before, model) > 0
     assert len(trainer.train_dataset) == len(kept)
 
@@ -314,12 +431,44 @@ def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Pat
 @pytest.mark.slow
 def test_cli_train_rft(tmp_path: Path, capsys):
     out = tmp_path / "rft"
-    assert main(["train", "rft", "--env", "hopgym/Synthetic-v1", "--model", "tiny", *TINY_ARGS,
-                 "--kw", "n_entities=100", "n_questions=20", "hops=2", "--out", str(out),
-                 "--split", "train", "--steps", "2",
-                 "--questions-per-step", "2", "--group-size", "2", "--max-length", "120",
-                 "--max-new-tokens", "8", "--min-reward", "-1",
-                 "--eval-split", "test", "--eval-n", "2"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "rft",
+                "--env",
+                "hopgym/Synthetic-v1",
+                "--model",
+                "tiny",
+                *TINY_ARGS,
+                "--kw",
+                "n_entities=100",
+                "n_questions=20",
+                "hops=2",
+                "--out",
+                str(out),
+                "--split",
+                "train",
+                "--steps",
+                "2",
+                "--questions-per-step",
+                "2",
+                "--group-size",
+                "2",
+                "--max-length",
+                "120",
+                "--max-new-tokens",
+                "8",
+                "--min-reward",
+                "-1",
+                "--eval-split",
+                "test",
+                "--eval-n",
+                "2",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "hopgym_train.json").read_text())["summary"]
     assert summary["rounds"] == 2 and summary["episodes"] == 8 and summary["kept"] == 8
     for key in ("eval_before", "eval_after"):  # greedy episodes on two held-out questions
@@ -345,8 +494,9 @@ class StandInVLLMClient:
     template = None  # the policy at start, set by the test
     instances: list[StandInVLLMClient] = []
 
-    def __init__(self, base_url=None, host="0.0.0.0", server_port=8000, group_port=51216,
-                 connection_timeout=0.0):
+    def __init__(
+        self, base_url=None, host="0.0.0.0", server_port=8000, group_port=51216, connection_timeout=0.0
+    ):
         import copy
 
         self.model = copy.deepcopy(StandInVLLMClient.template).eval()
@@ -372,9 +522,21 @@ class StandInVLLMClient:
     def reset_prefix_cache(self):
         pass
 
-    def generate(self, prompts, features=None, n=1, repetition_penalty=1.0, temperature=1.0,
-                 top_p=1.0, top_k=0, min_p=0.0, max_tokens=16, logprobs=0,
-                 structured_outputs_regex=None, generation_kwargs=None):
+    def generate(
+        self,
+        prompts,
+        features=None,
+        n=1,
+        repetition_penalty=1.0,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=0.0,
+        max_tokens=16,
+        logprobs=0,
+        structured_outputs_regex=None,
+        generation_kwargs=None,
+    ):
         params = {"max_tokens": max_tokens, **(generation_kwargs or {})}
         self.requests.append(params)
         stops = set(params.get("stop_token_ids", ()))
@@ -415,17 +577,28 @@ def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path,
     seen: list[Trajectory] = []
     before = snapshot(model)
     trainer = train_grpo(
-        model, tok, lambda: LengthReward(make_env(None)),
+        model,
+        tok,
+        lambda: LengthReward(make_env(None)),
         [s.id for s in env.unwrapped.task.samples],
-        GRPORunConfig(output_dir=str(tmp_path), max_steps=2, questions_per_step=2, group_size=3,
-                      learning_rate=1e-2, max_new_tokens=8, max_completion_tokens=120,
-                      use_vllm=True, vllm_mode="server", plot=False),
-        on_trajectories=seen.extend)
+        GRPORunConfig(
+            output_dir=str(tmp_path),
+            max_steps=2,
+            questions_per_step=2,
+            group_size=3,
+            learning_rate=1e-2,
+            max_new_tokens=8,
+            max_completion_tokens=120,
+            use_vllm=True,
+            vllm_mode="server",
+            plot=False,
+        ),
+        on_trajectories=seen.extend,
+    )
     (client,) = StandInVLLMClient.instances
     assert trainer.state.global_step == 2 and changed(before, model) > 0
     assert client.syncs == 2  # TRL pushed the weights before each step's rollouts
-    assert all(r["max_tokens"] == 8 and tok.eos_token_id in r["stop_token_ids"]
-               for r in client.requests)
+    assert all(r["max_tokens"] == 8 and tok.eos_token_id in r["stop_token_ids"] for r in client.requests)
     # Every model turn of every trajectory is a completion the engine returned, ids and
     # log-probs as they came (cut only at the token budget), never re-tokenised.
     returned = {tuple(ids): lps for ids, lps in client.returned}
@@ -444,8 +617,11 @@ def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path,
     # TRL recomputed the log-probs of exactly those tokens with the synced policy: its
     # importance-sampling check sees no gap between engine and trainer.
     hist = trainer.hopgym_history
-    diffs = [h["sampling/sampling_logp_difference/max"] for h in hist
-             if "sampling/sampling_logp_difference/max" in h]
+    diffs = [
+        h["sampling/sampling_logp_difference/max"]
+        for h in hist
+        if "sampling/sampling_logp_difference/max" in h
+    ]
     assert diffs and max(diffs) < 1e-4
 
 
@@ -455,8 +631,16 @@ def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path,
 def test_entity_renamer_redraws_facts_consistently():
     import numpy as np
 
-    world = dict(n_entities=100, hops=2, kinds="bridge", n_questions=40, distractors=0.0,
-                 phrasing_variety=1, passages_per_doc=1, web_noise=0.0)
+    world = dict(
+        n_entities=100,
+        hops=2,
+        kinds="bridge",
+        n_questions=40,
+        distractors=0.0,
+        phrasing_variety=1,
+        passages_per_doc=1,
+        web_noise=0.0,
+    )
 
     def env_fn():
         return gym.make("hopgym/Synthetic-v0", split="train", reward=None, top_k=1, **world)
@@ -464,14 +648,27 @@ def test_entity_renamer_redraws_facts_consistently():
     env = env_fn()
     tok = build_tokenizer(task_texts(env.unwrapped.task, ("tags",)))
     qids = [s.id for s in env.unwrapped.task.samples]
-    exs = teacher_examples(env_fn, lambda e: ImperfectTeacher(e, TeacherConfig(think=False),
-                                                              seed=0), qids, tok)
+    exs = teacher_examples(
+        env_fn, lambda e: ImperfectTeacher(e, TeacherConfig(think=False), seed=0), qids, tok
+    )
     ren = EntityRenamer(tok, env.unwrapped.task, exs)
     pool = set(ren.pool.tolist())
     # Name words only: never a tag, a relation word of the templates, or a number.
-    assert not pool & {tok.convert_tokens_to_ids(w) for w in
-                       ("<search>", "<answer>", "▁born", "▁married", "▁directed", "▁Question",
-                        "▁Doc", "▁Title", "▁is", "▁the")}
+    assert not pool & {
+        tok.convert_tokens_to_ids(w)
+        for w in (
+            "<search>",
+            "<answer>",
+            "▁born",
+            "▁married",
+            "▁directed",
+            "▁Question",
+            "▁Doc",
+            "▁Title",
+            "▁is",
+            "▁the",
+        )
+    }
     out = ren.apply(exs, seed=0)
     again = ren.apply(exs, seed=0)
     assert [e["input_ids"] for e in out] == [e["input_ids"] for e in again]  # seeded
@@ -495,9 +692,9 @@ def test_entity_renamer_redraws_facts_consistently():
     for e in ok[:10]:
         ids = e["input_ids"]
         i = max(j for j, t in enumerate(ids) if t in ans_start)
-        answer = ids[i + 1: ids.index(tok.convert_tokens_to_ids("</answer>"), i)]
+        answer = ids[i + 1 : ids.index(tok.convert_tokens_to_ids("</answer>"), i)]
         body = ids[:i]
-        assert any(body[k:k + len(answer)] == answer for k in range(len(body)))
+        assert any(body[k : k + len(answer)] == answer for k in range(len(body)))
     with pytest.raises(ValueError, match="documents"):
         EntityRenamer(tok, types.SimpleNamespace(documents={}, samples=[]))
     assert np.all(np.sort(ren.pool) == ren.pool)
@@ -515,8 +712,9 @@ def test_grpo_example_smoke_preset_and_merge(tmp_path: Path, capsys, monkeypatch
     example = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, example)  # dataclasses look their module up
     spec.loader.exec_module(example)
-    result = example.main(["--preset", "smoke", "--out", str(tmp_path / "run"),
-                           "--json", str(tmp_path / "s0.json")])
+    result = example.main(
+        ["--preset", "smoke", "--out", str(tmp_path / "run"), "--json", str(tmp_path / "s0.json")]
+    )
     run = result["runs"][0]
     for method in ("sft", "grpo", "rft", "continue_sft", "filtered_sft"):
         assert 0.0 <= run[method]["em"] <= 1.0

@@ -43,12 +43,16 @@ def _steps(env, turns, seed=0, index=0):
 def test_header_records_env_options_reward_and_agent():
     env = gym.make("hopgym/Tiny-v1", top_k=2, sources=("local", "web"), reward="r3rag")
     h = trajectory_header(env, OracleAgent(env), seed=3)
-    assert (h["format"], h["version"], h["hopgym_version"]) == ("hopgym-trajectories", 1,
-                                                                hopgym.__version__)
+    assert (h["format"], h["version"], h["hopgym_version"]) == ("hopgym-trajectories", 1, hopgym.__version__)
     assert h["env_id"] == "hopgym/Tiny-v1" and h["reward"] == "r3rag"
     # JSON: tuples are lists; the options decided by the others are recorded as they were decided
-    assert h["env_options"] == {"top_k": 2, "sources": ["local", "web"], "parse": "lenient",
-                                "repeat_notice": False, "last_turn_notice": False}
+    assert h["env_options"] == {
+        "top_k": 2,
+        "sources": ["local", "web"],
+        "parse": "lenient",
+        "repeat_notice": False,
+        "last_turn_notice": False,
+    }
     assert h["agent"] == "OracleAgent" and h["seed"] == 3 and h["protocol"] == "tags"
     assert h["task"] == "tiny" and h["questions"] == 6 and h["doc_text_chars"] == DOC_TEXT_CHARS
     assert h["created"].endswith("Z")
@@ -58,8 +62,7 @@ def test_header_records_env_options_reward_and_agent():
     # An env built by hand has no spec: no id, and only the options decided by the others.
     bare = trajectory_header(MultiHopQAEnv(tiny_task(), parse="strict"), agent_name="me")
     assert bare["env_id"] is None and bare["agent"] == "me"
-    assert bare["env_options"] == {"parse": "strict", "repeat_notice": True,
-                                   "last_turn_notice": True}
+    assert bare["env_options"] == {"parse": "strict", "repeat_notice": True, "last_turn_notice": True}
 
 
 def test_record_has_every_turn_parsed_with_documents_and_terms():
@@ -78,8 +81,7 @@ def test_record_has_every_turn_parsed_with_documents_and_terms():
         if t["action_type"] == "route":
             assert t["route"] in ("local", "web") and t["observation"]
         # Per-step terms are the non-zero ones and sum to the step's reward.
-        assert math.isclose(t["reward"], math.fsum(t.get("reward_terms", {}).values()),
-                            abs_tol=1e-12)
+        assert math.isclose(t["reward"], math.fsum(t.get("reward_terms", {}).values()), abs_tol=1e-12)
     assert res["turns"][-1]["answer"] == res["prediction"]
     # Every supporting document is there with its title, shown or not.
     task_docs = env.unwrapped.task.documents
@@ -93,9 +95,17 @@ def test_record_has_every_turn_parsed_with_documents_and_terms():
 
 def test_record_marks_skipped_repeats_invalid_turns_and_how_the_episode_ended():
     env = gym.make("hopgym/Tiny-v1")
-    res = _steps(env, ["<search>born</search>", "<search>born</search>", "no tags here",
-                       "<think>stuck</think>", "<search>Qelvor Dynamics</search>",
-                       "<search>Qelvor Dynamics</search>"])
+    res = _steps(
+        env,
+        [
+            "<search>born</search>",
+            "<search>born</search>",
+            "no tags here",
+            "<think>stuck</think>",
+            "<search>Qelvor Dynamics</search>",
+            "<search>Qelvor Dynamics</search>",
+        ],
+    )
     first, second, bad, think, _, again = res["turns"]
     assert len(first["new_ids"]) == 3 and len(second["new_ids"]) == 3
     assert not set(first["new_ids"]) & set(second["new_ids"])
@@ -136,15 +146,24 @@ def test_recorder_without_turns_gives_the_metrics_only():
 def test_evaluate_writes_header_then_episodes_and_reads_back(tmp_path):
     env = gym.make("hopgym/Tiny-v1")
     path = tmp_path / "run.jsonl"
-    metrics = evaluate(env, OracleAgent(env), episodes=5, seed=2, trajectories=path,
-                       agent_name="oracle")
+    metrics = evaluate(env, OracleAgent(env), episodes=5, seed=2, trajectories=path, agent_name="oracle")
     run = read_trajectories(path)
     assert run.upgraded_from is None and run.header["agent"] == "oracle"
     assert run.header["seed"] == 2 and len(run.episodes) == 5
     assert [ep["seed"] for ep in run.episodes] == [2, 3, 4, 5, 6]
     again = aggregate(run.episodes)
-    for key in ("em", "f1", "support_recall", "avg_steps", "avg_searches", "invalid_rate",
-                "answered", "reward", "searches_by_source", "reward_terms"):
+    for key in (
+        "em",
+        "f1",
+        "support_recall",
+        "avg_steps",
+        "avg_searches",
+        "invalid_rate",
+        "answered",
+        "reward",
+        "searches_by_source",
+        "reward_terms",
+    ):
         assert again[key] == metrics[key]
     # Every key of the format is present after reading, even those the writer left out.
     turn = run.episodes[0]["turns"][0]
@@ -169,19 +188,27 @@ def test_reads_hopgym_0_1_files():
     assert route["route"] == "web" and route["observation"]
     assert search["query"] == "The Glass Orchard film"
     assert [r3.episodes[0]["documents"][d]["title"] for d in search["new_ids"]] == [
-        "The Glass Orchard", "Dario Venn", "Night at Harrow Pier"]
+        "The Glass Orchard",
+        "Dario Venn",
+        "Night at Harrow Pier",
+    ]
     assert answer["answer"] == "The Glass Orchard"
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("", "empty file"),
-    ('{"format": "hopgym-trajectories", "version": 1}\n{"question_id": 1\n', r"run.jsonl:2: not JSON"),
-    ('{"format": "hopgym-trajectories", "version": 99}\n', "version 99 is newer"),
-    ('{"format": "something-else", "version": 1}\n', "is not 'hopgym-trajectories'"),
-    ('{"format": "hopgym-trajectories", "version": 1}\n{"question_id": "q"}\n',
-     r"run.jsonl:2: not an episode record \(no 'em'"),
-    ('[1, 2]\n', r"run.jsonl:1: expected a JSON object, got list"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "empty file"),
+        ('{"format": "hopgym-trajectories", "version": 1}\n{"question_id": 1\n', r"run.jsonl:2: not JSON"),
+        ('{"format": "hopgym-trajectories", "version": 99}\n', "version 99 is newer"),
+        ('{"format": "something-else", "version": 1}\n', "is not 'hopgym-trajectories'"),
+        (
+            '{"format": "hopgym-trajectories", "version": 1}\n{"question_id": "q"}\n',
+            r"run.jsonl:2: not an episode record \(no 'em'",
+        ),
+        ("[1, 2]\n", r"run.jsonl:1: expected a JSON object, got list"),
+    ],
+)
 def test_bad_files_name_the_file_and_line(tmp_path, content, message):
     path = tmp_path / "run.jsonl"
     path.write_text(content)

@@ -14,8 +14,10 @@ import pytest
 import hopgym  # noqa: F401  (registers the ids)
 
 #: A minimal chat template with a system role (``<|role|>\ncontent<|end|>``).
-TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 
 
 def build_tokenizer() -> Any:
@@ -31,14 +33,28 @@ def build_tokenizer() -> Any:
         for i in range(6):
             obs, _ = env.reset(options={"index": i})
             lines += obs.splitlines()
-    lines += ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
-              "<information>", "</information>", "The retrieval query:", "The final answer:"]
+    lines += [
+        "<think>",
+        "</think>",
+        "<search>",
+        "</search>",
+        "<answer>",
+        "</answer>",
+        "<information>",
+        "</information>",
+        "The retrieval query:",
+        "The final answer:",
+    ]
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=1, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<|pad|>", "<|end|>"])
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        min_frequency=1,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|pad|>", "<|end|>"],
+    )
     tok.train_from_iterator(lines * 3, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|end|>")
     fast.chat_template = TEMPLATE
@@ -51,11 +67,20 @@ def build_model(tokenizer: Any) -> Any:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=2048, tie_word_embeddings=True,
-                         initializer_range=0.2, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
     config._attn_implementation = "eager"
     return Qwen2ForCausalLM(config).eval()
 

@@ -34,5 +34,6 @@ class BatchedScript:
         from hopgym.agents.llm import unbatch_infos
 
         per = unbatch_infos(infos, len(observations))
-        return [self._act(i, o, per[i]) if active is None or active[i] else ""
-                for i, o in enumerate(observations)]
+        return [
+            self._act(i, o, per[i]) if active is None or active[i] else "" for i, o in enumerate(observations)
+        ]

@@ -33,8 +33,10 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("openai")
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 TURN = "<think>hm</think><search>Acme founder</search>"
 STOPS = ("</search>", "</route>", "</answer>")
 
@@ -47,13 +49,17 @@ def build_bigram_model(out: Path) -> None:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, min_frequency=1, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    tok.train_from_iterator(["Who founded Acme? Search for the Acme founder.", "hm",
-                             "user assistant system"] * 3, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>",
-                                   eos_token="<|im_end|>")
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        min_frequency=1,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    )
+    tok.train_from_iterator(
+        ["Who founded Acme? Search for the Acme founder.", "hm", "user assistant system"] * 3, trainer
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>")
     fast.add_tokens(["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>"])
     fast.chat_template = CHATML
     chain = fast.encode(TURN, add_special_tokens=False)
@@ -61,21 +67,33 @@ def build_bigram_model(out: Path) -> None:
     assert len(set(chain)) == len(chain) and newline not in chain
     vocab = len(fast)
     hidden = -(-vocab // 64) * 64
-    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=64,
-                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, tie_word_embeddings=False,
-                         pad_token_id=fast.pad_token_id, eos_token_id=fast.eos_token_id,
-                         bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        pad_token_id=fast.pad_token_id,
+        eos_token_id=fast.eos_token_id,
+        bos_token_id=None,
+    )
     model = Qwen2ForCausalLM(config)
-    successor = {newline: chain[0], **dict(zip(chain, chain[1:], strict=False)),
-                 chain[-1]: fast.eos_token_id}
+    successor = {newline: chain[0], **dict(zip(chain, chain[1:], strict=False)), chain[-1]: fast.eos_token_id}
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()  # attention and MLP add nothing: the residual stream is the embedding
         model.model.embed_tokens.weight.copy_(torch.eye(vocab, hidden))
-        for norm in (model.model.norm, *(n for layer in model.model.layers
-                                          for n in (layer.input_layernorm,
-                                                    layer.post_attention_layernorm))):
+        for norm in (
+            model.model.norm,
+            *(
+                n
+                for layer in model.model.layers
+                for n in (layer.input_layernorm, layer.post_attention_layernorm)
+            ),
+        ):
             norm.weight.fill_(1.0)
         for a, b in successor.items():
             model.lm_head.weight[b, a] = 10.0
@@ -100,13 +118,28 @@ def server(tmp_path_factory):
     build_bigram_model(model_dir)
     log = root / "server.log"
     port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir),
-             "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-             "--log-level", "info"], stdout=out, stderr=subprocess.STDOUT, env=env)
+            [
+                sys.executable,
+                "-m",
+                "transformers.cli.transformers",
+                "serve",
+                str(model_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--device",
+                "cpu",
+                "--log-level",
+                "info",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         client = HTTPClient(url, timeout=5.0, retries=0)
@@ -149,8 +182,11 @@ def test_reasoning_content_is_merged_back_and_no_n_is_sent(server):
 
 def test_agent_keeps_the_thought_in_history_and_transcript(server):
     url, model, _ = server
-    agent = LLMAgent(OpenAIBackend(url, model, timeout=60, retries=0),
-                     sampling=SamplingParams(max_new_tokens=20), force_answer="never")
+    agent = LLMAgent(
+        OpenAIBackend(url, model, timeout=60, retries=0),
+        sampling=SamplingParams(max_new_tokens=20),
+        force_answer="never",
+    )
     assert agent.mode == "chat"
     env = gym.make("hopgym/Tiny-v1", reward=None, max_turns=3)
     obs, info = env.reset(options={"index": 0})
@@ -159,21 +195,26 @@ def test_agent_keeps_the_thought_in_history_and_transcript(server):
         obs, _, _, _, info = env.step(text)
         assert text == TURN and info["action_type"] == "search"
         assert info["query"] == "Acme founder" and info["think"] == "hm"
-    assert agent.transcript == env.unwrapped.transcript[:len(agent.transcript)]
+    assert agent.transcript == env.unwrapped.transcript[: len(agent.transcript)]
     assert sum(m["content"] == TURN for m in env.unwrapped.transcript) == 2
 
 
 def test_raw_completions_cut_at_the_limit_are_closed(server):
     url, model, _ = server
     be = OpenAIBackend(url, model, timeout=60, retries=0, tokenizer=model)
-    agent = LLMAgent(be, mode="continuation", system_prompt="",
-                     sampling=SamplingParams(max_new_tokens=5), force_answer="never")
+    agent = LLMAgent(
+        be,
+        mode="continuation",
+        system_prompt="",
+        sampling=SamplingParams(max_new_tokens=5),
+        force_answer="never",
+    )
     env = gym.make("hopgym/Tiny-v1", reward=None, max_turns=3)
     obs, info = env.reset(options={"index": 0})
     text = agent.act(obs, info)
     assert agent.turn_info[0]["finish_reason"] == "length" and agent.turn_info[0]["truncated"]
     head = "<think>hm</think><search>"
-    query = text[len(head):-len("</search>")]
+    query = text[len(head) : -len("</search>")]
     assert text.startswith(head) and text.endswith("</search>") and "Acme".startswith(query)
     assert agent.turn_info[0]["closed"] == "</search>"
     assert env.step(text)[4]["query"] == query

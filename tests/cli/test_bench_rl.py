@@ -19,13 +19,18 @@ from hopgym.envs.featurized import FeaturizedEnv  # noqa: E402
 
 TINY_ID = "hopgym-test/TinyFeaturized-v0"
 if TINY_ID not in registry:
-    register(id=TINY_ID, entry_point="hopgym.envs.featurized:make_featurized",
-             kwargs={"base_id": "hopgym/Tiny-v1", "max_candidates": 4, "hash_dim": 16})
+    register(
+        id=TINY_ID,
+        entry_point="hopgym.envs.featurized:make_featurized",
+        kwargs={"base_id": "hopgym/Tiny-v1", "max_candidates": 4, "hash_dim": 16},
+    )
 
-TINY_HP = {"ppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 2},
-           "maskppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 2},
-           "a2c": {"n_steps": 4},
-           "dqn": {"learning_starts": 16, "train_freq": 2, "buffer_size": 500}}
+TINY_HP = {
+    "ppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 2},
+    "maskppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 2},
+    "a2c": {"n_steps": 4},
+    "dqn": {"learning_starts": 16, "train_freq": 2, "buffer_size": 500},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -67,18 +72,34 @@ def test_make_model_rejects_unknown_algorithms():
     with pytest.raises(ValueError, match="unknown algorithm"):
         rl_bench.make_model("sac", gym.make(TINY_ID), seed=0)
     with pytest.raises(TypeError, match="featurized env"):
-        rl_bench.bench_rl("hopgym/Tiny-v1", algos=["ppo"], seeds=[0], timesteps=8,
-                          eval_episodes=1, baselines=[], progress=False)
+        rl_bench.bench_rl(
+            "hopgym/Tiny-v1",
+            algos=["ppo"],
+            seeds=[0],
+            timesteps=8,
+            eval_episodes=1,
+            baselines=[],
+            progress=False,
+        )
 
 
 def test_bench_rl_end_to_end(tmp_path):
     png = tmp_path / "curves.png"
     out = rl_bench.bench_rl(
-        TINY_ID, algos=["ppo", "dqn"], seeds=[0, 1], timesteps=64, eval_episodes=6,
-        baselines=["masked-random", "oracle"], eval_every=32, curve_episodes=3,
-        hyperparams=TINY_HP, n_envs=2, progress=False, plot=png)
-    assert [(r["algo"], r["seed"]) for r in out["runs"]] == [
-        ("ppo", 0), ("ppo", 1), ("dqn", 0), ("dqn", 1)]
+        TINY_ID,
+        algos=["ppo", "dqn"],
+        seeds=[0, 1],
+        timesteps=64,
+        eval_episodes=6,
+        baselines=["masked-random", "oracle"],
+        eval_every=32,
+        curve_episodes=3,
+        hyperparams=TINY_HP,
+        n_envs=2,
+        progress=False,
+        plot=png,
+    )
+    assert [(r["algo"], r["seed"]) for r in out["runs"]] == [("ppo", 0), ("ppo", 1), ("dqn", 0), ("dqn", 1)]
     for run in out["runs"]:
         assert 0.0 <= run["em"] <= 1.0 and run["train_steps_per_s"] > 0
         assert [p[0] for p in run["curve"]][0] == 0 and len(run["curve"]) >= 2
@@ -95,10 +116,30 @@ def test_bench_rl_end_to_end(tmp_path):
 def test_cli_parses_and_runs(tmp_path, capsys):
     parser = build_parser()
     out_json = tmp_path / "r.json"
-    args = parser.parse_args(["bench-rl", "--env", TINY_ID, "--algos", "a2c", "--seeds", "3",
-                              "--timesteps", "32", "--eval-episodes", "2", "--eval-every", "0",
-                              "--baselines", "masked-random", "--json", str(out_json),
-                              "--no-progress", "--kw", "max_turns=4"])
+    args = parser.parse_args(
+        [
+            "bench-rl",
+            "--env",
+            TINY_ID,
+            "--algos",
+            "a2c",
+            "--seeds",
+            "3",
+            "--timesteps",
+            "32",
+            "--eval-episodes",
+            "2",
+            "--eval-every",
+            "0",
+            "--baselines",
+            "masked-random",
+            "--json",
+            str(out_json),
+            "--no-progress",
+            "--kw",
+            "max_turns=4",
+        ]
+    )
     assert args.algos == ["a2c"] and args.seeds == [3]
     assert args.func(args) == 0
     data = json.loads(out_json.read_text())

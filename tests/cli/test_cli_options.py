@@ -28,14 +28,15 @@ COMMAND_ONLY = {"help": "argparse's -h/--help", "version": "hopgym --version"}
 #: Config fields that get no option of their own, per (command, config), and why.
 EXCLUDED = {
     ("data", "WorldConfig"): "every field through --kw KEY=VALUE: tuples such as hops=(2,3) are "
-                             "Python literals there",
+    "Python literals there",
     ("index build", "RetrieverSpec"): "urls, timeout, retries, backoff only serve an http "
-                                      "retriever, which cannot be saved; show_progress is "
-                                      "IndexBuildConfig.progress (on by default on the command "
-                                      "line)",
+    "retriever, which cannot be saved; show_progress is "
+    "IndexBuildConfig.progress (on by default on the command "
+    "line)",
 }
-EXCLUDED_FIELDS = {("index build", "RetrieverSpec"): {"urls", "timeout", "retries", "backoff",
-                                                      "show_progress"}}
+EXCLUDED_FIELDS = {
+    ("index build", "RetrieverSpec"): {"urls", "timeout", "retries", "backoff", "show_progress"}
+}
 for _name in ("eval", "bench", "play"):
     EXCLUDED[(_name, "EnvOptions")] = "render_mode: the commands print what they show themselves"
     EXCLUDED_FIELDS[(_name, "EnvOptions")] = {"render_mode"}
@@ -56,9 +57,21 @@ LEAVES = dict(leaves(PARSER))
 
 
 def test_every_command_is_there():
-    assert set(LEAVES) == {"eval", "bench", "play", "view", "data", "index build", "index info",
-                           "index verify",
-                           "serve", "train sft", "train grpo", "train rft", "bench-rl"}
+    assert set(LEAVES) == {
+        "eval",
+        "bench",
+        "play",
+        "view",
+        "data",
+        "index build",
+        "index info",
+        "index verify",
+        "serve",
+        "train sft",
+        "train grpo",
+        "train rft",
+        "bench-rl",
+    }
     assert len(COMMANDS) == 9
 
 
@@ -70,11 +83,13 @@ def test_every_option_is_a_config_field_and_every_field_an_option(name):
     expected: dict[str, str] = {}
     for spec in specs:
         key = (name, spec.cls.__name__)
-        listed = EXCLUDED_FIELDS.get(key, {f.name for f in dataclasses.fields(spec.cls)}
-                                     if key in EXCLUDED else set())
+        listed = EXCLUDED_FIELDS.get(
+            key, {f.name for f in dataclasses.fields(spec.cls)} if key in EXCLUDED else set()
+        )
         assert spec.exclude == frozenset(listed), (
             f"hopgym {name}: {spec.cls.__name__} leaves out {sorted(spec.exclude)} without a "
-            f"reason in EXCLUDED")
+            f"reason in EXCLUDED"
+        )
         for f in spec.fields():
             expected[spec.dest(f.name)] = f"{spec.cls.__name__}.{f.name}"
         if spec.kv_dest:
@@ -135,35 +150,71 @@ def test_drifted_defaults_now_come_from_the_config():
     assert grpo.max_steps == GRPORunConfig.max_steps == 100
     assert grpo.max_new_tokens == GRPORunConfig.max_new_tokens == 64
     # Every TRL GRPO knob the config carries is reachable.
-    args = parse("train", "grpo", "--model", "tiny", "--epsilon", "0.3", "--loss-type", "grpo",
-                 "--scale-rewards", "none", "--beta", "0.04", "--no-plot", "--bf16")
+    args = parse(
+        "train",
+        "grpo",
+        "--model",
+        "tiny",
+        "--epsilon",
+        "0.3",
+        "--loss-type",
+        "grpo",
+        "--scale-rewards",
+        "none",
+        "--beta",
+        "0.04",
+        "--no-plot",
+        "--bf16",
+    )
     grpo = config_from_args(args, GRPORunConfig)
-    assert (grpo.epsilon, grpo.loss_type, grpo.scale_rewards, grpo.beta, grpo.plot,
-            grpo.bf16) == (0.3, "grpo", "none", 0.04, False, True)
+    assert (grpo.epsilon, grpo.loss_type, grpo.scale_rewards, grpo.beta, grpo.plot, grpo.bf16) == (
+        0.3,
+        "grpo",
+        "none",
+        0.04,
+        False,
+        True,
+    )
 
 
-@pytest.mark.parametrize("argv, cls, key", [
-    (["eval"], EnvConfig, "kw"),
-    (["play"], EnvConfig, "kw"),
-    (["bench"], BenchConfig, "kw"),
-    (["bench-rl"], BenchRLConfig, "kw"),
-    (["bench-rl"], BenchRLConfig, "eval_kw"),
-    (["train", "grpo", "--model", "m"], TrainConfig, "kw"),
-])
+@pytest.mark.parametrize(
+    "argv, cls, key",
+    [
+        (["eval"], EnvConfig, "kw"),
+        (["play"], EnvConfig, "kw"),
+        (["bench"], BenchConfig, "kw"),
+        (["bench-rl"], BenchRLConfig, "kw"),
+        (["bench-rl"], BenchRLConfig, "eval_kw"),
+        (["train", "grpo", "--model", "m"], TrainConfig, "kw"),
+    ],
+)
 def test_repeated_kw_keeps_every_group(argv, cls, key):
     flag = "--" + key.replace("_", "-")
     args = parse(*argv, flag, "path='a b.json'", flag, "mode=open", "top_k=2")
-    assert getattr(config_from_args(args, cls), key) == {"path": "a b.json", "mode": "open",
-                                                         "top_k": 2}
+    assert getattr(config_from_args(args, cls), key) == {"path": "a b.json", "mode": "open", "top_k": 2}
 
 
 def test_repeated_key_value_and_list_options_accumulate():
     from hopgym.cli.data import WORLD_SPEC
     from hopgym.cli.train import TEACHER, TINY
 
-    args = parse("train", "sft", "--model", "tiny", "--teacher", "imperfect",
-                 "--tiny", "layers=1", "--tiny", "hidden=32", "heads=2",
-                 "--teacher-kw", "early_answer=0.5", "--teacher-kw", "never_route=True")
+    args = parse(
+        "train",
+        "sft",
+        "--model",
+        "tiny",
+        "--teacher",
+        "imperfect",
+        "--tiny",
+        "layers=1",
+        "--tiny",
+        "hidden=32",
+        "heads=2",
+        "--teacher-kw",
+        "early_answer=0.5",
+        "--teacher-kw",
+        "never_route=True",
+    )
     tiny = config_from_args(args, TINY)
     assert (tiny.layers, tiny.hidden, tiny.heads) == (1, 32, 2)
     teacher = config_from_args(args, TEACHER)
@@ -178,55 +229,162 @@ def test_repeated_key_value_and_list_options_accumulate():
 
 
 def test_old_flags_from_the_readme_and_tests_still_work():
-    args = parse("train", "grpo", "--model", "runs/sft", "--out", "o", "--steps", "2",
-                 "--lr", "1e-2", "--max-length", "200", "--time-limit", "5",
-                 "--questions-per-step", "2", "--group-size", "2", "--max-new-tokens", "12")
+    args = parse(
+        "train",
+        "grpo",
+        "--model",
+        "runs/sft",
+        "--out",
+        "o",
+        "--steps",
+        "2",
+        "--lr",
+        "1e-2",
+        "--max-length",
+        "200",
+        "--time-limit",
+        "5",
+        "--questions-per-step",
+        "2",
+        "--group-size",
+        "2",
+        "--max-new-tokens",
+        "12",
+    )
     g = config_from_args(args, GRPORunConfig)
-    assert (g.output_dir, g.max_steps, g.learning_rate, g.max_completion_tokens,
-            g.time_limit_s) == ("o", 2, 1e-2, 200, 5.0)
-    args = parse("train", "sft", "--env", "hopgym/Synthetic-v1", "--model", "tiny", "--out",
-                 "runs/sft", "--teacher", "imperfect", "--teacher-kw", "early_answer=0.5",
-                 "--kw", "hops=2", "kinds=bridge", "--split", "none", "--steps", "3",
-                 "--batch-size", "4", "--max-length", "400", "--logging-steps", "1",
-                 "--tiny", "layers=1", "hidden=32", "heads=2", "ffn=64", "max_positions=512")
+    assert (g.output_dir, g.max_steps, g.learning_rate, g.max_completion_tokens, g.time_limit_s) == (
+        "o",
+        2,
+        1e-2,
+        200,
+        5.0,
+    )
+    args = parse(
+        "train",
+        "sft",
+        "--env",
+        "hopgym/Synthetic-v1",
+        "--model",
+        "tiny",
+        "--out",
+        "runs/sft",
+        "--teacher",
+        "imperfect",
+        "--teacher-kw",
+        "early_answer=0.5",
+        "--kw",
+        "hops=2",
+        "kinds=bridge",
+        "--split",
+        "none",
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--max-length",
+        "400",
+        "--logging-steps",
+        "1",
+        "--tiny",
+        "layers=1",
+        "hidden=32",
+        "heads=2",
+        "ffn=64",
+        "max_positions=512",
+    )
     s = config_values(args, SFTRunConfig)
-    assert (s["output_dir"], s["max_steps"], s["batch_size"], s["max_length"]) == (
-        "runs/sft", 3, 4, 400)
+    assert (s["output_dir"], s["max_steps"], s["batch_size"], s["max_length"]) == ("runs/sft", 3, 4, 400)
     train = config_from_args(args, TrainConfig)
     assert train.split is None and train.kw == {"hops": 2, "kinds": "bridge"}
-    args = parse("bench-rl", "--algos", "ppo,a2c,dqn,maskppo", "--seeds", "0,1,2",
-                 "--kw", "base_kwargs={'split': 'train'}", "--eval-kw",
-                 "base_kwargs={'split': 'test'}", "--baselines", "masked-random,random,iterative",
-                 "--json", "--no-progress")
+    args = parse(
+        "bench-rl",
+        "--algos",
+        "ppo,a2c,dqn,maskppo",
+        "--seeds",
+        "0,1,2",
+        "--kw",
+        "base_kwargs={'split': 'train'}",
+        "--eval-kw",
+        "base_kwargs={'split': 'test'}",
+        "--baselines",
+        "masked-random,random,iterative",
+        "--json",
+        "--no-progress",
+    )
     b = config_from_args(args, BenchRLConfig)
     assert b.algos == ("ppo", "a2c", "dqn", "maskppo") and b.json == "-" and not b.progress
     assert b.eval_kw == {"base_kwargs": {"split": "test"}}
-    args = parse("index", "build", "--corpus", "c.jsonl", "--out", "idx", "--retriever",
-                 "hybrid", "--model", "hashing-32", "--index-type", "hnsw", "--no-progress",
-                 "--force", "--limit", "10")
+    args = parse(
+        "index",
+        "build",
+        "--corpus",
+        "c.jsonl",
+        "--out",
+        "idx",
+        "--retriever",
+        "hybrid",
+        "--model",
+        "hashing-32",
+        "--index-type",
+        "hnsw",
+        "--no-progress",
+        "--force",
+        "--limit",
+        "10",
+    )
     assert (args.kind, args.model, args.index_type, args.progress, args.force, args.limit) == (
-        "hybrid", "hashing-32", "hnsw", False, True, 10)
-    args = parse("serve", "--index", "idx", "--port", "8123", "--topk", "5", "--max-batch", "8",
-                 "--max-wait-ms", "1.5", "--verbose")
-    assert (args.port, args.topk, args.max_batch, args.max_wait_ms, args.verbose) == (
-        8123, 5, 8, 1.5, True)
+        "hybrid",
+        "hashing-32",
+        "hnsw",
+        False,
+        True,
+        10,
+    )
+    args = parse(
+        "serve",
+        "--index",
+        "idx",
+        "--port",
+        "8123",
+        "--topk",
+        "5",
+        "--max-batch",
+        "8",
+        "--max-wait-ms",
+        "1.5",
+        "--verbose",
+    )
+    assert (args.port, args.topk, args.max_batch, args.max_wait_ms, args.verbose) == (8123, 5, 8, 1.5, True)
     assert parse("index", "info", "idx").index == "idx"
 
 
 def test_underscore_spellings_are_accepted():
-    args = parse("train", "grpo", "--model", "m", "--max_steps", "7", "--learning_rate=0.5",
-                 "--eval_split", "test", "--kw", "a_b=1")
-    assert (args.max_steps, args.learning_rate, args.eval_split, args.kw) == (
-        7, 0.5, "test", [("a_b", 1)])
+    args = parse(
+        "train",
+        "grpo",
+        "--model",
+        "m",
+        "--max_steps",
+        "7",
+        "--learning_rate=0.5",
+        "--eval_split",
+        "test",
+        "--kw",
+        "a_b=1",
+    )
+    assert (args.max_steps, args.learning_rate, args.eval_split, args.kw) == (7, 0.5, "test", [("a_b", 1)])
 
 
 def test_optional_numbers_take_none_and_choices_are_checked(capsys):
-    assert parse("index", "build", "--corpus", "c", "--out", "o", "--threads", "none").threads \
-        is None
-    for argv in (["bench-rl", "--algos", "ppo,sac"], ["bench-rl", "--seeds", "a,b"],
-                 ["train", "grpo", "--model", "m", "--loss-type", "ppo"],
-                 ["index", "build", "--corpus", "c", "--out", "o", "--retriever", "splade"],
-                 ["eval", "--episodes", "many"], ["train", "grpo", "--out", "o"]):
+    assert parse("index", "build", "--corpus", "c", "--out", "o", "--threads", "none").threads is None
+    for argv in (
+        ["bench-rl", "--algos", "ppo,sac"],
+        ["bench-rl", "--seeds", "a,b"],
+        ["train", "grpo", "--model", "m", "--loss-type", "ppo"],
+        ["index", "build", "--corpus", "c", "--out", "o", "--retriever", "splade"],
+        ["eval", "--episodes", "many"],
+        ["train", "grpo", "--out", "o"],
+    ):
         with pytest.raises(SystemExit) as exc:
             parse(*argv)
         assert exc.value.code == 2, argv
@@ -244,46 +402,69 @@ def test_a_config_refusal_is_one_line():
         assert message in str(exc.value), str(exc.value)
 
     refused(["train", "grpo", "--model", "tiny", "--group-size", "1"], "group_size must be >= 2")
-    refused(["train", "sft", "--model", "tiny", "--teacher-kw", "early_answer=0.5"],
-            "add --teacher imperfect")
-    refused(["train", "sft", "--model", "runs/x", "--tiny-layers", "2"],
-            "--tiny-layers describe the tiny model")
+    refused(
+        ["train", "sft", "--model", "tiny", "--teacher-kw", "early_answer=0.5"], "add --teacher imperfect"
+    )
+    refused(
+        ["train", "sft", "--model", "runs/x", "--tiny-layers", "2"], "--tiny-layers describe the tiny model"
+    )
     refused(["train", "sft", "--model", "tiny", "--tiny", "depth=2"], "--tiny: unknown key(s) depth")
     refused(["data", "--out", "w", "--kw", "hops=7"], "hops must be ints in 1..4")
 
 
 def run_py(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
 def test_cli_import_and_help_stay_light():
-    proc = run_py("import sys, io, contextlib\n"
-                  "from hopgym.cli import build_parser\n"
-                  "with contextlib.redirect_stdout(io.StringIO()):\n"
-                  "    try: build_parser().parse_args(['train', 'grpo', '--help'])\n"
-                  "    except SystemExit: pass\n"
-                  "heavy = ('torch', 'trl', 'transformers', 'faiss', 'stable_baselines3',\n"
-                  "         'sentence_transformers', 'matplotlib', 'datasets')\n"
-                  "print([m for m in heavy if m in sys.modules])")
+    proc = run_py(
+        "import sys, io, contextlib\n"
+        "from hopgym.cli import build_parser\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: build_parser().parse_args(['train', 'grpo', '--help'])\n"
+        "    except SystemExit: pass\n"
+        "heavy = ('torch', 'trl', 'transformers', 'faiss', 'stable_baselines3',\n"
+        "         'sentence_transformers', 'matplotlib', 'datasets')\n"
+        "print([m for m in heavy if m in sys.modules])"
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("blocked, argv, extra", [
-    (("torch", "transformers", "trl"),
-     ["train", "sft", "--model", "tiny", "--env", "hopgym/Tiny-v1", "--split", "none"], "train"),
-    (("stable_baselines3",), ["bench-rl", "--timesteps", "10"], "sb3"),
-    (("faiss",), ["index", "build", "--corpus", "tests/fixtures/wiki_corpus.jsonl",
-                  "--retriever", "dense", "--model", "hashing-32"], "dense"),
-])
+@pytest.mark.parametrize(
+    "blocked, argv, extra",
+    [
+        (
+            ("torch", "transformers", "trl"),
+            ["train", "sft", "--model", "tiny", "--env", "hopgym/Tiny-v1", "--split", "none"],
+            "train",
+        ),
+        (("stable_baselines3",), ["bench-rl", "--timesteps", "10"], "sb3"),
+        (
+            ("faiss",),
+            [
+                "index",
+                "build",
+                "--corpus",
+                "tests/fixtures/wiki_corpus.jsonl",
+                "--retriever",
+                "dense",
+                "--model",
+                "hashing-32",
+            ],
+            "dense",
+        ),
+    ],
+)
 def test_a_missing_extra_is_listed_and_names_what_to_install(blocked, argv, extra, tmp_path):
     out = ["--out", str(tmp_path / "o")] if argv[0] != "bench-rl" else []
-    proc = run_py("import sys\n"
-                  f"for name in {blocked!r}: sys.modules[name] = None  # as if not installed\n"
-                  "from hopgym.cli import main, build_parser\n"
-                  f"assert {argv[0]!r} in build_parser().format_help()\n"
-                  f"sys.exit(main({[*argv, *out]!r}))")
+    proc = run_py(
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None  # as if not installed\n"
+        "from hopgym.cli import main, build_parser\n"
+        f"assert {argv[0]!r} in build_parser().format_help()\n"
+        f"sys.exit(main({[*argv, *out]!r}))"
+    )
     assert proc.returncode == 1, proc.stderr
     assert f"pip install 'hopgym[{extra}]'" in proc.stderr and ": error: " in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -292,18 +473,23 @@ def test_a_missing_extra_is_listed_and_names_what_to_install(blocked, argv, extr
 def test_configs_used_by_train_are_the_agents_own():
     from hopgym.cli.train import SUBCOMMANDS
 
-    assert [s.cls for s in SUBCOMMANDS["grpo"].specs] == [TrainConfig, GRPORunConfig,
-                                                          TinyLMConfig]
+    assert [s.cls for s in SUBCOMMANDS["grpo"].specs] == [TrainConfig, GRPORunConfig, TinyLMConfig]
     assert TeacherConfig in [s.cls for s in SUBCOMMANDS["sft"].specs]
 
 
 def test_env_options_are_options_and_only_those_given_reach_the_env():
     from hopgym.cli._common import CommandError, env_kwargs
 
-    args = parse("eval", "--top-k", "2", "--no-dedup", "--reward", "none", "--protocol", "r3",
-                 "--kw", "hops=3")
+    args = parse(
+        "eval", "--top-k", "2", "--no-dedup", "--reward", "none", "--protocol", "r3", "--kw", "hops=3"
+    )
     assert env_kwargs(args, config_from_args(args, EnvConfig).kw) == {
-        "hops": 3, "top_k": 2, "dedup": False, "reward": "none", "protocol": "r3"}
+        "hops": 3,
+        "top_k": 2,
+        "dedup": False,
+        "reward": "none",
+        "protocol": "r3",
+    }
     # Not given: not passed, so an id's registered options (max_turns=6 ...) stay in force.
     assert env_kwargs(parse("bench"), {}) == {}
     args = parse("play", "--kw", "top_k=2", "--top-k", "3")

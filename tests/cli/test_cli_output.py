@@ -16,8 +16,19 @@ import termios
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = [sys.executable, "-m", "hopgym.cli", "bench", "--env", "hopgym/Tiny-v1",
-         "hopgym/Tiny-v1", "--kw", "sources=('local','web')", "--episodes", "6"]
+BENCH = [
+    sys.executable,
+    "-m",
+    "hopgym.cli",
+    "bench",
+    "--env",
+    "hopgym/Tiny-v1",
+    "hopgym/Tiny-v1",
+    "--kw",
+    "sources=('local','web')",
+    "--episodes",
+    "6",
+]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -31,8 +42,9 @@ def run_in_pty(argv: list[str], cols: int = 80) -> str:
     """Run ``argv`` with stdout and stderr on a pseudo-terminal ``cols`` wide; all it wrote."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
-                            env=env(TERM="xterm"), close_fds=True)
+    proc = subprocess.Popen(
+        argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env(TERM="xterm"), close_fds=True
+    )
     os.close(slave)
     chunks = []
     try:
@@ -60,8 +72,9 @@ def check_tables(text: str, width: int = 80) -> list[str]:
 
 
 def test_piped_bench_fits_80_columns_without_blank_lines():
-    proc = subprocess.run(BENCH, capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env=env(COLUMNS="80"), check=True)
+    proc = subprocess.run(
+        BENCH, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env(COLUMNS="80"), check=True
+    )
     lines = check_tables(proc.stdout)
     assert lines[0].strip() == "hopgym/Tiny-v1, 6 episodes, seed 0"  # no blank lines first
     assert lines.count("") == 1  # one between the two tables
@@ -74,8 +87,9 @@ def test_piped_bench_fits_80_columns_without_blank_lines():
 
 
 def test_wide_pipe_keeps_the_split_on_one_line():
-    proc = subprocess.run(BENCH, capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env=env(COLUMNS="100"), check=True)
+    proc = subprocess.run(
+        BENCH, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env(COLUMNS="100"), check=True
+    )
     oracle = next(line for line in proc.stdout.splitlines() if line.startswith("oracle"))
     assert re.search(r"\d\.\d\d \(\d\.\d\d/\d\.\d\d\)", oracle), oracle
 
@@ -94,13 +108,41 @@ def test_bench_in_an_80_column_terminal():
 def test_shown_numbers_are_rounded_and_json_keeps_full_precision(tmp_path):
     out = tmp_path / "m.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "hopgym.cli", "eval", "--env", "hopgym/Tiny-v1", "--kw",
-         "sources=('local','web')", "--agent", "iterative", "--episodes", "6", "--reward",
-         "r3rag", "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=env(COLUMNS="80"), check=True)
+        [
+            sys.executable,
+            "-m",
+            "hopgym.cli",
+            "eval",
+            "--env",
+            "hopgym/Tiny-v1",
+            "--kw",
+            "sources=('local','web')",
+            "--agent",
+            "iterative",
+            "--episodes",
+            "6",
+            "--reward",
+            "r3rag",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env(COLUMNS="80"),
+        check=True,
+    )
     metrics = json.loads(out.read_text())
-    full = [v for v in [*metrics["searches_by_source"].values(), *metrics["reward_terms"].values(),
-                        metrics["avg_steps"]] if len(repr(v)) > 8]
+    full = [
+        v
+        for v in [
+            *metrics["searches_by_source"].values(),
+            *metrics["reward_terms"].values(),
+            metrics["avg_steps"],
+        ]
+        if len(repr(v)) > 8
+    ]
     assert full, metrics  # sixths: 0.8333333333333333 ...
     for value in full:
         assert repr(value) not in proc.stdout
@@ -110,9 +152,26 @@ def test_shown_numbers_are_rounded_and_json_keeps_full_precision(tmp_path):
 
 def play(sources: str, script: str) -> str:
     return subprocess.run(
-        [sys.executable, "-m", "hopgym.cli", "play", "--env", "hopgym/Tiny-v1", "--kw",
-         f"sources={sources}", "--reward", "r3rag"], input=script, capture_output=True,
-        text=True, timeout=120, cwd=ROOT, env=env(), check=True).stdout
+        [
+            sys.executable,
+            "-m",
+            "hopgym.cli",
+            "play",
+            "--env",
+            "hopgym/Tiny-v1",
+            "--kw",
+            f"sources={sources}",
+            "--reward",
+            "r3rag",
+        ],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env(),
+        check=True,
+    ).stdout
 
 
 def test_play_offers_routing_only_where_there_is_somewhere_to_route():

@@ -31,13 +31,11 @@ class Demo:
     plot: bool = field(default=True, metadata={"help": "A bool that is on."})
     bf16: bool | None = field(default=None, metadata={"help": "A bool that may be unset."})
     mode: Literal["a", "b"] = field(default="a", metadata={"help": "A Literal."})
-    kind: str = field(default="x", metadata={"help": "Choices from metadata.",
-                                             "choices": ("x", "y")})
+    kind: str = field(default="x", metadata={"help": "Choices from metadata.", "choices": ("x", "y")})
     seeds: tuple[int, ...] = field(default=(0, 1), metadata={"help": "A tuple."})
     tags: list[str] = field(default_factory=list, metadata={"help": "A list."})
     kw: dict[str, Any] = field(default_factory=dict, metadata={"help": "A dict."})
-    out: str | None = field(default=None, metadata={"help": "Optional value.", "nargs": "?",
-                                                     "const": "-"})
+    out: str | None = field(default=None, metadata={"help": "Optional value.", "nargs": "?", "const": "-"})
 
     def __post_init__(self) -> None:
         if self.steps < 0:
@@ -58,17 +56,61 @@ def demo(*argv: str) -> Demo:
 def test_defaults_and_required():
     d = demo()
     assert (d.steps, d.rate, d.limit, d.plot, d.bf16, d.mode, d.seeds, d.tags, d.kw, d.out) == (
-        3, 0.5, None, True, None, "a", (0, 1), [], {}, None)
+        3,
+        0.5,
+        None,
+        True,
+        None,
+        "a",
+        (0, 1),
+        [],
+        {},
+        None,
+    )
     with pytest.raises(SystemExit):
         parser().parse_args([])  # --name is required
 
 
 def test_every_kind_of_field():
-    d = demo("--n", "4", "--rate", "1e-3", "--limit", "7", "--label", "none", "--no-plot",
-             "--bf16", "--mode", "b", "--kind", "y", "--seeds", "5", "6,7", "--tags", "p",
-             "--tags", "q", "--kw", "a=1", "b=(1,2)", "--kw", "c=text", "--out")
+    d = demo(
+        "--n",
+        "4",
+        "--rate",
+        "1e-3",
+        "--limit",
+        "7",
+        "--label",
+        "none",
+        "--no-plot",
+        "--bf16",
+        "--mode",
+        "b",
+        "--kind",
+        "y",
+        "--seeds",
+        "5",
+        "6,7",
+        "--tags",
+        "p",
+        "--tags",
+        "q",
+        "--kw",
+        "a=1",
+        "b=(1,2)",
+        "--kw",
+        "c=text",
+        "--out",
+    )
     assert (d.steps, d.rate, d.limit, d.label, d.plot, d.bf16, d.mode, d.kind) == (
-        4, 1e-3, 7, "none", False, True, "b", "y")  # "none" stays a string for str fields
+        4,
+        1e-3,
+        7,
+        "none",
+        False,
+        True,
+        "b",
+        "y",
+    )  # "none" stays a string for str fields
     assert d.seeds == (5, 6, 7) and d.tags == ["p", "q"]
     assert d.kw == {"a": 1, "b": (1, 2), "c": "text"} and d.out == "-"
     assert demo("--limit", "none", "--out", "f.json", "--no-bf16").limit is None
@@ -76,8 +118,7 @@ def test_every_kind_of_field():
 
 
 def test_bad_values_are_usage_errors():
-    for argv in (["--steps", "x"], ["--mode", "c"], ["--kind", "z"], ["--seeds", "1,a"],
-                 ["--kw", "novalue"]):
+    for argv in (["--steps", "x"], ["--mode", "c"], ["--kind", "z"], ["--seeds", "1,a"], ["--kw", "novalue"]):
         with pytest.raises((SystemExit, argparse.ArgumentError)):
             parser().parse_args(["--name", "n", *argv])
 
@@ -89,12 +130,15 @@ def test_the_config_checks_its_values():
 
 def test_help_is_plain_and_names_the_defaults():
     lines = [" ".join(line.split()) for line in parser().format_help().splitlines()]
-    for line in ("--steps N, --n N An int (default: 3).", "--limit N An optional int.",
-                 "--plot, --no-plot A bool that is on (default: on).",
-                 "--bf16, --no-bf16 A bool that may be unset.",
-                 "--mode {a,b} A Literal (default: a).",
-                 "--kind {x,y} Choices from metadata (default: x).",
-                 "--seeds N [N ...] A tuple (default: 0,1)."):
+    for line in (
+        "--steps N, --n N An int (default: 3).",
+        "--limit N An optional int.",
+        "--plot, --no-plot A bool that is on (default: on).",
+        "--bf16, --no-bf16 A bool that may be unset.",
+        "--mode {a,b} A Literal (default: a).",
+        "--kind {x,y} Choices from metadata (default: x).",
+        "--seeds N [N ...] A tuple (default: 0,1).",
+    ):
         assert line in lines
     assert plain("``a`` :class:`~x.Y` `b`") == "a x.Y b"
 

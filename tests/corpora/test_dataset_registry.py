@@ -44,8 +44,17 @@ def parse_trivia(rec, where, line, *, kind="bridge"):
     question = get_field(rec, "question", where, line, str)
     answers = get_answers(get_field(rec, "answer", where, line, str), None, where, line, "answer")
     hops = [(question, answers[0], j, paragraphs[j][0]) for j in support]
-    return RawSample(get_id(rec, ("qid",), where, line), question, answers, paragraphs, support,
-                     hops, kind, len(hops), {"source": "trivia"})
+    return RawSample(
+        get_id(rec, ("qid",), where, line),
+        question,
+        answers,
+        paragraphs,
+        support,
+        hops,
+        kind,
+        len(hops),
+        {"source": "trivia"},
+    )
 
 
 def detect_trivia(rec):
@@ -53,12 +62,24 @@ def detect_trivia(rec):
 
 
 ROWS = [
-    {"qid": "t1", "question": "Where is the Halden bridge?", "answer": "Vandria",
-     "facts": [{"title": "Halden bridge", "text": "The Halden bridge is in Vandria.", "gold": 1},
-               {"title": "Marlow", "text": "Marlow is a town."}]},
-    {"qid": "t2", "question": "Who built the Tolva dam?", "answer": "Ana Lind",
-     "facts": [{"title": "Tolva dam", "text": "Ana Lind built the Tolva dam.", "gold": 1},
-               {"title": "Marlow", "text": "Marlow is a town."}]},
+    {
+        "qid": "t1",
+        "question": "Where is the Halden bridge?",
+        "answer": "Vandria",
+        "facts": [
+            {"title": "Halden bridge", "text": "The Halden bridge is in Vandria.", "gold": 1},
+            {"title": "Marlow", "text": "Marlow is a town."},
+        ],
+    },
+    {
+        "qid": "t2",
+        "question": "Who built the Tolva dam?",
+        "answer": "Ana Lind",
+        "facts": [
+            {"title": "Tolva dam", "text": "Ana Lind built the Tolva dam.", "gold": 1},
+            {"title": "Marlow", "text": "Marlow is a town."},
+        ],
+    },
 ]
 
 
@@ -67,8 +88,15 @@ def trivia(tmp_path):
     path = tmp_path / "trivia.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     # The one registration line.
-    fmt = register_format(DatasetFormat("trivia", parse_trivia, detect_trivia, options=("kind",),
-                                        download_hint="trivia.jsonl from the trivia site"))
+    fmt = register_format(
+        DatasetFormat(
+            "trivia",
+            parse_trivia,
+            detect_trivia,
+            options=("kind",),
+            download_hint="trivia.jsonl from the trivia site",
+        )
+    )
     yield path
     del REGISTRY[fmt.name]
 
@@ -82,8 +110,7 @@ def test_a_registered_format_loads_in_every_mode(trivia):
     assert [p.doc_id for p in ds.by_sample["t2"]] == ["t2:Tolva dam", "t2:Marlow"]
     pooled = load_dataset("trivia", trivia, mode="open")
     assert sum(p.title == "Marlow" for p in pooled.passages) == 1  # shared paragraph, once
-    assert load_dataset("trivia", trivia, limit=1, kind="comparison").samples[0].kind == (
-        "comparison")
+    assert load_dataset("trivia", trivia, limit=1, kind="comparison").samples[0].kind == ("comparison")
 
 
 def test_auto_detection_tries_the_newest_format_first(trivia):
@@ -129,7 +156,10 @@ def test_builtin_table():
     assert {"hotpotqa", "2wiki", "musique", "flashrag", "bamboogle"} <= set(REGISTRY)
     assert get_format("hotpotqa").default_hub_name == "hotpotqa/hotpot_qa"
     assert get_format("flashrag").modes == ("corpus",) and get_format("2wiki").modes == (
-        "distractor", "open", "corpus")
+        "distractor",
+        "open",
+        "corpus",
+    )
     assert resolve_format("auto", "hotpotqa/hotpot_qa").name == "hotpotqa"
     assert resolve_format("auto", "RUC-NLPIR/FlashRAG_datasets").name == "flashrag"
     assert resolve_format("auto", WIKI2).name == "2wiki"

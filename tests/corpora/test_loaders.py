@@ -72,12 +72,15 @@ def test_hotpotqa_distractor_gold_and_ids():
     assert len(own) == 10
     kaldor = next(p for p in own if p.title == "Kaldor")
     # Leading spaces of HotpotQA sentences are kept, no doubled spaces.
-    assert kaldor.text == ("Kaldor is the second largest city of Vandria. The Tolva River flows "
-                           "through Kaldor. It has a population of 310,000.")
+    assert kaldor.text == (
+        "Kaldor is the second largest city of Vandria. The Tolva River flows "
+        "through Kaldor. It has a population of 310,000."
+    )
     # Hops: one per supporting paragraph, queried by title; the last one carries the answer.
     assert [(h.query, h.doc_id, h.answer) for h in s.decomposition] == [
         ("Brenna Observatory", f"{Q1}:Brenna Observatory", ""),
-        ("Kaldor", f"{Q1}:Kaldor", "Tolva River")]
+        ("Kaldor", f"{Q1}:Kaldor", "Tolva River"),
+    ]
     docs = ds.documents
     assert all(d in docs for d in s.supporting_ids)
 
@@ -153,9 +156,13 @@ def test_2wiki_evidence_hops_match_titles_that_differ_from_subjects():
     earl = f"{s.id}:Thomas Stanley, 1st Earl of Derby"
     assert s.supporting_ids == (f"{s.id}:James Stanley (bishop)", earl)
     assert [(h.question, h.answer, h.doc_id) for h in s.decomposition] == [
-        ("What is the father of James Stanley?", "Thomas Stanley, 1st Earl of Derby",
-         f"{s.id}:James Stanley (bishop)"),
-        ("What is the place of death of Thomas Stanley?", "Lancashire", earl)]
+        (
+            "What is the father of James Stanley?",
+            "Thomas Stanley, 1st Earl of Derby",
+            f"{s.id}:James Stanley (bishop)",
+        ),
+        ("What is the place of death of Thomas Stanley?", "Lancashire", earl),
+    ]
     assert s.metadata["answer_id"] == "Q23077"
     assert s.metadata["evidences"][1] == ["Thomas Stanley", "place of death", "Lancashire"]
 
@@ -263,8 +270,7 @@ def test_pooled_corpus_matches_open_mode():
 # --------------------------------------------------------------------------- reading & errors
 def test_json_array_is_decoded_incrementally_with_line_numbers():
     recs = list(iter_records(HOTPOT_ARRAY))
-    assert [r["_id"] for _, r in recs] == [Q1, "5a7a06935542990198eaf050",
-                                           "5ae61bfd5542992663a4f261"]
+    assert [r["_id"] for _, r in recs] == [Q1, "5a7a06935542990198eaf050", "5ae61bfd5542992663a4f261"]
     lines = HOTPOT_ARRAY.read_text().splitlines()
     for line, rec in recs:
         assert lines[line - 1].strip() == "{"
@@ -275,8 +281,7 @@ def test_json_array_is_decoded_incrementally_with_line_numbers():
     assert small == recs
 
 
-@pytest.mark.parametrize("text", ['[{"a": 1}, {"a": 2}', '[{"a": 1} {"a": 2}]',
-                                  '[{"a": 1}, {"a": ]'])
+@pytest.mark.parametrize("text", ['[{"a": 1}, {"a": 2}', '[{"a": 1} {"a": 2}]', '[{"a": 1}, {"a": ]'])
 def test_broken_json_array_names_the_file(tmp_path, text):
     f = tmp_path / "broken.json"
     f.write_text(text)
@@ -291,8 +296,7 @@ def _bad_hotpot(tmp_path: Path) -> Path:
     bad_ctx = json.loads(good[2])
     bad_ctx["context"][1] = "just a string"
     f = tmp_path / "bad.jsonl"
-    f.write_text("\n".join([good[0], "{not json", json.dumps(no_question), json.dumps(bad_ctx)])
-                 + "\n")
+    f.write_text("\n".join([good[0], "{not json", json.dumps(no_question), json.dumps(bad_ctx)]) + "\n")
     return f
 
 
@@ -395,11 +399,20 @@ def test_hub_rows_in_column_layout_are_read(monkeypatch, online_hub):
 
     def load(name, config, split):
         calls.append((name, config, split))
-        return [{"id": "h1", "question": "Where is Kaldor?", "answer": "Vandria", "type": "bridge",
-                 "level": "easy",
-                 "supporting_facts": {"title": ["Kaldor"], "sent_id": [0]},
-                 "context": {"title": ["Kaldor", "Halden"],
-                             "sentences": [["Kaldor is in Vandria."], ["Halden is a city."]]}}]
+        return [
+            {
+                "id": "h1",
+                "question": "Where is Kaldor?",
+                "answer": "Vandria",
+                "type": "bridge",
+                "level": "easy",
+                "supporting_facts": {"title": ["Kaldor"], "sent_id": [0]},
+                "context": {
+                    "title": ["Kaldor", "Halden"],
+                    "sentences": [["Kaldor is in Vandria."], ["Halden is a city."]],
+                },
+            }
+        ]
 
     _fake_datasets(monkeypatch, load)
     ds = load_hotpotqa("hotpotqa/hotpot_qa")
@@ -422,7 +435,8 @@ def test_per_sample_index_searches_only_the_question_and_caches():
     assert factory(s1) is not r1
     clone = pickle.loads(pickle.dumps(factory))
     assert [p.doc_id for p in clone(s2).search("Marlow", 2)] == [
-        p.doc_id for p in factory(s2).search("Marlow", 2)]
+        p.doc_id for p in factory(s2).search("Marlow", 2)
+    ]
     with pytest.raises(KeyError, match="no paragraphs"):
         factory(QASample("unknown", "?", ("x",)))
 
@@ -600,7 +614,7 @@ def test_wrong_top_level_type_names_the_line(tmp_path):
     _raises_at(lists, 2, "expected a JSON object, got list")
     _raises_at(lists, 2, "expected a JSON object, got list", load=detect_format)
     scalar = tmp_path / "n.jsonl"
-    scalar.write_text('42\n')
+    scalar.write_text("42\n")
     _raises_at(scalar, 1, "expected a JSON object, got int", load=load_corpus)
 
 
@@ -620,13 +634,16 @@ def test_gzip_files_are_read_whatever_their_name(tmp_path):
     assert err.value.path == str(cut) and err.value.line >= 1
 
 
-@pytest.mark.parametrize("head, what", [
-    (b"PAR1\x15\x04\x15", "Parquet"),
-    (b"PK\x03\x04\x14\x00", "zip archive"),
-    (b"\xff\xff\xff\xff\xb8\x00", "Arrow stream"),
-    ("[]".encode("utf-16"), "UTF-16"),
-    (b"BZh91AY&SY", "bzip2"),
-])
+@pytest.mark.parametrize(
+    "head, what",
+    [
+        (b"PAR1\x15\x04\x15", "Parquet"),
+        (b"PK\x03\x04\x14\x00", "zip archive"),
+        (b"\xff\xff\xff\xff\xb8\x00", "Arrow stream"),
+        ("[]".encode("utf-16"), "UTF-16"),
+        (b"BZh91AY&SY", "bzip2"),
+    ],
+)
 def test_known_binary_formats_are_named(tmp_path, head, what):
     f = tmp_path / "data.json"
     f.write_bytes(head + b"\x00" * 64)
@@ -672,6 +689,6 @@ def test_array_decoding_across_small_chunks_keeps_characters_and_lines(tmp_path)
     assert got == [(i + 2, r) for i, r in enumerate(recs)]
     data = f.read_bytes()
     bad = data.index(b"Z\xc3\xbcrich 30")  # record 30 is on line 32
-    f.write_bytes(data[:bad + 1] + b"\xfc" + data[bad + 3:])
+    f.write_bytes(data[: bad + 1] + b"\xfc" + data[bad + 3 :])
     with open(f, "rb") as raw, pytest.raises(DatasetFormatError, match="line 32: not UTF-8"):
         list(_iter_json_array(_Utf8Text(raw, str(f)), str(f), chunk=5))

@@ -45,13 +45,16 @@ def test_plan_is_fresh_and_none_off_template():
     assert hotpot.chain == ("found",) and hotpot.wants == "min"
 
 
-@pytest.mark.parametrize(("question", "wh"), [
-    ("Who founded Qelvor Dynamics?", "who"),
-    ("In which year was Lorn University established?", "when"),
-    ("Are Ann Lee and Bo Tam in the same country?", "yesno"),
-    ("Name the capital of Kadaristan.", "other"),
-    ("", "other"),
-])
+@pytest.mark.parametrize(
+    ("question", "wh"),
+    [
+        ("Who founded Qelvor Dynamics?", "who"),
+        ("In which year was Lorn University established?", "when"),
+        ("Are Ann Lee and Bo Tam in the same country?", "yesno"),
+        ("Name the capital of Kadaristan.", "other"),
+        ("", "other"),
+    ],
+)
 def test_question_types(question, wh):
     assert read_question(question).wh == wh
 

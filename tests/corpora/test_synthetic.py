@@ -77,8 +77,7 @@ def test_documents_split_into_passages():
 def test_entity_types_and_relations_are_present():
     w = generate_world(WorldConfig())
     text = " ".join(p.text for p in w.passages[:800])
-    for phrase in ("film", "company", "university", "was born", "capital", "founded",
-                   "father", "population"):
+    for phrase in ("film", "company", "university", "was born", "capital", "founded", "father", "population"):
         assert phrase in text
 
 
@@ -91,8 +90,7 @@ def test_mentions_are_true_facts():
     for p in w.passages:
         m = re.search(r"(?:He|She) founded (.+?) in (\d{4})\.", p.text)
         if m:
-            assert f"{p.title} founded" in by_title[m.group(1)] or \
-                f"by {p.title}" in by_title[m.group(1)]
+            assert f"{p.title} founded" in by_title[m.group(1)] or f"by {p.title}" in by_title[m.group(1)]
             assert m.group(2) in by_title[m.group(1)]
             checked["founded"] += 1
         m = re.search(r"(?:His|Her) children include (.+?)\.", p.text)
@@ -113,8 +111,15 @@ def test_phrasing_variety_one_uses_one_template_per_fact():
     w = generate_world(WorldConfig(n_entities=400, n_questions=30, phrasing_variety=1))
     text = " ".join(p.text for p in w.passages)
     # Distinctive words of the second and third phrasings of a few facts.
-    others = ("was born in the city of", "birthplace is", "The company was established by",
-              "people live in", "inhabitants", "is a town located in", "lies in")
+    others = (
+        "was born in the city of",
+        "birthplace is",
+        "The company was established by",
+        "people live in",
+        "inhabitants",
+        "is a town located in",
+        "lies in",
+    )
     assert all(SENTENCES["person.birthplace"][0] != t for t in SENTENCES["person.birthplace"][1:])
     assert not [o for o in others if o in text]
     varied = " ".join(p.text for p in generate_world(SMALL).passages)
@@ -124,6 +129,7 @@ def test_phrasing_variety_one_uses_one_template_per_fact():
 def test_distractors_knob():
     hard = generate_world(SMALL)
     easy = generate_world(WorldConfig(n_entities=600, n_questions=150, distractors=0.0))
+
     def confusables(w):
         return sum("Not to be confused with" in p.text for p in w.passages)
 
@@ -145,7 +151,7 @@ def test_every_hop_document_exists_and_states_the_hop_answer():
                 doc = w.documents[hop.doc_id]
                 assert hop.answer in doc.text, (s.question, hop)
                 assert hop.query.startswith(doc.title)
-                assert hop.answer not in hop.query[len(doc.title):]
+                assert hop.answer not in hop.query[len(doc.title) :]
             if s.kind in ("bridge", "compositional", "inference"):
                 assert s.decomposition[-1].answer == s.answer
             elif s.answer not in ("yes", "no"):
@@ -167,9 +173,15 @@ def test_all_kinds_and_hop_counts_occur():
     assert set(seen) == set(ALL_HOPS.kind_hops)
 
 
-@pytest.mark.parametrize(("kinds", "hops"), [(("comparison",), (2,)), (("inference",), (3,)),
-                                             (("bridge", "compositional"), (1, 4)),
-                                             (("bridge_comparison",), (3, 4))])
+@pytest.mark.parametrize(
+    ("kinds", "hops"),
+    [
+        (("comparison",), (2,)),
+        (("inference",), (3,)),
+        (("bridge", "compositional"), (1, 4)),
+        (("bridge_comparison",), (3, 4)),
+    ],
+)
 def test_kinds_and_hops_knobs_are_respected(kinds, hops):
     w = generate_world(WorldConfig(n_entities=1500, n_questions=60, kinds=kinds, hops=hops))
     assert {s.kind for s in w.samples} == set(kinds)
@@ -234,7 +246,7 @@ def test_routing_is_predictable_from_names():
 
     def grams(name):
         s = name.lower().replace(" ", "")
-        return {s[i:i + 3] for i in range(len(s) - 2)}
+        return {s[i : i + 3] for i in range(len(s) - 2)}
 
     loc, web = Counter(), Counter()
     for t in local_titles:
@@ -254,15 +266,22 @@ def test_single_source_and_full_coverage():
     assert w.source_passages("local") == w.passages
     with pytest.raises(ValueError, match="unknown source"):
         w.source_passages("web")
-    full = generate_world(WorldConfig(n_entities=600, n_questions=50, sources=("local", "web"),
-                                      local_coverage=1.0))
+    full = generate_world(
+        WorldConfig(n_entities=600, n_questions=50, sources=("local", "web"), local_coverage=1.0)
+    )
     assert not any(s.metadata["needs_web"] for s in full.samples)
 
 
 # ------------------------------------------------------------------ tasks and retrieval
-@pytest.mark.parametrize("cfg", [SMALL, ROUTING, ALL_HOPS,
-                                 WorldConfig(n_entities=400, n_questions=80, passages_per_doc=2,
-                                             sources=("local", "web"), seed=4)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SMALL,
+        ROUTING,
+        ALL_HOPS,
+        WorldConfig(n_entities=400, n_questions=80, passages_per_doc=2, sources=("local", "web"), seed=4),
+    ],
+)
 def test_every_hop_query_retrieves_its_document_in_top_3(cfg):
     task = build_task(cfg)
     misses = []
@@ -272,7 +291,7 @@ def test_every_hop_query_retrieves_its_document_in_top_3(cfg):
             if hop.doc_id not in got:
                 misses.append((hop.search_query, hop.doc_id, got))
             title = task.documents[hop.doc_id].title
-            assert hop.answer not in hop.search_query[len(title):]
+            assert hop.answer not in hop.search_query[len(title) :]
     assert not misses
 
 
@@ -284,8 +303,7 @@ def test_build_task_is_cached_and_shares_indexes():
     assert all(task.sources[n].description for n in task.sources)
     train, test = build_task(ROUTING, split="train"), build_task(ROUTING, split="test")
     assert train.sources["web"].retriever is task.sources["web"].retriever
-    assert {s.id for s in train.samples} | {s.id for s in test.samples} == \
-        {s.id for s in task.samples}
+    assert {s.id for s in train.samples} | {s.id for s in test.samples} == {s.id for s in task.samples}
     assert not {s.id for s in train.samples} & {s.id for s in test.samples}
     with pytest.raises(ValueError, match="split"):
         build_task(ROUTING, split="dev")
@@ -321,27 +339,30 @@ def test_export_flashrag(tmp_path):
 
 
 # ------------------------------------------------------------------ validation
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"hops": 0}, "hops"),
-    ({"hops": (2, 5)}, "hops"),
-    ({"hops": "two"}, "hops"),
-    ({"kinds": ("bridge", "riddle")}, "kinds"),
-    ({"kinds": ()}, "kinds"),
-    ({"kinds": "comparison", "hops": 3}, "no question kind"),
-    ({"n_entities": 10}, "n_entities"),
-    ({"n_entities": 1000.5}, "n_entities"),
-    ({"n_questions": 0}, "n_questions"),
-    ({"distractors": 1.5}, "distractors"),
-    ({"distractors": True}, "distractors"),
-    ({"passages_per_doc": 4}, "passages_per_doc"),
-    ({"phrasing_variety": 0}, "phrasing_variety"),
-    ({"sources": ("web",)}, "sources"),
-    ({"sources": ("local", "cloud")}, "sources"),
-    ({"local_coverage": 0.0}, "local_coverage"),
-    ({"web_noise": -0.1}, "web_noise"),
-    ({"test_fraction": 0.95}, "test_fraction"),
-    ({"seed": -1}, "seed"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"hops": 0}, "hops"),
+        ({"hops": (2, 5)}, "hops"),
+        ({"hops": "two"}, "hops"),
+        ({"kinds": ("bridge", "riddle")}, "kinds"),
+        ({"kinds": ()}, "kinds"),
+        ({"kinds": "comparison", "hops": 3}, "no question kind"),
+        ({"n_entities": 10}, "n_entities"),
+        ({"n_entities": 1000.5}, "n_entities"),
+        ({"n_questions": 0}, "n_questions"),
+        ({"distractors": 1.5}, "distractors"),
+        ({"distractors": True}, "distractors"),
+        ({"passages_per_doc": 4}, "passages_per_doc"),
+        ({"phrasing_variety": 0}, "phrasing_variety"),
+        ({"sources": ("web",)}, "sources"),
+        ({"sources": ("local", "cloud")}, "sources"),
+        ({"local_coverage": 0.0}, "local_coverage"),
+        ({"web_noise": -0.1}, "web_noise"),
+        ({"test_fraction": 0.95}, "test_fraction"),
+        ({"seed": -1}, "seed"),
+    ],
+)
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         WorldConfig(**kwargs)
@@ -364,45 +385,75 @@ def test_too_many_questions_for_a_tiny_world_says_how_to_fix():
 # from hopgym 0.1 (commit 8d43176). A change here changes every world users have trained and
 # evaluated on: it needs a new env version, not an update of these constants.
 FINGERPRINTS = {
-    "default": ({}, "0659f1896e074c6c0ea888741ee9685bff0d39c02e2e274a297b53b0ded37ef7",
-                "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e"),
-    "web": ({"sources": ("local", "web")},
-            "821162456509d36a31785da710baf6f238c0242237837e61cbc29303858021c2",
-            "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e"),
-    "all_hops": ({"hops": (1, 2, 3, 4), "kinds": KINDS},
-                 "cf2bbc61c3aca12e35fbf1d8a1e966a479b9e61ae7233f1a4ec419569b2fae76",
-                 "18174c1291ce148ad14864f635719611867b16a84007cb4d944785e332d6fed9"),
-    "ppd3": ({"passages_per_doc": 3},
-             "566796f2cfd4b6f6d778aa6cf14cca6e996ce1c6723ee94f4bd6f524b1fe79ef",
-             "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e"),
-    "small300": ({"n_entities": 300, "n_questions": 100},
-                 "f1890a5f738b37f55e99b62035af297a3b36a72e435de266c6808ae3f165d551",
-                 "292e4a294c5c88135a8ec4ba06a98c6abe73331958f221a27c9fbc36ac60017d"),
-    "big20000": ({"n_entities": 20000, "n_questions": 500},
-                 "edbbb93dcde88e1597150a0b346f5a84e866706d791d43c3431d4381fb7fa821",
-                 "ca98403e12ff36d5a0efa778988ae478d3195b63d12eaf9d40020f3297d9ca89"),
-    "seed1": ({"seed": 1}, "40423528566c838358beef57803a2a3ef2899a4f6eae94c587c4e0e7cf1bd6d6",
-              "e5f8f146d37b0af365898c35f5829b58c571c6eb6214a1b486b5d5b2c2624d0a"),
+    "default": (
+        {},
+        "0659f1896e074c6c0ea888741ee9685bff0d39c02e2e274a297b53b0ded37ef7",
+        "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e",
+    ),
+    "web": (
+        {"sources": ("local", "web")},
+        "821162456509d36a31785da710baf6f238c0242237837e61cbc29303858021c2",
+        "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e",
+    ),
+    "all_hops": (
+        {"hops": (1, 2, 3, 4), "kinds": KINDS},
+        "cf2bbc61c3aca12e35fbf1d8a1e966a479b9e61ae7233f1a4ec419569b2fae76",
+        "18174c1291ce148ad14864f635719611867b16a84007cb4d944785e332d6fed9",
+    ),
+    "ppd3": (
+        {"passages_per_doc": 3},
+        "566796f2cfd4b6f6d778aa6cf14cca6e996ce1c6723ee94f4bd6f524b1fe79ef",
+        "f46e9277d1d3536aa318b212b756b7766fea411f80b269b0d802f9011f6e514e",
+    ),
+    "small300": (
+        {"n_entities": 300, "n_questions": 100},
+        "f1890a5f738b37f55e99b62035af297a3b36a72e435de266c6808ae3f165d551",
+        "292e4a294c5c88135a8ec4ba06a98c6abe73331958f221a27c9fbc36ac60017d",
+    ),
+    "big20000": (
+        {"n_entities": 20000, "n_questions": 500},
+        "edbbb93dcde88e1597150a0b346f5a84e866706d791d43c3431d4381fb7fa821",
+        "ca98403e12ff36d5a0efa778988ae478d3195b63d12eaf9d40020f3297d9ca89",
+    ),
+    "seed1": (
+        {"seed": 1},
+        "40423528566c838358beef57803a2a3ef2899a4f6eae94c587c4e0e7cf1bd6d6",
+        "e5f8f146d37b0af365898c35f5829b58c571c6eb6214a1b486b5d5b2c2624d0a",
+    ),
     "seed7_web_allhops": (
-        {"seed": 7, "sources": ("local", "web"), "hops": (1, 2, 3, 4), "n_entities": 1500,
-         "n_questions": 400},
+        {
+            "seed": 7,
+            "sources": ("local", "web"),
+            "hops": (1, 2, 3, 4),
+            "n_entities": 1500,
+            "n_questions": 400,
+        },
         "67dcbbc87631bb9cc99e09016f629068b8c57472976b7bd499b631ffeae26d49",
-        "39d52556dd7b1841cc1e892f1caec429696ad1d3cd24cda8c9440bf83ba61206"),
+        "39d52556dd7b1841cc1e892f1caec429696ad1d3cd24cda8c9440bf83ba61206",
+    ),
     "seed42_easy": (
-        {"seed": 42, "distractors": 0.0, "phrasing_variety": 1, "n_entities": 800,
-         "n_questions": 200},
+        {"seed": 42, "distractors": 0.0, "phrasing_variety": 1, "n_entities": 800, "n_questions": 200},
         "fb5af5254f54f4ff6e70522259d9bd432581cc141f0afcb5e59c60a1fd6be048",
-        "df18c7d6e4996ff2d1570a9cedfff6973a72c5046f23f49b4f5ffa36d3582b49"),
+        "df18c7d6e4996ff2d1570a9cedfff6973a72c5046f23f49b4f5ffa36d3582b49",
+    ),
     "seed3_ppd2_notest": (
-        {"seed": 3, "passages_per_doc": 2, "test_fraction": 0.0, "n_entities": 1000,
-         "n_questions": 300},
+        {"seed": 3, "passages_per_doc": 2, "test_fraction": 0.0, "n_entities": 1000, "n_questions": 300},
         "54000ee0a6c4501ea0af577e77c709c98ec66cd9ea480897908569ae3cfb211f",
-        "c55d646dee47738bf572fb826cc908c89e3b2cb264e4e3d3044ec2ebfb53686d"),
+        "c55d646dee47738bf572fb826cc908c89e3b2cb264e4e3d3044ec2ebfb53686d",
+    ),
     "seed5_cov": (
-        {"seed": 5, "sources": ("local", "web"), "local_coverage": 0.8, "web_noise": 1.0,
-         "distractors": 1.0, "n_entities": 2000, "n_questions": 300},
+        {
+            "seed": 5,
+            "sources": ("local", "web"),
+            "local_coverage": 0.8,
+            "web_noise": 1.0,
+            "distractors": 1.0,
+            "n_entities": 2000,
+            "n_questions": 300,
+        },
         "de45083732eeb113f90d3263aa8254d3d441633c1946683d1aa64b497ec23a2f",
-        "e4e7ab41ff1faeb6f059d2c6c9bf30f858fe281a9a763f94a31cada1e176b0ed"),
+        "e4e7ab41ff1faeb6f059d2c6c9bf30f858fe281a9a763f94a31cada1e176b0ed",
+    ),
 }
 
 
@@ -410,8 +461,9 @@ FINGERPRINTS = {
 def test_worlds_are_byte_identical_to_recorded_fingerprints(name):
     kwargs, fingerprint, questions = FINGERPRINTS[name]
     w = fresh(WorldConfig(**kwargs))
-    digest = hashlib.sha256(json.dumps(
-        [[s.id, s.question, list(s.answers)] for s in w.samples]).encode()).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps([[s.id, s.question, list(s.answers)] for s in w.samples]).encode()
+    ).hexdigest()
     assert (w.fingerprint(), digest) == (fingerprint, questions)
 
 
@@ -420,7 +472,8 @@ def test_verified_hop_queries_are_unchanged():
     task = build_task(WorldConfig(sources=("local", "web")))
     queries = "\n".join(h.query for s in task.samples for h in s.decomposition)
     assert hashlib.sha256(queries.encode()).hexdigest() == (
-        "4f68ae87180b659dda021079352653721a04d7348fa0a5a02b38d2b29d0b85fd")
+        "4f68ae87180b659dda021079352653721a04d7348fa0a5a02b38d2b29d0b85fd"
+    )
 
 
 def test_build_task_takes_a_retriever_spec():
@@ -449,8 +502,12 @@ def test_synthetic_and_tiny_envs_take_retriever():
 
     env = gym.make("hopgym/Tiny-v1", retriever="hybrid", reward=None)
     assert evaluate(env, OracleAgent(env), episodes=6)["support_recall"] == 1.0
-    env = gym.make("hopgym/Synthetic-v1", n_entities=300, n_questions=20,
-                   retriever={"kind": "dense", "model": "hashing-64"})
+    env = gym.make(
+        "hopgym/Synthetic-v1",
+        n_entities=300,
+        n_questions=20,
+        retriever={"kind": "dense", "model": "hashing-64"},
+    )
     assert evaluate(env, OracleAgent(env), episodes=20)["em"] == 1.0
     with pytest.raises(ValueError, match="retriever must be one of"):
         gym.make("hopgym/Synthetic-v1", retriever="bm52")

@@ -65,8 +65,14 @@ def test_distractor_search_sees_only_the_questions_paragraphs():
 def test_open_mode_and_dense_and_hybrid_retrievers():
     pytest.importorskip("faiss")
     for retriever in ("bm25", "dense", "hybrid"):
-        env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", retriever=retriever,
-                       model="hashing-128", reward=None)
+        env = gym.make(
+            "hopgym/MuSiQue-v1",
+            path=MUSIQUE,
+            mode="open",
+            retriever=retriever,
+            model="hashing-128",
+            reward=None,
+        )
         task = env.unwrapped.task
         kind = getattr(task.sources["local"].retriever, "kind", "bm25")
         assert kind == ("bm25" if retriever == "bm25" else retriever)
@@ -128,8 +134,7 @@ def test_an_index_without_its_manifest_is_refused_unless_rebuild(tmp_path):
     with pytest.raises(IndexStoreError, match="no manifest.json.*rebuild=True"):
         gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx))
     with pytest.warns(IndexIntegrityWarning, match="rebuilding"):
-        env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
-                       rebuild=True)
+        env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx), rebuild=True)
     assert read_manifest(idx).corpus_format == "musique"
     env.reset(seed=0)
     assert env.step(Search("Van Hook Township"))[4]["new_ids"]
@@ -145,13 +150,13 @@ def test_pickled_env_rebuilds_its_task_from_the_cache():
     assert len(data) < 20_000  # the recipe, not the corpus and its indexes
     clone = pickle.loads(data)
     assert clone.unwrapped.task is env.unwrapped.task
-    assert data_equivalence(env.step("<answer>Grey Harbour</answer>"),
-                            clone.step("<answer>Grey Harbour</answer>"))
+    assert data_equivalence(
+        env.step("<answer>Grey Harbour</answer>"), clone.step("<answer>Grey Harbour</answer>")
+    )
 
 
 def test_vector_envs_share_one_task():
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("hopgym/HotpotQA-v1", path=HOTPOT) for _ in range(3)])
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("hopgym/HotpotQA-v1", path=HOTPOT) for _ in range(3)])
     envs.reset(seed=0)
     tasks = {id(e.unwrapped.task) for e in envs.envs}
     assert len(tasks) == 1
@@ -162,8 +167,8 @@ def test_vector_envs_share_one_task():
 
 def test_async_vector_env_workers_build_their_own_task():
     envs = gym.vector.AsyncVectorEnv(
-        [lambda: gym.make("hopgym/HotpotQA-v1", path=HOTPOT) for _ in range(2)],
-        shared_memory=False)
+        [lambda: gym.make("hopgym/HotpotQA-v1", path=HOTPOT) for _ in range(2)], shared_memory=False
+    )
     try:
         _, info = envs.reset(seed=0)
         assert len(set(info["question_id"])) == 2
@@ -182,13 +187,16 @@ def test_cache_key_includes_the_arguments():
     assert load_task(a.recipe[1][0]) is a
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"path": BAMBOOGLE}, "questions only"),
-    ({"path": HOTPOT, "mode": "distractor", "index": "somewhere"}, "distractor"),
-    ({"path": HOTPOT, "retriever": "tfidf"}, "retriever must be"),
-    ({"path": HOTPOT, "mode": "closed"}, "mode must be"),
-    ({"path": HOTPOT, "index_type": "lsh"}, "index_type"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"path": BAMBOOGLE}, "questions only"),
+        ({"path": HOTPOT, "mode": "distractor", "index": "somewhere"}, "distractor"),
+        ({"path": HOTPOT, "retriever": "tfidf"}, "retriever must be"),
+        ({"path": HOTPOT, "mode": "closed"}, "mode must be"),
+        ({"path": HOTPOT, "index_type": "lsh"}, "index_type"),
+    ],
+)
 def test_bad_arguments_say_what_to_do(kwargs, match):
     env_id = "hopgym/Bamboogle-v1" if kwargs["path"] == BAMBOOGLE else "hopgym/HotpotQA-v1"
     with pytest.raises(ValueError, match=match):
@@ -212,9 +220,13 @@ def test_missing_path_and_offline_hub(monkeypatch):
 def test_retriever_settings_reach_the_client_from_gym_make():
     from hopgym.retrieval.http import HTTPRetriever
 
-    env = gym.make("hopgym/Bamboogle-v1", path=BAMBOOGLE, reward=None,
-                   retriever={"url": "http://127.0.0.1:9", "timeout": 0.5, "retries": 0},
-                   web="http://127.0.0.1:9")
+    env = gym.make(
+        "hopgym/Bamboogle-v1",
+        path=BAMBOOGLE,
+        reward=None,
+        retriever={"url": "http://127.0.0.1:9", "timeout": 0.5, "retries": 0},
+        web="http://127.0.0.1:9",
+    )
     local = env.unwrapped.task.sources["local"].retriever
     assert isinstance(local, HTTPRetriever) and (local.timeout, local.retries) == (0.5, 0)
     assert isinstance(env.unwrapped.task.sources["web"].retriever, HTTPRetriever)
@@ -229,14 +241,20 @@ def test_shorthand_keywords_merge_into_the_retriever_spec():
     from hopgym.retrieval.specs import RetrieverSpec
 
     pytest.importorskip("faiss")
-    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", retriever="dense",
-                   model="hashing-128", index_type="hnsw", reward=None)
+    env = gym.make(
+        "hopgym/MuSiQue-v1",
+        path=MUSIQUE,
+        mode="open",
+        retriever="dense",
+        model="hashing-128",
+        index_type="hnsw",
+        reward=None,
+    )
     spec = env.unwrapped.task.recipe[1][0].retriever
     assert spec == RetrieverSpec(kind="dense", model="hashing-128", index_type="hnsw")
     assert env.unwrapped.task.sources["local"].retriever.index_type == "hnsw"
     with pytest.raises(ValueError, match="model is given twice"):
-        gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, retriever={"kind": "dense", "model": "a"},
-                 model="b")
+        gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, retriever={"kind": "dense", "model": "a"}, model="b")
 
 
 def test_task_spec_is_built_by_keyword_and_checked():
@@ -252,8 +270,10 @@ def test_task_spec_is_built_by_keyword_and_checked():
         ({"dataset": "hotpotqa", "path": HOTPOT, "limit": 0}, "limit must be None or an int"),
         ({"dataset": "hotpotqa", "path": HOTPOT, "lenient": "yes"}, "lenient must be"),
         ({"dataset": "hotpotqa", "path": HOTPOT, "web_cost": -1}, "web_cost must be"),
-        ({"dataset": "hotpotqa", "path": HOTPOT, "mode": "distractor",
-          "retriever": "http://127.0.0.1:9"}, "distractor"),
+        (
+            {"dataset": "hotpotqa", "path": HOTPOT, "mode": "distractor", "retriever": "http://127.0.0.1:9"},
+            "distractor",
+        ),
     ]:
         with pytest.raises(ValueError, match=match):
             TaskSpec(**kwargs)
@@ -273,12 +293,14 @@ def test_a_loaded_index_takes_the_specs_cache_bounds(tmp_path):
     idx = tmp_path / "idx"
     gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx))
     clear_task_cache()
-    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
-                   retriever={"cache_entries": 7})
+    env = gym.make(
+        "hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx), retriever={"cache_entries": 7}
+    )
     assert env.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 7
     clear_task_cache()
-    off = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
-                   retriever={"cache_entries": 0})
+    off = gym.make(
+        "hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx), retriever={"cache_entries": 0}
+    )
     assert off.unwrapped.task.sources["local"].retriever.cache_info().max_entries == 0
 
 
@@ -301,7 +323,7 @@ def test_start_and_limit_slice_every_dataset(env_id, kwargs):
     assert n >= 2
     assert ids(start=1, limit=1) == whole[1:2]
     assert ids(start=1) == whole[1:]
-    assert ids(start=n - 1, limit=5) == whole[n - 1:]
+    assert ids(start=n - 1, limit=5) == whole[n - 1 :]
     with pytest.raises(ValueError, match=rf"start={n} skips every question: .* has {n} questions"):
         gym.make(env_id, start=n, **kwargs)
     for bad in (-1, True, 1.5):

@@ -66,8 +66,10 @@ def test_import_hopgym_is_light():
     import subprocess
     import sys
 
-    code = ("import sys, hopgym, gymnasium as gym; gym.make('hopgym/Tiny-v1');"
-            "heavy = [m for m in ('torch', 'faiss', 'trl', 'transformers') if m in sys.modules];"
-            "print(','.join(heavy))")
+    code = (
+        "import sys, hopgym, gymnasium as gym; gym.make('hopgym/Tiny-v1');"
+        "heavy = [m for m in ('torch', 'faiss', 'trl', 'transformers') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

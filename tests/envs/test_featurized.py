@@ -27,8 +27,7 @@ from hopgym.tasks.tiny import tiny_task
 
 
 def tiny(sources=("local",), reward=None, **kw) -> FeaturizedEnv:
-    return FeaturizedEnv(make_task_env(tiny_task(tuple(sources)), reward=reward, max_turns=6),
-                         **kw)
+    return FeaturizedEnv(make_task_env(tiny_task(tuple(sources)), reward=reward, max_turns=6), **kw)
 
 
 def by_question(env: FeaturizedEnv, qid: str):
@@ -53,8 +52,7 @@ def test_is_a_wrapper_of_the_text_env():
     assert base.sample.question == info["question"] == env.question.text
     assert base.task.name == "tiny" and base.transcript[0]["role"] == "user"
     # Through gym.make's wrappers too, with the Wrapper machinery and no warning.
-    made = gym.make("hopgym/SyntheticFeaturized-v0", base_kwargs={"n_entities": 300,
-                                                                  "n_questions": 20})
+    made = gym.make("hopgym/SyntheticFeaturized-v0", base_kwargs={"n_entities": 300, "n_questions": 20})
     made.reset(seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -78,8 +76,14 @@ def test_text_env_options_pass_through_with_the_text_env_defaults():
     defaults = EnvOptions()
     env = make_featurized(base_id="hopgym/Tiny-v1", reward=None)
     assert env.unwrapped.max_turns == defaults.max_turns and env.unwrapped.top_k == defaults.top_k
-    env = make_featurized(base_id="hopgym/Tiny-v1", reward=None, max_turns=3, top_k=2,
-                          protocol="r3", base_kwargs={"sources": ("local", "web")})
+    env = make_featurized(
+        base_id="hopgym/Tiny-v1",
+        reward=None,
+        max_turns=3,
+        top_k=2,
+        protocol="r3",
+        base_kwargs={"sources": ("local", "web")},
+    )
     base = env.unwrapped
     assert (base.max_turns, base.top_k, base.protocol.name) == (3, 2, "r3")
     assert env.sources == ("local", "web")
@@ -100,8 +104,13 @@ def test_spaces_and_layout():
     assert env.observation_space.dtype == np.float32
     assert env.observation_space.shape == (len(env.feature_names()),)
     assert env.observation_space.shape[0] == 2 * 16 + env.n_global + 5 * len(SLOT_FEATURES)
-    assert [env.slot("search_question"), env.slot("search", 4), env.slot("route", 1),
-            env.slot("answer", 0), env.slot("answer", 4)] == [0, 5, 7, 8, 12]
+    assert [
+        env.slot("search_question"),
+        env.slot("search", 4),
+        env.slot("route", 1),
+        env.slot("answer", 0),
+        env.slot("answer", 4),
+    ] == [0, 5, 7, 8, 12]
     with pytest.raises(IndexError):
         env.slot("route", 2)
     with pytest.raises(ValueError, match="unknown slot kind"):
@@ -142,7 +151,7 @@ def test_masks_match_candidates_along_random_rollouts():
             assert info["candidates"] == tuple(c.text for c in env.slots)
             for i in range(env.max_candidates):
                 answer = env.slot("answer", i)
-                assert bool(mask[answer]) == (i < n)            # answers exactly the candidates
+                assert bool(mask[answer]) == (i < n)  # answers exactly the candidates
                 assert (lines[answer] != "") == (i < n)
                 if mask[env.slot("search", i)]:
                     assert i < n and lines[env.slot("search", i)].startswith("search: ")
@@ -194,8 +203,7 @@ def test_chain_evidence_puts_the_answer_first_with_final_level():
     by_question(env, "tiny-2")
     env.step(0)
     first = env.slots[0]
-    assert first.text == "Maren Oskdal" and first.level == 1 and env.question.chain == (
-        "found", "birth")
+    assert first.text == "Maren Oskdal" and first.level == 1 and env.question.chain == ("found", "birth")
     env.step(env.slot("search", 0))
     best = env.slots[0]
     assert best.text == "Cardell" and best.level == 2
@@ -258,18 +266,23 @@ def test_hashing_embedder_adds_dense_block():
     assert np.abs(obs[-16:]).sum() > 0 and env.observation_space.contains(obs)
 
 
-@pytest.mark.parametrize(("question", "chain"), [
-    ("Where did the director of Kemuzu Voiage II study?", ("direct", "study")),
-    ("Who is the father of the founder of Taloro Airlines?", ("found", "father")),
-    ("When was the capital of Kadaristan founded?", ("capital", "found")),
-    ("In which year was the alma mater of the spouse of Kathal Sarvolast established?",
-     ("spouse", "study", "found")),
-    ("In which country is the city where Tartar State University is located?", ("loc", "country")),
-    ("Who is the father-in-law of Nofu Ririko?", ("spouse", "father")),
-    ("Who is the paternal great-grandfather of Talewyn Dorrhos?", ("father", "father", "father")),
-    ("Who is the mother of Ndukeyo Kola?", ("father", "spouse")),
-    ("Whom did Ann Lee marry?", ("spouse",)),
-])
+@pytest.mark.parametrize(
+    ("question", "chain"),
+    [
+        ("Where did the director of Kemuzu Voiage II study?", ("direct", "study")),
+        ("Who is the father of the founder of Taloro Airlines?", ("found", "father")),
+        ("When was the capital of Kadaristan founded?", ("capital", "found")),
+        (
+            "In which year was the alma mater of the spouse of Kathal Sarvolast established?",
+            ("spouse", "study", "found"),
+        ),
+        ("In which country is the city where Tartar State University is located?", ("loc", "country")),
+        ("Who is the father-in-law of Nofu Ririko?", ("spouse", "father")),
+        ("Who is the paternal great-grandfather of Talewyn Dorrhos?", ("father", "father", "father")),
+        ("Who is the mother of Ndukeyo Kola?", ("father", "spouse")),
+        ("Whom did Ann Lee marry?", ("spouse",)),
+    ],
+)
 def test_read_question_chains(question, chain):
     assert read_question(question).chain == chain
 
@@ -284,8 +297,10 @@ def test_read_question_comparisons():
 
 
 def test_spans_and_concepts():
-    spans = extract_spans("Not to be confused with Qelvor Dynamix. It has 1,200,000 inhabitants "
-                          "and was founded in 1962 by Maren Oskdal.")
+    spans = extract_spans(
+        "Not to be confused with Qelvor Dynamix. It has 1,200,000 inhabitants "
+        "and was founded in 1962 by Maren Oskdal."
+    )
     assert ("Qelvor Dynamix", "entity", 0) in spans
     assert ("1,200,000", "number", 1) in spans and ("1962", "year", 1) in spans
     assert ("Maren Oskdal", "entity", 1) in spans
@@ -301,6 +316,6 @@ def test_packaged_sentence_embeddings():
     env = tiny(embedder="default")
     obs, _ = env.reset(seed=0)
     obs, *_ = env.step(0)
-    q, d = obs[-2 * 384:-384], obs[-384:]
+    q, d = obs[-2 * 384 : -384], obs[-384:]
     assert np.linalg.norm(q) == pytest.approx(1.0, abs=1e-3)
     assert np.linalg.norm(d) == pytest.approx(1.0, abs=1e-3)

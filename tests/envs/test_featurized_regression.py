@@ -55,16 +55,25 @@ def _single(make: Callable[[], gym.Env], episodes: int) -> list[list[dict[str, A
     for ep in range(episodes):
         obs, info = env.reset(seed=ep)
         rng = np.random.default_rng(100 + ep)
-        steps = [{"obs": _digest(obs), "mask": _bits(info["action_mask"]),
-                  "candidates": list(info["candidates"])}]
+        steps = [
+            {"obs": _digest(obs), "mask": _bits(info["action_mask"]), "candidates": list(info["candidates"])}
+        ]
         done, t = False, 0
         while not done:
             action = _choose(rng, t, info["action_mask"], int(env.action_space.n))
             obs, reward, term, trunc, info = env.step(action)
-            steps.append({"action": action, "obs": _digest(obs), "reward": round(float(reward), 9),
-                          "terminated": bool(term), "truncated": bool(trunc),
-                          "mask": _bits(info["action_mask"]), "candidates": list(info["candidates"]),
-                          "featurized_action": info["featurized_action"]})
+            steps.append(
+                {
+                    "action": action,
+                    "obs": _digest(obs),
+                    "reward": round(float(reward), 9),
+                    "terminated": bool(term),
+                    "truncated": bool(trunc),
+                    "mask": _bits(info["action_mask"]),
+                    "candidates": list(info["candidates"]),
+                    "featurized_action": info["featurized_action"],
+                }
+            )
             done, t = term or trunc, t + 1
         out.append(steps)
     env.close()
@@ -79,19 +88,29 @@ def _team(kwargs: dict[str, Any], episodes: int) -> list[list[dict[str, Any]]]:
     for ep in range(episodes):
         obs, infos = team.reset(seed=ep)
         rng = np.random.default_rng(200 + ep)
-        steps = [{"obs": {a: _digest(o) for a, o in sorted(obs.items())},
-                  "mask": {a: _bits(i["action_mask"]) for a, i in sorted(infos.items())}}]
+        steps = [
+            {
+                "obs": {a: _digest(o) for a, o in sorted(obs.items())},
+                "mask": {a: _bits(i["action_mask"]) for a, i in sorted(infos.items())},
+            }
+        ]
         t = 0
         while team.agents:
-            actions = {a: _choose(rng, t, infos[a]["action_mask"], int(team.action_space(a).n))
-                       for a in sorted(team.agents)}
+            actions = {
+                a: _choose(rng, t, infos[a]["action_mask"], int(team.action_space(a).n))
+                for a in sorted(team.agents)
+            }
             obs, rewards, terms, truncs, infos = team.step(actions)
-            steps.append({"actions": actions,
-                          "obs": {a: _digest(o) for a, o in sorted(obs.items())},
-                          "rewards": {a: round(float(r), 9) for a, r in sorted(rewards.items())},
-                          "terminated": dict(sorted(terms.items())),
-                          "truncated": dict(sorted(truncs.items())),
-                          "mask": {a: _bits(i["action_mask"]) for a, i in sorted(infos.items())}})
+            steps.append(
+                {
+                    "actions": actions,
+                    "obs": {a: _digest(o) for a, o in sorted(obs.items())},
+                    "rewards": {a: round(float(r), 9) for a, r in sorted(rewards.items())},
+                    "terminated": dict(sorted(terms.items())),
+                    "truncated": dict(sorted(truncs.items())),
+                    "mask": {a: _bits(i["action_mask"]) for a, i in sorted(infos.items())},
+                }
+            )
             t += 1
         out.append(steps)
     team.close()
@@ -99,22 +118,41 @@ def _team(kwargs: dict[str, Any], episodes: int) -> list[list[dict[str, Any]]]:
 
 
 CASES: dict[str, Callable[[], list[list[dict[str, Any]]]]] = {
-    "tiny": lambda: _single(lambda: make_featurized(
-        base_id="hopgym/Tiny-v1", max_turns=6, max_candidates=6), 12),
-    "tiny_routing_hashing": lambda: _single(lambda: make_featurized(
-        base_id="hopgym/Tiny-v1", base_kwargs={"sources": ("local", "web")}, reward="searchr1",
-        max_turns=6, max_candidates=5, hash_dim=32, embedder="hashing-16"), 12),
-    "synthetic_registered": lambda: _single(lambda: gym.make(
-        "hopgym/SyntheticFeaturized-v0", base_kwargs=SMALL_WORLD), 16),
-    "hotpotqa": lambda: _single(lambda: make_featurized(
-        base_id="hopgym/HotpotQA-v1", base_kwargs={"path": HOTPOT}, max_turns=6,
-        max_candidates=6), 4),
-    "team_cooperative": lambda: _team(
-        {"base_id": "hopgym/Tiny-v1", "max_candidates": 4, "hash_dim": 16}, 8),
+    "tiny": lambda: _single(
+        lambda: make_featurized(base_id="hopgym/Tiny-v1", max_turns=6, max_candidates=6), 12
+    ),
+    "tiny_routing_hashing": lambda: _single(
+        lambda: make_featurized(
+            base_id="hopgym/Tiny-v1",
+            base_kwargs={"sources": ("local", "web")},
+            reward="searchr1",
+            max_turns=6,
+            max_candidates=5,
+            hash_dim=32,
+            embedder="hashing-16",
+        ),
+        12,
+    ),
+    "synthetic_registered": lambda: _single(
+        lambda: gym.make("hopgym/SyntheticFeaturized-v0", base_kwargs=SMALL_WORLD), 16
+    ),
+    "hotpotqa": lambda: _single(
+        lambda: make_featurized(
+            base_id="hopgym/HotpotQA-v1", base_kwargs={"path": HOTPOT}, max_turns=6, max_candidates=6
+        ),
+        4,
+    ),
+    "team_cooperative": lambda: _team({"base_id": "hopgym/Tiny-v1", "max_candidates": 4, "hash_dim": 16}, 8),
     "team_competitive_text": lambda: _team(
-        {"mode": "competitive", "obs_mode": "text", "base_id": "hopgym/SyntheticRouting-v1",
-         "base_kwargs": {k: v for k, v in SMALL_WORLD.items() if k != "sources"},
-         "n_racers": 3}, 6),
+        {
+            "mode": "competitive",
+            "obs_mode": "text",
+            "base_id": "hopgym/SyntheticRouting-v1",
+            "base_kwargs": {k: v for k, v in SMALL_WORLD.items() if k != "sources"},
+            "n_racers": 3,
+        },
+        6,
+    ),
 }
 
 
@@ -141,5 +179,6 @@ def test_episodes_replay_as_recorded(name):
 if __name__ == "__main__":
     data = {name: _record(name) for name in sorted(CASES)}
     FIXTURE.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    print(f"wrote {FIXTURE}: " + ", ".join(
-        f"{n} {sum(len(e) for e in eps)} steps" for n, eps in data.items()))
+    print(
+        f"wrote {FIXTURE}: " + ", ".join(f"{n} {sum(len(e) for e in eps)} steps" for n, eps in data.items())
+    )

@@ -99,7 +99,7 @@ def test_cooperative_masks_split_the_single_agent_mask():
     full = core.action_masks()
     k, s = team.k, team.s
     assert np.array_equal(infos["searcher_0"]["action_mask"][:-1], full[: 1 + k + s])
-    assert np.array_equal(infos["answerer_0"]["action_mask"][:-1], full[1 + k + s:])
+    assert np.array_equal(infos["answerer_0"]["action_mask"][:-1], full[1 + k + s :])
     assert infos["searcher_0"]["action_mask"][-1] == infos["answerer_0"]["action_mask"][-1] == 1
     assert infos["searcher_0"]["action_mask"].dtype == np.int8
 
@@ -113,8 +113,8 @@ def test_competitive_race_shared_budget_and_winner():
     # With the budget spent, searches are masked and become invalid turns.
     assert not infos["racer_1"]["action_mask"][0]
     obs, rew, term, trunc, infos = team.step(
-        {"racer_0": _pick(team, infos, "racer_0", "answer: 1962"),
-         "racer_1": team.cores[1].slot("search", 0)})
+        {"racer_0": _pick(team, infos, "racer_0", "answer: 1962"), "racer_1": team.cores[1].slot("search", 0)}
+    )
     assert infos["racer_1"]["action_type"] == "invalid"
     assert infos["racer_0"]["winners"] == ["racer_0"] and rew["racer_0"] == 1.0
     assert term == {"racer_0": True, "racer_1": True} and team.agents == []
@@ -135,6 +135,7 @@ def test_text_observations_list_the_actions():
     obs, infos = team.reset(seed=0)
     assert "Question:" in obs["searcher_0"] and "[0] search:" in obs["searcher_0"]
     assert "answerer" in obs["answerer_0"] and team.observation_space("answerer_0").contains(
-        obs["answerer_0"])
+        obs["answerer_0"]
+    )
     team.render_mode = "ansi"
     assert "Question:" in team.render()

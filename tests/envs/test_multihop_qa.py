@@ -144,11 +144,17 @@ def test_render_ansi_returns_the_transcript():
     assert make().render() is None
 
 
-@pytest.mark.parametrize("kw, msg", [
-    ({"top_k": 0}, "top_k"), ({"max_turns": 0}, "max_turns"), ({"max_docs": 0}, "max_docs"),
-    ({"doc_chars": -1}, "doc_chars"), ({"render_mode": "human"}, "render_mode"),
-    ({"protocol": "xml"}, "protocol"),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"top_k": 0}, "top_k"),
+        ({"max_turns": 0}, "max_turns"),
+        ({"max_docs": 0}, "max_docs"),
+        ({"doc_chars": -1}, "doc_chars"),
+        ({"render_mode": "human"}, "render_mode"),
+        ({"protocol": "xml"}, "protocol"),
+    ],
+)
 def test_bad_arguments_raise(kw, msg):
     with pytest.raises(ValueError, match=msg):
         make(**kw)
@@ -158,8 +164,9 @@ def test_r3_protocol_round_trip():
     env = make(protocol="r3")
     obs, _ = env.reset(options={"question_id": "tiny-2"})
     assert obs.startswith("Solve the question") and obs.endswith("Step 1:\n")
-    obs, _, _, _, info = env.step("The problem analysis: find the founder.\n"
-                                  "The retrieval query: Qelvor Dynamics founder")
+    obs, _, _, _, info = env.step(
+        "The problem analysis: find the founder.\nThe retrieval query: Qelvor Dynamics founder"
+    )
     assert info["action_type"] == "search" and obs.startswith("\nThe retrieval documents: (1)")
     assert obs.endswith("Step 2:\n")
     info = env.step(Answer("Cardell", think="done"))[4]
@@ -168,17 +175,41 @@ def test_r3_protocol_round_trip():
 
 ACTION_TEXT = st.one_of(
     st.text(max_size=300),
-    st.lists(st.sampled_from(["<think>", "</think>", "<search>", "</search>", "<answer>",
-                              "</answer>", "<route>", "</route>", "<information>", "web", "x",
-                              " ", "\n", "The final answer:", "The retrieval query:"]),
-             max_size=12).map("".join),
-    st.integers(), st.none(), st.binary(max_size=20), st.lists(st.integers(), max_size=3),
+    st.lists(
+        st.sampled_from(
+            [
+                "<think>",
+                "</think>",
+                "<search>",
+                "</search>",
+                "<answer>",
+                "</answer>",
+                "<route>",
+                "</route>",
+                "<information>",
+                "web",
+                "x",
+                " ",
+                "\n",
+                "The final answer:",
+                "The retrieval query:",
+            ]
+        ),
+        max_size=12,
+    ).map("".join),
+    st.integers(),
+    st.none(),
+    st.binary(max_size=20),
+    st.lists(st.integers(), max_size=3),
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(actions=st.lists(ACTION_TEXT, min_size=1, max_size=6),
-       protocol=st.sampled_from(["tags", "r3"]), parse=st.sampled_from(["lenient", "strict"]))
+@given(
+    actions=st.lists(ACTION_TEXT, min_size=1, max_size=6),
+    protocol=st.sampled_from(["tags", "r3"]),
+    parse=st.sampled_from(["lenient", "strict"]),
+)
 def test_any_input_never_raises(actions, protocol, parse):
     env = TimeLimit(make(sources=("local", "web"), protocol=protocol, parse=parse), 8)
     env.reset(seed=0)
@@ -216,12 +247,18 @@ def test_parse_option_picks_the_mode_and_info_reports_issues():
 
 
 @pytest.mark.parametrize("parse", ["lenient", "strict"])
-@pytest.mark.parametrize(("protocol", "turn", "says"), [
-    ("tags", "<think>The founder of Qelvor Dynamics is Maren Oskdal, who", "inside <think>"),
-    ("tags", "<think>ok</think><search>Qelvor Dyn", "inside <search>"),
-    ("r3", "The problem analysis: The founder of Qelvor Dynamics is Maren Oskdal, who",
-     "inside 'The problem analysis:'"),
-])
+@pytest.mark.parametrize(
+    ("protocol", "turn", "says"),
+    [
+        ("tags", "<think>The founder of Qelvor Dynamics is Maren Oskdal, who", "inside <think>"),
+        ("tags", "<think>ok</think><search>Qelvor Dyn", "inside <search>"),
+        (
+            "r3",
+            "The problem analysis: The founder of Qelvor Dynamics is Maren Oskdal, who",
+            "inside 'The problem analysis:'",
+        ),
+    ],
+)
 def test_a_turn_cut_inside_an_open_tag_is_reported_as_truncated(protocol, turn, says, parse):
     env = make(protocol=protocol, parse=parse)
     env.reset(seed=0)
@@ -230,8 +267,7 @@ def test_a_turn_cut_inside_an_open_tag_is_reported_as_truncated(protocol, turn, 
     assert says in info["invalid_action"] and info["invalid_action"] in obs
     assert "cut off at the length limit" in obs and "short" in obs
     # a complete turn that merely lacks an action is not truncated
-    info = env.step("<think>ok.</think>" if protocol == "tags" else
-                    "The problem analysis: I do not know.")[4]
+    info = env.step("<think>ok.</think>" if protocol == "tags" else "The problem analysis: I do not know.")[4]
     assert not info["truncated_turn"]
 
 
@@ -274,8 +310,9 @@ def test_notices_can_be_switched_off(protocol):
 
 
 @pytest.mark.parametrize("protocol", ["tags", "r3"])
-@pytest.mark.parametrize("action", [Search("Qelvor Dynamics founder"), Think("plan"), "garbage",
-                                    Route("web")])
+@pytest.mark.parametrize(
+    "action", [Search("Qelvor Dynamics founder"), Think("plan"), "garbage", Route("web")]
+)
 def test_last_turn_notice_comes_once_when_one_turn_is_left(protocol, action):
     env = make(protocol=protocol, max_turns=3, sources=("local", "web"))
     env.reset(options={"question_id": "tiny-2"})
@@ -293,9 +330,16 @@ def test_last_turn_notice_comes_once_when_one_turn_is_left(protocol, action):
 
 
 def test_the_paper_presets_switch_the_notices_off_and_the_others_on():
-    for reward, on in [("default", True), ("em", True), ("f1", True), (None, True),
-                       ("searchr1", False), ("search-r1", False), ("r3rag", False),
-                       ("kunlun", False)]:
+    for reward, on in [
+        ("default", True),
+        ("em", True),
+        ("f1", True),
+        (None, True),
+        ("searchr1", False),
+        ("search-r1", False),
+        ("r3rag", False),
+        ("kunlun", False),
+    ]:
         env = gym.make("hopgym/Tiny-v1", reward=reward)
         opts = env.unwrapped.options
         assert opts.repeat_notice is on and opts.last_turn_notice is on, reward

@@ -51,8 +51,10 @@ ID_ARGS = {
     "hopgym/HotpotQA-v1": {"path": str(FIX / "hotpotqa_dev.json")},
     "hopgym/2WikiMultiHopQA-v1": {"path": str(FIX / "2wiki_dev.json")},
     "hopgym/MuSiQue-v1": {"path": str(FIX / "musique_dev.jsonl")},
-    "hopgym/Bamboogle-v1": {"path": str(FIX / "bamboogle_test.jsonl"),
-                            "corpus": str(FIX / "wiki_corpus.jsonl")},
+    "hopgym/Bamboogle-v1": {
+        "path": str(FIX / "bamboogle_test.jsonl"),
+        "corpus": str(FIX / "wiki_corpus.jsonl"),
+    },
     "hopgym/MultiHopQA-v1": {"path": str(FIX / "musique_dev.jsonl")},
 }
 # Every -v1 id has a -v0 twin with 0.1's turn handling; both take the same arguments.
@@ -162,16 +164,22 @@ def test_bad_options_fail_before_any_world_or_index_is_built(monkeypatch, name, 
             gym.make(env_id, **ID_ARGS[env_id], **{name: value})
 
 
-@pytest.mark.parametrize("env_id,kwargs,match", [
-    ("hopgym/Tiny-v1", {"top_kk": 2}, "unknown option 'top_kk' \\(did you mean 'top_k'\\?\\)"),
-    ("hopgym/Tiny-v1", {"max_turn": 2}, "did you mean 'max_turns'"),
-    ("hopgym/Synthetic-v1", {"n_entitis": 300}, "did you mean 'n_entities'"),
-    ("hopgym/Synthetic-v1", {"rewards": "f1"}, "did you mean 'reward'"),
-    ("hopgym/HotpotQA-v1", {"retreiver": "bm25"}, "did you mean 'retriever'"),
-    ("hopgym/HotpotQA-v1", {"web_costs": 2.0}, "did you mean 'web_cost'"),
-    ("hopgym/HotpotQA-v1", {"retriever": {"kind": "dense", "modle": "x"}},
-     "unknown retriever setting 'modle' \\(did you mean 'model'\\?\\)"),
-])
+@pytest.mark.parametrize(
+    "env_id,kwargs,match",
+    [
+        ("hopgym/Tiny-v1", {"top_kk": 2}, "unknown option 'top_kk' \\(did you mean 'top_k'\\?\\)"),
+        ("hopgym/Tiny-v1", {"max_turn": 2}, "did you mean 'max_turns'"),
+        ("hopgym/Synthetic-v1", {"n_entitis": 300}, "did you mean 'n_entities'"),
+        ("hopgym/Synthetic-v1", {"rewards": "f1"}, "did you mean 'reward'"),
+        ("hopgym/HotpotQA-v1", {"retreiver": "bm25"}, "did you mean 'retriever'"),
+        ("hopgym/HotpotQA-v1", {"web_costs": 2.0}, "did you mean 'web_cost'"),
+        (
+            "hopgym/HotpotQA-v1",
+            {"retriever": {"kind": "dense", "modle": "x"}},
+            "unknown retriever setting 'modle' \\(did you mean 'model'\\?\\)",
+        ),
+    ],
+)
 def test_unknown_keywords_suggest_the_close_match(monkeypatch, env_id, kwargs, match):
     monkeypatch.setattr("hopgym.tasks.synthetic.build_task", _no_build)
     monkeypatch.setattr("hopgym.envs.datasets._load_dataset", _no_build)
@@ -182,8 +190,7 @@ def test_unknown_keywords_suggest_the_close_match(monkeypatch, env_id, kwargs, m
 def test_dataset_keywords_are_declared_once():
     from hopgym.envs.datasets import TaskSpec
 
-    assert set(typing.get_type_hints(DatasetKwargs)) == {*TASK_ARGS, *RETRIEVER_SHORTHANDS,
-                                                        *OPTION_NAMES}
+    assert set(typing.get_type_hints(DatasetKwargs)) == {*TASK_ARGS, *RETRIEVER_SHORTHANDS, *OPTION_NAMES}
     for f in dataclasses.fields(TaskSpec):
         if f.init:
             assert f.metadata["help"], f.name
@@ -260,10 +267,16 @@ def test_v0_ids_keep_the_0_1_turn_handling(v1):
     with pytest.warns(DeprecationWarning, match="out of date"):
         old = gym.make(v0)
     new = gym.make(v1)
-    assert (old.unwrapped.options.parse, old.unwrapped.options.repeat_notice,
-            old.unwrapped.options.last_turn_notice) == ("strict", False, False)
-    assert (new.unwrapped.options.parse, new.unwrapped.options.repeat_notice,
-            new.unwrapped.options.last_turn_notice) == ("lenient", True, True)
+    assert (
+        old.unwrapped.options.parse,
+        old.unwrapped.options.repeat_notice,
+        old.unwrapped.options.last_turn_notice,
+    ) == ("strict", False, False)
+    assert (
+        new.unwrapped.options.parse,
+        new.unwrapped.options.repeat_notice,
+        new.unwrapped.options.last_turn_notice,
+    ) == ("lenient", True, True)
     turn = "<think>the first hop <search>Cardell</search>"  # <think> left open
     for env in (old, new):
         env.reset(seed=0)
@@ -274,4 +287,5 @@ def test_v0_ids_keep_the_0_1_turn_handling(v1):
     assert [i.code for i in info_new["format_issues"]] == ["unclosed_think"]
     # Everything else is the same env: one option set apart.
     assert old.unwrapped.options == dataclasses.replace(
-        new.unwrapped.options, parse="strict", repeat_notice=False, last_turn_notice=False)
+        new.unwrapped.options, parse="strict", repeat_notice=False, last_turn_notice=False
+    )

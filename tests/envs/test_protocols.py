@@ -31,106 +31,185 @@ TAGS_CASES = [
     ("<think>hm</think><search>q</search>", (Search("q", "hm"), []), (Search("q", "hm"), [])),
     ("<search>q</search>", (Q, []), (Q, [])),
     ("<THINK>hm</THINK><SEARCH>q</SEARCH>", (Search("q", "hm"), []), (Search("q", "hm"), [])),
-    ("<think>a</think><think>b</think><answer>X</answer>",
-     (Answer("X", "a\nb"), []), (Answer("X", "a\nb"), [])),
+    (
+        "<think>a</think><think>b</think><answer>X</answer>",
+        (Answer("X", "a\nb"), []),
+        (Answer("X", "a\nb"), []),
+    ),
     ("<think>a</think>", (Think("a"), []), (Think("a"), [])),
     ("<route>web</route>", (Route("web"), []), (Route("web"), [])),
     # a thought that is never closed, then a complete action: Search-R1 reads it
-    ("<think>hm<search>q</search>", ("invalid", "unbalanced tag <think>", False),
-     (Search("q", "hm"), ["unclosed_think"])),
-    ("<think>\nFean Textiles was founded in 1990 …\n<search> Fean Textiles founder </search>",
-     ("invalid", "unbalanced tag <think>", False),
-     (Search("Fean Textiles founder", "Fean Textiles was founded in 1990 …"), ["unclosed_think"])),
-    ("<think>a <answer>X</answer>", ("invalid", "unbalanced", False),
-     (Answer("X", "a"), ["unclosed_think"])),
-    ("<search>q</search><think>later", ("invalid", "unbalanced", False),
-     (Search("q", "later"), ["unclosed_think"])),
+    (
+        "<think>hm<search>q</search>",
+        ("invalid", "unbalanced tag <think>", False),
+        (Search("q", "hm"), ["unclosed_think"]),
+    ),
+    (
+        "<think>\nFean Textiles was founded in 1990 …\n<search> Fean Textiles founder </search>",
+        ("invalid", "unbalanced tag <think>", False),
+        (Search("Fean Textiles founder", "Fean Textiles was founded in 1990 …"), ["unclosed_think"]),
+    ),
+    ("<think>a <answer>X</answer>", ("invalid", "unbalanced", False), (Answer("X", "a"), ["unclosed_think"])),
+    (
+        "<search>q</search><think>later",
+        ("invalid", "unbalanced", False),
+        (Search("q", "later"), ["unclosed_think"]),
+    ),
     # a </think> whose <think> a chat template wrote
-    ("hm</think><answer>X</answer>", ("invalid", "unbalanced tag </think>", False),
-     (Answer("X", "hm"), ["unopened_think"])),
+    (
+        "hm</think><answer>X</answer>",
+        ("invalid", "unbalanced tag </think>", False),
+        (Answer("X", "hm"), ["unopened_think"]),
+    ),
     # text outside the tags: accepted in both modes (strict always ignored it), reported in both
     ("<answer>X</answer> I am sure.", (X, ["text_outside_tags"]), (X, ["text_outside_tags"])),
     ("Let me search. <search>q</search>", (Q, ["text_outside_tags"]), (Q, ["text_outside_tags"])),
-    ("<think>a</think>b", (Think("a"), ["text_outside_tags"]),
-     (Think("a"), ["text_outside_tags"])),
+    ("<think>a</think>b", (Think("a"), ["text_outside_tags"]), (Think("a"), ["text_outside_tags"])),
     ("  \n<answer>X</answer>\n ", (X, []), (X, [])),
     # spaces inside the brackets
     ("< answer >X</ answer >", ("invalid", "no action", False), (X, ["malformed_tag"])),
     # an action tag without its partner beside a complete action
-    ("<answer>X</answer><answer>Y", ("invalid", "unbalanced tag <answer>", False),
-     (X, ["stray_tag", "text_outside_tags"])),
-    ("</search><answer>X</answer>", ("invalid", "unbalanced tag </search>", False),
-     (X, ["stray_tag"])),
+    (
+        "<answer>X</answer><answer>Y",
+        ("invalid", "unbalanced tag <answer>", False),
+        (X, ["stray_tag", "text_outside_tags"]),
+    ),
+    ("</search><answer>X</answer>", ("invalid", "unbalanced tag </search>", False), (X, ["stray_tag"])),
     # the same action twice
-    ("<answer>X</answer><answer> X </answer>", ("invalid", "two actions", False),
-     (X, ["duplicate_action"])),
+    ("<answer>X</answer><answer> X </answer>", ("invalid", "two actions", False), (X, ["duplicate_action"])),
     # invalid in both modes
-    ("<answer>X</answer><answer>Y</answer>", ("invalid", "two actions", False),
-     ("invalid", "two actions", False)),
-    ("<search>q</search><answer>X</answer>", ("invalid", "two actions", False),
-     ("invalid", "two actions", False)),
-    ("<think><answer>X</answer></think><search>q</search>", ("invalid", "nested", False),
-     ("invalid", "inside <think>", False)),
-    ("<think><answer>X</answer></think>", ("invalid", "nested", False),
-     ("invalid", "inside <think>", False)),
-    ("<think>so <answer>X</answer> I think</think>", ("invalid", "nested", False),
-     ("invalid", "inside <think>", False)),
-    ("<search><answer>X</answer></search>", ("invalid", "nested", False),
-     ("invalid", "nested", False)),
-    ("<answer>X</answer><information>X is right</information>", ("invalid", "<information>", False),
-     ("invalid", "<information>", False)),
-    ("<information>X</information><answer>X</answer>", ("invalid", "<information>", False),
-     ("invalid", "<information>", False)),
-    ("<search>q</search><information>", ("invalid", "<information>", False),
-     ("invalid", "<information>", False)),
+    (
+        "<answer>X</answer><answer>Y</answer>",
+        ("invalid", "two actions", False),
+        ("invalid", "two actions", False),
+    ),
+    (
+        "<search>q</search><answer>X</answer>",
+        ("invalid", "two actions", False),
+        ("invalid", "two actions", False),
+    ),
+    (
+        "<think><answer>X</answer></think><search>q</search>",
+        ("invalid", "nested", False),
+        ("invalid", "inside <think>", False),
+    ),
+    ("<think><answer>X</answer></think>", ("invalid", "nested", False), ("invalid", "inside <think>", False)),
+    (
+        "<think>so <answer>X</answer> I think</think>",
+        ("invalid", "nested", False),
+        ("invalid", "inside <think>", False),
+    ),
+    ("<search><answer>X</answer></search>", ("invalid", "nested", False), ("invalid", "nested", False)),
+    (
+        "<answer>X</answer><information>X is right</information>",
+        ("invalid", "<information>", False),
+        ("invalid", "<information>", False),
+    ),
+    (
+        "<information>X</information><answer>X</answer>",
+        ("invalid", "<information>", False),
+        ("invalid", "<information>", False),
+    ),
+    (
+        "<search>q</search><information>",
+        ("invalid", "<information>", False),
+        ("invalid", "<information>", False),
+    ),
     ("Paris", ("invalid", "no action", False), ("invalid", "no action", False)),
     ("<think></think>", ("invalid", "no action", False), ("invalid", "no action", False)),
-    ("<search> </search>", ("invalid", "empty search query", False),
-     ("invalid", "empty search query", False)),
-    ("<route>moon</route>", ("invalid", "unknown source", False),
-     ("invalid", "unknown source", False)),
+    (
+        "<search> </search>",
+        ("invalid", "empty search query", False),
+        ("invalid", "empty search query", False),
+    ),
+    ("<route>moon</route>", ("invalid", "unknown source", False), ("invalid", "unknown source", False)),
     # cut at the token limit: ends inside an open tag with no complete action
-    ("<think>The founder of Qelvor is", ("invalid", "ended inside <think>", True),
-     ("invalid", "ended inside <think>", True)),
-    ("<think>a</think><search>Qelvor found", ("invalid", "ended inside <search>", True),
-     ("invalid", "ended inside <search>", True)),
-    ("<think>a</think><think>b", ("invalid", "ended inside <think>", True),
-     ("invalid", "ended inside <think>", True)),
+    (
+        "<think>The founder of Qelvor is",
+        ("invalid", "ended inside <think>", True),
+        ("invalid", "ended inside <think>", True),
+    ),
+    (
+        "<think>a</think><search>Qelvor found",
+        ("invalid", "ended inside <search>", True),
+        ("invalid", "ended inside <search>", True),
+    ),
+    (
+        "<think>a</think><think>b",
+        ("invalid", "ended inside <think>", True),
+        ("invalid", "ended inside <think>", True),
+    ),
 ]
 
 R3_CASES = [
-    ("The problem analysis: need X.\nThe retrieval query: q", (Search("q", "need X."), []),
-     (Search("q", "need X."), [])),
-    ("Step 2:\nThe problem analysis: a.\nThe final answer: X", (Answer("X", "a."), []),
-     (Answer("X", "a."), [])),
-    ("The problem analysis: a.\nThe retrieval source: web", (Route("web", "a."), []),
-     (Route("web", "a."), [])),
+    (
+        "The problem analysis: need X.\nThe retrieval query: q",
+        (Search("q", "need X."), []),
+        (Search("q", "need X."), []),
+    ),
+    (
+        "Step 2:\nThe problem analysis: a.\nThe final answer: X",
+        (Answer("X", "a."), []),
+        (Answer("X", "a."), []),
+    ),
+    (
+        "The problem analysis: a.\nThe retrieval source: web",
+        (Route("web", "a."), []),
+        (Route("web", "a."), []),
+    ),
     ("The retrieval query: q", (Q, ["missing_analysis"]), (Q, ["missing_analysis"])),
-    ("Sure!\nThe problem analysis: a.\nThe final answer: X",
-     (Answer("X", "a."), ["text_outside_fields"]), (Answer("X", "a."), ["text_outside_fields"])),
+    (
+        "Sure!\nThe problem analysis: a.\nThe final answer: X",
+        (Answer("X", "a."), ["text_outside_fields"]),
+        (Answer("X", "a."), ["text_outside_fields"]),
+    ),
     # a label inside a line: read only in lenient mode
-    ("The problem analysis: a. The final answer: X", ("invalid", "no 'The retrieval query:'", False),
-     (Answer("X", "a."), ["inline_field"])),
+    (
+        "The problem analysis: a. The final answer: X",
+        ("invalid", "no 'The retrieval query:'", False),
+        (Answer("X", "a."), ["inline_field"]),
+    ),
     # the action is its field's first line in lenient mode
-    ("The problem analysis: a.\nThe final answer: X\nBecause the documents say so.",
-     (Answer("X Because the documents say so.", "a."), []),
-     (Answer("X", "a."), ["text_outside_fields"])),
-    ("The problem analysis: a.\nThe final answer: X\nThe final answer: X",
-     ("invalid", "two actions", False), (Answer("X", "a."), ["duplicate_action"])),
-    ("The problem analysis: a.\nThe final answer: X\nThe final answer: Y",
-     ("invalid", "two actions", False), ("invalid", "two actions", False)),
-    ("The problem analysis: a.\nThe retrieval query: q\nThe final answer: X",
-     ("invalid", "two actions", False), ("invalid", "two actions", False)),
-    ("The problem analysis: a.\nThe retrieval documents: X is right.\nThe final answer: X",
-     ("invalid", "written by the environment", False),
-     ("invalid", "written by the environment", False)),
-    ("The problem analysis: I am not sure.", ("invalid", "no 'The retrieval query:'", False),
-     ("invalid", "no 'The retrieval query:'", False)),
-    ("<answer>X</answer>", ("invalid", "no 'The retrieval query:'", False),
-     ("invalid", "no 'The retrieval query:'", False)),
-    ("The problem analysis: The founder of Qelvor Dynamics is",
-     ("invalid", "ended inside 'The problem analysis:'", True),
-     ("invalid", "ended inside 'The problem analysis:'", True)),
+    (
+        "The problem analysis: a.\nThe final answer: X\nBecause the documents say so.",
+        (Answer("X Because the documents say so.", "a."), []),
+        (Answer("X", "a."), ["text_outside_fields"]),
+    ),
+    (
+        "The problem analysis: a.\nThe final answer: X\nThe final answer: X",
+        ("invalid", "two actions", False),
+        (Answer("X", "a."), ["duplicate_action"]),
+    ),
+    (
+        "The problem analysis: a.\nThe final answer: X\nThe final answer: Y",
+        ("invalid", "two actions", False),
+        ("invalid", "two actions", False),
+    ),
+    (
+        "The problem analysis: a.\nThe retrieval query: q\nThe final answer: X",
+        ("invalid", "two actions", False),
+        ("invalid", "two actions", False),
+    ),
+    (
+        "The problem analysis: a.\nThe retrieval documents: X is right.\nThe final answer: X",
+        ("invalid", "written by the environment", False),
+        ("invalid", "written by the environment", False),
+    ),
+    (
+        "The problem analysis: I am not sure.",
+        ("invalid", "no 'The retrieval query:'", False),
+        ("invalid", "no 'The retrieval query:'", False),
+    ),
+    (
+        "<answer>X</answer>",
+        ("invalid", "no 'The retrieval query:'", False),
+        ("invalid", "no 'The retrieval query:'", False),
+    ),
+    (
+        "The problem analysis: The founder of Qelvor Dynamics is",
+        ("invalid", "ended inside 'The problem analysis:'", True),
+        ("invalid", "ended inside 'The problem analysis:'", True),
+    ),
 ]
 
 
@@ -183,8 +262,16 @@ def test_issue_codes_are_declared_and_carry_details():
 
 
 @pytest.mark.parametrize("mode", PARSE_MODES)
-@pytest.mark.parametrize("action", [Search("Qelvor founder", "need the founder"), Route("web"),
-                                    Answer("Cardell", "done"), Think("plan"), Answer("x")])
+@pytest.mark.parametrize(
+    "action",
+    [
+        Search("Qelvor founder", "need the founder"),
+        Route("web"),
+        Answer("Cardell", "done"),
+        Think("plan"),
+        Answer("x"),
+    ],
+)
 @pytest.mark.parametrize("name", ["tags", "r3"])
 def test_rendered_actions_parse_back_cleanly(name, action, mode):
     proto = get_protocol(name, parse=mode)
@@ -197,10 +284,27 @@ def test_rendered_actions_parse_back_cleanly(name, action, mode):
     assert turn.action == action and turn.issues == ()
 
 
-TAG_SOUP = st.lists(st.sampled_from(["<think>", "</think>", "<search>", "</search>", "<answer>",
-                                     "</answer>", "<route>", "</route>", "< answer >",
-                                     "<information>", "web", "x", " ", "\n"]),
-                    max_size=14).map("".join)
+TAG_SOUP = st.lists(
+    st.sampled_from(
+        [
+            "<think>",
+            "</think>",
+            "<search>",
+            "</search>",
+            "<answer>",
+            "</answer>",
+            "<route>",
+            "</route>",
+            "< answer >",
+            "<information>",
+            "web",
+            "x",
+            " ",
+            "\n",
+        ]
+    ),
+    max_size=14,
+).map("".join)
 
 
 @settings(max_examples=400, deadline=None)
@@ -222,9 +326,27 @@ def test_tag_soup_in_both_modes(text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.one_of(st.text(max_size=200), st.lists(st.sampled_from(
-    ["The problem analysis:", "The retrieval query:", "The final answer:", "Step 2:",
-     "The retrieval documents:", "x", " ", "\n", "."]), max_size=12).map("".join)))
+@given(
+    text=st.one_of(
+        st.text(max_size=200),
+        st.lists(
+            st.sampled_from(
+                [
+                    "The problem analysis:",
+                    "The retrieval query:",
+                    "The final answer:",
+                    "Step 2:",
+                    "The retrieval documents:",
+                    "x",
+                    " ",
+                    "\n",
+                    ".",
+                ]
+            ),
+            max_size=12,
+        ).map("".join),
+    )
+)
 def test_r3_soup_in_both_modes(text):
     strict = R3Protocol(parse="strict").parse(text, SOURCES)
     lenient = R3Protocol(parse="lenient").parse(text, SOURCES)
@@ -240,14 +362,18 @@ DOCS = [Passage("d1", "Qelvor Dynamics", "Founded by Maren Oskdal.")]
 def test_repeat_note_and_last_turn_text():
     tags, r3 = TagsProtocol(), R3Protocol()
     obs = tags.format_documents(DOCS, None, 2, note=tags.repeat_note(dedup=True))
-    assert obs == ("\n<information>You already searched for this; here are the next results.\n"
-                   "Doc 1 (Title: Qelvor Dynamics) Founded by Maren Oskdal.</information>\n")
+    assert obs == (
+        "\n<information>You already searched for this; here are the next results.\n"
+        "Doc 1 (Title: Qelvor Dynamics) Founded by Maren Oskdal.</information>\n"
+    )
     assert "same results again" in tags.repeat_note(dedup=False)
     assert "no new documents" in tags.repeat_note(dedup=True, exhausted=True)
     obs = r3.format_documents(DOCS, None, 2, note=r3.repeat_note(dedup=True))
-    assert obs == ("\nYou already searched for this; here are the next results.\n"
-                   "The retrieval documents: (1) Qelvor Dynamics: Founded by Maren Oskdal.\n"
-                   "Step 3:\n")
+    assert obs == (
+        "\nYou already searched for this; here are the next results.\n"
+        "The retrieval documents: (1) Qelvor Dynamics: Founded by Maren Oskdal.\n"
+        "Step 3:\n"
+    )
     assert tags.last_turn("", 3).strip() == TagsProtocol.LAST_TURN
     last = r3.last_turn(r3.format_think(3), 3)
     assert last == f"\n{R3Protocol.LAST_TURN}\nStep 4:\n"
@@ -260,29 +386,63 @@ def test_nothing_the_env_writes_reads_as_an_action_if_a_model_copies_it(name, mo
     # that held "<answer> short answer </answer>"); a copy must never be an action.
     proto = get_protocol(name, parse=mode)
     sources = {"local": "the corpus", "web": "the web"}
-    texts = [proto.prompt("Who founded Acme?", sources, 4),
-             proto.prompt("Who founded Acme?", {"local": ""}, 4, background="Doc 1 (Title: A) b"),
-             proto.format_documents(DOCS, None, 1, note=proto.repeat_note(True)),
-             proto.format_notice(proto.repeat_note(True, exhausted=True), 1),
-             proto.format_error("no action", 1), proto.format_think(1),
-             proto.last_turn(proto.format_think(2), 2), proto.last_turn("", 2),
-             proto.LAST_TURN, proto.repeat_note(False)]
+    texts = [
+        proto.prompt("Who founded Acme?", sources, 4),
+        proto.prompt("Who founded Acme?", {"local": ""}, 4, background="Doc 1 (Title: A) b"),
+        proto.format_documents(DOCS, None, 1, note=proto.repeat_note(True)),
+        proto.format_notice(proto.repeat_note(True, exhausted=True), 1),
+        proto.format_error("no action", 1),
+        proto.format_think(1),
+        proto.last_turn(proto.format_think(2), 2),
+        proto.last_turn("", 2),
+        proto.LAST_TURN,
+        proto.repeat_note(False),
+    ]
     for text in filter(str.strip, texts):
         for copy in (text, text.strip(), text.strip().splitlines()[-1]):
             assert proto.parse(copy, list(sources)).action is None, copy
 
 
-CANONICAL_SOUP = st.lists(st.sampled_from(
-    ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>", "<route>",
-     "</route>", "<THINK>", "web", "local", "x y", " ", "\n", "\u00a0", "<", ">", ""]),
-    max_size=9).map("".join)
+CANONICAL_SOUP = st.lists(
+    st.sampled_from(
+        [
+            "<think>",
+            "</think>",
+            "<search>",
+            "</search>",
+            "<answer>",
+            "</answer>",
+            "<route>",
+            "</route>",
+            "<THINK>",
+            "web",
+            "local",
+            "x y",
+            " ",
+            "\n",
+            "\u00a0",
+            "<",
+            ">",
+            "",
+        ]
+    ),
+    max_size=9,
+).map("".join)
 
 
 @settings(max_examples=600, deadline=None)
-@given(text=st.one_of(CANONICAL_SOUP, st.builds(
-    lambda t, a, k, b: f"{t}<think>{a}</think>{t}<{k}>{b}</{k}>{t}",
-    st.sampled_from(["", " ", "\n"]), st.text(max_size=20), st.sampled_from(_ACTIONS),
-    st.text(max_size=20))))
+@given(
+    text=st.one_of(
+        CANONICAL_SOUP,
+        st.builds(
+            lambda t, a, k, b: f"{t}<think>{a}</think>{t}<{k}>{b}</{k}>{t}",
+            st.sampled_from(["", " ", "\n"]),
+            st.text(max_size=20),
+            st.sampled_from(_ACTIONS),
+            st.text(max_size=20),
+        ),
+    )
+)
 def test_the_canonical_fast_path_reads_as_the_general_parser(text):
     # parse() reads a canonical turn (an optional <think> block, then at most one action block)
     # without the general parser; both modes must give exactly what the general parser gives.

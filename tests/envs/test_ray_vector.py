@@ -61,15 +61,15 @@ class SlowOnCue(gym.Wrapper):
         return self.env.step(action)
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP,
-                                  AutoresetMode.DISABLED], ids=lambda m: m.value)
+@pytest.mark.parametrize(
+    "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED], ids=lambda m: m.value
+)
 def test_the_same_as_sync_vector_env(mode):
     fns = [synthetic(protocol="r3" if mode == AutoresetMode.DISABLED else "tags")] * 6
     venv = RayVectorEnv(fns, workers=2, autoreset_mode=mode)
     assert venv.slices == [range(0, 3), range(3, 6)]
     assert len(set(venv.pids())) == 2
-    assert_same_logs(drive(venv, 25, seed=5),
-                     drive(SyncVectorEnv(fns, autoreset_mode=mode), 25, seed=5))
+    assert_same_logs(drive(venv, 25, seed=5), drive(SyncVectorEnv(fns, autoreset_mode=mode), 25, seed=5))
     stats = venv.search_stats()
     assert 0 < stats.calls < stats.requests
     venv.close()
@@ -130,8 +130,7 @@ def test_step_subset_and_per_env_options_for_collectors():
     venv = gym.make_vec("hopgym/Tiny-v1", 3, ray_workers=2, autoreset_mode="Disabled")
     assert repr(venv) == "RayVectorEnv(hopgym/Tiny-v1, num_envs=3, workers=2)"
     ids = [s.id for s in venv.get_attr("task")[0].samples]
-    _, infos = venv.reset(seed=[1, 2, 3], options=[{"question_id": ids[4]}, None,
-                                                    {"question_id": ids[1]}])
+    _, infos = venv.reset(seed=[1, 2, 3], options=[{"question_id": ids[4]}, None, {"question_id": ids[1]}])
     assert infos["question_id"][0] == ids[4] and not infos["_question_id"][1]
     out = venv.step_subset([2, 0], ["<answer>x</answer>", "<search>Lorn</search>"])
     assert [r[2] for r in out] == [True, False] and out[1][4]["query"] == "Lorn"
@@ -165,11 +164,9 @@ def test_the_rollout_collector_on_ray_workers_collects_the_same_trajectories():
 
     task = env_fn().unwrapped.task
     tok = build_tokenizer(task_texts(task))
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64, max_positions=512),
-                        tok, seed=0)
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=0)
     qids = [s.id for s in task.samples][:3]
-    turns = ["<search> Sefa Quill father</search>", "<search> Lorn</search>",
-             "<answer> Emery Quill</answer>"]
+    turns = ["<search> Sefa Quill father</search>", "<search> Lorn</search>", "<answer> Emery Quill</answer>"]
 
     def scripted(contexts, budgets, *_):
         # Turn k of every episode in flight: a search, another, then an answer; the
@@ -181,8 +178,9 @@ def test_the_rollout_collector_on_ray_workers_collects_the_same_trajectories():
 
     out = {}
     for workers in (0, 2):
-        cfg = RolloutConfig(temperature=1.0, max_new_tokens=10, max_completion_tokens=400,
-                            batch_size=4, env_workers=workers)
+        cfg = RolloutConfig(
+            temperature=1.0, max_new_tokens=10, max_completion_tokens=400, batch_size=4, env_workers=workers
+        )
         col = RolloutCollector(model, tok, env_fn, cfg)
         out[workers] = col.collect(qids, group_size=2, seed=7)  # the sampler, not scripted
         col._sample, scripted.calls = scripted, 0

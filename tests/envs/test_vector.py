@@ -32,14 +32,17 @@ def assert_same(fns, mode, steps=40, seed=3):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
-@pytest.mark.parametrize("env_id,kwargs", [
-    ("hopgym/Synthetic-v1", {"protocol": "tags"}),
-    ("hopgym/Synthetic-v1", {"protocol": "r3", "dedup": False}),
-    ("hopgym/SyntheticRouting-v1", {"protocol": "tags", "reward": "kunlun"}),
-    ("hopgym/SyntheticRouting-v1", {"protocol": "r3", "reward": "r3rag", "max_docs": 5}),
-    ("hopgym/Synthetic-v1", {"parse": "strict", "background_k": 2, "reward": "searchr1",
-                             "top_k": 2}),
-], ids=["tags", "r3-nodedup", "routing-kunlun", "routing-r3rag-maxdocs", "strict-bg"])
+@pytest.mark.parametrize(
+    "env_id,kwargs",
+    [
+        ("hopgym/Synthetic-v1", {"protocol": "tags"}),
+        ("hopgym/Synthetic-v1", {"protocol": "r3", "dedup": False}),
+        ("hopgym/SyntheticRouting-v1", {"protocol": "tags", "reward": "kunlun"}),
+        ("hopgym/SyntheticRouting-v1", {"protocol": "r3", "reward": "r3rag", "max_docs": 5}),
+        ("hopgym/Synthetic-v1", {"parse": "strict", "background_k": 2, "reward": "searchr1", "top_k": 2}),
+    ],
+    ids=["tags", "r3-nodedup", "routing-kunlun", "routing-r3rag-maxdocs", "strict-bg"],
+)
 def test_the_same_as_sync_vector_env(env_id, kwargs, mode):
     fns = [lambda: gym.make(env_id, **WORLD, **kwargs)] * 8
     batched = assert_same(fns, mode, steps=40)
@@ -59,7 +62,7 @@ def test_one_call_per_retriever_per_step_at_the_largest_k():
             return super().search_batch(queries, k)
 
     base = gym.make("hopgym/Tiny-v1").unwrapped.task
-    (name, src), = base.sources.items()
+    ((name, src),) = base.sources.items()
     retriever = Recording(src.retriever.passages, cache_entries=0)
     task = QATask("tiny", base.samples, {name: Source(name, retriever)}, base.documents)
     venv = BatchedSearchVectorEnv([lambda: make_task_env(task)] * 4)
@@ -69,8 +72,9 @@ def test_one_call_per_retriever_per_step_at_the_largest_k():
     calls.clear()
     # Envs 0, 1 and 3 have seen 3 documents (dedup asks k + 3), env 2 none: one call at the
     # largest k (BM25's top k is a prefix of any longer list), cut per env.
-    venv.step(["<search>film</search>", "<search>Lorn</search>", "<search>Lorn</search>",
-               "<search>film</search>"])
+    venv.step(
+        ["<search>film</search>", "<search>Lorn</search>", "<search>Lorn</search>", "<search>film</search>"]
+    )
     assert calls == [(("film", "Lorn"), 6)]
     assert venv.search_stats() == (7, 2, 4)
 
@@ -88,7 +92,7 @@ def test_a_retriever_that_fails_in_batches_is_searched_per_env():
             raise RuntimeError("down")
 
     base = gym.make("hopgym/Tiny-v1").unwrapped.task
-    (name, src), = base.sources.items()
+    ((name, src),) = base.sources.items()
     for cls in (NoBatch, Broken):
         retriever = cls(src.retriever.passages)
         task = QATask("tiny", base.samples, {name: Source(name, retriever)}, base.documents)
@@ -99,8 +103,7 @@ def test_a_retriever_that_fails_in_batches_is_searched_per_env():
 def test_an_action_wrapper_changes_the_action_after_the_prepare():
     class Shout(gym.ActionWrapper):
         def action(self, action):
-            return action.replace("<search>", "<search>Kaldor ") if isinstance(action, str) \
-                else action
+            return action.replace("<search>", "<search>Kaldor ") if isinstance(action, str) else action
 
     fns = [lambda: Shout(gym.make("hopgym/Tiny-v1"))] * 3
     sync, batched = SyncVectorEnv(fns), BatchedSearchVectorEnv(fns)
@@ -109,15 +112,13 @@ def test_an_action_wrapper_changes_the_action_after_the_prepare():
     acts = ["<search>river</search>"] * 3
     a, b = sync.step(acts), batched.step(acts)
     assert data_equivalence(a, b)
-    assert [e.unwrapped.transcript for e in sync.envs] == \
-        [e.unwrapped.transcript for e in batched.envs]
+    assert [e.unwrapped.transcript for e in sync.envs] == [e.unwrapped.transcript for e in batched.envs]
     assert "Kaldor" in a[4]["query"][0]
 
 
 def test_dense_batches_rank_as_single_searches():
     pytest.importorskip("faiss")
-    fns = [lambda: gym.make("hopgym/Tiny-v1", retriever={"kind": "dense",
-                                                          "model": "hashing-64"})] * 6
+    fns = [lambda: gym.make("hopgym/Tiny-v1", retriever={"kind": "dense", "model": "hashing-64"})] * 6
     # Dense batches take FAISS' BLAS path and may differ from single searches in the last float
     # bits; ranks use scores rounded to 1e-5, so on this corpus the transcripts are the same.
     assert_same(fns, AutoresetMode.SAME_STEP, steps=30)
@@ -129,8 +130,7 @@ def test_api_spaces_repr_and_attrs():
     assert repr(venv) == "BatchedSearchVectorEnv(hopgym/Tiny-v1, num_envs=2)"
     assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     assert venv.single_observation_space == venv.envs[0].observation_space
-    assert venv.observation_space == SyncVectorEnv([lambda: gym.make("hopgym/Tiny-v1")] * 2
-                                                   ).observation_space
+    assert venv.observation_space == SyncVectorEnv([lambda: gym.make("hopgym/Tiny-v1")] * 2).observation_space
     obs, infos = venv.reset(seed=[5, None])
     assert venv.get_attr("np_random_seed")[0] == 5
     assert venv.get_attr("max_turns") == (8, 8)
@@ -148,17 +148,16 @@ def test_gym_make_vec_uses_it_and_sync_stays_available():
     assert isinstance(venv, BatchedSearchVectorEnv)
     assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     assert venv.get_attr("top_k") == (2, 2)
-    assert isinstance(gym.make_vec("hopgym/Tiny-v1", num_envs=2, vectorization_mode="sync"),
-                      SyncVectorEnv)
+    assert isinstance(gym.make_vec("hopgym/Tiny-v1", num_envs=2, vectorization_mode="sync"), SyncVectorEnv)
     assert gym.spec("hopgym/SyntheticFeaturized-v0").vector_entry_point is None
 
 
 def test_per_env_options_and_step_subset():
-    venv = BatchedSearchVectorEnv([lambda: gym.make("hopgym/Tiny-v1")] * 3,
-                                  autoreset_mode=AutoresetMode.DISABLED)
+    venv = BatchedSearchVectorEnv(
+        [lambda: gym.make("hopgym/Tiny-v1")] * 3, autoreset_mode=AutoresetMode.DISABLED
+    )
     ids = [s.id for s in venv.envs[0].unwrapped.task.samples]
-    obs, infos = venv.reset(seed=[1, 2, 3], options=[{"question_id": ids[2]}, None,
-                                                     {"question_id": ids[0]}])
+    obs, infos = venv.reset(seed=[1, 2, 3], options=[{"question_id": ids[2]}, None, {"question_id": ids[0]}])
     assert list(infos["_question_id"]) == [True, False, True]
     assert infos["question_id"][0] == ids[2] and infos["question_id"][2] == ids[0]
     out = venv.step_subset([2, 0], ["<answer>x</answer>", "<search>Orsk</search>"])
@@ -184,8 +183,7 @@ def test_step_batched_is_the_envs_own_steps():
     for i, (e, r) in enumerate(zip(envs, refs, strict=True)):
         e.reset(seed=i)
         r.reset(seed=i)
-    assert data_equivalence(step_batched(envs, acts), [r.step(a) for r, a in zip(refs, acts,
-                                                                                  strict=True)])
+    assert data_equivalence(step_batched(envs, acts), [r.step(a) for r, a in zip(refs, acts, strict=True)])
 
 
 def test_the_facade_exposes_vector_and_no_second_make_vec():
@@ -193,14 +191,17 @@ def test_the_facade_exposes_vector_and_no_second_make_vec():
     assert not hasattr(hopgym.vector, "make_vec")  # gym.make_vec is the one way
 
 
-@pytest.mark.parametrize("entries", [
-    [(0, {"a": 1, "b": "x", "c": {"d": 1.5}}), (2, {"a": 2.7, "c": {"d": 2, "e": None}})],
-    [(1, {"v": np.arange(3), "f": True}), (0, {"v": np.ones(3), "f": False, "g": [1]})],
-    [(0, {"final_obs": "o", "final_info": {"x": 1}}), (0, {"x": 2}), (1, {"x": np.int8(3)})],
-    [(0, {"m": {"a": 1}}), (1, {"m": 5})],             # a dict and a number under one key
-    [(0, {"_x": 1, "x": 2}), (1, {"x": 3})],           # a key shaped like a mask
-    [(2, {"k": None}), (2, {"k": "again"})],           # the same sub-env twice
-])
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [(0, {"a": 1, "b": "x", "c": {"d": 1.5}}), (2, {"a": 2.7, "c": {"d": 2, "e": None}})],
+        [(1, {"v": np.arange(3), "f": True}), (0, {"v": np.ones(3), "f": False, "g": [1]})],
+        [(0, {"final_obs": "o", "final_info": {"x": 1}}), (0, {"x": 2}), (1, {"x": np.int8(3)})],
+        [(0, {"m": {"a": 1}}), (1, {"m": 5})],  # a dict and a number under one key
+        [(0, {"_x": 1, "x": 2}), (1, {"x": 3})],  # a key shaped like a mask
+        [(2, {"k": None}), (2, {"k": "again"})],  # the same sub-env twice
+    ],
+)
 def test_the_info_merge_is_gymnasiums(entries):
     from gymnasium.vector import VectorEnv
 

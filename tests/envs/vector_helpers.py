@@ -93,8 +93,9 @@ def make_agents(venv: gym.vector.VectorEnv) -> list[Any]:
     agents: list[Any] = []
     for i in range(venv.num_envs):
         view = SubEnvView(venv, i)
-        agents.append([RandomAgent(seed=i), IterativeAgent(seed=i), OracleAgent(view),
-                       NoisyAgent(view, seed=i)][i % 4])
+        agents.append(
+            [RandomAgent(seed=i), IterativeAgent(seed=i), OracleAgent(view), NoisyAgent(view, seed=i)][i % 4]
+        )
     return agents
 
 
@@ -132,8 +133,7 @@ def drive(venv: gym.vector.VectorEnv, steps: int, seed: int) -> list[Any]:
             seeds = [seed * 1000 + int(i) if d else None for i, d in enumerate(done)]
             obs, infos = venv.reset(seed=seeds, options={"reset_mask": done})
             log += [obs, infos]
-            info_list = [b if d else a for a, b, d in zip(info_list, per_env(infos, n), done,
-                                                          strict=True)]
+            info_list = [b if d else a for a, b, d in zip(info_list, per_env(infos, n), done, strict=True)]
             for i in np.flatnonzero(done):
                 agents[i].reset()
             done[:] = False

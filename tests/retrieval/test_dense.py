@@ -33,7 +33,8 @@ def test_hashing_embedder_is_deterministic_and_normalised():
     assert not a[2].any()  # nothing to hash: the zero vector
     # Fixed across processes and Python versions (CRC32, not the salted built-in hash).
     assert np.flatnonzero(HashingEmbedder(16, bigrams=False).encode(["kaldor"])[0]).tolist() == [
-        __import__("zlib").crc32(b"kaldor") % 16]
+        __import__("zlib").crc32(b"kaldor") % 16
+    ]
 
 
 def test_make_embedder_specs():
@@ -127,7 +128,8 @@ def test_every_backend_finds_the_passage_and_batches_like_single(index_backend):
     batch = r.search_batch_scored(qs, 5)
     single = [r.search_scored(q, 5) for q in qs]
     assert [[h.passage.doc_id for h in hs] for hs in batch] == [
-        [h.passage.doc_id for h in hs] for hs in single]
+        [h.passage.doc_id for h in hs] for hs in single
+    ]
     for hb, hs in zip(batch, single, strict=True):
         np.testing.assert_allclose([h.score for h in hb], [h.score for h in hs], atol=1e-6)
 

@@ -56,11 +56,24 @@ def test_device_spellings(device):
     assert check_device(device) == device
 
 
-@pytest.mark.parametrize("device,hint", [
-    ("gpu", "cuda"), ("GPU", "cuda"), ("CUDA", "cuda"), ("cuda0", "cuda:0"), ("gpu:1", "cuda:1"),
-    ("cpus", "cpu"), ("Auto", "auto"), ("cuda:", None), ("cuda:-1", None), ("mps", None),
-    ("", None), (None, None), (0, None),
-])
+@pytest.mark.parametrize(
+    "device,hint",
+    [
+        ("gpu", "cuda"),
+        ("GPU", "cuda"),
+        ("CUDA", "cuda"),
+        ("cuda0", "cuda:0"),
+        ("gpu:1", "cuda:1"),
+        ("cpus", "cpu"),
+        ("Auto", "auto"),
+        ("cuda:", None),
+        ("cuda:-1", None),
+        ("mps", None),
+        ("", None),
+        (None, None),
+        (0, None),
+    ],
+)
 def test_bad_devices_name_the_accepted_ones(device, hint):
     with pytest.raises(ValueError, match="device must be 'cpu', 'cuda', 'cuda:N' or 'auto'") as e:
         check_device(device)
@@ -75,10 +88,13 @@ def test_cpu_and_auto_without_cuda(monkeypatch):
     assert resolve_device("auto") == "cpu"
 
 
-@pytest.mark.parametrize("built,found", [
-    (None, "is a CPU-only build (torch.version.cuda is None)"),
-    ("12.8", "is built for CUDA 12.8 but sees no GPU"),
-])
+@pytest.mark.parametrize(
+    "built,found",
+    [
+        (None, "is a CPU-only build (torch.version.cuda is None)"),
+        ("12.8", "is built for CUDA 12.8 but sees no GPU"),
+    ],
+)
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
 def test_cuda_without_a_gpu_says_what_was_found_and_the_fix(monkeypatch, built, found, device):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -99,8 +115,11 @@ def test_cuda_devices_when_torch_sees_gpus(monkeypatch):
     assert resolve_device("auto") == "cuda"
     assert resolve_device("cuda") == "cuda"
     assert resolve_device("cuda:1") == "cuda:1"
-    with pytest.raises(DeviceUnavailableError, match=r"asks for GPU 2, but torch sees 2 GPU\(s\) "
-                                                     r"\(cuda:0, cuda:1\)"):
+    with pytest.raises(
+        DeviceUnavailableError,
+        match=r"asks for GPU 2, but torch sees 2 GPU\(s\) "
+        r"\(cuda:0, cuda:1\)",
+    ):
         resolve_device("cuda:2")
 
 
@@ -113,8 +132,7 @@ def test_cuda_is_refused_everywhere_dense_retrieval_is_built(tmp_path):
     docs = [Passage("a", "Oslo", "Oslo is a city."), Passage("b", "Rome", "Rome is old.")]
     calls = [
         lambda: DenseRetriever(docs, embedder=HashingEmbedder(16), device="cuda"),
-        lambda: DenseRetriever(docs, embedder=HashingEmbedder(16), device="cuda:0",
-                               index_backend="torch"),
+        lambda: DenseRetriever(docs, embedder=HashingEmbedder(16), device="cuda:0", index_backend="torch"),
         lambda: make_retriever({"kind": "hybrid", "model": "hashing-16", "device": "cuda"}, docs),
         lambda: RetrieverBuilder({"kind": "dense", "device": "cuda"}),  # when the env is made
         lambda: SentenceTransformerEmbedder("default", device="cuda"),  # before loading a model
@@ -130,32 +148,38 @@ def test_cuda_is_refused_everywhere_dense_retrieval_is_built(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the backends
-@pytest.mark.parametrize("backend,index_type,device,gpus,expected", [
-    ("auto", "flat", "cpu", 0, "faiss"),
-    ("auto", "flat", "cpu", 1, "faiss"),
-    ("auto", "hnsw", "cpu", 0, "faiss"),
-    ("auto", "flat", "cuda", 0, "torch"),
-    ("auto", "flat", "cuda:1", 1, "faiss-gpu"),
-    ("auto", "ivf", "cuda", 1, "faiss-gpu"),
-    ("auto", "ivf", "cuda", 0, "faiss"),   # no GPU IVF without faiss-gpu: stays on the CPU
-    ("auto", "hnsw", "cuda", 1, "faiss"),  # FAISS has no GPU HNSW
-    ("torch", "flat", "cpu", 0, "torch"),
-    ("torch", "flat", "cuda", 1, "torch"),
-    ("faiss", "flat", "cpu", 0, "faiss"),
-    ("faiss", "flat", "cuda", 1, "faiss-gpu"),
-    ("faiss", "ivf", "cuda", 2, "faiss-gpu"),
-])
+@pytest.mark.parametrize(
+    "backend,index_type,device,gpus,expected",
+    [
+        ("auto", "flat", "cpu", 0, "faiss"),
+        ("auto", "flat", "cpu", 1, "faiss"),
+        ("auto", "hnsw", "cpu", 0, "faiss"),
+        ("auto", "flat", "cuda", 0, "torch"),
+        ("auto", "flat", "cuda:1", 1, "faiss-gpu"),
+        ("auto", "ivf", "cuda", 1, "faiss-gpu"),
+        ("auto", "ivf", "cuda", 0, "faiss"),  # no GPU IVF without faiss-gpu: stays on the CPU
+        ("auto", "hnsw", "cuda", 1, "faiss"),  # FAISS has no GPU HNSW
+        ("torch", "flat", "cpu", 0, "torch"),
+        ("torch", "flat", "cuda", 1, "torch"),
+        ("faiss", "flat", "cpu", 0, "faiss"),
+        ("faiss", "flat", "cuda", 1, "faiss-gpu"),
+        ("faiss", "ivf", "cuda", 2, "faiss-gpu"),
+    ],
+)
 def test_choose_index_backend(backend, index_type, device, gpus, expected):
     assert choose_index_backend(backend, index_type, device, gpus) == expected
 
 
-@pytest.mark.parametrize("backend,index_type,device,gpus,error,match", [
-    ("torch", "hnsw", "cpu", 0, ValueError, "index_type must be 'flat', got 'hnsw'"),
-    ("torch", "ivf", "cuda", 0, ValueError, "index_type must be 'flat', got 'ivf'"),
-    ("faiss", "hnsw", "cuda", 1, ValueError, "FAISS has no GPU HNSW index"),
-    ("faiss", "flat", "cuda", 0, DeviceUnavailableError, "needs a FAISS build with GPU support"),
-    ("tf", "flat", "cpu", 0, ValueError, "index_backend must be one of"),
-])
+@pytest.mark.parametrize(
+    "backend,index_type,device,gpus,error,match",
+    [
+        ("torch", "hnsw", "cpu", 0, ValueError, "index_type must be 'flat', got 'hnsw'"),
+        ("torch", "ivf", "cuda", 0, ValueError, "index_type must be 'flat', got 'ivf'"),
+        ("faiss", "hnsw", "cuda", 1, ValueError, "FAISS has no GPU HNSW index"),
+        ("faiss", "flat", "cuda", 0, DeviceUnavailableError, "needs a FAISS build with GPU support"),
+        ("tf", "flat", "cpu", 0, ValueError, "index_backend must be one of"),
+    ],
+)
 def test_backends_that_cannot_serve_are_errors(backend, index_type, device, gpus, error, match):
     with pytest.raises(error, match=match):
         choose_index_backend(backend, index_type, device, gpus)
@@ -179,8 +203,10 @@ def test_the_torch_index_needs_no_faiss(monkeypatch):
         place_index("flat", "cpu")
     with pytest.raises(DependencyNotInstalled, match="faiss-cpu"):
         place_index("flat", "cpu", "faiss")
-    docs = [Passage("a", "Oslo", "Oslo is a city in Norway."),
-            Passage("b", "Rome", "Rome is the capital of Italy.")]
+    docs = [
+        Passage("a", "Oslo", "Oslo is a city in Norway."),
+        Passage("b", "Rome", "Rome is the capital of Italy."),
+    ]
     r = DenseRetriever(docs, embedder=HashingEmbedder(64), index_backend="torch")
     assert r.host_index is None and isinstance(r.index, TorchFlatIndex)
     assert [p.doc_id for p in r.search("capital of Italy", 1)] == ["b"]
@@ -213,9 +239,8 @@ def test_blocks_batches_and_edges():
     for max_scores in (1, 500, 20_000):  # a row or a query at a time, many small blocks
         s_b, i_b = TorchFlatIndex(x, "cpu", max_scores=max_scores).search(q, 20)
         assert_same_ranking(i_b, s_b, i, s, tol=1e-5)
-    loop = [whole.search(q[j:j + 1], 20) for j in range(len(q))]
-    assert_same_ranking(np.vstack([b for _, b in loop]), np.vstack([a for a, _ in loop]), i, s,
-                        tol=1e-5)
+    loop = [whole.search(q[j : j + 1], 20) for j in range(len(q))]
+    assert_same_ranking(np.vstack([b for _, b in loop]), np.vstack([a for a, _ in loop]), i, s, tol=1e-5)
     s_all, i_all = whole.search(q[:2], 5000)  # k beyond the corpus: every row, once
     assert i_all.shape == (2, 3000) and sorted(i_all[0]) == list(range(3000))
     assert (np.diff(s_all, axis=1) <= 0).all()
@@ -291,11 +316,13 @@ def test_dense_retriever_with_the_torch_index_ranks_like_faiss():
     assert [h.passage.doc_id for h in hits_f[0]][:11] == tied[:11]
     assert_same_ranking(*as_arrays(hits_t[1:]), *as_arrays(hits_f[1:]), tol=1e-5)
     # batched == one at a time (a matrix product vs a vector product: equal up to float error)
-    loop = [to.search_vectors(q[j:j + 1], 12)[0] for j in range(len(q))]
+    loop = [to.search_vectors(q[j : j + 1], 12)[0] for j in range(len(q))]
     assert_same_ranking(*as_arrays(to.search_vectors(q, 12)), *as_arrays(loop), tol=1e-5)
 
 
 def as_arrays(hits: list[list]) -> tuple[np.ndarray, np.ndarray]:
     """(ids, scores) of search hits whose doc ids are row numbers."""
-    return (np.array([[int(h.passage.doc_id) for h in hs] for hs in hits]),
-            np.array([[h.score for h in hs] for hs in hits], dtype=np.float32))
+    return (
+        np.array([[int(h.passage.doc_id) for h in hs] for hs in hits]),
+        np.array([[h.score for h in hs] for hs in hits], dtype=np.float32),
+    )

@@ -48,8 +48,9 @@ def needs(kind: str) -> None:
 def results(r, k: int = 4) -> list[list[tuple[str, float]]]:
     from hopgym.retrieval.hybrid import scored_search_batch
 
-    return [[(h.passage.doc_id, round(h.score, 5)) for h in hits]
-            for hits in scored_search_batch(r, QUERIES, k)]
+    return [
+        [(h.passage.doc_id, round(h.score, 5)) for h in hits] for hits in scored_search_batch(r, QUERIES, k)
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -73,8 +74,7 @@ def test_round_trip_gives_the_same_results(tmp_path, kind):
 @pytest.mark.parametrize("index_type", ["flat", "hnsw", "ivf"])
 def test_dense_index_types_persist_memory_mapped(tmp_path, index_type):
     pytest.importorskip("faiss")
-    m = build_index(CORPUS, tmp_path / "d", retriever="dense", model="hashing-64",
-                    index_type=index_type)
+    m = build_index(CORPUS, tmp_path / "d", retriever="dense", model="hashing-64", index_type=index_type)
     assert m.params["dense"]["index_type"] == index_type
     fresh = build_retriever(CORPUS, "dense", model="hashing-64", index_type=index_type)
     r = load_index(tmp_path / "d", mmap=True)
@@ -194,8 +194,9 @@ def garble(f: Path, offset: int = 0, length: int | None = None) -> None:
 def test_the_manifest_records_every_file_with_checksums(tmp_path, kind):
     needs(kind)
     m = build_index(CORPUS, tmp_path / "i", retriever=kind, model="hashing-64")
-    on_disk = sorted(p.relative_to(tmp_path / "i").as_posix()
-                     for p in (tmp_path / "i").rglob("*") if p.is_file())
+    on_disk = sorted(
+        p.relative_to(tmp_path / "i").as_posix() for p in (tmp_path / "i").rglob("*") if p.is_file()
+    )
     assert sorted(m.files) == [f for f in on_disk if f != "manifest.json"]
     assert any(f.endswith(".npy") for f in m.files) == (kind != "dense")
     for rel, rec in m.files.items():
@@ -308,8 +309,7 @@ def run(argv: list[str]) -> int:
 
 def test_index_build_and_info_commands(tmp_path, capsys):
     out = tmp_path / "idx"
-    assert run(["index", "build", "--corpus", str(CORPUS_FILE), "--out", str(out),
-                "--no-progress"]) == 0
+    assert run(["index", "build", "--corpus", str(CORPUS_FILE), "--out", str(out), "--no-progress"]) == 0
     assert "indexed 22 passages (bm25)" in capsys.readouterr().out
     assert run(["index", "info", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["retriever"] == "bm25"
@@ -317,19 +317,37 @@ def test_index_build_and_info_commands(tmp_path, capsys):
     assert run(["index", "build", "--corpus", str(CORPUS_FILE), "--out", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err
     assert run(["index", "info", str(tmp_path / "none")]) == 2
-    assert run(["index", "build", "--corpus", str(tmp_path / "missing.jsonl"), "--out",
-                str(tmp_path / "x")]) == 2
+    assert (
+        run(["index", "build", "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x")])
+        == 2
+    )
 
 
 def test_index_build_dense_command(tmp_path, capsys):
     pytest.importorskip("faiss")
     out = tmp_path / "dense"
-    assert run(["index", "build", "--corpus", str(CORPUS_FILE), "--retriever", "hybrid",
-                "--model", "hashing-32", "--index-type", "hnsw", "--out", str(out),
-                "--no-progress"]) == 0
+    assert (
+        run(
+            [
+                "index",
+                "build",
+                "--corpus",
+                str(CORPUS_FILE),
+                "--retriever",
+                "hybrid",
+                "--model",
+                "hashing-32",
+                "--index-type",
+                "hnsw",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     m = read_manifest(out)
-    assert (m.retriever, m.model, m.params["dense"]["index_type"]) == ("hybrid", "hashing-32",
-                                                                       "hnsw")
+    assert (m.retriever, m.model, m.params["dense"]["index_type"]) == ("hybrid", "hashing-32", "hnsw")
 
 
 def test_serve_command_options():

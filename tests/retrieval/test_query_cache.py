@@ -166,10 +166,19 @@ def test_bm25_batch_equals_a_loop_of_single_searches(backend):
 def test_dense_and_hybrid_batches_equal_loops_and_key_by_string_and_k():
     docs = TINY_PASSAGES
     dense = DenseRetriever(docs, embedder=HashingEmbedder(64))
-    hybrid = HybridRetriever([BM25Retriever(docs, cache_entries=0),
-                              DenseRetriever(docs, embedder=HashingEmbedder(64), cache_entries=0)])
-    qs = ["Qelvor Dynamics founder", "capital of Brenmark", "qelvor dynamics founder",
-          "Sefa Quill father", "capital of Brenmark"]
+    hybrid = HybridRetriever(
+        [
+            BM25Retriever(docs, cache_entries=0),
+            DenseRetriever(docs, embedder=HashingEmbedder(64), cache_entries=0),
+        ]
+    )
+    qs = [
+        "Qelvor Dynamics founder",
+        "capital of Brenmark",
+        "qelvor dynamics founder",
+        "Sefa Quill father",
+        "capital of Brenmark",
+    ]
     for r in (dense, hybrid):
         plain = [r.search_batch_scored([q], 3)[0] for q in qs]
         assert r.search_batch(qs, 3) == [[h.passage for h in hits] for hits in plain]
@@ -216,14 +225,12 @@ def test_specs_set_the_bounds_in_process_and_leave_http_off():
     assert isinstance(http, HTTPRetriever) and http.query_cache is None
     http = make_retriever({"url": "http://127.0.0.1:9", "cache_entries": 64})
     assert http.query_cache.max_entries == 64 and not http.query_cache.shared_passages
-    hybrid = make_retriever({"kind": "hybrid", "model": "hashing-32", "cache_entries": 9},
-                            TINY_PASSAGES)
+    hybrid = make_retriever({"kind": "hybrid", "model": "hashing-32", "cache_entries": 9}, TINY_PASSAGES)
     assert hybrid.query_cache.max_entries == 9
     assert all(not p.query_cache.enabled for p in hybrid.retrievers)
 
 
-@pytest.mark.parametrize("settings", [{"cache_entries": -1}, {"cache_bytes": 1.5},
-                                      {"cache_entries": True}])
+@pytest.mark.parametrize("settings", [{"cache_entries": -1}, {"cache_bytes": 1.5}, {"cache_entries": True}])
 def test_bad_cache_settings_name_the_field(settings):
     with pytest.raises(ValueError, match="cache_entries|cache_bytes"):
         RetrieverSpec(**settings)
@@ -284,13 +291,11 @@ def test_episodes_are_identical_with_and_without_the_cache():
         retriever.configure_cache()
     assert plain == first == again
     assert info.hit_rate > 0.5 and info.misses > 0
-    assert sum("Search" in m["content"] or "<search>" in m["content"]
-               for t in plain for m in t) > 60
+    assert sum("Search" in m["content"] or "<search>" in m["content"] for t in plain for m in t) > 60
 
 
 def test_env_cache_info_names_each_source():
-    env = gym.make("hopgym/Synthetic-v1", n_entities=400, n_questions=40,
-                   sources=("local", "web"))
+    env = gym.make("hopgym/Synthetic-v1", n_entities=400, n_questions=40, sources=("local", "web"))
     env.reset(seed=0)
     env.step(Search("anything at all"))
     info = env.unwrapped.retrieval_cache_info()

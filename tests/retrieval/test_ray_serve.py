@@ -32,8 +32,16 @@ from hopgym.retrieval.serving import RetrievalServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
-QUERIES = ["Tolva River Kaldor", "music school Halden", "Corvin Institute founded", "Orsk River",
-           "Brenna Observatory", "zzzz", "Mara Corvin geologist", "capital of Vandria"]
+QUERIES = [
+    "Tolva River Kaldor",
+    "music school Halden",
+    "Corvin Institute founded",
+    "Orsk River",
+    "Brenna Observatory",
+    "zzzz",
+    "Mara Corvin geologist",
+    "capital of Vandria",
+]
 
 
 def free_port() -> int:
@@ -55,9 +63,27 @@ def server(index):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hopgym.cli", "serve", "--index", str(index), "--ray",
-         "--replicas", "2", "--port", str(port), "--max-wait-ms", "1"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "hopgym.cli",
+            "serve",
+            "--index",
+            str(index),
+            "--ray",
+            "--replicas",
+            "2",
+            "--port",
+            str(port),
+            "--max-wait-ms",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 300)  # never hang the suite
@@ -87,8 +113,7 @@ def replicas(url: str, tries: int = 40) -> dict[str, int]:
 
 
 def hits(client, queries):
-    return [[(h.passage, round(h.score, 4)) for h in x]
-            for x in client.search_batch_scored(queries, 3)]
+    return [[(h.passage, round(h.score, 4)) for h in x] for x in client.search_batch_scored(queries, 3)]
 
 
 def test_two_replicas_answer_as_the_uvicorn_server(ray_url, index):
@@ -98,13 +123,18 @@ def test_two_replicas_answer_as_the_uvicorn_server(ray_url, index):
     client = HTTPRetriever(ray_url, timeout=30)
     assert hits(client, QUERIES) == want
     assert [hits(client, [q])[0] for q in QUERIES] == want  # one query per request, batched
-    assert want == [[(h.passage, round(h.score, 4)) for h in x]
-                    for x in scored_search_batch(load_index(index), QUERIES, 3)]
+    assert want == [
+        [(h.passage, round(h.score, 4)) for h in x]
+        for x in scored_search_batch(load_index(index), QUERIES, 3)
+    ]
 
 
 def test_the_same_limits_and_errors_on_ray(ray_url):
-    req = urllib.request.Request(ray_url + "/retrieve", data=json.dumps(
-        {"queries": ["x"], "topk": 1000}).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        ray_url + "/retrieve",
+        data=json.dumps({"queries": ["x"], "topk": 1000}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=30)
     assert err.value.code == 400 and json.loads(err.value.read())["limit"] == "max_topk"
@@ -113,8 +143,7 @@ def test_the_same_limits_and_errors_on_ray(ray_url):
 
 
 def test_killing_a_replica_mid_load_loses_no_retried_request(ray_url, index):
-    want = {q: r for q, r in zip(QUERIES, hits(HTTPRetriever(ray_url, timeout=30), QUERIES),
-                                 strict=True)}
+    want = {q: r for q, r in zip(QUERIES, hits(HTTPRetriever(ray_url, timeout=30), QUERIES), strict=True)}
     stop = threading.Event()
     done: list[int] = []
     errors: list[BaseException] = []

@@ -40,8 +40,13 @@ def test_ties_break_by_corpus_position(engine):
 
 def test_engines_agree_on_the_top_document():
     a, b = BM25Retriever(TINY_PASSAGES), BM25Retriever(TINY_PASSAGES, engine="rank_bm25")
-    for q in ["Qelvor Dynamics founder", "Sefa Quill father", "capital of Brenmark",
-              "Glass Orchard directed", "Ilvane University"]:
+    for q in [
+        "Qelvor Dynamics founder",
+        "Sefa Quill father",
+        "capital of Brenmark",
+        "Glass Orchard directed",
+        "Ilvane University",
+    ]:
         assert a.search(q, 1)[0].doc_id == b.search(q, 1)[0].doc_id, q
 
 
@@ -65,8 +70,7 @@ def test_top_k_indices_is_exact_with_ties():
         assert top_k_indices(s, k).tolist() == expected
 
 
-@pytest.mark.parametrize("kw, msg", [({"engine": "lucene"}, "engine"),
-                                     ({"backend": "cuda"}, "backend")])
+@pytest.mark.parametrize("kw, msg", [({"engine": "lucene"}, "engine"), ({"backend": "cuda"}, "backend")])
 def test_bad_arguments(kw, msg):
     with pytest.raises(ValueError, match=msg):
         BM25Retriever(TINY_PASSAGES, **kw)

@@ -34,21 +34,30 @@ MUSIQUE = str(FIX / "musique_dev.jsonl")
 
 
 # --------------------------------------------------------------------------------- the spec
-@pytest.mark.parametrize("value,expected", [
-    (None, RetrieverSpec()),
-    ("bm25", RetrieverSpec(kind="bm25")),
-    ("dense", RetrieverSpec(kind="dense")),
-    ("hybrid", RetrieverSpec(kind="hybrid")),
-    ("http://127.0.0.1:8000", RetrieverSpec(kind="http", urls=("http://127.0.0.1:8000",))),
-    ("https://search.example/retrieve",
-     RetrieverSpec(kind="http", urls=("https://search.example/retrieve",))),
-    (["http://a:1", "http://b:2"], RetrieverSpec(kind="http", urls=("http://a:1", "http://b:2"))),
-    ({"url": "http://a:1", "timeout": 30, "retries": 5, "backoff": 0.5},
-     RetrieverSpec(kind="http", urls=("http://a:1",), timeout=30, retries=5, backoff=0.5)),
-    ({"kind": "dense", "model": "hashing-64", "index_type": "hnsw"},
-     RetrieverSpec(kind="dense", model="hashing-64", index_type="hnsw")),
-    ({"urls": ["http://a:1"]}, RetrieverSpec(kind="http", urls=("http://a:1",))),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        (None, RetrieverSpec()),
+        ("bm25", RetrieverSpec(kind="bm25")),
+        ("dense", RetrieverSpec(kind="dense")),
+        ("hybrid", RetrieverSpec(kind="hybrid")),
+        ("http://127.0.0.1:8000", RetrieverSpec(kind="http", urls=("http://127.0.0.1:8000",))),
+        (
+            "https://search.example/retrieve",
+            RetrieverSpec(kind="http", urls=("https://search.example/retrieve",)),
+        ),
+        (["http://a:1", "http://b:2"], RetrieverSpec(kind="http", urls=("http://a:1", "http://b:2"))),
+        (
+            {"url": "http://a:1", "timeout": 30, "retries": 5, "backoff": 0.5},
+            RetrieverSpec(kind="http", urls=("http://a:1",), timeout=30, retries=5, backoff=0.5),
+        ),
+        (
+            {"kind": "dense", "model": "hashing-64", "index_type": "hnsw"},
+            RetrieverSpec(kind="dense", model="hashing-64", index_type="hnsw"),
+        ),
+        ({"urls": ["http://a:1"]}, RetrieverSpec(kind="http", urls=("http://a:1",))),
+    ],
+)
 def test_coerce_takes_what_users_pass(value, expected):
     spec = RetrieverSpec.coerce(value)
     assert spec == expected
@@ -57,30 +66,33 @@ def test_coerce_takes_what_users_pass(value, expected):
     assert pickle.loads(pickle.dumps(spec)) == spec
 
 
-@pytest.mark.parametrize("value,error,match", [
-    ("bm52", ValueError, "retriever must be one of .* got 'bm52' \\(did you mean 'bm25'\\?\\)"),
-    ("tfidf", ValueError, "retriever must be one of"),
-    (5, TypeError, "retriever must be a kind name, a URL"),
-    ({"kind": "dense", "modle": "x"}, TypeError, "did you mean 'model'"),
-    ({"kind": "bm25", "url": "http://a:1"}, ValueError, "urls are for a retrieval server"),
-    ({"kind": "http"}, ValueError, "needs urls="),
-    ({"url": "ftp://a"}, ValueError, "urls must be http:// or https:// URLs"),
-    ({"url": "http://a:1", "urls": ["http://b:1"]}, ValueError, "url or urls"),
-    ({"engine": "lucene"}, ValueError, "engine must be one of"),
-    ({"engine": "rank_bm25", "backend": "numba"}, ValueError, "bm25s backend"),
-    ({"index_type": "lsh"}, ValueError, "index_type must be one of"),
-    ({"batch_size": True}, ValueError, "batch_size must be an int >= 1, got True"),
-    ({"threads": 0}, ValueError, "threads must be None or an int >= 1"),
-    ({"url": "http://a:1", "timeout": 0}, ValueError, "timeout must be None or a number"),
-    ({"url": "http://a:1", "retries": -1}, ValueError, "retries must be None or an int >= 0"),
-    ({"url": "http://a:1", "backoff": -0.1}, ValueError, "backoff must be None"),
-    ({"rrf_k": -1}, ValueError, "rrf_k must be a number >= 0"),
-    ({"model": ""}, ValueError, "model must be"),
-    ({"device": "gpu"}, ValueError, r"device must be .* got 'gpu' \(did you mean 'cuda'\?\)"),
-    ({"device": None}, ValueError, "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
-    ({"index_backend": "tf"}, ValueError, "index_backend must be one of"),
-    ({"index_backend": "torch", "index_type": "ivf"}, ValueError, "must be 'flat', got 'ivf'"),
-])
+@pytest.mark.parametrize(
+    "value,error,match",
+    [
+        ("bm52", ValueError, "retriever must be one of .* got 'bm52' \\(did you mean 'bm25'\\?\\)"),
+        ("tfidf", ValueError, "retriever must be one of"),
+        (5, TypeError, "retriever must be a kind name, a URL"),
+        ({"kind": "dense", "modle": "x"}, TypeError, "did you mean 'model'"),
+        ({"kind": "bm25", "url": "http://a:1"}, ValueError, "urls are for a retrieval server"),
+        ({"kind": "http"}, ValueError, "needs urls="),
+        ({"url": "ftp://a"}, ValueError, "urls must be http:// or https:// URLs"),
+        ({"url": "http://a:1", "urls": ["http://b:1"]}, ValueError, "url or urls"),
+        ({"engine": "lucene"}, ValueError, "engine must be one of"),
+        ({"engine": "rank_bm25", "backend": "numba"}, ValueError, "bm25s backend"),
+        ({"index_type": "lsh"}, ValueError, "index_type must be one of"),
+        ({"batch_size": True}, ValueError, "batch_size must be an int >= 1, got True"),
+        ({"threads": 0}, ValueError, "threads must be None or an int >= 1"),
+        ({"url": "http://a:1", "timeout": 0}, ValueError, "timeout must be None or a number"),
+        ({"url": "http://a:1", "retries": -1}, ValueError, "retries must be None or an int >= 0"),
+        ({"url": "http://a:1", "backoff": -0.1}, ValueError, "backoff must be None"),
+        ({"rrf_k": -1}, ValueError, "rrf_k must be a number >= 0"),
+        ({"model": ""}, ValueError, "model must be"),
+        ({"device": "gpu"}, ValueError, r"device must be .* got 'gpu' \(did you mean 'cuda'\?\)"),
+        ({"device": None}, ValueError, "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
+        ({"index_backend": "tf"}, ValueError, "index_backend must be one of"),
+        ({"index_backend": "torch", "index_type": "ivf"}, ValueError, "must be 'flat', got 'ivf'"),
+    ],
+)
 def test_bad_specs_name_the_field(value, error, match):
     with pytest.raises(error, match=match):
         RetrieverSpec.coerce(value)
@@ -108,11 +120,14 @@ def test_make_retriever_builds_each_kind():
     assert isinstance(bm25, BM25Retriever)
     assert bm25.search("Corvin Institute", 1) == BM25Retriever(CORPUS).search("Corvin Institute", 1)
     assert make_retriever({"kind": "bm25", "engine": "rank_bm25"}, CORPUS).engine == "rank_bm25"
-    http = make_retriever({"url": "http://127.0.0.1:9", "timeout": 0.5, "retries": 0,
-                           "backoff": 0.0})
+    http = make_retriever({"url": "http://127.0.0.1:9", "timeout": 0.5, "retries": 0, "backoff": 0.0})
     assert isinstance(http, HTTPRetriever)
     assert (http.endpoint, http.timeout, http.retries, http.backoff) == (
-        "http://127.0.0.1:9/retrieve", 0.5, 0, 0.0)
+        "http://127.0.0.1:9/retrieve",
+        0.5,
+        0,
+        0.0,
+    )
     default = HTTPRetriever("http://127.0.0.1:9")  # unset settings keep the client's defaults
     assert make_retriever("http://127.0.0.1:9").timeout == default.timeout
 
@@ -186,15 +201,13 @@ def test_a_registered_kind_works_everywhere(overlap_kind):
     assert isinstance(r, TermOverlapRetriever)
     assert r.search("Corvin Institute mineralogy", 1)[0].doc_id == "7"
     # Open mode: one index over the file's pooled paragraphs.
-    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", retriever=overlap_kind,
-                   reward=None)
+    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", retriever=overlap_kind, reward=None)
     assert isinstance(env.unwrapped.task.sources["local"].retriever, TermOverlapRetriever)
     env.reset(seed=0, options={"question_id": "3hop1__9285_5188_23307"})
     info = env.step(Search("Corvin Institute founded"))[4]
     assert info["documents"][0].title == "Corvin Institute"
     # Distractor mode: one small index per question, through the picklable builder.
-    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, retriever={"kind": overlap_kind},
-                   reward=None)
+    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, retriever={"kind": overlap_kind}, reward=None)
     env.reset(seed=0, options={"question_id": "3hop1__9285_5188_23307"})
     info = env.step(Search("Corvin Institute founded"))[4]
     assert info["documents"][0].title == "Corvin Institute"
@@ -229,13 +242,20 @@ def test_device_and_index_backend_reach_every_dense_retriever(tmp_path):
     faiss_hybrid = make_retriever({"kind": "hybrid", "model": "hashing-64"}, CORPUS)
     qs = ["Corvin Institute founded", "music school", "Tolva River"]
     assert [[p.doc_id for p in ps] for ps in hybrid.search_batch(qs, 3)] == [
-        [p.doc_id for p in ps] for ps in faiss_hybrid.search_batch(qs, 3)]
+        [p.doc_id for p in ps] for ps in faiss_hybrid.search_batch(qs, 3)
+    ]
     # An env loading a saved index gets the spec's device and backend too.
     clear_task_cache()
     idx = tmp_path / "idx"
     build_index(MUSIQUE, idx, retriever="dense", model="hashing-64")
-    env = gym.make("hopgym/MuSiQue-v1", path=MUSIQUE, mode="open", index=str(idx),
-                   retriever={"kind": "dense", "index_backend": "torch"}, reward=None)
+    env = gym.make(
+        "hopgym/MuSiQue-v1",
+        path=MUSIQUE,
+        mode="open",
+        index=str(idx),
+        retriever={"kind": "dense", "index_backend": "torch"},
+        reward=None,
+    )
     local = env.unwrapped.task.sources["local"].retriever
     assert local.index_backend == "torch" and isinstance(local.index, TorchFlatIndex)
     env.reset(seed=0, options={"question_id": "3hop1__9285_5188_23307"})

@@ -84,16 +84,16 @@ def test_client_matches_direct_search(server):
     got = client.search_batch_scored(qs, 3)
     want = scored_search_batch(BM25, qs, 3)
     assert [[h.passage for h in x] for x in got] == [[h.passage for h in x] for x in want]
-    assert [h.score for x in got for h in x] == pytest.approx(
-        [h.score for x in want for h in x])
+    assert [h.score for x in got for h in x] == pytest.approx([h.score for x in want for h in x])
     assert client.search(qs[0], 2) == BM25.search(qs[0], 2)
     assert client.search_batch([], 3) == [] and client.search("Kaldor", 0) == []
     assert client.health()["passages"] == len(CORPUS)
 
 
 def test_wire_format_is_search_r1s(server):
-    status, body = post(server.url + "/retrieve",
-                        {"queries": ["Corvin Institute"], "topk": 2, "return_scores": True})
+    status, body = post(
+        server.url + "/retrieve", {"queries": ["Corvin Institute"], "topk": 2, "return_scores": True}
+    )
     assert status == 200
     item = body["result"][0][0]
     assert set(item) == {"document", "score"}
@@ -110,14 +110,17 @@ def test_wire_format_is_search_r1s(server):
         assert json.loads(resp.read())["status"] == "ok"
 
 
-@pytest.mark.parametrize("payload,raw,status", [
-    (None, b"{not json", 400),
-    ({"queries": "x", "topk": 0}, None, 400),
-    ({"queries": [1, 2]}, None, 400),
-    ({"topk": 3}, None, 400),
-    ({"queries": ["x"], "topk": 10**6}, None, 400),
-    ({"queries": ["x"], "return_scores": "yes"}, None, 400),
-])
+@pytest.mark.parametrize(
+    "payload,raw,status",
+    [
+        (None, b"{not json", 400),
+        ({"queries": "x", "topk": 0}, None, 400),
+        ({"queries": [1, 2]}, None, 400),
+        ({"topk": 3}, None, 400),
+        ({"queries": ["x"], "topk": 10**6}, None, 400),
+        ({"queries": ["x"], "return_scores": "yes"}, None, 400),
+    ],
+)
 def test_bad_requests_get_400(server, payload, raw, status):
     code, body = post(server.url + "/retrieve", payload, raw)
     assert code == status and body["error"]
@@ -138,8 +141,7 @@ def test_concurrent_requests_are_answered_in_one_batch():
     srv = RetrievalServer(gate, port=0, max_batch=64).start()
     try:
         out: dict[int, list[Passage]] = {}
-        queries = ["Kaldor", "Tolva River", "Marlow Academy", "Corvin Institute", "Halden",
-                   "Orsk River"]
+        queries = ["Kaldor", "Tolva River", "Marlow Academy", "Corvin Institute", "Halden", "Orsk River"]
 
         def ask(i: int) -> None:
             out[i] = HTTPRetriever(srv.url, timeout=20).search(queries[i], 1)
@@ -250,8 +252,11 @@ def test_env_reports_a_server_that_dies_mid_episode():
 
     srv = RetrievalServer(BM25, port=0).start()
     sample = QASample("q1", "Which river flows through Kaldor?", ("Tolva River",))
-    task = QATask("remote", [sample], {"local": Source(
-        "local", HTTPRetriever(srv.url, timeout=1.0, retries=1, backoff=0.05))})
+    task = QATask(
+        "remote",
+        [sample],
+        {"local": Source("local", HTTPRetriever(srv.url, timeout=1.0, retries=1, backoff=0.05))},
+    )
     env = make_task_env(task, reward=None)
     env.reset(seed=0)
     _, _, _, _, info = env.step(Search("Kaldor Tolva"))
@@ -270,8 +275,9 @@ def test_env_reports_a_server_that_dies_mid_episode():
 def test_dataset_env_with_a_server_url(server):
     import gymnasium as gym
 
-    env = gym.make("hopgym/Bamboogle-v1", path=str(FIX / "bamboogle_test.jsonl"),
-                   retriever=server.url, reward=None)
+    env = gym.make(
+        "hopgym/Bamboogle-v1", path=str(FIX / "bamboogle_test.jsonl"), retriever=server.url, reward=None
+    )
     env.reset(seed=0, options={"question_id": "test_2"})
     from hopgym.envs.actions import Search
 
@@ -290,14 +296,34 @@ def test_cli_index_build_and_serve_end_to_end(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     idx = tmp_path / "idx"
     done = subprocess.run(
-        [sys.executable, "-m", "hopgym.cli", "index", "build", "--corpus",
-         str(FIX / "wiki_corpus.jsonl"), "--out", str(idx), "--no-progress"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "hopgym.cli",
+            "index",
+            "build",
+            "--corpus",
+            str(FIX / "wiki_corpus.jsonl"),
+            "--out",
+            str(idx),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hopgym.cli", "serve", "--index", str(idx),
-                             "--port", str(port)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hopgym.cli", "serve", "--index", str(idx), "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         client = HTTPRetriever(f"http://127.0.0.1:{port}", timeout=5.0, retries=0)
         deadline = time.monotonic() + 60
@@ -350,8 +376,9 @@ def test_a_dead_or_frozen_server_is_failed_over_and_then_avoided():
     dead_port = free_port()
     try:
         frozen_url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
-        client = HTTPRetriever([frozen_url, f"http://127.0.0.1:{dead_port}", live.url],
-                               timeout=0.5, retries=2, backoff=0.05)
+        client = HTTPRetriever(
+            [frozen_url, f"http://127.0.0.1:{dead_port}", live.url], timeout=0.5, retries=2, backoff=0.05
+        )
         t0 = time.monotonic()
         for q in ["Kaldor", "Halden", "Tolva River", "Corvin Institute"] * 3:
             assert client.search(q, 2) == BM25.search(q, 2)
@@ -389,8 +416,9 @@ def test_gym_make_sets_the_servers_and_their_time_bound():
     frozen_url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
     try:
         spec = {"urls": [frozen_url, live.url], "timeout": 0.3, "retries": 1, "backoff": 0.05}
-        env = gym.make("hopgym/Bamboogle-v1", path=str(FIX / "bamboogle_test.jsonl"),
-                       retriever=spec, reward=None)
+        env = gym.make(
+            "hopgym/Bamboogle-v1", path=str(FIX / "bamboogle_test.jsonl"), retriever=spec, reward=None
+        )
         r = env.unwrapped.task.sources["local"].retriever
         assert (r.urls, r.timeout, r.retries) == ((frozen_url, live.url), 0.3, 1)
         env.reset(seed=0, options={"question_id": "test_2"})
@@ -410,8 +438,7 @@ def test_gym_make_sets_the_servers_and_their_time_bound():
 
 
 def test_one_search_can_be_bounded_from_the_spec():
-    r = make_retriever({"urls": ["http://127.0.0.1:9", "http://127.0.0.1:10"], "timeout": 0.2,
-                        "retries": 0})
+    r = make_retriever({"urls": ["http://127.0.0.1:9", "http://127.0.0.1:10"], "timeout": 0.2, "retries": 0})
     t0 = time.monotonic()
     with pytest.raises(RetrievalError, match="failed after 1 attempt"):
         r.search("Kaldor", 1)

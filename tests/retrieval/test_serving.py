@@ -38,9 +38,17 @@ BM25 = BM25Retriever(CORPUS)
 
 @pytest.fixture(scope="module")
 def server():
-    srv = RetrievalServer(BM25, port=0, max_queries=8, max_query_chars=64, max_topk=10,
-                          max_body_bytes=4096, max_header_bytes=2048, max_json_depth=8,
-                          read_timeout=0.5).start()
+    srv = RetrievalServer(
+        BM25,
+        port=0,
+        max_queries=8,
+        max_query_chars=64,
+        max_topk=10,
+        max_body_bytes=4096,
+        max_header_bytes=2048,
+        max_json_depth=8,
+        read_timeout=0.5,
+    ).start()
     yield srv
     srv.stop()
 
@@ -70,8 +78,10 @@ def raw_request(url: str, data: bytes, timeout: float = 10.0) -> tuple[int, dict
 
 
 def post(url: str, body: bytes, extra: str = "") -> tuple[int, dict[str, str], dict]:
-    head = (f"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode()
+    head = (
+        f"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}\r\n"
+    ).encode()
     status, headers, raw = raw_request(url, head + body)
     return status, headers, json.loads(raw)
 
@@ -80,15 +90,18 @@ def alive(srv: RetrievalServer) -> bool:
     return HTTPRetriever(srv.url, timeout=5, retries=0).search("Corvin Institute", 1) == [CORPUS[7]]
 
 
-@pytest.mark.parametrize("payload,status,limit", [
-    ({"queries": ["x"] * 9}, 413, "max_queries"),
-    ({"queries": ["Kaldor", "y" * 65]}, 413, "max_query_chars"),
-    ({"queries": ["x"], "topk": 11}, 400, "max_topk"),
-    ({"queries": ["x"], "topk": 0}, 400, "max_topk"),
-    ({"queries": ["x"], "topk": 2.5}, 400, "max_topk"),
-    ({"queries": "x", "pad": "z" * 5000}, 413, "max_body_bytes"),
-    ({"queries": [[[[[[[[["deep"]]]]]]]]]}, 400, "max_json_depth"),
-])
+@pytest.mark.parametrize(
+    "payload,status,limit",
+    [
+        ({"queries": ["x"] * 9}, 413, "max_queries"),
+        ({"queries": ["Kaldor", "y" * 65]}, 413, "max_query_chars"),
+        ({"queries": ["x"], "topk": 11}, 400, "max_topk"),
+        ({"queries": ["x"], "topk": 0}, 400, "max_topk"),
+        ({"queries": ["x"], "topk": 2.5}, 400, "max_topk"),
+        ({"queries": "x", "pad": "z" * 5000}, 413, "max_body_bytes"),
+        ({"queries": [[[[[[[[["deep"]]]]]]]]]}, 400, "max_json_depth"),
+    ],
+)
 def test_each_limit_is_a_4xx_naming_it(server, payload, status, limit):
     code, _, body = post(server.url, json.dumps(payload).encode())
     assert code == status
@@ -97,14 +110,17 @@ def test_each_limit_is_a_4xx_naming_it(server, payload, status, limit):
     assert alive(server)
 
 
-@pytest.mark.parametrize("raw,needle", [
-    (b"{not json", "not JSON"),
-    (b"[1, 2]", "JSON object"),
-    (b'{"queries": [1, 2]}', "list of strings"),
-    (b'{"topk": 3}', "list of strings"),
-    (b'{"queries": ["x"], "return_scores": "yes"}', "return_scores"),
-    (b'\xff\xfe{', "not JSON"),
-])
+@pytest.mark.parametrize(
+    "raw,needle",
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"queries": [1, 2]}', "list of strings"),
+        (b'{"topk": 3}', "list of strings"),
+        (b'{"queries": ["x"], "return_scores": "yes"}', "return_scores"),
+        (b"\xff\xfe{", "not JSON"),
+    ],
+)
 def test_malformed_bodies_get_400(server, raw, needle):
     code, _, body = post(server.url, raw)
     assert code == 400 and needle in body["error"] and body["limit"] is None
@@ -142,9 +158,15 @@ def test_a_2mb_query_is_refused_at_once_and_others_are_served():
 
 def test_oversized_chunked_body_and_headers(server):
     chunk = b"x" * 3000
-    chunked = (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-               + b"%x\r\n" % len(chunk) + chunk + b"\r\n" + b"%x\r\n" % len(chunk) + chunk
-               + b"\r\n0\r\n\r\n")
+    chunked = (
+        b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n" % len(chunk)
+        + chunk
+        + b"\r\n"
+        + b"%x\r\n" % len(chunk)
+        + chunk
+        + b"\r\n0\r\n\r\n"
+    )
     code, headers, raw = raw_request(server.url, chunked)
     assert code == 413 and json.loads(raw)["limit"] == "max_body_bytes"
     assert headers.get("connection") == "close"
@@ -164,7 +186,7 @@ def test_unknown_paths_and_methods_are_json(server):
 def test_a_slow_body_times_out_with_408(server):
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"q")
+        s.sendall(b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"q')
         t0 = time.monotonic()
         reply = s.recv(65536)
         assert b" 408 " in reply.split(b"\r\n")[0] and b"read_timeout" in reply
@@ -235,12 +257,10 @@ def test_overload_and_engine_timeouts_are_503_and_errors_500():
     srv = RetrievalServer(gate, port=0, max_pending=2, request_timeout=3.0).start()
     try:
         results: list[tuple[int, dict]] = []
-        t = threading.Thread(target=lambda: results.append(
-            post(srv.url, b'{"queries": ["Kaldor"]}')[::2]))
+        t = threading.Thread(target=lambda: results.append(post(srv.url, b'{"queries": ["Kaldor"]}')[::2]))
         t.start()
         assert gate.entered.wait(5)  # the engine holds request 1
-        t2 = threading.Thread(target=lambda: results.append(
-            post(srv.url, b'{"queries": ["a", "b"]}')[::2]))
+        t2 = threading.Thread(target=lambda: results.append(post(srv.url, b'{"queries": ["a", "b"]}')[::2]))
         t2.start()  # 2 queries wait: the queue is full
         deadline = time.monotonic() + 5
         while srv.batcher.pending < 2 and time.monotonic() < deadline:
@@ -281,18 +301,27 @@ def test_metrics_are_prometheus_text(server):
     status, headers, raw = raw_request(server.url, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
     families = {f.name: f for f in text_string_to_metric_families(raw.decode())}
-    assert {"hopgym_retrieval_requests", "hopgym_retrieval_queries", "hopgym_retrieval_errors",
-            "hopgym_retrieval_batch_queries", "hopgym_retrieval_batch_requests",
-            "hopgym_retrieval_queue_wait_seconds", "hopgym_retrieval_engine_seconds",
-            "hopgym_retrieval_request_seconds", "hopgym_retrieval_pending_queries",
-            "hopgym_retrieval_passages"} <= set(families)
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in families.values() for s in f.samples}
+    assert {
+        "hopgym_retrieval_requests",
+        "hopgym_retrieval_queries",
+        "hopgym_retrieval_errors",
+        "hopgym_retrieval_batch_queries",
+        "hopgym_retrieval_batch_requests",
+        "hopgym_retrieval_queue_wait_seconds",
+        "hopgym_retrieval_engine_seconds",
+        "hopgym_retrieval_request_seconds",
+        "hopgym_retrieval_pending_queries",
+        "hopgym_retrieval_passages",
+    } <= set(families)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples
+    }
     assert samples[("hopgym_retrieval_passages", ())] == len(CORPUS)
     assert samples[("hopgym_retrieval_queries_total", ())] >= before["queries"] + 2
     assert samples[("hopgym_retrieval_errors_total", (("kind", "topk_out_of_range"),))] >= 1
-    assert {k for (n, lab), _ in samples.items() if n == "hopgym_retrieval_errors_total"
-            for _, k in lab} == set(ERROR_KINDS)
+    assert {
+        k for (n, lab), _ in samples.items() if n == "hopgym_retrieval_errors_total" for _, k in lab
+    } == set(ERROR_KINDS)
     assert samples[("hopgym_retrieval_batch_queries_bucket", (("le", "+Inf"),))] >= 1
     assert samples[("hopgym_retrieval_requests_total", (("status", "400"),))] >= 1
 
@@ -353,9 +382,13 @@ def free_port() -> int:
 def test_a_signal_drains_in_flight_requests_and_refuses_new_ones(sig):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, "-c", _DRAIN, str(FIX / "wiki_corpus.jsonl"),
-                             str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DRAIN, str(FIX / "wiki_corpus.jsonl"), str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         url = f"http://127.0.0.1:{port}"
@@ -368,8 +401,9 @@ def test_a_signal_drains_in_flight_requests_and_refuses_new_ones(sig):
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
         out: list[tuple[int, dict]] = []
-        t = threading.Thread(target=lambda: out.append(
-            post(url, b'{"queries": ["Corvin Institute"], "topk": 1}')[::2]))
+        t = threading.Thread(
+            target=lambda: out.append(post(url, b'{"queries": ["Corvin Institute"], "topk": 1}')[::2])
+        )
         t.start()
         time.sleep(0.5)  # the request is in the engine (1.5 s)
         t0 = time.monotonic()
@@ -422,19 +456,24 @@ def test_repeated_queries_are_answered_from_the_query_cache():
         first = client.search_batch(["music school founded", "research institute mineralogy"], 3)
         before = client.health()["query_cache"]
         again = client.search_batch(
-            ["research institute mineralogy", "music school founded", "research institute mineralogy"], 3)
+            ["research institute mineralogy", "music school founded", "research institute mineralogy"], 3
+        )
         after = client.health()["query_cache"]
     finally:
         srv.stop()
     assert [[p.doc_id for p in hits] for hits in again] == [
-        [p.doc_id for p in first[1]], [p.doc_id for p in first[0]], [p.doc_id for p in first[1]]]
+        [p.doc_id for p in first[1]],
+        [p.doc_id for p in first[0]],
+        [p.doc_id for p in first[1]],
+    ]
     assert first[0] and first[1]
     assert before["misses"] == 2 and before["hits"] == 0
     assert after["hits"] == before["hits"] + 3 and after["misses"] == before["misses"]
     # The same ranking as the retriever searched directly without a cache.
     uncached = BM25Retriever(CORPUS, cache_entries=0)
     assert [p.doc_id for p in uncached.search("research institute mineralogy", 3)] == [
-        p.doc_id for p in first[1]]
+        p.doc_id for p in first[1]
+    ]
 
 
 @pytest.mark.parametrize(("entries", "size"), [(0, 0), (10, 1 << 20)])

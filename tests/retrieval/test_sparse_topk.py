@@ -27,8 +27,7 @@ WORDS = [f"w{i}" for i in range(12)]
 
 
 def reference(r: BM25Retriever, terms: list[int], k: int) -> tuple[list[int], list[float]]:
-    scores = np.asarray(r.bm25s_model.get_scores(terms), dtype=np.float64) if terms else \
-        np.zeros(len(r))
+    scores = np.asarray(r.bm25s_model.get_scores(terms), dtype=np.float64) if terms else np.zeros(len(r))
     pick = top_k_indices(scores, k)
     return pick.tolist(), scores[pick].tolist()
 
@@ -40,13 +39,19 @@ def sparse(topk: SparseTopK, terms: list[int], k: int) -> tuple[list[int], list[
 
 
 corpora = st.lists(  # small vocabularies: many ties, duplicate passages, empty passages
-    st.lists(st.sampled_from(WORDS), min_size=0, max_size=9), min_size=1, max_size=40)
+    st.lists(st.sampled_from(WORDS), min_size=0, max_size=9), min_size=1, max_size=40
+)
 queries = st.lists(st.integers(0, len(WORDS) + 2), min_size=0, max_size=7)  # > 11: unknown
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(docs=corpora, query=queries, k=st.integers(1, 45), full_df=st.sampled_from([0, 1, 3, 1024]),
-       depth=st.sampled_from([1, 2, 64]))
+@given(
+    docs=corpora,
+    query=queries,
+    k=st.integers(1, 45),
+    full_df=st.sampled_from([0, 1, 3, 1024]),
+    depth=st.sampled_from([1, 2, 64]),
+)
 def test_sparse_top_k_equals_the_dense_reference(docs, query, k, full_df, depth):
     passages = [Passage(f"d{i}", "", " ".join(d)) for i, d in enumerate(docs)]
     r = BM25Retriever(passages, backend="numpy", cache_entries=0)
@@ -72,8 +77,7 @@ def test_query_order_is_kept_where_it_changes_a_float():
     # them in query order, as bm25s does.
     rng = np.random.default_rng(3)
     docs = [" ".join(rng.choice(WORDS[:6], size=int(rng.integers(1, 12)))) for _ in range(300)]
-    r = BM25Retriever([Passage(str(i), "", d) for i, d in enumerate(docs)], backend="numpy",
-                      cache_entries=0)
+    r = BM25Retriever([Passage(str(i), "", d) for i, d in enumerate(docs)], backend="numpy", cache_entries=0)
     topk = SparseTopK(r.bm25s_model, full_df=4, depth=2)
     model = r.bm25s_model
     differs = 0
@@ -179,12 +183,10 @@ def test_the_proof_needs_a_strict_margin_over_the_bound():
 def test_threads_share_the_impact_orders_safely():
     rng = np.random.default_rng(4)
     docs = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 9)))) for _ in range(400)]
-    r = BM25Retriever([Passage(str(i), "", d) for i, d in enumerate(docs)], backend="numpy",
-                      cache_entries=0)
+    r = BM25Retriever([Passage(str(i), "", d) for i, d in enumerate(docs)], backend="numpy", cache_entries=0)
     # Every term read in impact order, and room for about two of them: constant eviction.
     topk = SparseTopK(r.bm25s_model, full_df=0, depth=1, impact_bytes=2400)
-    queries = [[r._vocab[w] for w in rng.choice(WORDS, size=int(rng.integers(1, 5)))]
-               for _ in range(60)]
+    queries = [[r._vocab[w] for w in rng.choice(WORDS, size=int(rng.integers(1, 5)))] for _ in range(60)]
     expected = [reference(r, q, 5) for q in queries]
     errors: list[int] = []
 

@@ -17,10 +17,17 @@ from hopgym.retrieval.sparse import BM25Retriever
 from hopgym.tasks.base import QATask, Source
 
 GOLD = QASample(
-    "q1", "Where was the founder of Qelvor Dynamics born?", ("Cardell", "Cardell City"),
-    ("d1", "d2"), 2, "bridge",
-    (Hop("Who founded Qelvor Dynamics?", "Maren Oskdal", "d1", "Qelvor founder", "local"),
-     Hop("Where was Maren Oskdal born?", "Cardell", "d2", "Maren Oskdal born", "web")))
+    "q1",
+    "Where was the founder of Qelvor Dynamics born?",
+    ("Cardell", "Cardell City"),
+    ("d1", "d2"),
+    2,
+    "bridge",
+    (
+        Hop("Who founded Qelvor Dynamics?", "Maren Oskdal", "d1", "Qelvor founder", "local"),
+        Hop("Where was Maren Oskdal born?", "Cardell", "d2", "Maren Oskdal born", "web"),
+    ),
+)
 
 PASSAGES = (
     Passage("d1", "Qelvor Dynamics", "Qelvor Dynamics was founded by Maren Oskdal."),
@@ -32,10 +39,21 @@ PASSAGES = (
 def info_step(**kw: Any) -> dict[str, Any]:
     """A step info of the env contract with defaults (a think turn)."""
     base: dict[str, Any] = {
-        "turn": 1, "turns_left": 0, "action_type": "think", "invalid_action": None,
-        "think": None, "query": None, "source": "local", "routed_to": None,
-        "retrieved_ids": [], "new_ids": [], "documents": [], "answer": None,
-        "retrieval_error": None, "question_id": "q1", "searches": 0,
+        "turn": 1,
+        "turns_left": 0,
+        "action_type": "think",
+        "invalid_action": None,
+        "think": None,
+        "query": None,
+        "source": "local",
+        "routed_to": None,
+        "retrieved_ids": [],
+        "new_ids": [],
+        "documents": [],
+        "answer": None,
+        "retrieval_error": None,
+        "question_id": "q1",
+        "searches": 0,
         "searches_by_source": {},
     }
     base.update(kw)
@@ -45,11 +63,21 @@ def info_step(**kw: Any) -> dict[str, Any]:
     return base
 
 
-def search(query: str, new_ids: Sequence[str] = (), retrieved: Sequence[str] | None = None,
-           source: str = "local", think: str | None = None) -> dict[str, Any]:
-    return info_step(action_type="search", query=query, new_ids=list(new_ids),
-                     retrieved_ids=list(retrieved if retrieved is not None else new_ids),
-                     source=source, think=think)
+def search(
+    query: str,
+    new_ids: Sequence[str] = (),
+    retrieved: Sequence[str] | None = None,
+    source: str = "local",
+    think: str | None = None,
+) -> dict[str, Any]:
+    return info_step(
+        action_type="search",
+        query=query,
+        new_ids=list(new_ids),
+        retrieved_ids=list(retrieved if retrieved is not None else new_ids),
+        source=source,
+        think=think,
+    )
 
 
 def answer(text: str) -> dict[str, Any]:
@@ -74,9 +102,15 @@ class ScriptedInfoEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, script: Sequence[dict[str, Any]], sample: QASample = GOLD, *,
-                 answer_ends: bool = True, costs: dict[str, float] | None = None,
-                 max_turns: int | None = None) -> None:
+    def __init__(
+        self,
+        script: Sequence[dict[str, Any]],
+        sample: QASample = GOLD,
+        *,
+        answer_ends: bool = True,
+        costs: dict[str, float] | None = None,
+        max_turns: int | None = None,
+    ) -> None:
         self.script = [dict(s) for s in script]
         self.sample = sample
         self.answer_ends = answer_ends
@@ -91,9 +125,14 @@ class ScriptedInfoEnv(gym.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self.i = 0
-        return "prompt", {"question_id": self.sample.id, "question": self.sample.question,
-                          "source": "local", "sources": tuple(self.task.sources), "turn": 0,
-                          "max_turns": self.max_turns}
+        return "prompt", {
+            "question_id": self.sample.id,
+            "question": self.sample.question,
+            "source": "local",
+            "sources": tuple(self.task.sources),
+            "turn": 0,
+            "max_turns": self.max_turns,
+        }
 
     def step(self, action: Any):
         info = dict(self.script[self.i])
@@ -114,8 +153,14 @@ class Episode:
     infos: list[dict[str, Any]] = field(default_factory=list)
 
 
-def run(env: gym.Env, actions: Sequence[Any] | Callable[..., Any], *, options=None,
-        seed: int | None = 0, max_steps: int = 50) -> Episode:
+def run(
+    env: gym.Env,
+    actions: Sequence[Any] | Callable[..., Any],
+    *,
+    options=None,
+    seed: int | None = 0,
+    max_steps: int = 50,
+) -> Episode:
     """Roll out a fixed action list (or a policy ``(obs, info, sample) -> action``).
 
     Checks the sum invariant at every step.
@@ -144,21 +189,29 @@ def run(env: gym.Env, actions: Sequence[Any] | Callable[..., Any], *, options=No
     raise AssertionError("episode did not end")
 
 
-def tiny(reward: str | None = None, *, sources: tuple[str, ...] = ("local",), max_turns: int = 6,
-         protocol: str = "tags", parse: str = "lenient") -> gym.Env:
+def tiny(
+    reward: str | None = None,
+    *,
+    sources: tuple[str, ...] = ("local",),
+    max_turns: int = 6,
+    protocol: str = "tags",
+    parse: str = "lenient",
+) -> gym.Env:
     from hopgym.envs.protocols import get_protocol
     from hopgym.envs.registration import make_tiny
 
-    return make_tiny(sources=sources, reward=reward, max_turns=max_turns,
-                     protocol=get_protocol(protocol, parse=parse))
+    return make_tiny(
+        sources=sources, reward=reward, max_turns=max_turns, protocol=get_protocol(protocol, parse=parse)
+    )
 
 
 TINY_IDS = tuple(f"tiny-{i}" for i in range(1, 7))
 
 
 # ---------------------------------------------------------------------------- policies
-def oracle_actions(sample: QASample, start_source: str = "local",
-                   answer_text: str | None = None) -> list[Any]:
+def oracle_actions(
+    sample: QASample, start_source: str = "local", answer_text: str | None = None
+) -> list[Any]:
     """Route where a hop's document lives, search each hop's query, answer the gold."""
     acts: list[Any] = []
     cur = start_source
@@ -172,8 +225,7 @@ def oracle_actions(sample: QASample, start_source: str = "local",
 
 
 def distractors(env: gym.Env, sample: QASample, n: int = 2) -> list[str]:
-    others = [s.answer for s in env.unwrapped.task.samples
-              if s.answer not in sample.answers and s.answer]
+    others = [s.answer for s in env.unwrapped.task.samples if s.answer not in sample.answers and s.answer]
     return others[:n]
 
 
@@ -197,8 +249,9 @@ def _searches(s: QASample) -> list[Any]:
 
 
 def _filler(env: gym.Env, k: int) -> list[Any]:
-    titles = [p.title for p in env.unwrapped.task.documents.values()] \
-        if env.unwrapped.task.documents else ["x"]
+    titles = (
+        [p.title for p in env.unwrapped.task.documents.values()] if env.unwrapped.task.documents else ["x"]
+    )
     return [Search(f"{titles[i % len(titles)]} facts {i}") for i in range(k)]
 
 
@@ -208,44 +261,63 @@ def _budget(env: gym.Env) -> int:
 
 #: Correct answers in sloppy format, read by the lenient parse (invalid under the strict one).
 SLOPPY: tuple[Policy, ...] = (
-    Policy("sloppy_unclosed_think", lambda env, s: _searches(s) + [
-        f"<think>so it is {s.answer}<answer>{s.answer}</answer>"]),
-    Policy("sloppy_unopened_think", lambda env, s: _searches(s) + [
-        f"so it is {s.answer}</think><answer>{s.answer}</answer>"]),
-    Policy("sloppy_text_outside", lambda env, s: _searches(s) + [
-        f"<answer>{s.answer}</answer> I am sure."]),
-    Policy("sloppy_duplicate_answer", lambda env, s: _searches(s) + [
-        f"<answer>{s.answer}</answer><answer>{s.answer}</answer>"]),
-    Policy("sloppy_spaced_tags", lambda env, s: _searches(s) + [
-        f"< answer >{s.answer}</ answer >"]),
-    Policy("sloppy_stray_wrong_answer", lambda env, s: _searches(s) + [
-        f"<answer>{s.answer}</answer><answer>{distractors(env, s, 1)[0]}"]),
-    Policy("sloppy_r3_inline", lambda env, s: _searches(s) + [
-        f"The problem analysis: done. The final answer: {s.answer}"]),
-    Policy("sloppy_r3_trailing_text", lambda env, s: _searches(s) + [
-        f"The problem analysis: done.\nThe final answer: {s.answer}\nThe documents say so."]),
+    Policy(
+        "sloppy_unclosed_think",
+        lambda env, s: _searches(s) + [f"<think>so it is {s.answer}<answer>{s.answer}</answer>"],
+    ),
+    Policy(
+        "sloppy_unopened_think",
+        lambda env, s: _searches(s) + [f"so it is {s.answer}</think><answer>{s.answer}</answer>"],
+    ),
+    Policy("sloppy_text_outside", lambda env, s: _searches(s) + [f"<answer>{s.answer}</answer> I am sure."]),
+    Policy(
+        "sloppy_duplicate_answer",
+        lambda env, s: _searches(s) + [f"<answer>{s.answer}</answer><answer>{s.answer}</answer>"],
+    ),
+    Policy("sloppy_spaced_tags", lambda env, s: _searches(s) + [f"< answer >{s.answer}</ answer >"]),
+    Policy(
+        "sloppy_stray_wrong_answer",
+        lambda env, s: _searches(s) + [f"<answer>{s.answer}</answer><answer>{distractors(env, s, 1)[0]}"],
+    ),
+    Policy(
+        "sloppy_r3_inline",
+        lambda env, s: _searches(s) + [f"The problem analysis: done. The final answer: {s.answer}"],
+    ),
+    Policy(
+        "sloppy_r3_trailing_text",
+        lambda env, s: (
+            _searches(s)
+            + [f"The problem analysis: done.\nThe final answer: {s.answer}\nThe documents say so."]
+        ),
+    ),
 )
 
 ADVERSARIES: tuple[Policy, ...] = (
-    Policy("stuff_comma", lambda env, s: _searches(s) + [
-        Answer(", ".join([*distractors(env, s), s.answer]))]),
-    Policy("stuff_or", lambda env, s: _searches(s) + [
-        Answer(f"{distractors(env, s, 1)[0]} or {s.answer}")]),
+    Policy(
+        "stuff_comma", lambda env, s: _searches(s) + [Answer(", ".join([*distractors(env, s), s.answer]))]
+    ),
+    Policy("stuff_or", lambda env, s: _searches(s) + [Answer(f"{distractors(env, s, 1)[0]} or {s.answer}")]),
     Policy("stuff_aliases", lambda env, s: _searches(s) + [Answer(" / ".join(s.answers * 2))]),
-    Policy("answer_in_think", lambda env, s: [
-        f"<think><answer>{s.answer}</answer></think><search>{s.question}</search>"] * _budget(env)),
-    Policy("answer_in_search", lambda env, s: [
-        f"<search><answer>{s.answer}</answer></search>"] * _budget(env)),
-    Policy("answer_text_in_query", lambda env, s: [
-        Search(f"answer {s.answer}")] * _budget(env)),
-    Policy("search_to_limit", lambda env, s: (_searches(s) + _filler(env, _budget(env)))
-           [:_budget(env)]),
-    Policy("search_to_limit_then_correct", lambda env, s: (
-        _searches(s) + _filler(env, _budget(env)))[:_budget(env) - 1] + [Answer(s.answer)]),
-    Policy("repeat_query_then_correct", lambda env, s: [
-        Search(s.decomposition[0].search_query)] * (_budget(env) - 1) + [Answer(s.answer)]),
-    Policy("repeat_query_to_limit", lambda env, s: [
-        Search(s.decomposition[0].search_query)] * _budget(env)),
+    Policy(
+        "answer_in_think",
+        lambda env, s: (
+            [f"<think><answer>{s.answer}</answer></think><search>{s.question}</search>"] * _budget(env)
+        ),
+    ),
+    Policy(
+        "answer_in_search", lambda env, s: [f"<search><answer>{s.answer}</answer></search>"] * _budget(env)
+    ),
+    Policy("answer_text_in_query", lambda env, s: [Search(f"answer {s.answer}")] * _budget(env)),
+    Policy("search_to_limit", lambda env, s: (_searches(s) + _filler(env, _budget(env)))[: _budget(env)]),
+    Policy(
+        "search_to_limit_then_correct",
+        lambda env, s: (_searches(s) + _filler(env, _budget(env)))[: _budget(env) - 1] + [Answer(s.answer)],
+    ),
+    Policy(
+        "repeat_query_then_correct",
+        lambda env, s: [Search(s.decomposition[0].search_query)] * (_budget(env) - 1) + [Answer(s.answer)],
+    ),
+    Policy("repeat_query_to_limit", lambda env, s: [Search(s.decomposition[0].search_query)] * _budget(env)),
     Policy("paste_documents", None),  # built at run time from the last observation
     Policy("empty_answer_tag", lambda env, s: _searches(s) + ["<answer></answer>"] * _budget(env)),
     Policy("punctuation_answer", lambda env, s: _searches(s) + [Answer(" . ")]),
@@ -254,29 +326,71 @@ ADVERSARIES: tuple[Policy, ...] = (
     Policy("invalid_spam_then_correct", lambda env, s: ["garbage"] * 2 + oracle_actions(s)),
     Policy("think_to_limit", lambda env, s: [Think("hmm")] * _budget(env)),
     # Against the lenient parse: answers it must refuse whatever surrounds them...
-    Policy("answer_in_closed_think_only", lambda env, s: [
-        f"<think><answer>{s.answer}</answer></think>"] * _budget(env)),
-    Policy("answer_in_think_then_closed", lambda env, s: _searches(s) + [
-        f"<think>maybe <answer>{s.answer}</answer> or not</think>"] * _budget(env)),
-    Policy("two_answers_wrong_first", lambda env, s: _searches(s) + [
-        f"<answer>{distractors(env, s, 1)[0]}</answer><answer>{s.answer}</answer>"] * _budget(env)),
-    Policy("two_answers_gold_first", lambda env, s: _searches(s) + [
-        f"<answer>{s.answer}</answer><answer>{distractors(env, s, 1)[0]}</answer>"] * _budget(env)),
-    Policy("answer_then_information", lambda env, s: _searches(s) + [
-        f"<answer>{s.answer}</answer><information>{s.answer}</information>"] * _budget(env)),
-    Policy("information_then_answer", lambda env, s: [
-        f"<information>Doc 1 (Title: x) {s.answer}</information><answer>{s.answer}</answer>"]
-        * _budget(env)),
-    Policy("search_and_answer", lambda env, s: [
-        f"<search>{s.question}</search><answer>{s.answer}</answer>"] * _budget(env)),
-    Policy("unclosed_answer", lambda env, s: _searches(s) + [
-        f"<think>done</think><answer>{s.answer}"] * _budget(env)),
-    Policy("r3_two_answers", lambda env, s: _searches(s) + [
-        f"The problem analysis: x.\nThe final answer: {distractors(env, s, 1)[0]}\n"
-        f"The final answer: {s.answer}"] * _budget(env)),
-    Policy("r3_answer_then_documents", lambda env, s: _searches(s) + [
-        f"The problem analysis: x.\nThe final answer: {s.answer}\nThe retrieval documents: "
-        f"{s.answer}"] * _budget(env)),
+    Policy(
+        "answer_in_closed_think_only",
+        lambda env, s: [f"<think><answer>{s.answer}</answer></think>"] * _budget(env),
+    ),
+    Policy(
+        "answer_in_think_then_closed",
+        lambda env, s: (
+            _searches(s) + [f"<think>maybe <answer>{s.answer}</answer> or not</think>"] * _budget(env)
+        ),
+    ),
+    Policy(
+        "two_answers_wrong_first",
+        lambda env, s: (
+            _searches(s)
+            + [f"<answer>{distractors(env, s, 1)[0]}</answer><answer>{s.answer}</answer>"] * _budget(env)
+        ),
+    ),
+    Policy(
+        "two_answers_gold_first",
+        lambda env, s: (
+            _searches(s)
+            + [f"<answer>{s.answer}</answer><answer>{distractors(env, s, 1)[0]}</answer>"] * _budget(env)
+        ),
+    ),
+    Policy(
+        "answer_then_information",
+        lambda env, s: (
+            _searches(s)
+            + [f"<answer>{s.answer}</answer><information>{s.answer}</information>"] * _budget(env)
+        ),
+    ),
+    Policy(
+        "information_then_answer",
+        lambda env, s: (
+            [f"<information>Doc 1 (Title: x) {s.answer}</information><answer>{s.answer}</answer>"]
+            * _budget(env)
+        ),
+    ),
+    Policy(
+        "search_and_answer",
+        lambda env, s: [f"<search>{s.question}</search><answer>{s.answer}</answer>"] * _budget(env),
+    ),
+    Policy(
+        "unclosed_answer",
+        lambda env, s: _searches(s) + [f"<think>done</think><answer>{s.answer}"] * _budget(env),
+    ),
+    Policy(
+        "r3_two_answers",
+        lambda env, s: (
+            _searches(s)
+            + [
+                f"The problem analysis: x.\nThe final answer: {distractors(env, s, 1)[0]}\n"
+                f"The final answer: {s.answer}"
+            ]
+            * _budget(env)
+        ),
+    ),
+    Policy(
+        "r3_answer_then_documents",
+        lambda env, s: (
+            _searches(s)
+            + [f"The problem analysis: x.\nThe final answer: {s.answer}\nThe retrieval documents: {s.answer}"]
+            * _budget(env)
+        ),
+    ),
     # ...and correct answers it reads past flaws in (they may tie the oracle where format is
     # free, and must earn less where the preset pays for format).
     *SLOPPY,

@@ -28,8 +28,7 @@ from hopgym.rewards import PRESETS, preset
 from hopgym.rewards.judges import CallableJudge
 from hopgym.rewards.scoring import normalize_answer
 
-HONEST = {"search_to_limit_then_correct", "repeat_query_then_correct",
-          "invalid_spam_then_correct"}
+HONEST = {"search_to_limit_then_correct", "repeat_query_then_correct", "invalid_spam_then_correct"}
 SLOPPY_NAMES = {p.name for p in SLOPPY}
 #: The presets whose papers pay for format: a sloppy correct answer earns less there.
 FORMAT_PAYING = {"searchr1", "r3rag"}
@@ -37,8 +36,7 @@ FORMAT_PAYING = {"searchr1", "r3rag"}
 
 def check(name: str, parse: str, qid: str, adv, ep, oracle) -> None:
     """The guarantee for one adversary episode against the oracle's."""
-    if adv.name in HONEST or (adv.name in SLOPPY_NAMES
-                              and (name not in FORMAT_PAYING or parse == "strict")):
+    if adv.name in HONEST or (adv.name in SLOPPY_NAMES and (name not in FORMAT_PAYING or parse == "strict")):
         assert ep.total <= oracle.total + 1e-9, (qid, adv, ep.terms, oracle.terms)
     else:
         assert ep.total < oracle.total - 1e-9, (qid, adv, ep.terms, oracle.terms)
@@ -62,8 +60,7 @@ SOURCES = [("local",), ("local", "web")]
 
 
 def make(name: str, judge, sources, parse: str = "lenient", protocol: str = "tags") -> gym.Env:
-    return preset(tiny(None, sources=sources, max_turns=6, parse=parse, protocol=protocol), name,
-                  judge=judge)
+    return preset(tiny(None, sources=sources, max_turns=6, parse=parse, protocol=protocol), name, judge=judge)
 
 
 @pytest.mark.parametrize("parse", PARSE_MODES)
@@ -82,21 +79,29 @@ def synthetic(name: str, judge, protocol: str = "tags", parse: str = "lenient") 
     from hopgym.envs.protocols import get_protocol
     from hopgym.envs.registration import make_synthetic
 
-    env = make_synthetic(seed=3, n_entities=300, n_questions=40, hops=(1, 2, 3, 4),
-                         sources=("local", "web"), reward=None, max_turns=10,
-                         protocol=get_protocol(protocol, parse=parse))
+    env = make_synthetic(
+        seed=3,
+        n_entities=300,
+        n_questions=40,
+        hops=(1, 2, 3, 4),
+        sources=("local", "web"),
+        reward=None,
+        max_turns=10,
+        protocol=get_protocol(protocol, parse=parse),
+    )
     return preset(env, name, judge=judge)
 
 
-SYNTHETIC_CASES = [(n, j, "tags") for n, j in VARIANTS] + [("default", None, "r3"),
-                                                           ("r3rag", None, "r3")]
+SYNTHETIC_CASES = [(n, j, "tags") for n, j in VARIANTS] + [("default", None, "r3"), ("r3rag", None, "r3")]
 
 
 @pytest.mark.parametrize("parse", PARSE_MODES)
-@pytest.mark.parametrize(("name", "judge", "protocol"), SYNTHETIC_CASES,
-                         ids=[f"{i}-tags" for i in VARIANT_IDS] + ["default-r3", "r3rag-r3"])
-def test_no_adversary_beats_the_oracle_in_the_synthetic_routing_world(name, judge, protocol,
-                                                                      parse):
+@pytest.mark.parametrize(
+    ("name", "judge", "protocol"),
+    SYNTHETIC_CASES,
+    ids=[f"{i}-tags" for i in VARIANT_IDS] + ["default-r3", "r3rag-r3"],
+)
+def test_no_adversary_beats_the_oracle_in_the_synthetic_routing_world(name, judge, protocol, parse):
     env = synthetic(name, judge, protocol, parse)
     ids = [s.id for s in env.unwrapped.task.samples][:12]
     kinds = {env.unwrapped.task.samples[i].kind for i in range(12)}
@@ -154,7 +159,6 @@ def test_wrong_answers_earn_less_than_correct_ones_without_search_under_every_pr
     for name, judge in VARIANTS:
         env = make(name, judge, ("local",))
         for qid in TINY_IDS:
-            direct = run(env, lambda o, i, s: f"<answer>{s.answer}</answer>",
-                         options={"question_id": qid})
+            direct = run(env, lambda o, i, s: f"<answer>{s.answer}</answer>", options={"question_id": qid})
             farm = play(env, next(a for a in ADVERSARIES if a.name == "search_to_limit"), qid)
             assert farm.total < direct.total, (name, qid, farm.terms, direct.terms)

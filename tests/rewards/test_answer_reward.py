@@ -8,16 +8,19 @@ from reward_helpers import ScriptedInfoEnv, answer, invalid, run, search, tiny
 from hopgym.rewards import AnswerCheck, CallableJudge, OutcomeReward, RewardArgumentError
 
 
-@pytest.mark.parametrize(("metric", "text", "value"), [
-    ("em", "Cardell", 1.0),
-    ("em", "cardell city", 1.0),                 # an alias
-    ("em", "the port city Cardell", 0.0),
-    ("f1", "Cardell port", 2 / 3),
-    ("f1", "Cardell or Lorn", 0.0),              # hedged
-    ("cover_em", "the port city Cardell", 1.0),
-    ("cover_em", "Lorn Vashti Halvik Brenmark Cardell", 0.0),
-    ("cover_em", "Lorn, Cardell", 0.0),
-])
+@pytest.mark.parametrize(
+    ("metric", "text", "value"),
+    [
+        ("em", "Cardell", 1.0),
+        ("em", "cardell city", 1.0),  # an alias
+        ("em", "the port city Cardell", 0.0),
+        ("f1", "Cardell port", 2 / 3),
+        ("f1", "Cardell or Lorn", 0.0),  # hedged
+        ("cover_em", "the port city Cardell", 1.0),
+        ("cover_em", "Lorn Vashti Halvik Brenmark Cardell", 0.0),
+        ("cover_em", "Lorn, Cardell", 0.0),
+    ],
+)
 def test_outcome_values(metric, text, value):
     env = OutcomeReward(ScriptedInfoEnv([search("q", ["d1"]), answer(text)]), metric, weight=2.0)
     ep = run(env, ["a", "b"])
@@ -50,10 +53,10 @@ def test_judge_is_asked_only_after_string_match_fails_and_only_for_admissible_an
     calls.clear()
     judge = CallableJudge(answer_fn=yes_if_oskdal)
     check = AnswerCheck("judge", judge)
-    assert check.score("q", "Cardell", ["Cardell"]) == 1.0 and calls == []    # string match
+    assert check.score("q", "Cardell", ["Cardell"]) == 1.0 and calls == []  # string match
     assert check.score("q", "Cardell town", ["Cardell"]) == 1.0 and calls == ["Cardell town"]
-    assert check.score("q", "Lorn or Cardell", ["Cardell"]) == 0.0           # hedged: not asked
-    assert check.score("q", "Cardell " * 30, ["Cardell"]) == 0.0             # pasted: not asked
+    assert check.score("q", "Lorn or Cardell", ["Cardell"]) == 0.0  # hedged: not asked
+    assert check.score("q", "Cardell " * 30, ["Cardell"]) == 0.0  # pasted: not asked
     assert check.score("q", None, ["Cardell"]) == 0.0
     assert calls == ["Cardell town"]
 
@@ -84,16 +87,19 @@ def test_invalid_turns_do_not_end_or_pay():
     assert [i["reward_terms"]["outcome"] for i in ep.infos] == [0.0, 1.0]
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"metric": "bleu"}, "metric must be one of"),
-    ({"metric": "judge"}, "needs judge="),
-    ({"weight": -1.0}, "weight must be >= 0"),
-    ({"weight": float("nan")}, "finite"),
-    ({"no_answer": "x"}, "no_answer must be a finite number"),
-    ({"max_extra_tokens": -2}, "max_extra_tokens"),
-    ({"judge": object()}, "judge must implement"),
-    ({"name": "bad name"}, "identifier"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"metric": "bleu"}, "metric must be one of"),
+        ({"metric": "judge"}, "needs judge="),
+        ({"weight": -1.0}, "weight must be >= 0"),
+        ({"weight": float("nan")}, "finite"),
+        ({"no_answer": "x"}, "no_answer must be a finite number"),
+        ({"max_extra_tokens": -2}, "max_extra_tokens"),
+        ({"judge": object()}, "judge must implement"),
+        ({"name": "bad name"}, "identifier"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(RewardArgumentError, match=match):
         OutcomeReward(tiny(None), **kwargs)

@@ -53,10 +53,19 @@ def stack(env, order):
 
 def random_policy(seed):
     rng = np.random.default_rng(seed)
-    pool = ["<search>Qelvor Dynamics founder</search>", "<search>Maren Oskdal born</search>",
-            "<search>Lorn</search>", "<route>web</route>", "<route>local</route>",
-            "<answer>Cardell</answer>", "<answer>Lorn or Cardell</answer>", "nonsense",
-            "<think>hmm</think>", "<answer>Brenmark</answer>", "<search>Cardell country</search>"]
+    pool = [
+        "<search>Qelvor Dynamics founder</search>",
+        "<search>Maren Oskdal born</search>",
+        "<search>Lorn</search>",
+        "<route>web</route>",
+        "<route>local</route>",
+        "<answer>Cardell</answer>",
+        "<answer>Lorn or Cardell</answer>",
+        "nonsense",
+        "<think>hmm</think>",
+        "<answer>Brenmark</answer>",
+        "<search>Cardell country</search>",
+    ]
 
     def act(obs, info, sample):
         return pool[int(rng.integers(len(pool)))]
@@ -64,8 +73,9 @@ def random_policy(seed):
     return act
 
 
-@pytest.mark.parametrize("order", list(itertools.permutations(LAYERS)),
-                         ids=lambda o: ">".join(x[:3] for x in o))
+@pytest.mark.parametrize(
+    "order", list(itertools.permutations(LAYERS)), ids=lambda o: ">".join(x[:3] for x in o)
+)
 def test_stacking_order_does_not_change_episode_totals(order):
     # 120 orders x (oracle + 3 adversaries + 2 random rollouts); each total is compared with the
     # reference order's, exactly (the reward is an exact fsum of the same terms). The routing
@@ -73,8 +83,10 @@ def test_stacking_order_does_not_change_episode_totals(order):
     # the forced end.
     env = stack(tiny(None, sources=("local", "web"), max_turns=5), order)
     ref = stack(tiny(None, sources=("local", "web"), max_turns=5), tuple(LAYERS))
-    policies = [ORACLE, *[a for a in ADVERSARIES if a.name in
-                          ("stuff_or", "search_to_limit", "invalid_spam_then_correct")]]
+    policies = [
+        ORACLE,
+        *[a for a in ADVERSARIES if a.name in ("stuff_or", "search_to_limit", "invalid_spam_then_correct")],
+    ]
     for qid in ("tiny-5",):
         for p in policies:
             a, b = play(env, p, qid), play(ref, p, qid)
@@ -154,8 +166,7 @@ def test_pickling_and_deepcopy_of_wrapped_envs_keep_behaviour():
 
 
 def test_reset_clears_episode_state():
-    env = RedundancyReward(RelevanceReward(FormatReward(tiny(None), penalty=0.2)),
-                           query_penalty=0.3)
+    env = RedundancyReward(RelevanceReward(FormatReward(tiny(None), penalty=0.2)), query_penalty=0.3)
     first = play(env, ORACLE, "tiny-2")
     again = play(env, ORACLE, "tiny-2")
     assert first.total == again.total == pytest.approx(1.0)
@@ -187,15 +198,16 @@ def test_episode_end_is_seen_under_the_time_limit_too():
 def test_forced_end_settles_wrappers_below():
     # FormatReward(terminate) ends the episode; the relevance scaling below it is still settled.
     script = [search("q", ["d1", "d2"]), invalid(), answer("Cardell")]
-    below = FormatReward(RelevanceReward(ScriptedInfoEnv(script), scaling=(1.6, 0.8, 0.9)),
-                         penalty=0.9, terminate=True)
-    above = RelevanceReward(FormatReward(ScriptedInfoEnv(script), penalty=0.9, terminate=True),
-                            scaling=(1.6, 0.8, 0.9))
+    below = FormatReward(
+        RelevanceReward(ScriptedInfoEnv(script), scaling=(1.6, 0.8, 0.9)), penalty=0.9, terminate=True
+    )
+    above = RelevanceReward(
+        FormatReward(ScriptedInfoEnv(script), penalty=0.9, terminate=True), scaling=(1.6, 0.8, 0.9)
+    )
     for env in (below, above):
         ep = run(env, ["a", "b", "c"])
         assert ep.terminated and ep.steps == 2
-        assert dict(ep.terms) == pytest.approx(
-            {"relevance": 1.0, "relevance_scale": -0.1, "format": -0.9})
+        assert dict(ep.terms) == pytest.approx({"relevance": 1.0, "relevance_scale": -0.1, "format": -0.9})
 
 
 def test_terms_of_think_turns_are_zero():

@@ -32,8 +32,7 @@ from hopgym.rewards.judges import (
 
 
 # ----------------------------------------------------------------------------- pure parts
-@pytest.mark.parametrize(("value", "score"), [(True, 1.0), (False, 0.0), (0.3, 0.3), (-2, 0.0),
-                                              (5, 1.0)])
+@pytest.mark.parametrize(("value", "score"), [(True, 1.0), (False, 0.0), (0.3, 0.3), (-2, 0.0), (5, 1.0)])
 def test_as_score(value, score):
     assert as_score(value) == score
 
@@ -44,9 +43,17 @@ def test_as_score_rejects(value):
         as_score(value)
 
 
-@pytest.mark.parametrize(("reply", "verdict"), [
-    ("yes", 1.0), ("Yes.", 1.0), ("  NO", 0.0), ("Correct", 1.0), ("incorrect!", 0.0),
-    ("<think>no wait... yes</think>\nyes", 1.0)])
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        ("yes", 1.0),
+        ("Yes.", 1.0),
+        ("  NO", 0.0),
+        ("Correct", 1.0),
+        ("incorrect!", 0.0),
+        ("<think>no wait... yes</think>\nyes", 1.0),
+    ],
+)
 def test_parse_verdict(reply, verdict):
     assert parse_verdict(reply) == verdict
 
@@ -57,9 +64,21 @@ def test_parse_verdict_rejects(reply):
         parse_verdict(reply)
 
 
-@pytest.mark.parametrize(("reply", "score"), [
-    ("8", 0.8), ("10", 1.0), ("0", 0.0), ("1", 0.1), ("0.7", 0.7), ("1.0", 1.0), ("7.5", 0.8),
-    ("Score: 3/10", 0.3), ("42", 1.0), ("<think>maybe 2</think> 9", 0.9)])
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("8", 0.8),
+        ("10", 1.0),
+        ("0", 0.0),
+        ("1", 0.1),
+        ("0.7", 0.7),
+        ("1.0", 1.0),
+        ("7.5", 0.8),
+        ("Score: 3/10", 0.3),
+        ("42", 1.0),
+        ("<think>maybe 2</think> 9", 0.9),
+    ],
+)
 def test_parse_relevance(reply, score):
     assert parse_relevance(reply) == score
 
@@ -113,8 +132,13 @@ class ScriptedBackend:
             text = p[-1]["content"] if isinstance(p, list) else p
             if self.fail_on and self.fail_on in text:
                 raise BackendError(f"server said no to {self.fail_on}")
-            out.append("7" if "Search query:" in text
-                       else "<think>checking</think>yes" if "<<<Cardell>>>" in text else "no")
+            out.append(
+                "7"
+                if "Search query:" in text
+                else "<think>checking</think>yes"
+                if "<<<Cardell>>>" in text
+                else "no"
+            )
         return out
 
 
@@ -126,8 +150,7 @@ def test_prompt_judge_formats_prompts_and_parses_verdicts():
     assert judge.judge_answer("Where?", "Lorn", ["Cardell"]) == 0.0
     assert judge.judge_relevance("Where?", "r", "q", ["doc"]) == 0.7
     (prompts, params), *_ = backend.calls
-    assert prompts == [[{"role": "user", "content": answer_prompt("Where?", "Cardell",
-                                                                  ["Cardell"])}]]
+    assert prompts == [[{"role": "user", "content": answer_prompt("Where?", "Cardell", ["Cardell"])}]]
     assert params == SamplingParams(max_new_tokens=16) and params.greedy
 
 
@@ -135,7 +158,7 @@ def test_prompt_judge_sends_raw_text_to_a_backend_without_chat():
     backend = ScriptedBackend(chat=False)
     judge = PromptJudge(backend, params=SamplingParams(max_new_tokens=4, seed=3))
     assert judge.judge_relevance("Q?", "", "q", ["d"]) == 0.7
-    (prompts, params), = backend.calls
+    ((prompts, params),) = backend.calls
     assert prompts == [relevance_prompt("Q?", "", "q", ["d"]) + "\n"]
     assert params.max_new_tokens == 4 and params.seed == 3
 
@@ -146,7 +169,7 @@ def test_prompt_judge_caches_and_batches_distinct_prompts_on_threads():
     items = [("Where?", p, ["Cardell"]) for p in ("Cardell", "Lorn", "Halvik", "Vashti")] * 2
     t0 = time.perf_counter()
     assert judge.judge_answers(items) == [1.0, 0.0, 0.0, 0.0] * 2
-    assert time.perf_counter() - t0 < 0.6          # 4 x 0.2 s one after another would be 0.8 s
+    assert time.perf_counter() - t0 < 0.6  # 4 x 0.2 s one after another would be 0.8 s
     assert len(backend.calls) == 4 and judge.calls == 4
     assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
     assert len(backend.calls) == 4 and judge.cache_hits == 1
@@ -161,8 +184,10 @@ def test_prompt_judge_backend_errors_raise_or_fall_back_and_are_not_cached():
         strict.judge_answer("Where?", "Halvik", ["Cardell"])
     lenient = PromptJudge(ScriptedBackend(fail_on="Halvik"), on_error=0.5)
     with pytest.warns(RuntimeWarning, match="scoring 0.5 instead"):
-        assert lenient.judge_answers([("Where?", "Halvik", ["C"]), ("Where?", "Cardell",
-                                                                      ["Cardell"])]) == [0.5, 1.0]
+        assert lenient.judge_answers([("Where?", "Halvik", ["C"]), ("Where?", "Cardell", ["Cardell"])]) == [
+            0.5,
+            1.0,
+        ]
     assert lenient.failures == 1 and len(lenient._cache) == 1
 
 
@@ -188,10 +213,11 @@ class Stub:
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
-        self.statuses: list[int] = []     # statuses to send before answering normally
+        self.statuses: list[int] = []  # statuses to send before answering normally
         self.delay = 0.0
-        self.reply = lambda prompt: ("7" if "Search query:" in prompt
-                                     else "yes" if "<<<Cardell>>>" in prompt else "no")
+        self.reply = lambda prompt: (
+            "7" if "Search query:" in prompt else "yes" if "<<<Cardell>>>" in prompt else "no"
+        )
         self.raw: bytes | None = None
         self.retry_after: str | None = None
         self.active = 0
@@ -206,8 +232,9 @@ class Stub:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with stub.lock:
-                    stub.requests.append({"path": self.path, "body": body,
-                                          "auth": self.headers.get("Authorization")})
+                    stub.requests.append(
+                        {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                    )
                     status = stub.statuses.pop(0) if stub.statuses else 200
                     stub.active += 1
                     stub.max_active = max(stub.max_active, stub.active)
@@ -219,10 +246,22 @@ class Stub:
                             self.send_header("Retry-After", stub.retry_after)
                         self.end_headers()
                         return
-                    content = stub.raw if stub.raw is not None else json.dumps({"choices": [
-                        {"message": {"role": "assistant",
-                                     "content": stub.reply(body["messages"][0]["content"])}}]
-                    }).encode()
+                    content = (
+                        stub.raw
+                        if stub.raw is not None
+                        else json.dumps(
+                            {
+                                "choices": [
+                                    {
+                                        "message": {
+                                            "role": "assistant",
+                                            "content": stub.reply(body["messages"][0]["content"]),
+                                        }
+                                    }
+                                ]
+                            }
+                        ).encode()
+                    )
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(content)))
@@ -236,8 +275,7 @@ class Stub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
 
     def close(self) -> None:
@@ -275,7 +313,7 @@ def test_openai_judge_caches_replies(stub):
         judge.judge_answer("Where?", "Cardell", ["Cardell"])
     assert len(stub.requests) == 1 and judge.calls == 1 and judge.cache_hits == 2
     judge.judge_answer("Where?", "A", ["Cardell"])
-    judge.judge_answer("Where?", "B", ["Cardell"])      # evicts the oldest (LRU of 2)
+    judge.judge_answer("Where?", "B", ["Cardell"])  # evicts the oldest (LRU of 2)
     judge.judge_answer("Where?", "Cardell", ["Cardell"])
     assert len(stub.requests) == 4
     no_cache = judge_for(stub, cache_size=0)
@@ -292,7 +330,7 @@ def test_openai_judge_batches_on_threads_and_dedupes(stub):
     verdicts = judge.judge_answers(items)
     elapsed = time.perf_counter() - t0
     assert verdicts == [1.0, 0.0, 0.0, 0.0] * 2
-    assert len(stub.requests) == 4                 # duplicates asked once
+    assert len(stub.requests) == 4  # duplicates asked once
     assert stub.max_active >= 2 and elapsed < 0.6  # concurrent: 4 x 0.2 s would be 0.8 s
 
 
@@ -346,7 +384,7 @@ def test_openai_judge_timeout_then_fallback_score(stub):
     judge = judge_for(stub, timeout=0.1, retries=1, on_error=0.25)
     with pytest.warns(RuntimeWarning, match="scoring 0.25 instead"):
         assert judge.judge_relevance("q", "r", "s", ["d"]) == 0.25
-    assert judge.failures == 1 and len(judge._cache) == 0      # failures are not cached
+    assert judge.failures == 1 and len(judge._cache) == 0  # failures are not cached
 
 
 def test_openai_judge_unreachable_endpoint():
@@ -378,10 +416,18 @@ def test_openai_judge_pickles_and_deepcopies_with_its_cache(stub):
     assert len(stub.requests) == 1
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"on_error": "ignore"}, "on_error"), ({"on_error": 2.0}, "on_error"),
-    ({"timeout": 0}, "timeout"), ({"retries": -1}, "retries"), ({"max_retries": -1}, "max_retries"),
-    ({"max_workers": 0}, "max_workers"), ({"cache_size": -1}, "cache_size")])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"on_error": "ignore"}, "on_error"),
+        ({"on_error": 2.0}, "on_error"),
+        ({"timeout": 0}, "timeout"),
+        ({"retries": -1}, "retries"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"max_workers": 0}, "max_workers"),
+        ({"cache_size": -1}, "cache_size"),
+    ],
+)
 def test_openai_judge_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         OpenAIJudge("http://127.0.0.1:1/v1", "m", **kwargs)
@@ -391,8 +437,10 @@ def test_openai_judge_bad_arguments(kwargs, match):
 
 # ----------------------------------------------------------------------------- transformers
 def test_import_does_not_pull_heavy_dependencies():
-    code = ("import sys, hopgym.rewards, hopgym.rewards.trl; "
-            "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
+    code = (
+        "import sys, hopgym.rewards, hopgym.rewards.trl; "
+        "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -403,11 +451,15 @@ def tiny_lm_dir(tmp_path_factory):
     from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer
 
     path = tmp_path_factory.mktemp("tiny_judge")
-    texts = [answer_prompt("Where?", "Cardell", ["Cardell"]),
-             relevance_prompt("q", "r", "s", ["d"]), "yes no 0 1 2 3 4 5 6 7 8 9 10"]
+    texts = [
+        answer_prompt("Where?", "Cardell", ["Cardell"]),
+        relevance_prompt("q", "r", "s", ["d"]),
+        "yes no 0 1 2 3 4 5 6 7 8 9 10",
+    ]
     tokenizer = build_tokenizer(texts)
-    model = build_model(TinyLMConfig(arch="qwen2", layers=1, hidden=32, heads=2, ffn=64,
-                                     max_positions=512), tokenizer)
+    model = build_model(
+        TinyLMConfig(arch="qwen2", layers=1, hidden=32, heads=2, ffn=64, max_positions=512), tokenizer
+    )
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)
     return str(path)
@@ -417,14 +469,14 @@ def tiny_lm_dir(tmp_path_factory):
 @pytest.mark.filterwarnings("ignore:TransformersJudge failed:RuntimeWarning")
 def test_transformers_judge_on_a_local_tiny_model(tiny_lm_dir):
     judge = TransformersJudge(tiny_lm_dir, max_new_tokens=3, on_error=0.5)
-    assert not judge.loaded                                # loaded lazily
+    assert not judge.loaded  # loaded lazily
     # A random tiny model's reply is noise: either a parsed verdict or the fallback.
     v = judge.judge_answer("Where?", "Cardell", ["Cardell"])
     assert v in (0.0, 0.5, 1.0) and judge.loaded
     assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == v and judge.cache_hits == 1
     clone = pickle.loads(pickle.dumps(judge))
     assert not clone.loaded and clone.judge_answer("Where?", "Cardell", ["Cardell"]) == v
-    judge._complete = lambda prompt: "9"                   # the parsing path, deterministically
+    judge._complete = lambda prompt: "9"  # the parsing path, deterministically
     assert judge.judge_relevance("q", "r", "s", ["d"]) == 0.9
 
 

@@ -37,7 +37,7 @@ def test_each_preset_through_gym_make(name):
 def test_none_returns_the_env_and_the_default_is_exact_match():
     env = tiny(None)
     assert preset(env, None) is env
-    env = gym.make("hopgym/Tiny-v1")                # reward="default"
+    env = gym.make("hopgym/Tiny-v1")  # reward="default"
     assert reward_terms_of(env) == ["outcome"]
     env.reset(options={"question_id": "tiny-1"})
     assert env.step("<answer>1962</answer>")[1] == 1.0
@@ -54,8 +54,9 @@ def test_unknown_names_list_the_presets():
         gym.make("hopgym/Tiny-v1", reward="nope")
 
 
-@pytest.mark.parametrize(("alias", "name"), [("search-r1", "searchr1"), ("R3-RAG", "r3rag"),
-                                             ("EM", "em"), (" kunlun ", "kunlun")])
+@pytest.mark.parametrize(
+    ("alias", "name"), [("search-r1", "searchr1"), ("R3-RAG", "r3rag"), ("EM", "em"), (" kunlun ", "kunlun")]
+)
 def test_aliases(alias, name):
     assert reward_terms_of(preset(tiny(None), alias)) == TERMS[name]
 
@@ -84,14 +85,18 @@ def test_kunlun_costs_are_normalised_to_the_budget(sources):
 
 
 def test_terms_in_a_vector_env_sum_to_the_rewards():
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("hopgym/Tiny-v1", reward="r3rag", max_turns=3)] * 2)
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("hopgym/Tiny-v1", reward="r3rag", max_turns=3)] * 2)
     envs.reset(seed=0, options={"question_id": "tiny-2"})
     # env 1 ends at its invalid turn (-0.9) and is reset on the next step (reward 0).
     expected = ([0.5, -0.9], [2.0 + 0.6 * 0.5, 0.0])
-    for actions, want in zip((["<search>Qelvor Dynamics founder</search>", "garbage"],
-                              ["<answer>Cardell</answer>", "<answer>x</answer>"]), expected,
-                             strict=True):
+    for actions, want in zip(
+        (
+            ["<search>Qelvor Dynamics founder</search>", "garbage"],
+            ["<answer>Cardell</answer>", "<answer>x</answer>"],
+        ),
+        expected,
+        strict=True,
+    ):
         _, rewards, *_, info = envs.step(actions)
         terms = info["reward_terms"]
         total = sum(terms[n] for n in ("outcome", "relevance", "relevance_scale", "format"))
@@ -100,18 +105,23 @@ def test_terms_in_a_vector_env_sum_to_the_rewards():
     envs.close()
 
 
-@pytest.mark.parametrize(("name", "clean", "sloppy"), [
-    ("default", 1.0, 1.0),          # format is free: EM of what was answered
-    ("kunlun", 1.0, 1.0),           # invalid turns cost, format issues do not
-    ("searchr1", 1.2, 1.0),         # the bonus needs a clean episode
-    ("r3rag", 3.6, 3.5),            # -0.1 per turn with issues
-])
+@pytest.mark.parametrize(
+    ("name", "clean", "sloppy"),
+    [
+        ("default", 1.0, 1.0),  # format is free: EM of what was answered
+        ("kunlun", 1.0, 1.0),  # invalid turns cost, format issues do not
+        ("searchr1", 1.2, 1.0),  # the bonus needs a clean episode
+        ("r3rag", 3.6, 3.5),  # -0.1 per turn with issues
+    ],
+)
 def test_format_issues_cost_only_in_the_presets_that_pay_for_format(name, clean, sloppy):
     from hopgym.rewards.presets import R3_ISSUE_PENALTY
 
     assert R3_ISSUE_PENALTY == 0.1
-    for answer, expected in [("<answer>1962</answer>", clean),
-                             ("<think>it was 1962<answer>1962</answer>", sloppy)]:
+    for answer, expected in [
+        ("<answer>1962</answer>", clean),
+        ("<think>it was 1962<answer>1962</answer>", sloppy),
+    ]:
         env = gym.make("hopgym/Tiny-v1", reward=name)
         env.reset(options={"question_id": "tiny-1"})
         total = env.step("<think>x</think><search>Qelvor Dynamics founded</search>")[1]

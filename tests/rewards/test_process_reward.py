@@ -9,15 +9,15 @@ from hopgym.rewards import AnswerCheck, CallableJudge, RelevanceReward, RewardAr
 
 
 def test_gold_mode_pays_each_supporting_doc_once():
-    script = [search("q", ["d1", "d3"]), search("q", ["d1"]), search("q", ["d2"]),
-              answer("Cardell")]
+    script = [search("q", ["d1", "d3"]), search("q", ["d1"]), search("q", ["d2"]), answer("Cardell")]
     env = RelevanceReward(ScriptedInfoEnv(script), weight=2.0)
     ep = run(env, "abcd")
     assert [i["reward_terms"]["relevance"] for i in ep.infos] == [1.0, 0.0, 1.0, 0.0]
 
 
-@pytest.mark.parametrize(("last", "factor"), [
-    (answer("Cardell"), 1.6), (answer("Lorn"), 0.8), (search("x"), 0.9)])
+@pytest.mark.parametrize(
+    ("last", "factor"), [(answer("Cardell"), 1.6), (answer("Lorn"), 0.8), (search("x"), 0.9)]
+)
 def test_r3_scaling_by_outcome(last, factor):
     script = [search("q", ["d1"]), route("web"), last]
     env = RelevanceReward(ScriptedInfoEnv(script), scaling=(1.6, 0.8, 0.9))
@@ -30,8 +30,9 @@ def test_r3_scaling_by_outcome(last, factor):
 def test_scaling_uses_the_given_answer_check():
     script = [search("q", ["d1"]), answer("port of Cardell")]
     strict = RelevanceReward(ScriptedInfoEnv(script), scaling=(2.0, 0.0, 0.0))
-    loose = RelevanceReward(ScriptedInfoEnv(script), scaling=(2.0, 0.0, 0.0),
-                            answer_check=AnswerCheck("cover_em"))
+    loose = RelevanceReward(
+        ScriptedInfoEnv(script), scaling=(2.0, 0.0, 0.0), answer_check=AnswerCheck("cover_em")
+    )
     assert run(strict, "ab").total == 0.0
     assert run(loose, "ab").total == 1.0
 
@@ -49,25 +50,30 @@ def recording(question, reasoning, query, documents):
 
 
 def test_judge_mode_mean_pays_the_running_mean():
-    script = [search("good", ["d1"]), search("ok", ["d2"]), search("bad", ["d3"]),
-              answer("Cardell")]
-    env = RelevanceReward(ScriptedInfoEnv(script), "judge",
-                          judge=CallableJudge(relevance_fn=rel_by_query))
+    script = [search("good", ["d1"]), search("ok", ["d2"]), search("bad", ["d3"]), answer("Cardell")]
+    env = RelevanceReward(ScriptedInfoEnv(script), "judge", judge=CallableJudge(relevance_fn=rel_by_query))
     ep = run(env, "abcd")
     steps = [i["reward_terms"]["relevance"] for i in ep.infos]
     assert steps == pytest.approx([1.0, -0.25, -0.25, 0.0])
-    assert ep.total == pytest.approx(0.5)            # mean(1, 0.5, 0)
+    assert ep.total == pytest.approx(0.5)  # mean(1, 0.5, 0)
 
 
 def test_judge_mode_sum_and_what_the_judge_sees():
     seen.clear()
     script = [search("q1", ["d1"], think="need the founder"), search("q2", [])]
-    env = RelevanceReward(ScriptedInfoEnv(script), "judge", aggregate="sum",
-                          judge=CallableJudge(relevance_fn=recording))
+    env = RelevanceReward(
+        ScriptedInfoEnv(script), "judge", aggregate="sum", judge=CallableJudge(relevance_fn=recording)
+    )
     ep = run(env, "ab")
-    assert ep.total == pytest.approx(0.7)            # the empty search is not judged: 0
-    assert seen == [("Where was the founder of Qelvor Dynamics born?", "need the founder", "q1",
-                     ("Qelvor Dynamics\nQelvor Dynamics was founded by Maren Oskdal.",))]
+    assert ep.total == pytest.approx(0.7)  # the empty search is not judged: 0
+    assert seen == [
+        (
+            "Where was the founder of Qelvor Dynamics born?",
+            "need the founder",
+            "q1",
+            ("Qelvor Dynamics\nQelvor Dynamics was founded by Maren Oskdal.",),
+        )
+    ]
 
 
 def test_non_search_turns_pay_nothing():
@@ -85,14 +91,17 @@ def test_real_env_oracle_finds_all_support():
     assert total == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"mode": "oracle"}, "mode must be one of"),
-    ({"mode": "judge"}, "needs judge="),
-    ({"aggregate": "max"}, "aggregate must be one of"),
-    ({"scaling": (1.6, 0.8)}, "scaling must be"),
-    ({"scaling": (1.6, -0.8, 0.9)}, "scaling factor must be >= 0"),
-    ({"weight": -0.1}, "weight must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mode": "oracle"}, "mode must be one of"),
+        ({"mode": "judge"}, "needs judge="),
+        ({"aggregate": "max"}, "aggregate must be one of"),
+        ({"scaling": (1.6, 0.8)}, "scaling must be"),
+        ({"scaling": (1.6, -0.8, 0.9)}, "scaling factor must be >= 0"),
+        ({"weight": -0.1}, "weight must be >= 0"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(RewardArgumentError, match=match):
         RelevanceReward(tiny(None), **kwargs)

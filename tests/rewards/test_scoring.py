@@ -22,85 +22,109 @@ from hopgym.rewards.scoring import (
 )
 
 
-@pytest.mark.parametrize(("text", "norm"), [
-    ("The Glass Orchard", "glass orchard"),
-    ("  An   apple, a day!", "apple day"),
-    ("U.S.A.", "usa"),
-    ("Theatre", "theatre"),           # "the" only as a word
-    ("", ""),
-    ("...", ""),
-])
+@pytest.mark.parametrize(
+    ("text", "norm"),
+    [
+        ("The Glass Orchard", "glass orchard"),
+        ("  An   apple, a day!", "apple day"),
+        ("U.S.A.", "usa"),
+        ("Theatre", "theatre"),  # "the" only as a word
+        ("", ""),
+        ("...", ""),
+    ],
+)
 def test_normalize_answer(text, norm):
     assert normalize_answer(text) == norm
 
 
-@pytest.mark.parametrize(("pred", "golds", "em"), [
-    ("Cardell", "Cardell", 1.0),
-    ("cardell.", ["Lorn", "Cardell"], 1.0),
-    ("the Glass Orchard", ("The Glass Orchard", "Glass Orchard"), 1.0),
-    ("Cardell City", ["Cardell"], 0.0),
-    ("", [""], 0.0),                   # empty never matches
-    (".", ["the"], 0.0),
-    ("Cardell", [], 0.0),
-])
+@pytest.mark.parametrize(
+    ("pred", "golds", "em"),
+    [
+        ("Cardell", "Cardell", 1.0),
+        ("cardell.", ["Lorn", "Cardell"], 1.0),
+        ("the Glass Orchard", ("The Glass Orchard", "Glass Orchard"), 1.0),
+        ("Cardell City", ["Cardell"], 0.0),
+        ("", [""], 0.0),  # empty never matches
+        (".", ["the"], 0.0),
+        ("Cardell", [], 0.0),
+    ],
+)
 def test_exact_match(pred, golds, em):
     assert exact_match(pred, golds) == em
 
 
-@pytest.mark.parametrize(("pred", "golds", "f1"), [
-    ("Cardell", "Cardell", 1.0),
-    ("Glass Orchard film", "The Glass Orchard", 0.8),
-    ("Maren", ["Maren Oskdal"], 2 / 3),
-    ("Maren", ["Lorn", "Maren Oskdal"], 2 / 3),   # best alias
-    ("yes", "no", 0.0),
-    ("yes it is", "yes", 0.0),          # HotpotQA: yes/no only matches itself
-    ("no", "no", 1.0),
-    ("", "Cardell", 0.0),
-    ("Cardell", [], 0.0),
-])
+@pytest.mark.parametrize(
+    ("pred", "golds", "f1"),
+    [
+        ("Cardell", "Cardell", 1.0),
+        ("Glass Orchard film", "The Glass Orchard", 0.8),
+        ("Maren", ["Maren Oskdal"], 2 / 3),
+        ("Maren", ["Lorn", "Maren Oskdal"], 2 / 3),  # best alias
+        ("yes", "no", 0.0),
+        ("yes it is", "yes", 0.0),  # HotpotQA: yes/no only matches itself
+        ("no", "no", 1.0),
+        ("", "Cardell", 0.0),
+        ("Cardell", [], 0.0),
+    ],
+)
 def test_token_f1(pred, golds, f1):
     assert token_f1(pred, golds) == pytest.approx(f1)
 
 
-@pytest.mark.parametrize(("pred", "golds", "slack", "value"), [
-    ("It was Maren Oskdal.", "Maren Oskdal", None, 1.0),
-    ("Maren", "Maren Oskdal", None, 0.0),
-    ("Leeds", "Lee", None, 0.0),                  # whole tokens only
-    ("Lorn Vashti Cardell Halvik", "Cardell", None, 1.0),
-    ("Lorn Vashti Cardell Halvik", "Cardell", 3, 1.0),
-    ("Lorn Vashti Cardell Halvik", "Cardell", 2, 0.0),
-    ("", "Cardell", None, 0.0),
-])
+@pytest.mark.parametrize(
+    ("pred", "golds", "slack", "value"),
+    [
+        ("It was Maren Oskdal.", "Maren Oskdal", None, 1.0),
+        ("Maren", "Maren Oskdal", None, 0.0),
+        ("Leeds", "Lee", None, 0.0),  # whole tokens only
+        ("Lorn Vashti Cardell Halvik", "Cardell", None, 1.0),
+        ("Lorn Vashti Cardell Halvik", "Cardell", 3, 1.0),
+        ("Lorn Vashti Cardell Halvik", "Cardell", 2, 0.0),
+        ("", "Cardell", None, 0.0),
+    ],
+)
 def test_cover_em(pred, golds, slack, value):
     assert cover_em(pred, golds, max_extra_tokens=slack) == value
 
 
-@pytest.mark.parametrize(("pred", "gold", "hedged"), [
-    ("Lorn, Cardell", "Cardell", True),
-    ("Lorn or Cardell", "Cardell", True),
-    ("Lorn/Cardell", "Cardell", True),
-    ("Cardell; Lorn", "Cardell", True),
-    ("Lorn\nCardell", "Cardell", True),
-    ("Lorn OR Cardell", "Cardell", True),
-    ("Cardell", "Cardell", False),
-    ("Bosnia and Herzegovina", "Bosnia and Herzegovina", False),
-    ("Oregon", "Oregon", False),                  # "or" only as a word
-    ("Cardell\n", "Cardell", False),              # trailing newline is not a list
-    ("1,200,000", "1200000", False),              # thousands separators
-    ("1962, 1984", "1962", True),
-    ("Cardell;", "Cardell", False),               # stray punctuation
-    ("the, Cardell", "Cardell", False),           # only an article on one side
-    ("Cardell\n\nLorn", "Cardell", True),
-    ("Lorn or\nCardell", "Cardell", True),
-])
+@pytest.mark.parametrize(
+    ("pred", "gold", "hedged"),
+    [
+        ("Lorn, Cardell", "Cardell", True),
+        ("Lorn or Cardell", "Cardell", True),
+        ("Lorn/Cardell", "Cardell", True),
+        ("Cardell; Lorn", "Cardell", True),
+        ("Lorn\nCardell", "Cardell", True),
+        ("Lorn OR Cardell", "Cardell", True),
+        ("Cardell", "Cardell", False),
+        ("Bosnia and Herzegovina", "Bosnia and Herzegovina", False),
+        ("Oregon", "Oregon", False),  # "or" only as a word
+        ("Cardell\n", "Cardell", False),  # trailing newline is not a list
+        ("1,200,000", "1200000", False),  # thousands separators
+        ("1962, 1984", "1962", True),
+        ("Cardell;", "Cardell", False),  # stray punctuation
+        ("the, Cardell", "Cardell", False),  # only an article on one side
+        ("Cardell\n\nLorn", "Cardell", True),
+        ("Lorn or\nCardell", "Cardell", True),
+    ],
+)
 def test_is_hedged(pred, gold, hedged):
     assert is_hedged(pred, gold) is hedged
 
 
 @pytest.mark.parametrize("metric", ["em", "f1", "cover_em"])
-@pytest.mark.parametrize("pred", ["Lorn, Vashti, Cardell", "Lorn or Cardell", "Cardell / Lorn",
-                                  "Cardell Lorn".replace(" ", ", "),
-                                  "Cardell " + "and more words " * 5, "", "  .  "])
+@pytest.mark.parametrize(
+    "pred",
+    [
+        "Lorn, Vashti, Cardell",
+        "Lorn or Cardell",
+        "Cardell / Lorn",
+        "Cardell Lorn".replace(" ", ", "),
+        "Cardell " + "and more words " * 5,
+        "",
+        "  .  ",
+    ],
+)
 def test_answer_score_pays_nothing_for_lists_pastes_and_empties(metric, pred):
     assert answer_score(pred, ["Cardell"], metric) == 0.0
 
@@ -116,8 +140,7 @@ def test_answer_score_guards_can_be_switched_off():
     assert answer_score(long, "Cardell", "f1", length_guard=False) > 0
     assert answer_score(long, "Cardell", "f1") == 0.0
     assert answer_score("the port city of Cardell", "Cardell", "cover_em") == 1.0
-    assert answer_score("the port city of Cardell", "Cardell", "cover_em",
-                        max_extra_tokens=1) == 0.0
+    assert answer_score("the port city of Cardell", "Cardell", "cover_em", max_extra_tokens=1) == 0.0
 
 
 def test_answer_score_rejects_bad_arguments():
@@ -164,7 +187,7 @@ def test_scores_are_bounded_and_ordered(pred, gold):
     assert em <= f1 + 1e-12 and em <= cov
     for metric, raw in (("em", em), ("f1", f1), ("cover_em", cov)):
         assert answer_score(pred, gold, metric) <= raw + 1e-12
-    assert answer_score(pred, gold, "em") == em       # the reward's EM is the metric's EM
+    assert answer_score(pred, gold, "em") == em  # the reward's EM is the metric's EM
 
 
 @settings(max_examples=200, deadline=None)
@@ -177,14 +200,22 @@ def test_the_gold_itself_always_scores_one(gold):
         assert answer_score(gold, [gold], metric) == 1.0
 
 
-words = st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=2, max_size=6)
-                 .filter(lambda w: w not in {"or", "and", "nor", "vs", "either", "versus", "an",
-                                             "the"}), min_size=1, max_size=3).map(" ".join)
+words = st.lists(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=2, max_size=6).filter(
+        lambda w: w not in {"or", "and", "nor", "vs", "either", "versus", "an", "the"}
+    ),
+    min_size=1,
+    max_size=3,
+).map(" ".join)
 
 
 @settings(max_examples=200, deadline=None)
-@given(gold=words, other=words, sep=st.sampled_from([", ", " or ", " / ", "; ", " and ", "\n"]),
-       gold_first=st.booleans())
+@given(
+    gold=words,
+    other=words,
+    sep=st.sampled_from([", ", " or ", " / ", "; ", " and ", "\n"]),
+    gold_first=st.booleans(),
+)
 def test_stuffing_a_candidate_list_never_pays(gold, other, sep, gold_first):
     pred = f"{gold}{sep}{other}" if gold_first else f"{other}{sep}{gold}"
     for metric in ("f1", "cover_em"):

@@ -64,6 +64,7 @@ class Page:
         def dialog(d):
             self.dialogs.append(d.message)
             d.dismiss()
+
         self.page.on("dialog", dialog)
 
     def open(self, path: Path):
@@ -90,8 +91,10 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     """Two real runs on the same questions: the iterative reader and the no-retrieval agent."""
     folder = tmp_path_factory.mktemp("runs")
     common = ["--env", "hopgym/Synthetic-v1", "--episodes", "40", "--seed", "0"]
-    return {"iterative": eval_run(folder, "iterative", *common, "--agent", "iterative"),
-            "direct": eval_run(folder, "direct", *common, "--agent", "direct")}
+    return {
+        "iterative": eval_run(folder, "iterative", *common, "--agent", "iterative"),
+        "direct": eval_run(folder, "direct", *common, "--agent", "direct"),
+    }
 
 
 def _shown(page) -> int:
@@ -117,8 +120,11 @@ def test_report_of_a_real_eval_run(page, runs, screens):
     p.select_option("#f-outcome", "wrong")
     wrong = [e for e in episodes if e["prediction"] is not None and e["em"] < 1]
     assert _shown(p) == len(wrong) > 0
-    assert set(p.eval_on_selector_all("#ep-list .ep-row .line1 [data-outcome]",
-                                      "els => els.map(e => e.dataset.outcome)")) == {"wrong"}
+    assert set(
+        p.eval_on_selector_all(
+            "#ep-list .ep-row .line1 [data-outcome]", "els => els.map(e => e.dataset.outcome)"
+        )
+    ) == {"wrong"}
     kind = Counter(e["kind"] for e in wrong).most_common(1)[0][0]
     p.select_option("#f-kind", kind)
     assert _shown(p) == sum(1 for e in wrong if e["kind"] == kind)
@@ -133,8 +139,9 @@ def test_report_of_a_real_eval_run(page, runs, screens):
     gold = set(target["supporting_ids"])
     shown = [d for t in target["turns"] for d in t.get("new_ids", [])]
     marked = p.eval_on_selector_all("#ep-detail .turns .doc.gold", "els => els.map(e => e.dataset.docId)")
-    unmarked = p.eval_on_selector_all("#ep-detail .turns .doc:not(.gold)",
-                                      "els => els.map(e => e.dataset.docId)")
+    unmarked = p.eval_on_selector_all(
+        "#ep-detail .turns .doc:not(.gold)", "els => els.map(e => e.dataset.docId)"
+    )
     assert marked == [d for d in shown if d in gold] and marked, "a gold document shown is marked"
     assert unmarked == [d for d in shown if d not in gold]
     assert "gold" in timeline.locator(".turns .doc.gold .b-gold").first.inner_text()
@@ -150,10 +157,16 @@ def test_compare_lists_what_the_second_run_fixed_and_broke(page, runs, screens):
     _, a = read_jsonl(a_path)
     _, b = read_jsonl(b_path)
     index_b = {(e["question_id"], e["seed"]): j for j, e in enumerate(b)}
-    fixed = [(i, index_b[(e["question_id"], e["seed"])]) for i, e in enumerate(a)
-             if e["em"] < 1 and b[index_b[(e["question_id"], e["seed"])]]["em"] == 1]
-    broke = [(i, index_b[(e["question_id"], e["seed"])]) for i, e in enumerate(a)
-             if e["em"] == 1 and b[index_b[(e["question_id"], e["seed"])]]["em"] < 1]
+    fixed = [
+        (i, index_b[(e["question_id"], e["seed"])])
+        for i, e in enumerate(a)
+        if e["em"] < 1 and b[index_b[(e["question_id"], e["seed"])]]["em"] == 1
+    ]
+    broke = [
+        (i, index_b[(e["question_id"], e["seed"])])
+        for i, e in enumerate(a)
+        if e["em"] == 1 and b[index_b[(e["question_id"], e["seed"])]]["em"] < 1
+    ]
     assert broke, "the no-retrieval agent should lose questions the reader got right"
     p = page.open(write_report([a_path, b_path]))
     assert p.locator(".run-info").count() == 2
@@ -161,8 +174,9 @@ def test_compare_lists_what_the_second_run_fixed_and_broke(page, runs, screens):
     assert p.inner_text('#compare [data-count="fixed"] .n') == str(len(fixed))
     assert p.inner_text('#compare [data-count="broke"] .n') == str(len(broke))
     p.click('#compare [data-count="broke"]')
-    rows = p.eval_on_selector_all("#pair-list .pair-row",
-                                  "els => els.map(e => [Number(e.dataset.a), Number(e.dataset.b)])")
+    rows = p.eval_on_selector_all(
+        "#pair-list .pair-row", "els => els.map(e => [Number(e.dataset.a), Number(e.dataset.b)])"
+    )
     assert [tuple(r) for r in rows] == broke
     p.click("#pair-list .pair-row")
     side_a = p.locator("#pair-detail .side-a .timeline")
@@ -215,8 +229,10 @@ def test_dataset_text_cannot_inject_markup_or_script(browser, tmp_path, screens)
         assert p.inner_text("#ep-detail .question").endswith(PAYLOAD)
         assert p.inner_text("#ep-detail .reader .doc-title").endswith(PAYLOAD)
         assert PAYLOAD in p.inner_text("#ep-detail .turns .doc-text")
-        assert any(o.endswith(PAYLOAD) for o in p.eval_on_selector_all(
-            "#f-kind option", "els => els.map(e => e.textContent)"))
+        assert any(
+            o.endswith(PAYLOAD)
+            for o in p.eval_on_selector_all("#f-kind option", "els => els.map(e => e.textContent)")
+        )
         assert PAYLOAD in p.inner_text("#summary .breakdown")  # the Python-built summary
         assert not page.errors, page.errors
         if path == report:
@@ -225,8 +241,7 @@ def test_dataset_text_cannot_inject_markup_or_script(browser, tmp_path, screens)
 
 
 def test_long_runs_are_paged_and_keyboard_navigable(page, tmp_path):
-    path = eval_run(tmp_path, "long", "--env", "hopgym/Tiny-v1", "--agent", "random",
-                    "--episodes", "120")
+    path = eval_run(tmp_path, "long", "--env", "hopgym/Tiny-v1", "--agent", "random", "--episodes", "120")
     p = page.open(write_report(path))
     p.click("button[data-tab=episodes]")
     assert p.locator("#ep-list .ep-row").count() == 50  # one page in the DOM, not 120 rows

@@ -24,8 +24,16 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    return eval_run(tmp_path_factory.mktemp("run"), "tiny", "--env", "hopgym/Tiny-v1",
-                    "--agent", "iterative", "--episodes", "8")
+    return eval_run(
+        tmp_path_factory.mktemp("run"),
+        "tiny",
+        "--env",
+        "hopgym/Tiny-v1",
+        "--agent",
+        "iterative",
+        "--episodes",
+        "8",
+    )
 
 
 def _data(html: str) -> dict:
@@ -43,16 +51,14 @@ def test_report_is_one_self_contained_file(run, tmp_path):
     assert not urls, urls
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=\"(?!data:)", html)
     # The policy allows the report's own script only, by hash, and no request of any kind.
-    csp = unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"',
-                             html).group(1))
+    csp = unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1))
     script = re.findall(r"<script>(.*?)</script>", html, re.S)[-1]
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     assert f"script-src 'sha256-{digest}'" in csp and "default-src 'none'" in csp
     # Episodes are in the data, every document once.
     data = _data(html)
     _, episodes = read_jsonl(run)
-    assert [e["question_id"] for e in data["runs"][0]["episodes"]] == [
-        e["question_id"] for e in episodes]
+    assert [e["question_id"] for e in data["runs"][0]["episodes"]] == [e["question_id"] for e in episodes]
     ids = [d[0] for d in data["docs"]]
     assert len(ids) == len(set(ids))
 
@@ -90,13 +96,14 @@ def test_old_files_render_with_a_note(tmp_path):
 
 
 def test_two_runs_and_their_default_names(run, tmp_path):
-    other = eval_run(tmp_path, "direct", "--env", "hopgym/Tiny-v1", "--agent", "direct",
-                     "--episodes", "8")
+    other = eval_run(tmp_path, "direct", "--env", "hopgym/Tiny-v1", "--agent", "direct", "--episodes", "8")
     out = write_report([run, other])
     assert out == run.with_name(f"{run.stem}-vs-{other.stem}.html")
     data = _data(out.read_text())
-    assert len(data["runs"]) == 2 and sum(len(v) for k, v in data["pairs"].items()
-                                          if not k.startswith("only")) == 8
+    assert (
+        len(data["runs"]) == 2
+        and sum(len(v) for k, v in data["pairs"].items() if not k.startswith("only")) == 8
+    )
     assert write_report(other) == other.with_suffix(".html")
     runs = [read_trajectories(run)] * 3
     with pytest.raises(ValueError, match="one run or compares two, got 3"):
@@ -119,8 +126,12 @@ def test_view_command(run, tmp_path, capsys):
 
 def test_eval_report_flag_writes_the_report_without_a_trajectory_file(tmp_path, capsys):
     out = tmp_path / "eval.html"
-    assert main(["eval", "--env", "hopgym/Tiny-v1", "--agent", "oracle", "--episodes", "6",
-                 "--report", str(out)]) == 0
+    assert (
+        main(
+            ["eval", "--env", "hopgym/Tiny-v1", "--agent", "oracle", "--episodes", "6", "--report", str(out)]
+        )
+        == 0
+    )
     data = _data(out.read_text())
     assert len(data["runs"][0]["episodes"]) == 6 and data["runs"][0]["header"]["agent"] == "oracle"
     assert f"report: {out}" in capsys.readouterr().out.replace("\n", "")

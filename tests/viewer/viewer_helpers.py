@@ -14,11 +14,20 @@ import pytest
 from hopgym.cli import main
 
 # Debian's Chromium; HOPGYM_CHROMIUM points at another Chromium-based browser.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-INSTALL_HINT = ("needs a real browser: install Chromium (`apt-get install -y chromium`) and "
-                "Playwright for Python (`pip install 'hopgym[browser]'`; no `playwright install` "
-                "needed), or set HOPGYM_CHROMIUM to a Chromium binary")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+INSTALL_HINT = (
+    "needs a real browser: install Chromium (`apt-get install -y chromium`) and "
+    "Playwright for Python (`pip install 'hopgym[browser]'`; no `playwright install` "
+    "needed), or set HOPGYM_CHROMIUM to a Chromium binary"
+)
 
 PAYLOAD = '</script><img src=x onerror="window.__xss=1;alert(1)"><b>bold</b><!--'
 
@@ -80,13 +89,25 @@ def payload_run(folder: Path) -> Path:
     from hopgym.retrieval.sparse import BM25Retriever
     from hopgym.tasks.base import QATask, Source
 
-    passages = [Passage("d1", f"Zorvath Keep {PAYLOAD}", f"Zorvath Keep was founded by {PAYLOAD} Ilmar."),
-                Passage("d2", "Other", "Another keep, founded by nobody.")]
-    sample = QASample("x1", f"Who founded Zorvath Keep? {PAYLOAD}", (f"Ilmar {PAYLOAD}",), ("d1",),
-                      1, f"bridge{PAYLOAD}", (Hop("Who founded Zorvath Keep?", f"Ilmar {PAYLOAD}", "d1",
-                                                  "Zorvath Keep founded"),))
-    task = QATask("payload", [sample], {"local": Source("local", BM25Retriever(passages))},
-                  {p.doc_id: p for p in passages})
+    passages = [
+        Passage("d1", f"Zorvath Keep {PAYLOAD}", f"Zorvath Keep was founded by {PAYLOAD} Ilmar."),
+        Passage("d2", "Other", "Another keep, founded by nobody."),
+    ]
+    sample = QASample(
+        "x1",
+        f"Who founded Zorvath Keep? {PAYLOAD}",
+        (f"Ilmar {PAYLOAD}",),
+        ("d1",),
+        1,
+        f"bridge{PAYLOAD}",
+        (Hop("Who founded Zorvath Keep?", f"Ilmar {PAYLOAD}", "d1", "Zorvath Keep founded"),),
+    )
+    task = QATask(
+        "payload",
+        [sample],
+        {"local": Source("local", BM25Retriever(passages))},
+        {p.doc_id: p for p in passages},
+    )
     env = make_task_env(task)
     path = folder / "payload.jsonl"
     evaluate(env, OracleAgent(env), episodes=2, trajectories=path, agent_name=f"oracle{PAYLOAD}")

@@ -75,26 +75,25 @@ def _uniquify_titles(sample_id: str, paragraphs: list[tuple[str, str]]) -> list[
     for t, x in paragraphs:
         by_title.setdefault(t, []).append(x)
     rank = {(t, x): k for t, xs in by_title.items() for k, x in enumerate(sorted(xs))}
-    return [f"{sample_id}:{t}" + (f"#{rank[(t, x)] + 1}" if rank[(t, x)] else "")
-            for t, x in paragraphs]
+    return [f"{sample_id}:{t}" + (f"#{rank[(t, x)] + 1}" if rank[(t, x)] else "") for t, x in paragraphs]
 
 
 def _sample(raw: RawSample, ids: Sequence[str | None]) -> QASample:
     support = tuple(dict.fromkeys(i for i in (ids[j] for j in raw.support) if i))
-    hops = tuple(Hop(q, a, (ids[p] or "") if p is not None else "", query)
-                 for q, a, p, query in raw.hops)
-    return QASample(raw.id, raw.question, raw.answers, support, raw.n_hops, raw.kind, hops,
-                    raw.metadata)
+    hops = tuple(Hop(q, a, (ids[p] or "") if p is not None else "", query) for q, a, p, query in raw.hops)
+    return QASample(raw.id, raw.question, raw.answers, support, raw.n_hops, raw.kind, hops, raw.metadata)
 
 
-def _unique(raws: Iterable[tuple[int, RawSample]], where: str, report: LoadReport,
-            lenient: bool) -> Iterable[RawSample]:
+def _unique(
+    raws: Iterable[tuple[int, RawSample]], where: str, report: LoadReport, lenient: bool
+) -> Iterable[RawSample]:
     """The records with a question id not seen before; a repeated id raises or is skipped."""
     seen: dict[str, int] = {}
     for line, raw in raws:
         if raw.id in seen:
-            err = DatasetFormatError(where, line, "id", f"duplicate question id {raw.id!r} "
-                                     f"(first on line {seen[raw.id]})")
+            err = DatasetFormatError(
+                where, line, "id", f"duplicate question id {raw.id!r} (first on line {seen[raw.id]})"
+            )
             if not lenient:
                 raise err
             report.skip(err)
@@ -132,13 +131,21 @@ def _questions_only(name: str, raws: Iterable[RawSample], where: str) -> QADatas
     samples = []
     for r in raws:
         hops = [(q, a, None, qu) for q, a, _, qu in r.hops]
-        samples.append(_sample(RawSample(r.id, r.question, r.answers, [], [], hops, r.kind,
-                                         r.n_hops, r.metadata), []))
+        samples.append(
+            _sample(RawSample(r.id, r.question, r.answers, [], [], hops, r.kind, r.n_hops, r.metadata), [])
+        )
     return QADataset(name, "none", samples, [], {}, where)
 
 
-def _external(name: str, raws: Iterable[RawSample], corpus: str | os.PathLike[str], where: str,
-              report: LoadReport, lenient: bool, corpus_limit: int | None) -> QADataset:
+def _external(
+    name: str,
+    raws: Iterable[RawSample],
+    corpus: str | os.PathLike[str],
+    where: str,
+    report: LoadReport,
+    lenient: bool,
+    corpus_limit: int | None,
+) -> QADataset:
     raw_list = list(raws)
     wanted = {t for r in raw_list for t, _ in r.paragraphs}
     wanted_folded = {norm_title(t) for t in wanted}
@@ -159,13 +166,21 @@ def _external(name: str, raws: Iterable[RawSample], corpus: str | os.PathLike[st
         if missing:
             unresolved[r.id] = missing
         samples.append(_sample(r, ids))
-    return QADataset(name, "corpus", samples, passages, {}, where, os.fspath(corpus),
-                     unresolved_support=unresolved)
+    return QADataset(
+        name, "corpus", samples, passages, {}, where, os.fspath(corpus), unresolved_support=unresolved
+    )
 
 
-def assemble(name: str, raws: Iterable[tuple[int, RawSample]], mode: str,
-             corpus: str | os.PathLike[str] | None, where: str, report: LoadReport,
-             lenient: bool, corpus_limit: int | None) -> QADataset:
+def assemble(
+    name: str,
+    raws: Iterable[tuple[int, RawSample]],
+    mode: str,
+    corpus: str | os.PathLike[str] | None,
+    where: str,
+    report: LoadReport,
+    lenient: bool,
+    corpus_limit: int | None,
+) -> QADataset:
     """The dataset of ``(line, raw sample)`` pairs in ``mode`` (``corpus`` without a corpus:
     questions only)."""
     unique = _unique(raws, where, report, lenient)

@@ -106,8 +106,15 @@ class DatasetFormat:
 
 
 # ------------------------------------------------------------------------------- field checks
-def get_field(rec: Any, key: str | tuple[str, ...], where: str, line: int,
-              kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+def get_field(
+    rec: Any,
+    key: str | tuple[str, ...],
+    where: str,
+    line: int,
+    kind: type | tuple[type, ...],
+    *,
+    optional: bool = False,
+) -> Any:
     """``rec[key]`` checked to be a ``kind`` (the first of several alternative keys present).
 
     Example:
@@ -117,8 +124,7 @@ def get_field(rec: Any, key: str | tuple[str, ...], where: str, line: int,
         hopgym.corpora.datasets.errors.DatasetFormatError: f.jsonl, line 2, field 'q': expected str, got int
     """
     if not isinstance(rec, dict):
-        raise DatasetFormatError(where, line, "<record>",
-                                 f"expected a JSON object, got {type(rec).__name__}")
+        raise DatasetFormatError(where, line, "<record>", f"expected a JSON object, got {type(rec).__name__}")
     keys = (key,) if isinstance(key, str) else key
     for k in keys:
         if k in rec:
@@ -126,8 +132,7 @@ def get_field(rec: Any, key: str | tuple[str, ...], where: str, line: int,
             if not isinstance(val, kind):
                 kinds = (kind,) if isinstance(kind, type) else kind
                 names = "/".join(t.__name__ for t in kinds)
-                raise DatasetFormatError(where, line, k,
-                                         f"expected {names}, got {type(val).__name__}")
+                raise DatasetFormatError(where, line, k, f"expected {names}, got {type(val).__name__}")
             return val
     if optional:
         return None
@@ -179,8 +184,9 @@ def norm_title(t: str) -> str:
     return re.sub(r"\s+", " ", t).strip().casefold()
 
 
-def add_paragraph(paragraphs: list[tuple[str, str]], index: dict[tuple[str, str], int],
-                  title: str, text: str) -> int:
+def add_paragraph(
+    paragraphs: list[tuple[str, str]], index: dict[tuple[str, str], int], title: str, text: str
+) -> int:
     """Append ``(title, text)`` unless already there; its index in ``paragraphs``."""
     key = (title, text)
     if key not in index:

@@ -14,8 +14,7 @@ from hopgym.corpora.datasets.errors import DatasetFormatError
 from hopgym.corpora.datasets.records import LoadReport, iter_records, records
 from hopgym.corpora.types import Passage
 
-__all__ = ["passage_id", "parse_contents", "parse_record", "is_corpus_record", "iter_corpus",
-           "load_corpus"]
+__all__ = ["passage_id", "parse_contents", "parse_record", "is_corpus_record", "iter_corpus", "load_corpus"]
 
 
 def passage_id(title: str, text: str) -> str:
@@ -48,8 +47,7 @@ def parse_contents(contents: str) -> tuple[str, str]:
 def parse_record(rec: Any, where: str, line: int) -> Passage:
     """One corpus record as a :class:`Passage`."""
     if not isinstance(rec, dict):
-        raise DatasetFormatError(where, line, "<record>",
-                                 f"expected a JSON object, got {type(rec).__name__}")
+        raise DatasetFormatError(where, line, "<record>", f"expected a JSON object, got {type(rec).__name__}")
     doc_id = get_id(rec, ("id", "_id", "docid", "doc_id"), where, line)
     if "contents" in rec:
         contents = rec["contents"]
@@ -59,8 +57,9 @@ def parse_record(rec: Any, where: str, line: int) -> Passage:
     else:
         text = rec.get("text")
         if not isinstance(text, str):
-            raise DatasetFormatError(where, line, "contents",
-                                     "missing: expected 'contents' or 'title' and 'text'")
+            raise DatasetFormatError(
+                where, line, "contents", "missing: expected 'contents' or 'title' and 'text'"
+            )
         title = rec.get("title", "")
         if not isinstance(title, str):
             raise DatasetFormatError(where, line, "title", "expected a string")
@@ -72,13 +71,19 @@ def is_corpus_record(rec: dict[str, Any]) -> bool:
     return "contents" in rec or ("text" in rec and ("id" in rec or "_id" in rec))
 
 
-def _iter_lines(path: str | os.PathLike[str], lenient: bool, limit: int | None,
-                report: LoadReport) -> Iterator[tuple[int, Passage]]:
+def _iter_lines(
+    path: str | os.PathLike[str], lenient: bool, limit: int | None, report: LoadReport
+) -> Iterator[tuple[int, Passage]]:
     yield from records(iter_records(path), os.fspath(path), report, lenient, parse_record, limit)
 
 
-def iter_corpus(path: str | os.PathLike[str], *, lenient: bool = False, limit: int | None = None,
-                report: LoadReport | None = None) -> Iterator[Passage]:
+def iter_corpus(
+    path: str | os.PathLike[str],
+    *,
+    lenient: bool = False,
+    limit: int | None = None,
+    report: LoadReport | None = None,
+) -> Iterator[Passage]:
     """Stream passages from a FlashRAG / Search-R1 corpus jsonl (gzip-compressed or not).
 
     Accepts ``{id, contents}`` (``contents`` = title, newline, text; a quoted title is unquoted)
@@ -95,8 +100,13 @@ def iter_corpus(path: str | os.PathLike[str], *, lenient: bool = False, limit: i
         yield p
 
 
-def load_corpus(path: str | os.PathLike[str], *, lenient: bool = False, limit: int | None = None,
-                report: LoadReport | None = None) -> list[Passage]:
+def load_corpus(
+    path: str | os.PathLike[str],
+    *,
+    lenient: bool = False,
+    limit: int | None = None,
+    report: LoadReport | None = None,
+) -> list[Passage]:
     """All passages of a corpus jsonl (see :func:`iter_corpus`); duplicate ids are an error.
 
     Example:

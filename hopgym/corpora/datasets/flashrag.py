@@ -21,13 +21,12 @@ def parse(rec: Any, where: str, line: int, kind: str = "unknown", hops: int = 1)
     question = get_field(rec, ("question", "query"), where, line, str).strip()
     if not question:
         raise DatasetFormatError(where, line, "question", "empty question")
-    golds = get_field(rec, ("golden_answers", "answers", "answer"), where, line,
-                      (list, str, int, float))
-    answers = get_answers(golds if isinstance(golds, (list, str)) else str(golds), None, where,
-                          line, "golden_answers")
+    golds = get_field(rec, ("golden_answers", "answers", "answer"), where, line, (list, str, int, float))
+    answers = get_answers(
+        golds if isinstance(golds, (list, str)) else str(golds), None, where, line, "golden_answers"
+    )
     meta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
-    return RawSample(qid, question, answers, [], [], [], str(rec.get("type", kind)), hops,
-                     dict(meta))
+    return RawSample(qid, question, answers, [], [], [], str(rec.get("type", kind)), hops, dict(meta))
 
 
 def detect(rec: dict[str, Any]) -> bool:
@@ -36,10 +35,20 @@ def detect(rec: dict[str, Any]) -> bool:
 
 
 FORMAT = DatasetFormat(
-    "flashrag", parse, detect, has_paragraphs=False, hub_split="test", options=("kind", "hops"),
-    download_hint=f"a FlashRAG-format QA jsonl ({{id, question, golden_answers}}) from {_HUB}")
+    "flashrag",
+    parse,
+    detect,
+    has_paragraphs=False,
+    hub_split="test",
+    options=("kind", "hops"),
+    download_hint=f"a FlashRAG-format QA jsonl ({{id, question, golden_answers}}) from {_HUB}",
+)
 
 BAMBOOGLE = DatasetFormat(
-    "bamboogle", functools.partial(parse, kind="compositional", hops=2), has_paragraphs=False,
-    hub_config="bamboogle", hub_split="test",
-    download_hint=f"bamboogle's test.jsonl from {_HUB}")
+    "bamboogle",
+    functools.partial(parse, kind="compositional", hops=2),
+    has_paragraphs=False,
+    hub_config="bamboogle",
+    hub_split="test",
+    download_hint=f"bamboogle's test.jsonl from {_HUB}",
+)

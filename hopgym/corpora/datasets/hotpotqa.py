@@ -27,16 +27,20 @@ def _pairs_context(ctx: Any, where: str, line: int) -> list[tuple[str, list[str]
     if isinstance(ctx, dict):
         titles, sents = ctx.get("title"), ctx.get("sentences")
         if not isinstance(titles, list) or not isinstance(sents, list) or len(titles) != len(sents):
-            raise DatasetFormatError(where, line, "context",
-                                     "expected {'title': [...], 'sentences': [[...]]}")
+            raise DatasetFormatError(
+                where, line, "context", "expected {'title': [...], 'sentences': [[...]]}"
+            )
         ctx = [[t, s] for t, s in zip(titles, sents, strict=False)]
     if not isinstance(ctx, list):
-        raise DatasetFormatError(where, line, "context",
-                                 f"expected a list, got {type(ctx).__name__}")
+        raise DatasetFormatError(where, line, "context", f"expected a list, got {type(ctx).__name__}")
     out = []
     for i, item in enumerate(ctx):
-        if (not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str)
-                or not isinstance(item[1], (list, tuple))):
+        if (
+            not isinstance(item, (list, tuple))
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], (list, tuple))
+        ):
             raise DatasetFormatError(where, line, f"context[{i}]", "expected [title, [sentences]]")
         if not all(isinstance(s, str) for s in item[1]):
             raise DatasetFormatError(where, line, f"context[{i}][1]", "sentences must be strings")
@@ -49,17 +53,24 @@ def _pairs_facts(facts: Any, where: str, line: int) -> list[tuple[str, int]]:
     if isinstance(facts, dict):
         titles, ids = facts.get("title"), facts.get("sent_id")
         if not isinstance(titles, list) or not isinstance(ids, list) or len(titles) != len(ids):
-            raise DatasetFormatError(where, line, "supporting_facts",
-                                     "expected {'title': [...], 'sent_id': [...]}")
+            raise DatasetFormatError(
+                where, line, "supporting_facts", "expected {'title': [...], 'sent_id': [...]}"
+            )
         facts = [[t, s] for t, s in zip(titles, ids, strict=False)]
     if not isinstance(facts, list):
         raise DatasetFormatError(where, line, "supporting_facts", "expected a list")
     out = []
     for i, f in enumerate(facts):
-        if (not isinstance(f, (list, tuple)) or len(f) != 2 or not isinstance(f[0], str)
-                or not isinstance(f[1], int) or isinstance(f[1], bool)):
-            raise DatasetFormatError(where, line, f"supporting_facts[{i}]",
-                                     "expected [title, sentence index]")
+        if (
+            not isinstance(f, (list, tuple))
+            or len(f) != 2
+            or not isinstance(f[0], str)
+            or not isinstance(f[1], int)
+            or isinstance(f[1], bool)
+        ):
+            raise DatasetFormatError(
+                where, line, f"supporting_facts[{i}]", "expected [title, sentence index]"
+            )
         out.append((f[0], f[1]))
     return out
 
@@ -69,8 +80,7 @@ def title_hops(raw_titles: list[str], title_index: dict[str, int], answer: str) 
     hops = []
     for j, t in enumerate(raw_titles):
         last = j == len(raw_titles) - 1
-        hops.append((f"What does the article on {t} say?", answer if last else "",
-                     title_index.get(t), t))
+        hops.append((f"What does the article on {t} say?", answer if last else "", title_index.get(t), t))
     return hops
 
 
@@ -92,8 +102,7 @@ def read_context_record(rec: Any, where: str, line: int) -> ContextRecord:
     answer = get_field(rec, "answer", where, line, (str, int, float))
     answers = get_answers(str(answer), None, where, line, "answer")
     ctx = _pairs_context(get_field(rec, "context", where, line, (list, dict)), where, line)
-    facts = _pairs_facts(get_field(rec, "supporting_facts", where, line, (list, dict)), where,
-                         line)
+    facts = _pairs_facts(get_field(rec, "supporting_facts", where, line, (list, dict)), where, line)
     paragraphs: list[tuple[str, str]] = []
     pindex: dict[tuple[str, str], int] = {}
     title_index: dict[str, int] = {}
@@ -107,8 +116,7 @@ def read_context_record(rec: Any, where: str, line: int) -> ContextRecord:
     missing = [t for t in sup_titles if t not in title_index]
     support = [title_index[t] for t in sup_titles if t in title_index]
     kind = str(rec.get("type") or "bridge")
-    meta: dict[str, Any] = {"type": kind, "supporting_facts": facts,
-                            "supporting_titles": sup_titles}
+    meta: dict[str, Any] = {"type": kind, "supporting_facts": facts, "supporting_titles": sup_titles}
     if missing:
         meta["missing_support"] = missing
     if rec.get("level") is not None:
@@ -131,5 +139,10 @@ def detect(rec: dict[str, Any]) -> bool:
 
 
 FORMAT = DatasetFormat(
-    "hotpotqa", parse, detect, default_hub_name="hotpotqa/hotpot_qa", hub_config="distractor",
-    download_hint="hotpot_dev_distractor_v1.json from http://curtis.ml.cmu.edu/datasets/hotpot/")
+    "hotpotqa",
+    parse,
+    detect,
+    default_hub_name="hotpotqa/hotpot_qa",
+    hub_config="distractor",
+    download_hint="hotpot_dev_distractor_v1.json from http://curtis.ml.cmu.edu/datasets/hotpot/",
+)

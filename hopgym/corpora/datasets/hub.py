@@ -30,8 +30,14 @@ from hopgym.corpora.datasets.errors import DatasetUnavailableError
 from hopgym.corpora.datasets.records import iter_records
 from hopgym.errors import DependencyNotInstalled
 
-__all__ = ["is_hub_name", "hub_records", "offline_reason", "unreachable_reason", "hub_endpoint",
-           "record_source"]
+__all__ = [
+    "is_hub_name",
+    "hub_records",
+    "offline_reason",
+    "unreachable_reason",
+    "hub_endpoint",
+    "record_source",
+]
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TRUE = {"1", "ON", "YES", "TRUE"}  # what huggingface_hub and datasets count as set
@@ -47,8 +53,7 @@ def is_hub_name(path: str | os.PathLike[str]) -> bool:
         (True, False)
     """
     s = os.fspath(path)
-    return (not os.path.exists(s) and bool(_HUB_NAME.match(s))
-            and not s.endswith((".json", ".jsonl", ".gz")))
+    return not os.path.exists(s) and bool(_HUB_NAME.match(s)) and not s.endswith((".json", ".jsonl", ".gz"))
 
 
 def offline_reason(env: Mapping[str, str] | None = None) -> str | None:
@@ -109,24 +114,27 @@ def unreachable_reason(endpoint: str, timeout: float = PROBE_TIMEOUT) -> str | N
     return None if result[0] is None else f"cannot connect to {host}:{port}: {result[0]}"
 
 
-def hub_records(name: str, fmt: DatasetFormat, config: str | None, split: str
-                ) -> Iterator[tuple[int, Any]]:
+def hub_records(name: str, fmt: DatasetFormat, config: str | None, split: str) -> Iterator[tuple[int, Any]]:
     """Rows of a hub dataset, through ``datasets``; fails at once when the hub is out of reach."""
-    advice = (f"hopgym does not download data for you when offline: download {fmt.download_hint} "
-              "and pass path='<file>'")
+    advice = (
+        f"hopgym does not download data for you when offline: download {fmt.download_hint} "
+        "and pass path='<file>'"
+    )
     try:
         import datasets
     except ImportError:
         raise DatasetUnavailableError(
             f"{DependencyNotInstalled.for_extra('datasets', 'hub')} to read {name!r} from the "
-            f"Hugging Face hub; or download {fmt.download_hint} and pass path='<file>'") from None
+            f"Hugging Face hub; or download {fmt.download_hint} and pass path='<file>'"
+        ) from None
     what = f"{name!r} (config={config!r}, split={split!r})"
     offline = offline_reason()
     if offline is not None:
         if not getattr(getattr(datasets, "config", None), "HF_HUB_OFFLINE", False):
             raise DatasetUnavailableError(
                 f"could not load {what}: {offline} is set, but `datasets` was imported before it "
-                f"was, so it would use the network; set it before starting Python. {advice}")
+                f"was, so it would use the network; set it before starting Python. {advice}"
+            )
         # Offline, `datasets` answers from its cache or fails at once.
     else:
         reason = unreachable_reason(hub_endpoint())
@@ -134,23 +142,26 @@ def hub_records(name: str, fmt: DatasetFormat, config: str | None, split: str
             raise DatasetUnavailableError(
                 f"could not load {what}: the Hugging Face hub ({hub_endpoint()}) is unreachable "
                 f"({reason}). {advice}; or set HF_HUB_OFFLINE=1 to read a copy already in the "
-                "`datasets` cache")
+                "`datasets` cache"
+            )
     try:
         ds = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # noqa: BLE001 - offline, unknown name, gated: all end here
         where = f" with {offline} (cache only)" if offline else ""
         raise DatasetUnavailableError(
-            f"could not load {what} from the Hugging Face hub{where}: {type(exc).__name__}: "
-            f"{exc}. {advice}") from exc
+            f"could not load {what} from the Hugging Face hub{where}: {type(exc).__name__}: {exc}. {advice}"
+        ) from exc
     yield from enumerate(ds, 1)
 
 
-def record_source(path: str | os.PathLike[str], fmt: DatasetFormat, config: str | None,
-                  split: str) -> Callable[[], Iterator[tuple[int, Any]]]:
+def record_source(
+    path: str | os.PathLike[str], fmt: DatasetFormat, config: str | None, split: str
+) -> Callable[[], Iterator[tuple[int, Any]]]:
     """``() -> (line, record) pairs`` of a file or a hub name; a missing file fails now."""
     if is_hub_name(path):
         return lambda: hub_records(os.fspath(path), fmt, config, split)
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"no such file: {os.fspath(path)} (a Hugging Face hub name looks like 'owner/name')")
+            f"no such file: {os.fspath(path)} (a Hugging Face hub name looks like 'owner/name')"
+        )
     return lambda: iter_records(path)

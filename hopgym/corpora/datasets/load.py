@@ -19,35 +19,54 @@ from hopgym.corpora.datasets.registry import REGISTRY, detect_format, get_format
 from hopgym.corpora.types import Passage
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
-__all__ = ["load_dataset", "load_qa", "load_pooled_corpus", "load_hotpotqa", "load_2wiki",
-           "load_musique", "load_flashrag_qa", "load_bamboogle"]
+__all__ = [
+    "load_dataset",
+    "load_qa",
+    "load_pooled_corpus",
+    "load_hotpotqa",
+    "load_2wiki",
+    "load_musique",
+    "load_flashrag_qa",
+    "load_bamboogle",
+]
 
 PathLike = str | os.PathLike[str]
 
 
-def _check_mode(fmt: DatasetFormat, path: PathLike, mode: str | None,
-                corpus: PathLike | None) -> str:
+def _check_mode(fmt: DatasetFormat, path: PathLike, mode: str | None, corpus: PathLike | None) -> str:
     """The mode to load in (``corpus=`` implies ``corpus``), or a ValueError saying what fits."""
     if mode is None:
         return "corpus" if corpus is not None else fmt.default_mode
     if mode not in MODES:
         raise InvalidOptionError(f"mode must be one of {MODES}, got {mode!r}")
     if mode not in fmt.modes:
-        raise InvalidOptionError(f"{os.fspath(path)} has questions only ({fmt.name}): mode {mode!r} "
-                         "needs paragraphs (pass corpus= to search an external corpus)")
+        raise InvalidOptionError(
+            f"{os.fspath(path)} has questions only ({fmt.name}): mode {mode!r} "
+            "needs paragraphs (pass corpus= to search an external corpus)"
+        )
     if mode == "corpus" and corpus is None and fmt.has_paragraphs:
         raise InvalidOptionError("mode='corpus' needs corpus=<path to a corpus jsonl>")
     if corpus is not None and mode != "corpus":
-        raise InvalidOptionError(f"corpus= is given, so the mode is 'corpus', not {mode!r}: each question "
-                         "searches the external corpus (leave mode unset)")
+        raise InvalidOptionError(
+            f"corpus= is given, so the mode is 'corpus', not {mode!r}: each question "
+            "searches the external corpus (leave mode unset)"
+        )
     return mode
 
 
-def load_dataset(format: str | DatasetFormat, path: PathLike | None = None, *,
-                 mode: str | None = None, corpus: PathLike | None = None,
-                 limit: int | None = None, lenient: bool = False,
-                 corpus_limit: int | None = None, hub_config: str | None = None,
-                 split: str | None = None, **options: Any) -> QADataset:
+def load_dataset(
+    format: str | DatasetFormat,
+    path: PathLike | None = None,
+    *,
+    mode: str | None = None,
+    corpus: PathLike | None = None,
+    limit: int | None = None,
+    lenient: bool = False,
+    corpus_limit: int | None = None,
+    hub_config: str | None = None,
+    split: str | None = None,
+    **options: Any,
+) -> QADataset:
     """Read a QA dataset of a registered format from a file or the Hugging Face hub.
 
     Args:
@@ -78,19 +97,25 @@ def load_dataset(format: str | DatasetFormat, path: PathLike | None = None, *,
     fmt = resolve_format(format, path)
     if path is None:
         if fmt.default_hub_name is None:
-            raise InvalidOptionError(f"{fmt.name} needs path=<file>: download {fmt.download_hint} and "
-                             "pass its path")
+            raise InvalidOptionError(
+                f"{fmt.name} needs path=<file>: download {fmt.download_hint} and pass its path"
+            )
         path = fmt.default_hub_name
     unknown = sorted(set(options) - set(fmt.options))
     if unknown:
-        raise InvalidOptionTypeError(f"the {fmt.name} format takes no option(s) {unknown}; its options: "
-                        f"{list(fmt.options) or 'none'}")
+        raise InvalidOptionTypeError(
+            f"the {fmt.name} format takes no option(s) {unknown}; its options: {list(fmt.options) or 'none'}"
+        )
     mode = _check_mode(fmt, path, mode, corpus)
     if limit is not None and limit <= 0:
         raise InvalidOptionError(f"limit must be positive, got {limit}")
     parse = functools.partial(fmt.parse, **options) if options else fmt.parse
-    source = record_source(path, fmt, hub_config if hub_config is not None else fmt.hub_config,
-                           split if split is not None else fmt.hub_split)
+    source = record_source(
+        path,
+        fmt,
+        hub_config if hub_config is not None else fmt.hub_config,
+        split if split is not None else fmt.hub_split,
+    )
     where = os.fspath(path)
     report = LoadReport()
     raws = records(source(), where, report, lenient, parse, limit)
@@ -102,10 +127,16 @@ def load_dataset(format: str | DatasetFormat, path: PathLike | None = None, *,
     return ds
 
 
-def load_hotpotqa(path: PathLike = "hotpotqa/hotpot_qa", *, mode: str | None = None,
-                  corpus: PathLike | None = None, lenient: bool = False,
-                  limit: int | None = None, hub_config: str | None = "distractor",
-                  split: str = "validation") -> QADataset:
+def load_hotpotqa(
+    path: PathLike = "hotpotqa/hotpot_qa",
+    *,
+    mode: str | None = None,
+    corpus: PathLike | None = None,
+    lenient: bool = False,
+    limit: int | None = None,
+    hub_config: str | None = "distractor",
+    split: str = "validation",
+) -> QADataset:
     """HotpotQA: the original JSON array, JSON lines, or a hub name.
 
     Args:
@@ -120,41 +151,88 @@ def load_hotpotqa(path: PathLike = "hotpotqa/hotpot_qa", *, mode: str | None = N
     Records with fewer than ten paragraphs are fine; a supporting title missing from the context
     is kept in ``metadata["missing_support"]``.
     """
-    return load_dataset("hotpotqa", path, mode=mode, corpus=corpus, lenient=lenient, limit=limit,
-                        hub_config=hub_config, split=split)
+    return load_dataset(
+        "hotpotqa",
+        path,
+        mode=mode,
+        corpus=corpus,
+        lenient=lenient,
+        limit=limit,
+        hub_config=hub_config,
+        split=split,
+    )
 
 
-def load_2wiki(path: PathLike, *, mode: str | None = None, corpus: PathLike | None = None,
-               lenient: bool = False, limit: int | None = None, hub_config: str | None = None,
-               split: str = "validation") -> QADataset:
+def load_2wiki(
+    path: PathLike,
+    *,
+    mode: str | None = None,
+    corpus: PathLike | None = None,
+    lenient: bool = False,
+    limit: int | None = None,
+    hub_config: str | None = None,
+    split: str = "validation",
+) -> QADataset:
     """2WikiMultihopQA (``dev.json`` array or jsonl): supporting facts by title, evidence hops.
 
     Paragraph order is irrelevant to ids and gold (it differs between copies of the dataset);
     identical duplicated paragraphs are merged. Arguments as :func:`load_hotpotqa`.
     """
-    return load_dataset("2wiki", path, mode=mode, corpus=corpus, lenient=lenient, limit=limit,
-                        hub_config=hub_config, split=split)
+    return load_dataset(
+        "2wiki",
+        path,
+        mode=mode,
+        corpus=corpus,
+        lenient=lenient,
+        limit=limit,
+        hub_config=hub_config,
+        split=split,
+    )
 
 
-def load_musique(path: PathLike, *, mode: str | None = None, corpus: PathLike | None = None,
-                 lenient: bool = False, limit: int | None = None,
-                 include_unanswerable: bool = False, hub_config: str | None = None,
-                 split: str = "validation") -> QADataset:
+def load_musique(
+    path: PathLike,
+    *,
+    mode: str | None = None,
+    corpus: PathLike | None = None,
+    lenient: bool = False,
+    limit: int | None = None,
+    include_unanswerable: bool = False,
+    hub_config: str | None = None,
+    split: str = "validation",
+) -> QADataset:
     """MuSiQue (``musique_ans_v1.0_dev.jsonl``): ``is_supporting`` gold, decomposition, aliases.
 
     ``#1`` in a sub-question is replaced by the first hop's answer. Records with
     ``answerable: false`` (MuSiQue-Full) are left out unless ``include_unanswerable``.
     Other arguments as :func:`load_hotpotqa`.
     """
-    return load_dataset("musique", path, mode=mode, corpus=corpus, lenient=lenient, limit=limit,
-                        hub_config=hub_config, split=split,
-                        include_unanswerable=include_unanswerable)
+    return load_dataset(
+        "musique",
+        path,
+        mode=mode,
+        corpus=corpus,
+        lenient=lenient,
+        limit=limit,
+        hub_config=hub_config,
+        split=split,
+        include_unanswerable=include_unanswerable,
+    )
 
 
-def load_flashrag_qa(path: PathLike, *, corpus: PathLike | None = None, lenient: bool = False,
-                     limit: int | None = None, name: str = "flashrag", kind: str = "unknown",
-                     hops: int = 1, hub_config: str | None = None, split: str = "test",
-                     corpus_limit: int | None = None) -> QADataset:
+def load_flashrag_qa(
+    path: PathLike,
+    *,
+    corpus: PathLike | None = None,
+    lenient: bool = False,
+    limit: int | None = None,
+    name: str = "flashrag",
+    kind: str = "unknown",
+    hops: int = 1,
+    hub_config: str | None = None,
+    split: str = "test",
+    corpus_limit: int | None = None,
+) -> QADataset:
     """A FlashRAG QA jsonl: ``{id, question, golden_answers}`` (questions and answers only).
 
     Without ``corpus`` the dataset has no passages (mode ``"none"``): search must come from a
@@ -164,29 +242,52 @@ def load_flashrag_qa(path: PathLike, *, corpus: PathLike | None = None, lenient:
     fmt = get_format("flashrag")
     if name != fmt.name:
         fmt = dataclasses.replace(fmt, name=name)
-    return load_dataset(fmt, path, corpus=corpus, lenient=lenient, limit=limit,
-                        hub_config=hub_config, split=split, corpus_limit=corpus_limit,
-                        kind=kind, hops=hops)
+    return load_dataset(
+        fmt,
+        path,
+        corpus=corpus,
+        lenient=lenient,
+        limit=limit,
+        hub_config=hub_config,
+        split=split,
+        corpus_limit=corpus_limit,
+        kind=kind,
+        hops=hops,
+    )
 
 
-def load_bamboogle(path: PathLike, *, corpus: PathLike | None = None, lenient: bool = False,
-                   limit: int | None = None, corpus_limit: int | None = None) -> QADataset:
+def load_bamboogle(
+    path: PathLike,
+    *,
+    corpus: PathLike | None = None,
+    lenient: bool = False,
+    limit: int | None = None,
+    corpus_limit: int | None = None,
+) -> QADataset:
     """Bamboogle in FlashRAG layout: 2-hop compositional questions with answers, no context."""
-    return load_dataset("bamboogle", path, corpus=corpus, lenient=lenient, limit=limit,
-                        corpus_limit=corpus_limit)
+    return load_dataset(
+        "bamboogle", path, corpus=corpus, lenient=lenient, limit=limit, corpus_limit=corpus_limit
+    )
 
 
-def load_qa(path: PathLike, *, format: str = "auto", mode: str | None = None,
-            corpus: PathLike | None = None, lenient: bool = False,
-            limit: int | None = None) -> QADataset:
+def load_qa(
+    path: PathLike,
+    *,
+    format: str = "auto",
+    mode: str | None = None,
+    corpus: PathLike | None = None,
+    lenient: bool = False,
+    limit: int | None = None,
+) -> QADataset:
     """Any supported QA file by layout (``format="auto"`` detects it from the first record)."""
     if format != "auto" and format not in REGISTRY:
         raise InvalidOptionError(f"format must be 'auto' or one of {tuple(REGISTRY)}, got {format!r}")
     return load_dataset(format, path, mode=mode, corpus=corpus, lenient=lenient, limit=limit)
 
 
-def load_pooled_corpus(path: PathLike, *, format: str = "auto", lenient: bool = False,
-                       limit: int | None = None) -> list[Passage]:
+def load_pooled_corpus(
+    path: PathLike, *, format: str = "auto", lenient: bool = False, limit: int | None = None
+) -> list[Passage]:
     """Passages of a corpus file, or the pooled (open-mode) paragraphs of a QA file.
 
     This is what ``hopgym index build --corpus`` indexes: the same doc ids as
@@ -199,4 +300,5 @@ def load_pooled_corpus(path: PathLike, *, format: str = "auto", lenient: bool = 
     if not fmt.has_paragraphs:
         raise InvalidOptionError(f"{os.fspath(path)} has questions only; index a corpus file instead")
     return load_dataset(fmt, path, mode="open", lenient=lenient).passages[
-        : limit if limit is not None else None]
+        : limit if limit is not None else None
+    ]

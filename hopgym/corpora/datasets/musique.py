@@ -24,8 +24,9 @@ from hopgym.corpora.datasets.errors import DatasetFormatError
 __all__ = ["FORMAT", "parse", "detect"]
 
 
-def _paragraphs(paras: list[Any], where: str, line: int
-                ) -> tuple[list[tuple[str, str]], dict[int, int], list[int]]:
+def _paragraphs(
+    paras: list[Any], where: str, line: int
+) -> tuple[list[tuple[str, str]], dict[int, int], list[int]]:
     """Paragraphs, MuSiQue's ``idx`` -> paragraph index, and the supporting ones."""
     paragraphs: list[tuple[str, str]] = []
     pindex: dict[tuple[str, str], int] = {}
@@ -37,11 +38,11 @@ def _paragraphs(paras: list[Any], where: str, line: int
         title = p.get("title")
         text = p.get("paragraph_text", p.get("text"))
         if not isinstance(title, str):
-            raise DatasetFormatError(where, line, f"paragraphs[{i}].title",
-                                     "missing or not a string")
+            raise DatasetFormatError(where, line, f"paragraphs[{i}].title", "missing or not a string")
         if not isinstance(text, str):
-            raise DatasetFormatError(where, line, f"paragraphs[{i}].paragraph_text",
-                                     "missing or not a string")
+            raise DatasetFormatError(
+                where, line, f"paragraphs[{i}].paragraph_text", "missing or not a string"
+            )
         j = add_paragraph(paragraphs, pindex, title, text.strip())
         idx = p.get("idx", i)
         by_idx[idx if isinstance(idx, int) else i] = j
@@ -50,18 +51,21 @@ def _paragraphs(paras: list[Any], where: str, line: int
     return paragraphs, by_idx, support
 
 
-def _hops(decomp: list[Any], paragraphs: list[tuple[str, str]], by_idx: dict[int, int],
-          where: str, line: int) -> list[RawHop]:
+def _hops(
+    decomp: list[Any], paragraphs: list[tuple[str, str]], by_idx: dict[int, int], where: str, line: int
+) -> list[RawHop]:
     hops: list[RawHop] = []
     answers_so_far: list[str] = []
     for i, step in enumerate(decomp):
         if not isinstance(step, dict) or not isinstance(step.get("question"), str):
-            raise DatasetFormatError(where, line, f"question_decomposition[{i}].question",
-                                     "missing or not a string")
+            raise DatasetFormatError(
+                where, line, f"question_decomposition[{i}].question", "missing or not a string"
+            )
         ans = step.get("answer")
         if not isinstance(ans, str):
-            raise DatasetFormatError(where, line, f"question_decomposition[{i}].answer",
-                                     "missing or not a string")
+            raise DatasetFormatError(
+                where, line, f"question_decomposition[{i}].answer", "missing or not a string"
+            )
 
         def fill(m: re.Match[str]) -> str:
             k = int(m.group(1)) - 1
@@ -80,8 +84,7 @@ def _hops(decomp: list[Any], paragraphs: list[tuple[str, str]], by_idx: dict[int
     return hops
 
 
-def parse(rec: Any, where: str, line: int, include_unanswerable: bool = False
-          ) -> RawSample | None:
+def parse(rec: Any, where: str, line: int, include_unanswerable: bool = False) -> RawSample | None:
     """A MuSiQue record; ``None`` for an unanswerable one unless ``include_unanswerable``."""
     qid = get_id(rec, ("id", "_id"), where, line)
     if rec.get("answerable") is False and not include_unanswerable:
@@ -89,11 +92,14 @@ def parse(rec: Any, where: str, line: int, include_unanswerable: bool = False
     question = get_field(rec, "question", where, line, str).strip()
     if not question:
         raise DatasetFormatError(where, line, "question", "empty question")
-    answers = get_answers(get_field(rec, "answer", where, line, str),
-                          get_field(rec, "answer_aliases", where, line, list, optional=True),
-                          where, line, "answer")
-    paragraphs, by_idx, support = _paragraphs(get_field(rec, "paragraphs", where, line, list),
-                                              where, line)
+    answers = get_answers(
+        get_field(rec, "answer", where, line, str),
+        get_field(rec, "answer_aliases", where, line, list, optional=True),
+        where,
+        line,
+        "answer",
+    )
+    paragraphs, by_idx, support = _paragraphs(get_field(rec, "paragraphs", where, line, list), where, line)
     decomp = get_field(rec, "question_decomposition", where, line, list, optional=True) or []
     hops = _hops(decomp, paragraphs, by_idx, where, line)
     # Gold support in hop order first, then any other paragraph marked supporting.
@@ -101,12 +107,13 @@ def parse(rec: Any, where: str, line: int, include_unanswerable: bool = False
     support = list(dict.fromkeys([*hop_paras, *support]))
     m = re.match(r"(\d)hop", qid)
     n_hops = len(hops) or (int(m.group(1)) if m else 2)
-    meta: dict[str, Any] = {"type": qid.split("__")[0] if "__" in qid else "musique",
-                            "supporting_titles": [paragraphs[j][0] for j in support]}
+    meta: dict[str, Any] = {
+        "type": qid.split("__")[0] if "__" in qid else "musique",
+        "supporting_titles": [paragraphs[j][0] for j in support],
+    }
     if rec.get("answerable") is not None:
         meta["answerable"] = rec["answerable"]
-    return RawSample(qid, question, answers, paragraphs, support, hops, "compositional", n_hops,
-                     meta)
+    return RawSample(qid, question, answers, paragraphs, support, hops, "compositional", n_hops, meta)
 
 
 def detect(rec: dict[str, Any]) -> bool:
@@ -115,5 +122,9 @@ def detect(rec: dict[str, Any]) -> bool:
 
 
 FORMAT = DatasetFormat(
-    "musique", parse, detect, options=("include_unanswerable",),
-    download_hint="musique_ans_v1.0_dev.jsonl from https://github.com/StonyBrookNLP/musique")
+    "musique",
+    parse,
+    detect,
+    options=("include_unanswerable",),
+    download_hint="musique_ans_v1.0_dev.jsonl from https://github.com/StonyBrookNLP/musique",
+)

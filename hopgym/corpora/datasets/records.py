@@ -30,14 +30,20 @@ _BOM = b"\xef\xbb\xbf"
 _WHITESPACE = b" \t\r\n"
 # First bytes of files people pass by mistake, and what to say about them.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"PAR1", "a Parquet file: convert it to JSON lines (e.g. pandas.read_parquet(...)"
-              ".to_json(out, orient='records', lines=True))"),
+    (
+        b"PAR1",
+        "a Parquet file: convert it to JSON lines (e.g. pandas.read_parquet(...)"
+        ".to_json(out, orient='records', lines=True))",
+    ),
     (b"PK\x03\x04", "a zip archive: unzip it and pass the JSON or JSON-lines file inside"),
     (b"BZh", "bzip2-compressed: decompress it (bunzip2) first"),
     (b"\xfd7zXZ\x00", "xz-compressed: decompress it (unxz) first"),
     (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it (unzstd) first"),
-    (b"\xff\xff\xff\xff", "an Arrow stream (a `datasets` cache file?): pass the hub name or "
-                          "export JSON lines with Dataset.to_json"),
+    (
+        b"\xff\xff\xff\xff",
+        "an Arrow stream (a `datasets` cache file?): pass the hub name or "
+        "export JSON lines with Dataset.to_json",
+    ),
     (b"ARROW1", "an Arrow file: export JSON lines with Dataset.to_json"),
     (b"\xff\xfe", "UTF-16 text: convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
     (b"\xfe\xff", "UTF-16 text: convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
@@ -71,15 +77,16 @@ class LoadReport:
         if self.skipped:
             warnings.warn(
                 f"skipped {self.skipped} malformed record(s) in {what} (lenient=True); "
-                f"first: {self.errors[0]}", stacklevel=3)
+                f"first: {self.errors[0]}",
+                stacklevel=3,
+            )
 
 
 def _not_utf8(exc: UnicodeDecodeError, column: int | None = None) -> str:
     if exc.reason == "unexpected end of data":
         return "not UTF-8 text: a truncated character at the end (a truncated file?)"
     at = f" at column {column}" if column is not None else ""
-    return (f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}{at}): is it a binary or "
-            "compressed file?")
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}{at}): is it a binary or compressed file?"
 
 
 def _msg(exc: json.JSONDecodeError) -> str:
@@ -103,7 +110,7 @@ class _Utf8Text:
                 text = self.decoder.decode(data, final=self.eof)
             except UnicodeDecodeError as exc:
                 # exc.object is the decoder's pending bytes (never a newline) plus ``data``.
-                line = self.lines + exc.object[:exc.start].count(b"\n") + 1
+                line = self.lines + exc.object[: exc.start].count(b"\n") + 1
                 raise DatasetFormatError(self.where, line, "<file>", _not_utf8(exc)) from None
             if text:
                 self.lines += text.count("\n")
@@ -148,8 +155,7 @@ def _iter_json_array(f: Any, path: str, chunk: int = 1 << 20) -> Iterator[tuple[
     while True:
         skip_ws()
         if pos >= len(buf):
-            raise DatasetFormatError(path, line, "<file>",
-                                     "the JSON array is not closed (a truncated file?)")
+            raise DatasetFormatError(path, line, "<file>", "the JSON array is not closed (a truncated file?)")
         if buf[pos] == "]":
             return
         if not first:
@@ -201,8 +207,10 @@ def _iter_json_lines(raw: IO[bytes]) -> Iterator[tuple[int, Any]]:
             if "\x00" in text:
                 reason += " (the line holds NUL bytes: is it a binary file?)"
             elif first and text.strip().endswith(("{", "[", ",", ":")):
-                reason += (" (is the file one JSON object? hopgym reads JSON lines, one record a "
-                           "line, or a JSON array of records)")
+                reason += (
+                    " (is the file one JSON object? hopgym reads JSON lines, one record a "
+                    "line, or a JSON array of records)"
+                )
             rec = BadLine(reason)
         first = False
         yield lineno, rec
@@ -215,8 +223,9 @@ def _open(path: str | os.PathLike[str], where: str) -> tuple[IO[bytes], bool]:
     except FileNotFoundError:
         raise FileNotFoundError(f"no such file: {where}") from None
     except IsADirectoryError:
-        raise DatasetFormatError(where, 0, "<file>",
-                                 "is a directory, not a JSON or JSON-lines file") from None
+        raise DatasetFormatError(
+            where, 0, "<file>", "is a directory, not a JSON or JSON-lines file"
+        ) from None
     head = raw.read(16)
     if head.startswith(b"\x1f\x8b"):
         raw.close()
@@ -276,13 +285,17 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
             if not gz:
                 raise
             at = text.lines + 1 if text is not None else line + 1
-            raise DatasetFormatError(where, at, "<file>",
-                                     f"corrupt or truncated gzip data ({exc})") from None
+            raise DatasetFormatError(where, at, "<file>", f"corrupt or truncated gzip data ({exc})") from None
 
 
-def records(pairs: Iterable[tuple[int, Any]], where: str, report: LoadReport, lenient: bool,
-            parse: Callable[[Any, str, int], Any], limit: int | None
-            ) -> Iterator[tuple[int, Any]]:
+def records(
+    pairs: Iterable[tuple[int, Any]],
+    where: str,
+    report: LoadReport,
+    lenient: bool,
+    parse: Callable[[Any, str, int], Any],
+    limit: int | None,
+) -> Iterator[tuple[int, Any]]:
     """Parse ``(line, record)`` pairs one by one into ``(line, parsed)``.
 
     A record ``parse`` returns ``None`` for is left out; a malformed one raises, or is skipped
@@ -305,4 +318,3 @@ def records(pairs: Iterable[tuple[int, Any]], where: str, report: LoadReport, le
             continue
         n += 1
         yield line, out
-

@@ -38,8 +38,9 @@ def register_format(fmt: DatasetFormat, *, replace: bool = False) -> DatasetForm
     if fmt.name in ("auto", "corpus"):
         raise InvalidOptionError(f"{fmt.name!r} is reserved (format detection and corpus files)")
     if fmt.name in REGISTRY and not replace:
-        raise InvalidOptionError(f"a dataset format named {fmt.name!r} is already registered "
-                         "(pass replace=True to replace it)")
+        raise InvalidOptionError(
+            f"a dataset format named {fmt.name!r} is already registered (pass replace=True to replace it)"
+        )
     REGISTRY.pop(fmt.name, None)
     REGISTRY[fmt.name] = fmt
     return fmt
@@ -52,8 +53,10 @@ def get_format(name: str | DatasetFormat) -> DatasetFormat:
     try:
         return REGISTRY[name]
     except (KeyError, TypeError):
-        raise InvalidOptionError(f"unknown dataset format {name!r}; registered: {', '.join(REGISTRY)} "
-                         "(or 'auto' to detect it from the file)") from None
+        raise InvalidOptionError(
+            f"unknown dataset format {name!r}; registered: {', '.join(REGISTRY)} "
+            "(or 'auto' to detect it from the file)"
+        ) from None
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -71,21 +74,25 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         if isinstance(rec, BadLine):
             raise DatasetFormatError(where, line, "<json>", rec.reason)
         if not isinstance(rec, dict):
-            raise DatasetFormatError(where, line, "<record>",
-                                     f"expected a JSON object, got {type(rec).__name__}")
+            raise DatasetFormatError(
+                where, line, "<record>", f"expected a JSON object, got {type(rec).__name__}"
+            )
         for fmt in reversed(REGISTRY.values()):
             if fmt.detect is not None and fmt.detect(rec):
                 return fmt.name
         if is_corpus_record(rec):
             return "corpus"
-        raise DatasetFormatError(where, line, "<record>",
-                                 f"unknown layout with fields {sorted(rec)[:8]}; formats: "
-                                 f"{', '.join(REGISTRY)} or a corpus ({{id, contents}})")
+        raise DatasetFormatError(
+            where,
+            line,
+            "<record>",
+            f"unknown layout with fields {sorted(rec)[:8]}; formats: "
+            f"{', '.join(REGISTRY)} or a corpus ({{id, contents}})",
+        )
     raise DatasetFormatError(where, 0, "<file>", "empty file: no JSON record")
 
 
-def resolve_format(name: str | DatasetFormat, path: str | os.PathLike[str] | None
-                   ) -> DatasetFormat:
+def resolve_format(name: str | DatasetFormat, path: str | os.PathLike[str] | None) -> DatasetFormat:
     """``name``'s format; ``"auto"`` detects it from ``path``.
 
     A hub name with ``"auto"`` is the format whose ``default_hub_name`` it is, else
@@ -98,8 +105,7 @@ def resolve_format(name: str | DatasetFormat, path: str | os.PathLike[str] | Non
         raise InvalidOptionError("format='auto' needs path=<file> to detect the layout from")
     if is_hub_name(path):
         hub = os.fspath(path)
-        return next((f for f in REGISTRY.values() if f.default_hub_name == hub),
-                    REGISTRY["flashrag"])
+        return next((f for f in REGISTRY.values() if f.default_hub_name == hub), REGISTRY["flashrag"])
     found = detect_format(path)
     if found == "corpus":
         raise InvalidOptionError(f"{os.fspath(path)} is a corpus, not a QA file: pass it as corpus=")

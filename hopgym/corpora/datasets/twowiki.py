@@ -14,8 +14,9 @@ from hopgym.corpora.datasets.hotpotqa import read_context_record, title_hops
 __all__ = ["FORMAT", "parse", "detect", "evidence_hops"]
 
 
-def evidence_hops(evidences: Any, sup_titles: list[str], title_index: dict[str, int],
-                  answer: str) -> list[RawHop]:
+def evidence_hops(
+    evidences: Any, sup_titles: list[str], title_index: dict[str, int], answer: str
+) -> list[RawHop]:
     """2Wiki evidence triples ``[subject, relation, object]`` as hops.
 
     The subject names the paragraph that states the fact, but not always by its exact title
@@ -29,14 +30,12 @@ def evidence_hops(evidences: Any, sup_titles: list[str], title_index: dict[str, 
     folded = {norm_title(t): t for t in title_index}
     hops = []
     for j, ev in enumerate(evidences):
-        if not (isinstance(ev, (list, tuple)) and len(ev) == 3
-                and all(isinstance(x, str) for x in ev)):
+        if not (isinstance(ev, (list, tuple)) and len(ev) == 3 and all(isinstance(x, str) for x in ev)):
             return []
         subj, rel, obj = ev
         title = subj if subj in title_index else folded.get(norm_title(subj))
         if title is None:
-            cands = [t for t in sup_titles if t in title_index
-                     and norm_title(t).startswith(norm_title(subj))]
+            cands = [t for t in sup_titles if t in title_index and norm_title(t).startswith(norm_title(subj))]
             if len(cands) == 1:
                 title = cands[0]
         if title is None and len(evidences) == len(sup_titles) and sup_titles[j] in title_index:
@@ -70,5 +69,8 @@ def detect(rec: dict[str, Any]) -> bool:
 
 
 FORMAT = DatasetFormat(
-    "2wiki", parse, detect,
-    download_hint="dev.json of 2WikiMultihopQA from https://github.com/Alab-NII/2wikimultihop")
+    "2wiki",
+    parse,
+    detect,
+    download_hint="dev.json of 2WikiMultihopQA from https://github.com/Alab-NII/2wikimultihop",
+)

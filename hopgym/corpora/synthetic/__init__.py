@@ -50,7 +50,6 @@ from ``config.seed`` through independent ``SeedSequence`` streams, so, for examp
 ``n_questions`` leaves the corpus unchanged).
 """
 
-
 from __future__ import annotations
 
 from hopgym.corpora.synthetic.config import KINDS, WorldConfig

@@ -82,8 +82,7 @@ class WorldConfig:
                 raise TypeError
             hops = tuple(sorted({int(h) for h in hops}))  # type: ignore[union-attr]
         except TypeError:
-            raise bad(f"hops must be an int or a tuple of ints in 1..4, got {self.hops!r}"
-                      ) from None
+            raise bad(f"hops must be an int or a tuple of ints in 1..4, got {self.hops!r}") from None
         if not hops or any(h < 1 or h > 4 for h in hops):
             raise bad(f"hops must be ints in 1..4, got {hops!r}")
         kinds = (self.kinds,) if isinstance(self.kinds, str) else tuple(self.kinds)
@@ -93,8 +92,9 @@ class WorldConfig:
         kinds = tuple(k for k in KINDS if k in kinds)  # canonical order
         if not any(h in _KIND_HOPS[k] for k in kinds for h in hops):
             allowed = {k: _KIND_HOPS[k] for k in kinds}
-            raise bad(f"no question kind in {kinds} has a hop count in {hops}: allowed hops "
-                      f"per kind are {allowed}")
+            raise bad(
+                f"no question kind in {kinds} has a hop count in {hops}: allowed hops per kind are {allowed}"
+            )
         object.__setattr__(self, "hops", hops)
         object.__setattr__(self, "kinds", kinds)
         if not is_int(self.seed) or self.seed < 0:
@@ -103,8 +103,7 @@ class WorldConfig:
             raise bad(f"n_entities must be an int in 100..5,000,000, got {self.n_entities!r}")
         if not is_int(self.n_questions) or self.n_questions < 1:
             raise bad(f"n_questions must be an int >= 1, got {self.n_questions!r}")
-        for name, lo, hi in (("distractors", 0.0, 1.0), ("web_noise", 0.0, 1.0),
-                             ("test_fraction", 0.0, 0.9)):
+        for name, lo, hi in (("distractors", 0.0, 1.0), ("web_noise", 0.0, 1.0), ("test_fraction", 0.0, 0.9)):
             v = getattr(self, name)
             if not is_num(v) or not lo <= float(v) <= hi:
                 raise bad(f"{name} must be a number in [{lo}, {hi}], got {v!r}")

@@ -82,8 +82,9 @@ class Graph:
         return int(self.rel[rel][i])
 
 
-def csr(keys: np.ndarray, values: np.ndarray, n: int, order_by: np.ndarray | None = None
-        ) -> tuple[np.ndarray, np.ndarray]:
+def csr(
+    keys: np.ndarray, values: np.ndarray, n: int, order_by: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Group ``values`` by ``keys`` (>= 0) into CSR arrays ``(starts, items)`` over ``n`` keys.
 
     Example:
@@ -103,14 +104,20 @@ def csr(keys: np.ndarray, values: np.ndarray, n: int, order_by: np.ndarray | Non
 
 def counts(n: int) -> dict[int, int]:
     """Entities per type for a world of ``n`` entities."""
-    n_country = int(np.clip(round(n ** 0.5 / 3), 4, 300))
+    n_country = int(np.clip(round(n**0.5 / 3), 4, 300))
     n_city = max(2 * n_country, int(0.08 * n))
     n_univ = max(n_country, int(0.04 * n))
     n_company = max(8, int(0.13 * n))
     n_film = max(8, int(0.13 * n))
     n_person = n - n_country - n_city - n_univ - n_company - n_film
-    return {COUNTRY: n_country, CITY: n_city, PERSON: n_person, COMPANY: n_company,
-            FILM: n_film, UNIVERSITY: n_univ}
+    return {
+        COUNTRY: n_country,
+        CITY: n_city,
+        PERSON: n_person,
+        COMPANY: n_company,
+        FILM: n_film,
+        UNIVERSITY: n_univ,
+    }
 
 
 @dataclass
@@ -158,15 +165,22 @@ def _layout(cfg: WorldConfig, rng: np.random.Generator) -> _Draft:
         by_type[t] = np.arange(start, start + count[t])
         start += count[t]
     return _Draft(
-        cfg=cfg, rng=rng, n=n, etype=etype, by_type=by_type,
+        cfg=cfg,
+        rng=rng,
+        n=n,
+        etype=etype,
+        by_type=by_type,
         n_cult=min(len(CULTURES), count[COUNTRY]),
         culture=np.zeros(n, dtype=np.int16),
         rel={r: np.full(n, -1, dtype=np.int64) for r in RELATIONS},
         year=np.zeros(n, dtype=np.int64),
         pop=np.zeros(n, dtype=np.int64),
         female=np.zeros(n, dtype=bool),
-        extra={k: np.full(n, -1, dtype=np.int64) for k in
-               ("code", "ceo", "cast_a", "cast_b", "producer", "location", "employees", "field")})
+        extra={
+            k: np.full(n, -1, dtype=np.int64)
+            for k in ("code", "ceo", "cast_a", "cast_b", "producer", "location", "employees", "field")
+        },
+    )
 
 
 def _places(d: _Draft) -> None:
@@ -185,7 +199,7 @@ def _places(d: _Draft) -> None:
     year[countries] = rng.integers(1200, 1995, len(countries))
     d.cities_of = cities_of = csr(rel["country"][cities], cities, d.n, order_by=-pop[cities])
     for c in countries:  # country population: its cities times a factor
-        members = cities_of[1][cities_of[0][c]:cities_of[0][c + 1]]
+        members = cities_of[1][cities_of[0][c] : cities_of[0][c + 1]]
         pop[c] = int(pop[members].sum() * 3 + 10_000)
 
 
@@ -236,14 +250,16 @@ def _companies(d: _Draft) -> None:
     rng, rel, year, extra, persons = d.rng, d.rel, d.year, d.extra, d.by_type[PERSON]
     companies = d.by_type[COMPANY]
     d.adults = adults = persons[year[persons] <= 1990]
-    founders_pool = rng.choice(adults, max(1, len(companies) // 2), replace=False) \
-        if len(adults) >= max(1, len(companies) // 2) else adults
+    founders_pool = (
+        rng.choice(adults, max(1, len(companies) // 2), replace=False)
+        if len(adults) >= max(1, len(companies) // 2)
+        else adults
+    )
     comp_cult = rng.integers(0, d.n_cult, len(companies))
     d.culture[companies] = comp_cult
     rel["founder"][companies] = d.same_culture(founders_pool, comp_cult, 0.85)
     rel["hq"][companies] = d.same_culture(d.by_type[CITY], comp_cult, 0.85)
-    year[companies] = np.minimum(
-        year[rel["founder"][companies]] + rng.integers(22, 60, len(companies)), 2024)
+    year[companies] = np.minimum(year[rel["founder"][companies]] + rng.integers(22, 60, len(companies)), 2024)
     extra["employees"][companies] = np.round(np.exp(rng.normal(6.5, 1.5, len(companies)))) + 5
     extra["ceo"][companies] = rng.choice(adults, len(companies))
 
@@ -255,8 +271,11 @@ def _films(d: _Draft) -> None:
     # Film makers are born after 1860, so that films date from the age of cinema.
     modern = adults[year[adults] >= 1860]
     modern = modern if len(modern) else adults
-    directors_pool = rng.choice(modern, max(1, len(films) // 3), replace=False) \
-        if len(modern) >= max(1, len(films) // 3) else modern
+    directors_pool = (
+        rng.choice(modern, max(1, len(films) // 3), replace=False)
+        if len(modern) >= max(1, len(films) // 3)
+        else modern
+    )
     film_cult = rng.integers(0, d.n_cult, len(films))
     d.culture[films] = film_cult
     rel["director"][films] = d.same_culture(directors_pool, film_cult, 0.85)
@@ -362,10 +381,8 @@ class _Namer:
         n_per_cult = max(1, len(persons) // d.n_cult)
         for c in range(d.n_cult):
             for fem in (False, True):
-                given_pool[c, fem] = [maker.given(c, fem)
-                                      for _ in range(max(12, min(600, n_per_cult // 25)))]
-            fam_pool[c] = list(dict.fromkeys(maker.family(c)
-                                             for _ in range(max(8, n_per_cult // 4))))
+                given_pool[c, fem] = [maker.given(c, fem) for _ in range(max(12, min(600, n_per_cult // 25)))]
+            fam_pool[c] = list(dict.fromkeys(maker.family(c) for _ in range(max(8, n_per_cult // 4))))
         family = [""] * d.n
         fathers = d.rel["father"].tolist()
         for p in persons[np.argsort(d.year[persons], kind="stable")].tolist():
@@ -382,13 +399,16 @@ class _Namer:
             # A share of sons are named after their fathers ("Kiro Lant" -> "Kiro Lant II"), so
             # a search for the father also finds the son, whose page names the father.
             if f >= 0 and not fem and maker.u() < dist * 0.9 and not names[f].endswith(" III"):
-                if self.claim(p, names[f][:-3] + " III" if names[f].endswith(" II")
-                              else names[f] + " II"):
+                if self.claim(p, names[f][:-3] + " III" if names[f].endswith(" II") else names[f] + " II"):
                     self.namesake[p] = f
                     continue
             pool = given_pool[cu, fem]
-            self.fresh(p, lambda fam=fam, pool=pool, cu=cu, fem=fem: f"{maker.pick(pool)} {fam}"
-                       if maker.extra == 0 else f"{maker.given(cu, fem)} {fam}")
+            self.fresh(
+                p,
+                lambda fam=fam, pool=pool, cu=cu, fem=fem: (
+                    f"{maker.pick(pool)} {fam}" if maker.extra == 0 else f"{maker.given(cu, fem)} {fam}"
+                ),
+            )
 
     def universities(self) -> None:
         """Mostly named after their city, so "University of X" is confusable with X."""
@@ -396,13 +416,20 @@ class _Namer:
         for u in d.by_type[UNIVERSITY].tolist():
             cname = self.names[int(d.rel["univ_city"][u])]
             cu = int(d.culture[u])
-            for form in (f"University of {cname}", f"{cname} Institute of Technology",
-                         f"{cname} State University"):
+            for form in (
+                f"University of {cname}",
+                f"{cname} Institute of Technology",
+                f"{cname} State University",
+            ):
                 if self.claim(u, form):
                     break
             else:
-                self.fresh(u, lambda cu=cu: f"{maker.family(cu)} College" if maker.u() < 0.5
-                           else f"{maker.stem(cu)} University")
+                self.fresh(
+                    u,
+                    lambda cu=cu: (
+                        f"{maker.family(cu)} College" if maker.u() < 0.5 else f"{maker.stem(cu)} University"
+                    ),
+                )
 
     def companies(self) -> None:
         """Names as "Stem Suffix"; confusables extend the name, swap the suffix or respell it."""
@@ -444,9 +471,9 @@ class _Namer:
                 self.fresh(f, lambda f=f: maker.film_title(int(d.culture[f])))
 
 
-def _held_out_and_coverage(d: _Draft, split_rng: np.random.Generator,
-                           route_rng: np.random.Generator
-                           ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
+def _held_out_and_coverage(
+    d: _Draft, split_rng: np.random.Generator, route_rng: np.random.Generator
+) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
     """Held-out test entities, and the regions (and entities) the ``local`` source covers."""
     cfg, n_cult = d.cfg, d.n_cult
     test = np.zeros(d.n, dtype=bool)
@@ -463,8 +490,9 @@ def _held_out_and_coverage(d: _Draft, split_rng: np.random.Generator,
     return test, covered, local
 
 
-def build_graph(cfg: WorldConfig, rng: np.random.Generator, split_rng: np.random.Generator,
-                route_rng: np.random.Generator) -> Graph:
+def build_graph(
+    cfg: WorldConfig, rng: np.random.Generator, split_rng: np.random.Generator, route_rng: np.random.Generator
+) -> Graph:
     """The entity graph of the world ``cfg`` (phases in the module docstring's order).
 
     Args:
@@ -493,16 +521,30 @@ def build_graph(cfg: WorldConfig, rng: np.random.Generator, split_rng: np.random
         twin[arr[src]] = src
 
     # Template choices (base-variety digits) and doc numbers (shuffled so ids hide types).
-    tmpl = rng.integers(0, cfg.phrasing_variety ** 8, n)
+    tmpl = rng.integers(0, cfg.phrasing_variety**8, n)
     docnum = rng.permutation(n)
     return Graph(
-        etype=d.etype, culture=d.culture, names=namer.names, rel=rel, year=d.year, pop=d.pop,
-        female=d.female, occupation=d.occupation, extra=d.extra, confusable=namer.confusable,
-        twin=twin, test=test, by_type=d.by_type,
+        etype=d.etype,
+        culture=d.culture,
+        names=namer.names,
+        rel=rel,
+        year=d.year,
+        pop=d.pop,
+        female=d.female,
+        occupation=d.occupation,
+        extra=d.extra,
+        confusable=namer.confusable,
+        twin=twin,
+        test=test,
+        by_type=d.by_type,
         children=csr(rel["father"], np.arange(n), n),
         founded_by=csr(rel["founder"], np.arange(n), n),
         directed_by=csr(rel["director"], np.arange(n), n),
         born_in=csr(rel["birthplace"], np.arange(n), n),
         alumni_of=csr(rel["alma"], np.arange(n), n),
-        cities_of=d.cities_of, tmpl=tmpl, docnum=docnum, local=local, covered_cultures=covered,
+        cities_of=d.cities_of,
+        tmpl=tmpl,
+        docnum=docnum,
+        local=local,
+        covered_cultures=covered,
     )

@@ -14,8 +14,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Culture", "CULTURES", "NameMaker", "COMPANY_SUFFIXES", "COMPANY_EXTENSIONS",
-           "CITY_PREFIXES", "FILM_GENRES", "OCCUPATIONS", "MIRROR_SITES", "FIELDS"]
+__all__ = [
+    "Culture",
+    "CULTURES",
+    "NameMaker",
+    "COMPANY_SUFFIXES",
+    "COMPANY_EXTENSIONS",
+    "CITY_PREFIXES",
+    "FILM_GENRES",
+    "OCCUPATIONS",
+    "MIRROR_SITES",
+    "FIELDS",
+]
 
 
 @dataclass(frozen=True)
@@ -29,52 +39,137 @@ class Culture:
 
 
 def _c(syl: str, city: str, country: str, fem: str) -> Culture:
-    return Culture(tuple(syl.split()), tuple(city.split("|")), tuple(country.split()),
-                   tuple(fem.split()))
+    return Culture(tuple(syl.split()), tuple(city.split("|")), tuple(country.split()), tuple(fem.split()))
 
 
 CULTURES: tuple[Culture, ...] = (
-    _c("qel vor thal mir dra kos vel sar lun ter bra nor est ka rin vol hed ost gar ul",
-       "|by|holm|vik|stad", "ia and mark", "a e ie"),
-    _c("ta shi ko ra mi no su ke ya hi to ma ri na chi zu ka se yo fu",
-       "|ta|mura|hama|no", "ra ka to", "ko mi na"),
-    _c("al ba dar zim ra hal qa mun sa fir oz dan ka lim nes tar jab ur hib sel",
-       "|abad|kar|un|im", "istan ar ia", "a ya ra"),
-    _c("po vlad ski rov ne mir sla ko va dre zo bor len tsa gro vik ol ye dan sta",
-       "|grad|ovo|sk|in", "ova ia ostan", "a ka ina"),
-    _c("lo ren zi ta bel mo ri an gia cel pa do vi na ser lu ca fe ro ti",
-       "|ano|ella|ona|ico", "ia ino esa", "a ella ina"),
-    _c("mba ko tu nde la se bo ki ya ze wa ndu ga lo ti ma ke ru ja nyo",
-       "|ni|ville|bu|la", "ia wi go", "a e wa"),
-    _c("ew lyn gar rhos bryn cad dor wen fyr hal tal mor cor ith yr gwen an dell pen wyn",
-       "|ford|mouth|ton|wick", "ia land wyn", "wen a yn"),
-    _c("xi quan tel ix och pa can te zal mo tla hua cu ayo nel co pil tza ma yol",
-       "|tlan|co|pec|lan", "ca tlan mala", "a ih in"),
+    _c(
+        "qel vor thal mir dra kos vel sar lun ter bra nor est ka rin vol hed ost gar ul",
+        "|by|holm|vik|stad",
+        "ia and mark",
+        "a e ie",
+    ),
+    _c(
+        "ta shi ko ra mi no su ke ya hi to ma ri na chi zu ka se yo fu",
+        "|ta|mura|hama|no",
+        "ra ka to",
+        "ko mi na",
+    ),
+    _c(
+        "al ba dar zim ra hal qa mun sa fir oz dan ka lim nes tar jab ur hib sel",
+        "|abad|kar|un|im",
+        "istan ar ia",
+        "a ya ra",
+    ),
+    _c(
+        "po vlad ski rov ne mir sla ko va dre zo bor len tsa gro vik ol ye dan sta",
+        "|grad|ovo|sk|in",
+        "ova ia ostan",
+        "a ka ina",
+    ),
+    _c(
+        "lo ren zi ta bel mo ri an gia cel pa do vi na ser lu ca fe ro ti",
+        "|ano|ella|ona|ico",
+        "ia ino esa",
+        "a ella ina",
+    ),
+    _c(
+        "mba ko tu nde la se bo ki ya ze wa ndu ga lo ti ma ke ru ja nyo",
+        "|ni|ville|bu|la",
+        "ia wi go",
+        "a e wa",
+    ),
+    _c(
+        "ew lyn gar rhos bryn cad dor wen fyr hal tal mor cor ith yr gwen an dell pen wyn",
+        "|ford|mouth|ton|wick",
+        "ia land wyn",
+        "wen a yn",
+    ),
+    _c(
+        "xi quan tel ix och pa can te zal mo tla hua cu ayo nel co pil tza ma yol",
+        "|tlan|co|pec|lan",
+        "ca tlan mala",
+        "a ih in",
+    ),
 )
 
 COMPANY_SUFFIXES: dict[str, str] = {
-    "Dynamics": "engineering", "Systems": "software", "Industries": "manufacturing",
-    "Works": "steel", "Labs": "biotechnology", "Holdings": "investment", "Motors": "automotive",
-    "Foods": "food processing", "Logistics": "shipping", "Textiles": "textile", "Energy": "energy",
-    "Media": "media", "Pharma": "pharmaceutical", "Robotics": "robotics", "Airlines": "aviation",
-    "Capital": "banking", "Telecom": "telecommunications", "Mining": "mining",
+    "Dynamics": "engineering",
+    "Systems": "software",
+    "Industries": "manufacturing",
+    "Works": "steel",
+    "Labs": "biotechnology",
+    "Holdings": "investment",
+    "Motors": "automotive",
+    "Foods": "food processing",
+    "Logistics": "shipping",
+    "Textiles": "textile",
+    "Energy": "energy",
+    "Media": "media",
+    "Pharma": "pharmaceutical",
+    "Robotics": "robotics",
+    "Airlines": "aviation",
+    "Capital": "banking",
+    "Telecom": "telecommunications",
+    "Mining": "mining",
 }
 COMPANY_EXTENSIONS = ("Group", "International", "Partners", "Worldwide")
 CITY_PREFIXES = ("New", "Port", "Upper", "Lower", "East", "West")
 
-FILM_ADJECTIVES = tuple("""Silent Crimson Broken Hidden Last Golden Endless Frozen Burning Distant
+FILM_ADJECTIVES = tuple(
+    """Silent Crimson Broken Hidden Last Golden Endless Frozen Burning Distant
 Hollow Pale Wild Quiet Iron Lost Bitter Secret Northern Scarlet Sleeping Drowned Shattered
-Forgotten Restless Wandering Hungry Savage Velvet Glass""".split())
-FILM_NOUNS = tuple("""Crossing Harbor River Garden Empire Winter Summer Kingdom Journey Shadow
+Forgotten Restless Wandering Hungry Savage Velvet Glass""".split()
+)
+FILM_NOUNS = tuple(
+    """Crossing Harbor River Garden Empire Winter Summer Kingdom Journey Shadow
 Mirror Tower Orchard Voyage Festival Lantern Frontier Storm Valley Island Season Covenant Signal
-Whisper Bridge Carnival Lighthouse Requiem Passage Ember Horizon Canyon Fortress Meadow""".split())
-FILM_GENRES = ("drama", "comedy", "thriller", "documentary", "science fiction", "horror",
-               "musical", "western", "romance", "animated")
-OCCUPATIONS = ("painter", "physicist", "architect", "novelist", "footballer", "politician",
-               "chemist", "composer", "journalist", "engineer", "historian", "actor", "actor",
-               "actor", "poet", "economist", "photographer", "surgeon")
-FIELDS = ("modern art", "public health", "local politics", "literature", "urban design",
-          "music", "sport", "education", "philanthropy", "science")
+Whisper Bridge Carnival Lighthouse Requiem Passage Ember Horizon Canyon Fortress Meadow""".split()
+)
+FILM_GENRES = (
+    "drama",
+    "comedy",
+    "thriller",
+    "documentary",
+    "science fiction",
+    "horror",
+    "musical",
+    "western",
+    "romance",
+    "animated",
+)
+OCCUPATIONS = (
+    "painter",
+    "physicist",
+    "architect",
+    "novelist",
+    "footballer",
+    "politician",
+    "chemist",
+    "composer",
+    "journalist",
+    "engineer",
+    "historian",
+    "actor",
+    "actor",
+    "actor",
+    "poet",
+    "economist",
+    "photographer",
+    "surgeon",
+)
+FIELDS = (
+    "modern art",
+    "public health",
+    "local politics",
+    "literature",
+    "urban design",
+    "music",
+    "sport",
+    "education",
+    "philanthropy",
+    "science",
+)
 MIRROR_SITES = ("OpenLore", "FactVault", "WikiMirror", "Encyclopedia Mundi", "InfoAtlas")
 _VOWELS = "aeiouy"
 
@@ -165,7 +260,7 @@ class NameMaker:
         new = self.pick(tuple(v for v in "aeiou" if v != old))
         if i == 0:
             new = new.upper()
-        return word[:i] + new + word[i + 1:]
+        return word[:i] + new + word[i + 1 :]
 
     def film_title(self, culture: int) -> str:
         """A film title mixing English words with a regional word."""

@@ -47,13 +47,16 @@ def _answers_for(g: Graph, i: int) -> tuple[str, ...]:
 
 def _bridge_paths(h: int, final_attr: bool) -> list[tuple[str, ...]]:
     """Relation paths of ``h`` hops (the last an attribute when ``final_attr``)."""
-    banned = {("country", "capital"), ("capital", "country"), ("father", "father"),
-              ("spouse", "spouse")}
+    banned = {("country", "capital"), ("capital", "country"), ("father", "father"), ("spouse", "spouse")}
     n_rel = h - 1 if final_attr else h
     paths: list[tuple[str, ...]] = [()]
     for _ in range(n_rel):
-        paths = [p + (r,) for p in paths for r in RELATIONS
-                 if not p or (RELATIONS[p[-1]][1] == RELATIONS[r][0] and (p[-1], r) not in banned)]
+        paths = [
+            p + (r,)
+            for p in paths
+            for r in RELATIONS
+            if not p or (RELATIONS[p[-1]][1] == RELATIONS[r][0] and (p[-1], r) not in banned)
+        ]
     if final_attr:
         out = []
         for p in paths:
@@ -80,13 +83,23 @@ class _Plan:
 class QuestionMaker:
     """Draws questions from the graph: one method per kind, facts and hops per entity."""
 
-    def __init__(self, cfg: WorldConfig, g: Graph, writer: Writer, rng: np.random.Generator,
-                 width: int, local_ids: frozenset[str] | None) -> None:
+    def __init__(
+        self,
+        cfg: WorldConfig,
+        g: Graph,
+        writer: Writer,
+        rng: np.random.Generator,
+        width: int,
+        local_ids: frozenset[str] | None,
+    ) -> None:
         self.cfg, self.g, self.w, self.rng = cfg, g, writer, rng
         self.width, self.local_ids = width, local_ids
         self.year = writer.year
-        self.paths = {(kind, h): _bridge_paths(h, kind == "compositional")
-                      for kind in ("bridge", "compositional") for h in range(1, 5)}
+        self.paths = {
+            (kind, h): _bridge_paths(h, kind == "compositional")
+            for kind in ("bridge", "compositional")
+            for h in range(1, 5)
+        }
         self._pools: dict[tuple[int, bool, str], np.ndarray] = {}
         self._same: dict[tuple[int, str, str, bool], dict[int, list[int]]] = {}
 
@@ -122,8 +135,7 @@ class QuestionMaker:
         word = QUERY_WORDS[key, rel][self.w.choice(key, i)]
         if word == "{child}":
             word = "daughter" if self.g.female[i] else "son"
-        return Hop(SUB_QUESTIONS[rel].format(name), self.value(i, rel), doc, f"{name} {word}",
-                   source)
+        return Hop(SUB_QUESTIONS[rel].format(name), self.value(i, rel), doc, f"{name} {word}", source)
 
     def key(self, i: int, attr: str) -> int:
         """The compared value of ``attr`` for entity ``i`` (an entity id for relations)."""
@@ -211,8 +223,7 @@ class QuestionMaker:
             answers = self.answers_for(self.g.target(rels[-1], ents[len(rels) - 1]))
         return _Plan(question, kind, answers, steps, [start])
 
-    def partner(self, va: int, t: int, attr: str, mode: str, bridge: str, test: bool
-                ) -> int | None:
+    def partner(self, va: int, t: int, attr: str, mode: str, bridge: str, test: bool) -> int | None:
         """An entity ``b`` of type ``t`` to compare with ``va`` (already through the bridge).
 
         Its value (through ``bridge`` when given) differs from ``va``'s, or, for half of the
@@ -228,8 +239,13 @@ class QuestionMaker:
         if not bridge and self.rng.random() < self.cfg.distractors:
             # A near-namesake makes the hardest pair ("Qelvor Dynamics or Qelvor Dynamics Group").
             b = int(self.g.twin[va])
-            if (b >= 0 and int(self.g.etype[b]) == t and bool(self.g.test[b]) == test
-                    and self.key(b, attr) >= 0 and (mode == "same" or self.key(b, attr) != ka)):
+            if (
+                b >= 0
+                and int(self.g.etype[b]) == t
+                and bool(self.g.test[b]) == test
+                and self.key(b, attr) >= 0
+                and (mode == "same" or self.key(b, attr) != ka)
+            ):
                 return b
         if mode == "same" and self.rng.random() < 0.5:
             k = (t, attr, bridge, test)
@@ -326,8 +342,14 @@ class QuestionMaker:
         return self.bridge_comparison(h, test)
 
 
-def make_questions(cfg: WorldConfig, g: Graph, writer: Writer, rng: np.random.Generator,
-                   width: int, local_ids: frozenset[str] | None) -> list[QASample]:
+def make_questions(
+    cfg: WorldConfig,
+    g: Graph,
+    writer: Writer,
+    rng: np.random.Generator,
+    width: int,
+    local_ids: frozenset[str] | None,
+) -> list[QASample]:
     """``cfg.n_questions`` distinct questions, kinds and hop counts drawn uniformly from
     ``cfg.kind_hops``; ``local_ids`` (two sources) says which hops the ``local`` source holds."""
     qm = QuestionMaker(cfg, g, writer, rng, width, local_ids)
@@ -341,7 +363,8 @@ def make_questions(cfg: WorldConfig, g: Graph, writer: Writer, rng: np.random.Ge
             raise InvalidOptionError(
                 f"could only generate {len(samples)} of {cfg.n_questions} distinct questions for "
                 f"kinds={cfg.kinds} hops={cfg.hops} with n_entities={cfg.n_entities}: increase "
-                "n_entities, lower n_questions or allow more kinds/hops")
+                "n_entities, lower n_questions or allow more kinds/hops"
+            )
         kind, h = combos[int(rng.integers(len(combos)))]
         test = cfg.test_fraction > 0 and bool(rng.random() < cfg.test_fraction)
         plan = qm.make(kind, h, test)
@@ -363,7 +386,16 @@ def make_questions(cfg: WorldConfig, g: Graph, writer: Writer, rng: np.random.Ge
             "topics": tuple(g.names[e] for e in plan.topics),
             "entities": tuple(dict.fromkeys(g.names[e] for e, _ in plan.steps)),
         }
-        samples.append(QASample(f"syn-{len(samples):06d}", plan.question, plan.answers,
-                                tuple(dict.fromkeys(hp.doc_id for hp in hops)), h, plan.kind,
-                                hops, meta))
+        samples.append(
+            QASample(
+                f"syn-{len(samples):06d}",
+                plan.question,
+                plan.answers,
+                tuple(dict.fromkeys(hp.doc_id for hp in hops)),
+                h,
+                plan.kind,
+                hops,
+                meta,
+            )
+        )
     return samples

@@ -11,10 +11,27 @@ same tables. Name material (syllables per region) is in :mod:`hopgym.corpora.syn
 from __future__ import annotations
 
 __all__ = [
-    "COUNTRY", "CITY", "PERSON", "COMPANY", "FILM", "UNIVERSITY", "TYPE_NAMES",
-    "SENTENCES", "RELATIONS", "ATTRIBUTES", "RELATION_SENTENCES", "FACT_KEY", "NOUN_PHRASES",
-    "QUESTIONS", "SUB_QUESTIONS", "QUERY_WORDS", "COMPARISONS", "BRIDGE_COMPARISONS",
-    "INFERENCES", "LOCAL_COST", "WEB_COST",
+    "COUNTRY",
+    "CITY",
+    "PERSON",
+    "COMPANY",
+    "FILM",
+    "UNIVERSITY",
+    "TYPE_NAMES",
+    "SENTENCES",
+    "RELATIONS",
+    "ATTRIBUTES",
+    "RELATION_SENTENCES",
+    "FACT_KEY",
+    "NOUN_PHRASES",
+    "QUESTIONS",
+    "SUB_QUESTIONS",
+    "QUERY_WORDS",
+    "COMPARISONS",
+    "BRIDGE_COMPARISONS",
+    "INFERENCES",
+    "LOCAL_COST",
+    "WEB_COST",
 ]
 
 # Entity types (codes in the internal arrays).
@@ -28,65 +45,87 @@ TYPE_NAMES = ("country", "city", "person", "company", "film", "university")
 # ---------------------------------------------------------------------------------------------
 SENTENCES: dict[str, tuple[str, ...]] = {
     "hatnote": ("Not to be confused with {other}.",),
-    "person.intro": ("{s} (born {year}) is {a_occ}.",
-                     "{s} is {a_occ}, born in {year}.",
-                     "{s} is {a_occ} who was born in {year}."),
-    "person.birthplace": ("{He} was born in {city}.",
-                          "{s} was born in the city of {city}.",
-                          "{His} birthplace is {city}."),
-    "person.father": ("{He} is the {child} of {father}.",
-                      "{His} father is {father}.",
-                      "{s} was raised by {his} father {father}."),
-    "person.spouse": ("{He} is married to {spouse}.",
-                      "{His} spouse is {spouse}.",
-                      "{s} married {spouse}."),
-    "person.alma": ("{He} studied at {univ}.",
-                    "{He} graduated from {univ}.",
-                    "{s} is a graduate of {univ}."),
+    "person.intro": (
+        "{s} (born {year}) is {a_occ}.",
+        "{s} is {a_occ}, born in {year}.",
+        "{s} is {a_occ} who was born in {year}.",
+    ),
+    "person.birthplace": (
+        "{He} was born in {city}.",
+        "{s} was born in the city of {city}.",
+        "{His} birthplace is {city}.",
+    ),
+    "person.father": (
+        "{He} is the {child} of {father}.",
+        "{His} father is {father}.",
+        "{s} was raised by {his} father {father}.",
+    ),
+    "person.spouse": ("{He} is married to {spouse}.", "{His} spouse is {spouse}.", "{s} married {spouse}."),
+    "person.alma": ("{He} studied at {univ}.", "{He} graduated from {univ}.", "{s} is a graduate of {univ}."),
     "person.founded": ("{He} founded {company} in {year}.",),
     "person.directed": ("{His} films as director include {films}.",),
     "person.children": ("{His} children include {kids}.",),
     "person.siblings": ("{He} is the {sibling} of {sibs}.",),
     "person.field": ("{He} is known for {his} work in {field}.",),
-    "company.intro": ("{s} is {a_industry} company headquartered in {city}.",
-                      "{s} is {a_industry} firm based in {city}.",
-                      "{s} is {a_industry} company with its headquarters in {city}."),
-    "company.founded": ("It was founded in {year} by {founder}.",
-                        "The company was established by {founder} in {year}.",
-                        "{founder} founded {s} in {year}."),
+    "company.intro": (
+        "{s} is {a_industry} company headquartered in {city}.",
+        "{s} is {a_industry} firm based in {city}.",
+        "{s} is {a_industry} company with its headquarters in {city}.",
+    ),
+    "company.founded": (
+        "It was founded in {year} by {founder}.",
+        "The company was established by {founder} in {year}.",
+        "{founder} founded {s} in {year}.",
+    ),
     "company.size": ("It employs about {n} people.",),
     "company.ceo": ("Its chief executive is {person}.",),
-    "film.main": ("{s} is a {year} {genre} film directed by {director}.",
-                  "{s} is {a_genre} film directed by {director} and released in {year}.",
-                  "Directed by {director}, {s} is {a_genre} film from {year}."),
+    "film.main": (
+        "{s} is a {year} {genre} film directed by {director}.",
+        "{s} is {a_genre} film directed by {director} and released in {year}.",
+        "Directed by {director}, {s} is {a_genre} film from {year}.",
+    ),
     "film.cast": ("It stars {a} and {b}.",),
     "film.producer": ("The film was produced by {company}.",),
     "film.location": ("It was shot in {city}.",),
-    "city.main": ("{s} is a city in {country}.",
-                  "{s} is a town located in {country}.",
-                  "{s} lies in {country}."),
-    "city.founded": ("It was founded in {year}.",
-                     "The city was established in {year}.",
-                     "{s} was founded in {year}."),
-    "city.population": ("It has a population of {pop}.",
-                        "About {pop} people live in {s}.",
-                        "{s} has {pop} inhabitants."),
+    "city.main": (
+        "{s} is a city in {country}.",
+        "{s} is a town located in {country}.",
+        "{s} lies in {country}.",
+    ),
+    "city.founded": (
+        "It was founded in {year}.",
+        "The city was established in {year}.",
+        "{s} was founded in {year}.",
+    ),
+    "city.population": (
+        "It has a population of {pop}.",
+        "About {pop} people live in {s}.",
+        "{s} has {pop} inhabitants.",
+    ),
     "city.capital": ("It is the capital of {country}.",),
     "city.people": ("Notable people born in {s} include {a} and {b}.",),
-    "country.main": ("{s} is a country whose capital is {capital}.",
-                     "The capital of {s} is {capital}.",
-                     "{capital} is the capital city of {s}."),
-    "country.population": ("It has a population of {pop}.",
-                           "{s} is home to {pop} people.",
-                           "About {pop} people live in {s}."),
+    "country.main": (
+        "{s} is a country whose capital is {capital}.",
+        "The capital of {s} is {capital}.",
+        "{capital} is the capital city of {s}.",
+    ),
+    "country.population": (
+        "It has a population of {pop}.",
+        "{s} is home to {pop} people.",
+        "About {pop} people live in {s}.",
+    ),
     "country.independence": ("It became independent in {year}.",),
     "country.cities": ("Its largest cities include {a} and {b}.",),
-    "university.main": ("{s} is a public university in {city}.",
-                        "{s} is a university located in {city}.",
-                        "{s} is a research university based in {city}."),
-    "university.founded": ("It was founded in {year}.",
-                           "The university was established in {year}.",
-                           "{s} was founded in {year}."),
+    "university.main": (
+        "{s} is a public university in {city}.",
+        "{s} is a university located in {city}.",
+        "{s} is a research university based in {city}.",
+    ),
+    "university.founded": (
+        "It was founded in {year}.",
+        "The university was established in {year}.",
+        "{s} was founded in {year}.",
+    ),
     "university.alumni": ("Its alumni include {a} and {b}.",),
     "university.field": ("It is known for its programmes in {field}.",),
 }
@@ -125,8 +164,7 @@ RELATION_SENTENCES: dict[str, tuple[tuple[str, str], ...]] = {
     "country": (("city.main", "country"),),
     "capital": (("country.main", "capital"),),
     "birth_year": (("person.intro", "year"),),
-    "founded": (("company.founded", "year"), ("university.founded", "year"),
-                ("city.founded", "year")),
+    "founded": (("company.founded", "year"), ("university.founded", "year"), ("city.founded", "year")),
     "released": (("film.main", "year"),),
     "population": (("city.population", "pop"), ("country.population", "pop")),
 }
@@ -211,24 +249,27 @@ COMPARISONS: dict[tuple[str, str], tuple[str, int]] = {
 # With 4 hops both sides go through the bridge and the answer names a side ({a} or {b}); with 3
 # hops only the left side does and the answer is a person (the bridge entity or {b}) or yes/no.
 BRIDGE_COMPARISONS: dict[tuple[str, str, str, int], tuple[str, int]] = {
-    ("director", "birth_year", "first", 4):
-        ("Which film has the director who was born first, {a} or {b}?", FILM),
-    ("director", "birth_year", "last", 4):
-        ("Which film has the director who was born later, {a} or {b}?", FILM),
-    ("founder", "birth_year", "first", 4):
-        ("Which company has the founder who was born first, {a} or {b}?", COMPANY),
-    ("founder", "birthplace", "same", 4):
-        ("Were the founders of {a} and {b} born in the same city?", COMPANY),
-    ("director", "birthplace", "same", 4):
-        ("Were the directors of {a} and {b} born in the same city?", FILM),
-    ("director", "birth_year", "first", 3):
-        ("Who was born first, the director of {a} or {b}?", FILM),
-    ("founder", "birth_year", "first", 3):
-        ("Who was born first, the founder of {a} or {b}?", COMPANY),
-    ("director", "birthplace", "same", 3):
-        ("Was the director of {a} born in the same city as {b}?", FILM),
-    ("founder", "birthplace", "same", 3):
-        ("Was the founder of {a} born in the same city as {b}?", COMPANY),
+    ("director", "birth_year", "first", 4): (
+        "Which film has the director who was born first, {a} or {b}?",
+        FILM,
+    ),
+    ("director", "birth_year", "last", 4): (
+        "Which film has the director who was born later, {a} or {b}?",
+        FILM,
+    ),
+    ("founder", "birth_year", "first", 4): (
+        "Which company has the founder who was born first, {a} or {b}?",
+        COMPANY,
+    ),
+    ("founder", "birthplace", "same", 4): (
+        "Were the founders of {a} and {b} born in the same city?",
+        COMPANY,
+    ),
+    ("director", "birthplace", "same", 4): ("Were the directors of {a} and {b} born in the same city?", FILM),
+    ("director", "birth_year", "first", 3): ("Who was born first, the director of {a} or {b}?", FILM),
+    ("founder", "birth_year", "first", 3): ("Who was born first, the founder of {a} or {b}?", COMPANY),
+    ("director", "birthplace", "same", 3): ("Was the director of {a} born in the same city as {b}?", FILM),
+    ("founder", "birthplace", "same", 3): ("Was the founder of {a} born in the same city as {b}?", COMPANY),
 }
 # Inference: kinship relation names for chains of father/spouse links.
 INFERENCES: dict[tuple[str, ...], str] = {

@@ -39,9 +39,15 @@ class SyntheticWorld:
         True
     """
 
-    def __init__(self, config: WorldConfig, passages: list[Passage], samples: list[QASample],
-                 web_extra: list[Passage], local_ids: frozenset[str],
-                 covered_countries: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        config: WorldConfig,
+        passages: list[Passage],
+        samples: list[QASample],
+        web_extra: list[Passage],
+        local_ids: frozenset[str],
+        covered_countries: tuple[str, ...],
+    ) -> None:
         self.config = config
         self.passages = passages
         self.samples = samples
@@ -85,12 +91,12 @@ class SyntheticWorld:
     def source_description(self, name: str) -> str:
         """The one-line description an agent sees for source ``name``."""
         if name == "web":
-            return ("the whole web: complete but noisy (mirror pages), "
-                    f"cost {WEB_COST:g} per search")
+            return f"the whole web: complete but noisy (mirror pages), cost {WEB_COST:g} per search"
         if len(self.config.sources) == 1:
             return "an encyclopedia of the whole world"
-        return ("a local encyclopedia, free but incomplete: it covers only "
-                + ", ".join(self.covered_countries))
+        return "a local encyclopedia, free but incomplete: it covers only " + ", ".join(
+            self.covered_countries
+        )
 
     def fingerprint(self) -> str:
         """SHA-256 over every passage of every source and every question (determinism checks)."""
@@ -100,8 +106,20 @@ class SyntheticWorld:
         for name in self.config.sources:
             h.update(("|".join(p.doc_id for p in self.source_passages(name)) + "\x1d").encode())
         for s in self.samples:
-            h.update(repr((s.id, s.question, s.answers, s.supporting_ids, s.hops, s.kind,
-                           s.decomposition, sorted(s.metadata.items()))).encode())
+            h.update(
+                repr(
+                    (
+                        s.id,
+                        s.question,
+                        s.answers,
+                        s.supporting_ids,
+                        s.hops,
+                        s.kind,
+                        s.decomposition,
+                        sorted(s.metadata.items()),
+                    )
+                ).encode()
+            )
         return h.hexdigest()
 
 
@@ -116,8 +134,9 @@ def generate_world(config: WorldConfig) -> SyntheticWorld:
     """
     ss = np.random.SeedSequence([config.seed, 0x4B0B])
     s_graph, s_split, s_route, s_noise, s_questions = ss.spawn(5)
-    g = build_graph(config, np.random.default_rng(s_graph), np.random.default_rng(s_split),
-                    np.random.default_rng(s_route))
+    g = build_graph(
+        config, np.random.default_rng(s_graph), np.random.default_rng(s_split), np.random.default_rng(s_route)
+    )
     writer = Writer(g, config)
     width = max(6, len(str(config.n_entities - 1)))
     order = np.argsort(g.docnum).tolist()
@@ -128,14 +147,16 @@ def generate_world(config: WorldConfig) -> SyntheticWorld:
     covered_countries: tuple[str, ...] = ()
     if two:
         local_ent = g.local.tolist()
-        local_ids = frozenset(p.doc_id for p, i in zip(
-            passages, _repeat(order, config.passages_per_doc), strict=True) if local_ent[i])
-        covered_countries = tuple(sorted(
-            g.names[c] for c in g.by_type[COUNTRY].tolist() if local_ent[c]))
-        web_extra = _mirrors(g, writer, order, width, config.web_noise,
-                             np.random.default_rng(s_noise))
-    samples = make_questions(config, g, writer, np.random.default_rng(s_questions), width,
-                             local_ids if two else None)
+        local_ids = frozenset(
+            p.doc_id
+            for p, i in zip(passages, _repeat(order, config.passages_per_doc), strict=True)
+            if local_ent[i]
+        )
+        covered_countries = tuple(sorted(g.names[c] for c in g.by_type[COUNTRY].tolist() if local_ent[c]))
+        web_extra = _mirrors(g, writer, order, width, config.web_noise, np.random.default_rng(s_noise))
+    samples = make_questions(
+        config, g, writer, np.random.default_rng(s_questions), width, local_ids if two else None
+    )
     return SyntheticWorld(config, passages, samples, web_extra, local_ids, covered_countries)
 
 
@@ -151,14 +172,14 @@ def _passages(g: Graph, writer: Writer, order: list[int], width: int, ppd: int) 
         else:
             pos = 0
             for j, size in enumerate(chunks(len(sents), ppd)):
-                passages.append(Passage(f"{base}-p{j + 1}", names[i],
-                                        " ".join(sents[pos:pos + size])))
+                passages.append(Passage(f"{base}-p{j + 1}", names[i], " ".join(sents[pos : pos + size])))
                 pos += size
     return passages
 
 
-def _mirrors(g: Graph, writer: Writer, order: list[int], width: int, web_noise: float,
-             noise: np.random.Generator) -> list[Passage]:
+def _mirrors(
+    g: Graph, writer: Writer, order: list[int], width: int, web_noise: float, noise: np.random.Generator
+) -> list[Passage]:
     """The web's mirror pages: a share ``web_noise`` of entities get a partial copy."""
     n, docnum, names = len(order), g.docnum.tolist(), g.names
     has_mirror = (noise.random(n) < web_noise).tolist()
@@ -169,8 +190,7 @@ def _mirrors(g: Graph, writer: Writer, order: list[int], width: int, web_noise: 
             sents = writer.sentences(i)
             body = [s for k, s in sents if k != "hatnote"][:2]
             text = " ".join(body) + " This page is a copy and may be incomplete."
-            out.append(Passage(f"w{docnum[i]:0{width}d}",
-                               f"{names[i]} | {MIRROR_SITES[site[i]]}", text))
+            out.append(Passage(f"w{docnum[i]:0{width}d}", f"{names[i]} | {MIRROR_SITES[site[i]]}", text))
     return out
 
 

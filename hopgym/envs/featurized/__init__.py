@@ -64,9 +64,12 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name == "DEFAULT_REWARD":
         # make_featurized no longer re-declares the reward default: it is the text env's.
-        warnings.warn("hopgym.envs.featurized.DEFAULT_REWARD is deprecated and will be removed in "
-                      "hopgym 0.3: the reward default is the env options' (EnvOptions().reward)",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "hopgym.envs.featurized.DEFAULT_REWARD is deprecated and will be removed in "
+            "hopgym 0.3: the reward default is the env options' (EnvOptions().reward)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         from hopgym.envs.options import EnvOptions
 
         return EnvOptions().reward

@@ -36,9 +36,12 @@ _MOVED = ("task", "sample", "transcript", "max_turns", "top_k")
 
 def _moved(name: str) -> property:
     def get(self: FeaturizedEnv) -> Any:
-        warnings.warn(f"FeaturizedEnv.{name} is deprecated and will be removed in hopgym 0.3: "
-                      f"use env.unwrapped.{name} (the text env's)", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"FeaturizedEnv.{name} is deprecated and will be removed in hopgym 0.3: "
+            f"use env.unwrapped.{name} (the text env's)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(self.unwrapped, name)
 
     return property(get, doc=f"Deprecated: ``env.unwrapped.{name}``.")
@@ -120,8 +123,9 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
     ) -> None:
         base = env.unwrapped
         if not all(hasattr(base, a) for a in ("task", "source_names", "max_turns", "top_k")):
-            raise InvalidOptionTypeError("FeaturizedEnv wraps a hopgym text env (gym.make('hopgym/…')), got "
-                            f"{type(base).__name__}")
+            raise InvalidOptionTypeError(
+                f"FeaturizedEnv wraps a hopgym text env (gym.make('hopgym/…')), got {type(base).__name__}"
+            )
         if not isinstance(max_candidates, int) or max_candidates < 1:
             raise InvalidOptionError(f"max_candidates must be an int >= 1, got {max_candidates!r}")
         if not isinstance(hash_dim, int) or hash_dim < 1:
@@ -129,8 +133,8 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise InvalidOptionError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         gym.utils.RecordConstructorArgs.__init__(
-            self, max_candidates=max_candidates, hash_dim=hash_dim, embedder=embedder,
-            render_mode=render_mode)
+            self, max_candidates=max_candidates, hash_dim=hash_dim, embedder=embedder, render_mode=render_mode
+        )
         gym.Wrapper.__init__(self, env)
         self._render_mode = render_mode
         self.max_candidates = max_candidates
@@ -151,9 +155,8 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         self.n_actions = 2 * k + s + 1
         dim = 2 * hash_dim + self.n_global + k * len(SLOT_FEATURES) + 2 * self._emb_dim
         low = np.zeros(dim, dtype=np.float32)
-        low[dim - 2 * self._emb_dim:] = -1.0
-        self.observation_space = spaces.Box(low=low, high=np.ones(dim, dtype=np.float32),
-                                            dtype=np.float32)
+        low[dim - 2 * self._emb_dim :] = -1.0
+        self.observation_space = spaces.Box(low=low, high=np.ones(dim, dtype=np.float32), dtype=np.float32)
         self.action_space = spaces.Discrete(self.n_actions)
         self._low = low
         self._hash_cache: dict[str, int] = {}
@@ -194,8 +197,9 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         if kind == "search_question":
             return 0
         if kind not in ("search", "route", "answer"):
-            raise InvalidOptionError(f"unknown slot kind {kind!r}; use search_question, search, route, "
-                             "answer")
+            raise InvalidOptionError(
+                f"unknown slot kind {kind!r}; use search_question, search, route, answer"
+            )
         bound = s if kind == "route" else k
         if not 0 <= index < bound:
             raise IndexError(f"{kind} slot {index} out of range [0, {bound})")
@@ -231,10 +235,12 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         documents."""
         question = str(info.get("question", ""))
         self.evidence = Evidence(question)
-        self._q_hash = sorted({hash_index(w, self.hash_dim, self._hash_cache)
-                               for w in WORD.findall(question.lower())})
-        self.progress = Progress(source=str(info.get("source", self.sources[0])),
-                                 searches_by_source=dict.fromkeys(self.sources, 0))
+        self._q_hash = sorted(
+            {hash_index(w, self.hash_dim, self._hash_cache) for w in WORD.findall(question.lower())}
+        )
+        self.progress = Progress(
+            source=str(info.get("source", self.sources[0])), searches_by_source=dict.fromkeys(self.sources, 0)
+        )
         docs = list(info.get("documents") or [])
         if docs:
             self.evidence.add_docs(docs, self.progress.searches)
@@ -282,26 +288,31 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         h, p, base = self.hash_dim, self.progress, self.unwrapped
         out = np.zeros(self.observation_space.shape, dtype=np.float32)
         out[self._q_hash] = 1.0
-        idx = [h + hash_index(w, h, self._hash_cache)
-               for doc in p.last_docs for w in doc_words(doc.contents)]
+        idx = [h + hash_index(w, h, self._hash_cache) for doc in p.last_docs for w in doc_words(doc.contents)]
         if idx:
             out[idx] = 1.0
         g = 2 * h
-        out[g:g + self.n_global] = global_features(
-            p, self.evidence, self.slots, sources=self.sources, max_turns=int(base.max_turns),
-            top_k=int(base.top_k), max_candidates=self.max_candidates)
+        out[g : g + self.n_global] = global_features(
+            p,
+            self.evidence,
+            self.slots,
+            sources=self.sources,
+            max_turns=int(base.max_turns),
+            top_k=int(base.top_k),
+            max_candidates=self.max_candidates,
+        )
         start = g + self.n_global
         rows = slot_features(p, self.evidence, self.slots)
-        out[start:start + len(rows)] = rows
+        out[start : start + len(rows)] = rows
         if self._embedder is not None:
             e = self._emb_dim
             start += self.max_candidates * len(SLOT_FEATURES)
-            out[start:start + e] = self._embed(self.question.text, "query")
+            out[start : start + e] = self._embed(self.question.text, "query")
             if p.last_docs:
                 vecs = np.stack([self._embed(d.contents, "passage") for d in p.last_docs])
                 mean = vecs.mean(axis=0)
                 norm = float(np.linalg.norm(mean))
-                out[start + e:start + 2 * e] = mean / norm if norm > 0 else mean
+                out[start + e : start + 2 * e] = mean / norm if norm > 0 else mean
         np.clip(out, self._low, 1.0, out=out)
         return out
 
@@ -339,8 +350,12 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         """A line per action index saying what it does now (``""`` for empty slots)."""
         k = self.max_candidates
         out = [f"search: {self.question.text}"]
-        out += [f"search: {self.hop_query(self.slots[i])}" if i < len(self.slots)
-                and self.slots[i].kind != "yesno" else "" for i in range(k)]
+        out += [
+            f"search: {self.hop_query(self.slots[i])}"
+            if i < len(self.slots) and self.slots[i].kind != "yesno"
+            else ""
+            for i in range(k)
+        ]
         out += [f"route: {s}" for s in self.sources]
         out += [f"answer: {self.slots[i].text}" if i < len(self.slots) else "" for i in range(k)]
         return out
@@ -376,8 +391,9 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         info["candidates"] = tuple(c.text for c in self.slots)
         return info
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset the text env (``seed`` and ``options`` pass through) and read its question."""
         _, info = self.env.reset(seed=seed, options=options)
         self._start(info)
@@ -387,15 +403,17 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         """Step the text env with the action index ``action`` stands for now."""
         act = self.decode(action)
         if act is None:
-            return self.step_text(f"(featurized action {action!r}: no candidate in this slot)",
-                                  description=f"invalid: {action!r}")
+            return self.step_text(
+                f"(featurized action {action!r}: no candidate in this slot)",
+                description=f"invalid: {action!r}",
+            )
         a = int(action)
         hop = self.slots[a - 1].key if 1 <= a <= self.max_candidates else None
         return self.step_text(act, description=self.describe_actions()[a], hop_key=hop)
 
-    def step_text(self, action: Action | str, *, description: str = "",
-                  hop_key: str | None = None
-                  ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step_text(
+        self, action: Action | str, *, description: str = "", hop_key: str | None = None
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Step the wrapped env with a structured action or raw text, keeping the features in sync.
 
         :meth:`step` calls it with the action a candidate index stands for; the multi-agent env
@@ -405,18 +423,17 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
             self.progress.queried_keys.add(hop_key)
         _, reward, terminated, truncated, info = self.env.step(action)
         info = dict(info)
-        info["featurized_action"] = description or (
-            action if isinstance(action, str) else repr(action))
+        info["featurized_action"] = description or (action if isinstance(action, str) else repr(action))
         self._read_step(info)
-        return (self._features(), float(reward), bool(terminated), bool(truncated),
-                self._extra_info(info))
+        return (self._features(), float(reward), bool(terminated), bool(truncated), self._extra_info(info))
 
     def render(self) -> str | None:
         """With ``render_mode="ansi"``: the text env's transcript and the current actions."""
         if self.render_mode != "ansi":
             return None
-        text = "".join(m["content"] if m["role"] == "user" else m["content"] + "\n"
-                       for m in self.unwrapped.transcript)
+        text = "".join(
+            m["content"] if m["role"] == "user" else m["content"] + "\n" for m in self.unwrapped.transcript
+        )
         lines = [f"  [{i}] {d}" for i, d in enumerate(self.describe_actions()) if d]
         return text + "Actions:\n" + "\n".join(lines) + "\n"
 
@@ -459,10 +476,14 @@ def make_featurized(
     if misplaced:
         raise InvalidOptionError(f"pass {misplaced[0]}= to make_featurized directly, not in base_kwargs")
     env = gym.make(base_id, **kwargs, **options)
-    return FeaturizedEnv(env, max_candidates=max_candidates, hash_dim=hash_dim,
-                         embedder=embedder, render_mode=opts.render_mode)
+    return FeaturizedEnv(
+        env, max_candidates=max_candidates, hash_dim=hash_dim, embedder=embedder, render_mode=opts.render_mode
+    )
 
 
 # make_featurized's own keywords, suggested (with the options) for a misspelt keyword.
-_OWN_ARGS = tuple(n for n, p in inspect.signature(make_featurized).parameters.items()
-                  if p.kind is not inspect.Parameter.VAR_KEYWORD)
+_OWN_ARGS = tuple(
+    n
+    for n, p in inspect.signature(make_featurized).parameters.items()
+    if p.kind is not inspect.Parameter.VAR_KEYWORD
+)

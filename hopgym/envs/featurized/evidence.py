@@ -167,8 +167,12 @@ class Evidence:
                 c.best_rank = min(c.best_rank, d.rank)
                 c.depth = max(c.depth, d.depth)
                 c.match_any |= bool(concepts & chain_set)
-                if (want is not None and want in concepts and d.depth > c.level
-                        and (kind in ("entity", "title") or d.depth == n)):
+                if (
+                    want is not None
+                    and want in concepts
+                    and d.depth > c.level
+                    and (kind in ("entity", "title") or d.depth == n)
+                ):
                     # Years and numbers end chains; only entities lead on.
                     c.level = d.depth
         if title is not None:
@@ -219,13 +223,17 @@ class Evidence:
         for d in self.docs:
             if d.depth < 1:
                 continue
-            vals_d = {key for concepts, spans in d.sentences if compared in concepts
-                      for _, kind, key in spans if kind == "entity" and key != d.key}
+            vals_d = {
+                key
+                for concepts, spans in d.sentences
+                if compared in concepts
+                for _, kind, key in spans
+                if kind == "entity" and key != d.key
+            }
             if vals_d:
                 sets.append(vals_d)
         if len(sets) >= 2:
-            shared = any(sets[i] & sets[j] for i in range(len(sets))
-                         for j in range(i + 1, len(sets)))
+            shared = any(sets[i] & sets[j] for i in range(len(sets)) for j in range(i + 1, len(sets)))
             self.same_yes, self.same_no = shared, not shared
         yes, no = self.cands.get("yes"), self.cands.get("no")
         if yes is not None:
@@ -281,8 +289,16 @@ class Evidence:
         q_ents = [c for c in self.cands.values() if c.kind == "qentity"]
         rest = [c for c in self.cands.values() if c.kind not in _FIXED and c.count > 0]
         want = self.answer_kinds()
-        rest.sort(key=lambda c: (-c.level, c.kind not in want, -c.last_search,
-                                 -int(c.match_any), c.best_rank, c.order))
+        rest.sort(
+            key=lambda c: (
+                -c.level,
+                c.kind not in want,
+                -c.last_search,
+                -int(c.match_any),
+                c.best_rank,
+                c.order,
+            )
+        )
         return (fixed + q_ents + rest)[:limit]
 
     def hop_query(self, cand: Candidate) -> str:

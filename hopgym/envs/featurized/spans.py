@@ -97,9 +97,10 @@ class Doc:
 @functools.lru_cache(maxsize=32768)
 def _parse_text(text: str) -> tuple[Sentence, ...]:
     # Pure and keyed by the text: documents come back in many episodes, parse each once.
-    return tuple((sentence_concepts(sent),
-                  tuple((s, k, entity_key(s)) for s, k in _sentence_spans(sent)))
-                 for sent in _SENT.split(text))
+    return tuple(
+        (sentence_concepts(sent), tuple((s, k, entity_key(s)) for s, k in _sentence_spans(sent)))
+        for sent in _SENT.split(text)
+    )
 
 
 @functools.lru_cache(maxsize=32768)

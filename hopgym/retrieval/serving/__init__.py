@@ -16,9 +16,11 @@ from hopgym.retrieval.serving.config import ServeConfig
 
 __all__ = ["ServeConfig", "RetrievalServer", "serve_index", "build_app"]
 
-_LAZY = {"RetrievalServer": "hopgym.retrieval.serving.app",
-         "serve_index": "hopgym.retrieval.serving.launch",
-         "build_app": "hopgym.retrieval.serving.app"}
+_LAZY = {
+    "RetrievalServer": "hopgym.retrieval.serving.app",
+    "serve_index": "hopgym.retrieval.serving.launch",
+    "build_app": "hopgym.retrieval.serving.app",
+}
 
 if TYPE_CHECKING:
     from hopgym.retrieval.serving.app import RetrievalServer, build_app

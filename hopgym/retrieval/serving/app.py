@@ -54,13 +54,22 @@ from hopgym.retrieval.serving.protocol import (
     result_json,
 )
 
-__all__ = ["RetrievalServer", "build_app", "load_served_index",
-           "require_serve_extra", "LIMIT_FIELDS"]
+__all__ = ["RetrievalServer", "build_app", "load_served_index", "require_serve_extra", "LIMIT_FIELDS"]
 
 #: The :class:`ServeConfig` fields ``GET /health`` reports as the server's limits.
-LIMIT_FIELDS = ("topk", "max_topk", "max_queries", "max_query_chars", "max_body_bytes",
-                "max_header_bytes", "max_json_depth", "max_batch", "max_pending", "read_timeout",
-                "request_timeout")
+LIMIT_FIELDS = (
+    "topk",
+    "max_topk",
+    "max_queries",
+    "max_query_chars",
+    "max_body_bytes",
+    "max_header_bytes",
+    "max_json_depth",
+    "max_batch",
+    "max_pending",
+    "read_timeout",
+    "request_timeout",
+)
 
 
 def require_serve_extra() -> None:
@@ -71,7 +80,8 @@ def require_serve_extra() -> None:
         except ImportError:
             raise DependencyNotInstalled(
                 f"{module} is not installed: `hopgym serve` runs on uvicorn and Starlette; run "
-                "`pip install 'hopgym[serve]'`") from None
+                "`pip install 'hopgym[serve]'`"
+            ) from None
 
 
 def _json_response(status: int, payload: Any, headers: dict[str, str] | None = None) -> Any:
@@ -88,12 +98,13 @@ async def _read_body(scope: Any, receive: Any, cfg: ServeConfig) -> bytes:
         try:
             n = int(length)
         except ValueError:
-            raise RequestError("bad_request", f"Content-Length is not a number: {length!r:.40}"
-                               ) from None
+            raise RequestError("bad_request", f"Content-Length is not a number: {length!r:.40}") from None
         if n > cfg.max_body_bytes:
-            raise RequestError("body_too_large", f"the body has {n:,} bytes; the limit is "
-                                                 f"{cfg.max_body_bytes:,} (--max-body-bytes)",
-                               "max_body_bytes")
+            raise RequestError(
+                "body_too_large",
+                f"the body has {n:,} bytes; the limit is {cfg.max_body_bytes:,} (--max-body-bytes)",
+                "max_body_bytes",
+            )
 
     async def read() -> bytes:
         parts, size = [], 0
@@ -104,9 +115,11 @@ async def _read_body(scope: Any, receive: Any, cfg: ServeConfig) -> bytes:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > cfg.max_body_bytes:
-                raise RequestError("body_too_large", f"the body has more than "
-                                                     f"{cfg.max_body_bytes:,} bytes (--max-body-bytes)",
-                                   "max_body_bytes")
+                raise RequestError(
+                    "body_too_large",
+                    f"the body has more than {cfg.max_body_bytes:,} bytes (--max-body-bytes)",
+                    "max_body_bytes",
+                )
             parts.append(chunk)
             if not message.get("more_body", False):
                 return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -118,13 +131,14 @@ async def _read_body(scope: Any, receive: Any, cfg: ServeConfig) -> bytes:
         async with timeout(cfg.read_timeout):
             return await read()
     except asyncio.TimeoutError:
-        raise RequestError("read_timeout", f"the body did not arrive within {cfg.read_timeout} s "
-                                           "(--read-timeout)", "read_timeout"
-                           ) from None
+        raise RequestError(
+            "read_timeout",
+            f"the body did not arrive within {cfg.read_timeout} s (--read-timeout)",
+            "read_timeout",
+        ) from None
 
 
-async def _send_json(send: Any, status: int, payload: Any,
-                     headers: dict[str, str] | None = None) -> None:
+async def _send_json(send: Any, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
     body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
@@ -141,9 +155,13 @@ def _error_headers(err: RequestError) -> dict[str, str]:
     return headers
 
 
-def build_app(engine: Any, cfg: ServeConfig, metrics: ServerMetrics,
-              info: Callable[[], dict[str, Any]],
-              lifespan: Callable[[Any], Any] | None = None) -> Any:
+def build_app(
+    engine: Any,
+    cfg: ServeConfig,
+    metrics: ServerMetrics,
+    info: Callable[[], dict[str, Any]],
+    lifespan: Callable[[Any], Any] | None = None,
+) -> Any:
     """The Starlette app of the retrieval server.
 
     Args:
@@ -173,8 +191,7 @@ def build_app(engine: Any, cfg: ServeConfig, metrics: ServerMetrics,
             req = parse_retrieve(raw, cfg)
         except RequestError as err:
             metrics.reply(err.status, err.kind)
-            await _send_json(send, err.status, error_json(err.message, err.limit),
-                             _error_headers(err))
+            await _send_json(send, err.status, error_json(err.message, err.limit), _error_headers(err))
             return
         finally:
             engine.receiving -= 1
@@ -182,16 +199,14 @@ def build_app(engine: Any, cfg: ServeConfig, metrics: ServerMetrics,
             hits = await engine.search(req.queries, req.topk)
         except RequestError as err:
             metrics.reply(err.status, err.kind)
-            await _send_json(send, err.status, error_json(err.message, err.limit),
-                             _error_headers(err))
+            await _send_json(send, err.status, error_json(err.message, err.limit), _error_headers(err))
             return
         await _send_json(send, 200, result_json(hits, req.return_scores))
         metrics.latency.observe(time.perf_counter() - started)
         metrics.reply(200)
 
     async def health(request: Request) -> Response:
-        return _json_response(200, {"status": "ok", **info(), "stats": metrics.snapshot(),
-                                    "limits": limits})
+        return _json_response(200, {"status": "ok", **info(), "stats": metrics.snapshot(), "limits": limits})
 
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
@@ -208,12 +223,15 @@ def build_app(engine: Any, cfg: ServeConfig, metrics: ServerMetrics,
         metrics.error("internal_error")
         return _json_response(500, error_json(f"{type(exc).__name__}: {exc}"))
 
-    routes = [Route("/retrieve", _ASGI(retrieve), methods=["POST"]),
-              Route("/health", health, methods=["GET"]),
-              Route("/", health, methods=["GET"]),
-              Route("/metrics", prometheus, methods=["GET"])]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error, Exception: crash})
+    routes = [
+        Route("/retrieve", _ASGI(retrieve), methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/", health, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error, Exception: crash}
+    )
 
 
 class _ASGI:
@@ -229,8 +247,10 @@ class _ASGI:
 
 def _raw_reply(status: int, reason: str, message: str, limit: str) -> bytes:
     body = json.dumps(error_json(message, limit)).encode()
-    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
     return head.encode("ascii") + body
 
 
@@ -248,8 +268,7 @@ def _guarded_protocol(cfg: ServeConfig, metrics: ServerMetrics) -> type:
     except ImportError:  # uvicorn without httptools
         from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
 
-    timeout_msg = (f"no complete request line and headers within {cfg.read_timeout} s "
-                   "(--read-timeout)")
+    timeout_msg = f"no complete request line and headers within {cfg.read_timeout} s (--read-timeout)"
     big_msg = f"request headers over {cfg.max_header_bytes:,} bytes (--max-header-bytes)"
 
     class GuardedProtocol(Base):  # type: ignore[misc, valid-type]
@@ -279,13 +298,17 @@ def _guarded_protocol(cfg: ServeConfig, metrics: ServerMetrics) -> type:
                 # limit holds whichever parser runs and however the bytes are split.
                 seen = self._head_tail + data
                 end = seen.find(b"\r\n\r\n")
-                size = self._head_bytes + (len(data) if end < 0
-                                           else end + 4 - len(self._head_tail))
+                size = self._head_bytes + (len(data) if end < 0 else end + 4 - len(self._head_tail))
                 self._head_bytes += len(data)
                 self._head_tail = seen[-3:]
                 if size > cfg.max_header_bytes:
-                    self._refuse(431, "Request Header Fields Too Large", big_msg,
-                                 "max_header_bytes", "headers_too_large")
+                    self._refuse(
+                        431,
+                        "Request Header Fields Too Large",
+                        big_msg,
+                        "max_header_bytes",
+                        "headers_too_large",
+                    )
                     return
             super().data_received(data)
 
@@ -312,11 +335,21 @@ def _uvicorn_config(app: Any, cfg: ServeConfig, metrics: ServerMetrics) -> Any:
     import uvicorn
 
     return uvicorn.Config(
-        app, host=cfg.host, port=cfg.port, http=_guarded_protocol(cfg, metrics), ws="none",
-        lifespan="on", log_config=None, access_log=cfg.verbose, backlog=cfg.backlog,
-        timeout_keep_alive=cfg.keep_alive, timeout_graceful_shutdown=cfg.shutdown_timeout,
-        h11_max_incomplete_event_size=cfg.max_header_bytes, server_header=False,
-        proxy_headers=False)
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        http=_guarded_protocol(cfg, metrics),
+        ws="none",
+        lifespan="on",
+        log_config=None,
+        access_log=cfg.verbose,
+        backlog=cfg.backlog,
+        timeout_keep_alive=cfg.keep_alive,
+        timeout_graceful_shutdown=cfg.shutdown_timeout,
+        h11_max_incomplete_event_size=cfg.max_header_bytes,
+        server_header=False,
+        proxy_headers=False,
+    )
 
 
 def _bind(host: str, port: int, backlog: int) -> socket.socket:
@@ -355,12 +388,10 @@ class RetrievalServer:
         ['b']
     """
 
-    def __init__(self, retriever: Retriever, config: ServeConfig | None = None,
-                 **options: Any) -> None:
+    def __init__(self, retriever: Retriever, config: ServeConfig | None = None, **options: Any) -> None:
         require_serve_extra()
         if "default_topk" in options:
-            warnings.warn("RetrievalServer(default_topk=) is now topk=", DeprecationWarning,
-                          stacklevel=2)
+            warnings.warn("RetrievalServer(default_topk=) is now topk=", DeprecationWarning, stacklevel=2)
             options["topk"] = options.pop("default_topk")
         cfg = config or ServeConfig()
         self.config = cfg.updated(**options) if options else cfg
@@ -385,9 +416,13 @@ class RetrievalServer:
         self._error: BaseException | None = None
 
     def _info(self) -> dict[str, Any]:
-        return {"passages": len(getattr(self.retriever, "passages", ())), "retriever": self.kind,
-                "default_topk": self.config.topk, "server": "uvicorn",
-                "query_cache": cache_stats(self.retriever)}
+        return {
+            "passages": len(getattr(self.retriever, "passages", ())),
+            "retriever": self.kind,
+            "default_topk": self.config.topk,
+            "server": "uvicorn",
+            "query_cache": cache_stats(self.retriever),
+        }
 
     @property
     def url(self) -> str:
@@ -449,8 +484,7 @@ class RetrievalServer:
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout if timeout is not None
-                              else self.config.shutdown_timeout + 10)
+            self._thread.join(timeout if timeout is not None else self.config.shutdown_timeout + 10)
             self._thread = None
         self._server = None
         self._sock.close()
@@ -495,10 +529,17 @@ def load_served_index(cfg: ServeConfig) -> tuple[Retriever, Any]:
     cache of ``cfg.cache_entries`` / ``cfg.cache_bytes``."""
     from hopgym.retrieval.index_store import load_index, read_manifest
 
-    retriever = load_index(cfg.index, corpus=cfg.corpus, model=cfg.model, retriever=cfg.retriever,
-                           threads=cfg.threads, device=cfg.device,
-                           index_backend=cfg.index_backend, verify=cfg.verify,
-                           rebuild=cfg.rebuild)
+    retriever = load_index(
+        cfg.index,
+        corpus=cfg.corpus,
+        model=cfg.model,
+        retriever=cfg.retriever,
+        threads=cfg.threads,
+        device=cfg.device,
+        index_backend=cfg.index_backend,
+        verify=cfg.verify,
+        rebuild=cfg.rebuild,
+    )
     configure = getattr(retriever, "configure_cache", None)
     if configure is not None:
         configure(cfg.cache_entries, cfg.cache_bytes)

@@ -45,7 +45,7 @@ def chunks(queries: Sequence[str], size: int) -> list[list[str]]:
         >>> chunks(["a", "b", "c"], 2)
         [['a', 'b'], ['c']]
     """
-    return [list(queries[i:i + size]) for i in range(0, len(queries), size)]
+    return [list(queries[i : i + size]) for i in range(0, len(queries), size)]
 
 
 def cache_stats(retriever: Retriever) -> dict[str, int] | None:
@@ -54,8 +54,9 @@ def cache_stats(retriever: Retriever) -> dict[str, int] | None:
     return info()._asdict() if info is not None else None
 
 
-def answer_jobs(retriever: Retriever, jobs: Sequence[tuple[Sequence[str], int]]
-                ) -> list[list[list[SearchHit]]]:
+def answer_jobs(
+    retriever: Retriever, jobs: Sequence[tuple[Sequence[str], int]]
+) -> list[list[list[SearchHit]]]:
     """Answer several ``(queries, topk)`` jobs with one engine call.
 
     The engine is asked for the largest ``topk`` of the batch; each job gets its own cut. The
@@ -69,7 +70,7 @@ def answer_jobs(retriever: Retriever, jobs: Sequence[tuple[Sequence[str], int]]
     hits = scored_search_batch(retriever, queries, k, cached=True)
     out, off = [], 0
     for qs, topk in jobs:
-        out.append([h[:topk] for h in hits[off:off + len(qs)]])
+        out.append([h[:topk] for h in hits[off : off + len(qs)]])
         off += len(qs)
     return out
 
@@ -117,8 +118,9 @@ class Batcher:
         while self._jobs:
             job = self._jobs.popleft()
             if not job.future.done():
-                job.future.set_exception(RequestError(
-                    "shutting_down", "the retrieval server is shutting down"))
+                job.future.set_exception(
+                    RequestError("shutting_down", "the retrieval server is shutting down")
+                )
         self._pending = 0
         if self._task is not None:
             self._task.cancel()
@@ -144,9 +146,12 @@ class Batcher:
             raise RequestError("shutting_down", "the retrieval server is shutting down")
         cfg = self.cfg
         if self._pending + len(queries) > cfg.max_pending:
-            raise RequestError("overloaded", f"{self._pending} queries are waiting for the engine "
-                                             f"(--max-pending {cfg.max_pending}): retry later",
-                               "max_pending")
+            raise RequestError(
+                "overloaded",
+                f"{self._pending} queries are waiting for the engine "
+                f"(--max-pending {cfg.max_pending}): retry later",
+                "max_pending",
+            )
         loop = asyncio.get_running_loop()
         jobs = [Job(c, topk, loop.create_future()) for c in chunks(queries, cfg.max_batch)]
         self._jobs.extend(jobs)
@@ -165,9 +170,11 @@ class Batcher:
         return [hits for part in done for hits in part]
 
     def _expire(self, jobs: list[Job]) -> None:
-        err = RequestError("request_timeout", f"no answer from the engine within "
-                                              f"{self.cfg.request_timeout} s (--request-timeout)",
-                           "request_timeout")
+        err = RequestError(
+            "request_timeout",
+            f"no answer from the engine within {self.cfg.request_timeout} s (--request-timeout)",
+            "request_timeout",
+        )
         for j in jobs:
             if not j.future.done():
                 j.future.set_exception(err)
@@ -222,17 +229,17 @@ class Batcher:
             started = time.perf_counter()
             try:
                 hits = await loop.run_in_executor(
-                    self._executor, answer_jobs, self.retriever,
-                    [(j.queries, j.topk) for j in batch])
+                    self._executor, answer_jobs, self.retriever, [(j.queries, j.topk) for j in batch]
+                )
             except asyncio.CancelledError:  # stopped mid-call: its requests are told
                 for j in batch:
                     if not j.future.done():
-                        j.future.set_exception(RequestError(
-                            "shutting_down", "the retrieval server is shutting down"))
+                        j.future.set_exception(
+                            RequestError("shutting_down", "the retrieval server is shutting down")
+                        )
                 raise
             except Exception as exc:  # noqa: BLE001 - every waiting request is told
-                err = RequestError("engine_error", f"the engine failed: {type(exc).__name__}: "
-                                                   f"{exc}")
+                err = RequestError("engine_error", f"the engine failed: {type(exc).__name__}: {exc}")
                 for j in batch:
                     if not j.future.done():
                         j.future.set_exception(err)

@@ -20,8 +20,9 @@ from hopgym.retrieval.serving.ray_serve import serve_ray
 __all__ = ["serve_index"]
 
 
-def serve_index(index: str | os.PathLike[str] | None = None, *, config: ServeConfig | None = None,
-                **options: Any) -> None:
+def serve_index(
+    index: str | os.PathLike[str] | None = None, *, config: ServeConfig | None = None, **options: Any
+) -> None:
     """Load a saved index (verified and checked against its corpus) and serve it until SIGINT or
     SIGTERM (``hopgym serve``): on uvicorn, or on Ray Serve with ``ray=True``.
 
@@ -34,8 +35,9 @@ def serve_index(index: str | os.PathLike[str] | None = None, *, config: ServeCon
         options["index"] = os.fspath(index)
     cfg = cfg.updated(**options) if options else cfg
     if cfg.index is None:
-        raise InvalidOptionError("serve needs an index directory (--index DIR; `hopgym index build` "
-                         "makes one)")
+        raise InvalidOptionError(
+            "serve needs an index directory (--index DIR; `hopgym index build` makes one)"
+        )
     if cfg.ray:
         serve_ray(cfg)
         return
@@ -47,7 +49,10 @@ def serve_index(index: str | os.PathLike[str] | None = None, *, config: ServeCon
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     srv = RetrievalServer(retriever, cfg)
-    print(f"hopgym: serving a {manifest.retriever} index of {manifest.num_passages:,} passages "
-          f"from {cfg.index} at {srv.url}/retrieve (Ctrl-C or SIGTERM to stop)", flush=True)
+    print(
+        f"hopgym: serving a {manifest.retriever} index of {manifest.num_passages:,} passages "
+        f"from {cfg.index} at {srv.url}/retrieve (Ctrl-C or SIGTERM to stop)",
+        flush=True,
+    )
     srv.serve_forever()
     print("hopgym: stopped", file=sys.stderr, flush=True)

@@ -34,8 +34,7 @@ __all__ = ["ServerMetrics", "CONTENT_TYPE"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
-_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-            10.0, 30.0)
+_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class ServerMetrics:
@@ -54,31 +53,49 @@ class ServerMetrics:
 
         self.registry = CollectorRegistry(auto_describe=True)
         reg = {"registry": self.registry}
-        self.requests = Counter("hopgym_retrieval_requests", "POST /retrieve replies, by HTTP "
-                                "status", ["status"], **reg)
+        self.requests = Counter(
+            "hopgym_retrieval_requests", "POST /retrieve replies, by HTTP status", ["status"], **reg
+        )
         self.queries = Counter("hopgym_retrieval_queries", "Queries answered", **reg)
-        self.errors = Counter("hopgym_retrieval_errors", "Requests refused or failed, by kind",
-                              ["kind"], **reg)
+        self.errors = Counter(
+            "hopgym_retrieval_errors", "Requests refused or failed, by kind", ["kind"], **reg
+        )
         for kind in ERROR_KINDS:
             self.errors.labels(kind=kind)
-        self.batch_queries = Histogram("hopgym_retrieval_batch_queries",
-                                       "Queries per engine call", buckets=_SIZES, **reg)
-        self.batch_requests = Histogram("hopgym_retrieval_batch_requests",
-                                        "Requests per engine call", buckets=_SIZES, **reg)
-        self.queue_wait = Histogram("hopgym_retrieval_queue_wait_seconds", "Time from queued to "
-                                    "the engine call", buckets=_SECONDS, **reg)
-        self.engine = Histogram("hopgym_retrieval_engine_seconds", "Time of one batched engine "
-                                "call", buckets=_SECONDS, **reg)
-        self.latency = Histogram("hopgym_retrieval_request_seconds", "Time from a request's "
-                                 "body read to its answer", buckets=_SECONDS, **reg)
-        self.pending = Gauge("hopgym_retrieval_pending_queries", "Queries waiting for the "
-                             "engine", **reg)
+        self.batch_queries = Histogram(
+            "hopgym_retrieval_batch_queries", "Queries per engine call", buckets=_SIZES, **reg
+        )
+        self.batch_requests = Histogram(
+            "hopgym_retrieval_batch_requests", "Requests per engine call", buckets=_SIZES, **reg
+        )
+        self.queue_wait = Histogram(
+            "hopgym_retrieval_queue_wait_seconds",
+            "Time from queued to the engine call",
+            buckets=_SECONDS,
+            **reg,
+        )
+        self.engine = Histogram(
+            "hopgym_retrieval_engine_seconds", "Time of one batched engine call", buckets=_SECONDS, **reg
+        )
+        self.latency = Histogram(
+            "hopgym_retrieval_request_seconds",
+            "Time from a request's body read to its answer",
+            buckets=_SECONDS,
+            **reg,
+        )
+        self.pending = Gauge("hopgym_retrieval_pending_queries", "Queries waiting for the engine", **reg)
         self.passages = Gauge("hopgym_retrieval_passages", "Passages in the index", **reg)
         self.passages.set(passages)
         self._by_status: dict[int, Any] = {}
         self._lock = threading.Lock()
-        self.stats: dict[str, int] = {"requests": 0, "queries": 0, "batches": 0, "errors": 0,
-                                      "max_batch_queries": 0, "max_batch_requests": 0}
+        self.stats: dict[str, int] = {
+            "requests": 0,
+            "queries": 0,
+            "batches": 0,
+            "errors": 0,
+            "max_batch_queries": 0,
+            "max_batch_requests": 0,
+        }
 
     def reply(self, status: int, kind: str | None = None) -> None:
         """Count a ``POST /retrieve`` reply (and its error ``kind``, if it is one)."""

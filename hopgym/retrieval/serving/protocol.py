@@ -33,8 +33,16 @@ from hopgym.corpora.types import Passage
 from hopgym.errors import HopgymError
 from hopgym.retrieval.base import SearchHit
 
-__all__ = ["RequestError", "RetrieveRequest", "parse_retrieve", "check_json_depth",
-           "document_json", "result_json", "error_json", "ERROR_KINDS"]
+__all__ = [
+    "RequestError",
+    "RetrieveRequest",
+    "parse_retrieve",
+    "check_json_depth",
+    "document_json",
+    "result_json",
+    "error_json",
+    "ERROR_KINDS",
+]
 
 #: Every ``kind`` of refusal or failure (the ``kind`` label of the errors metric), with its status.
 ERROR_KINDS: dict[str, int] = {
@@ -120,9 +128,11 @@ the limit is 16 (--max-json-depth)
     step = np.where((arr == ord("[")) | (arr == ord("{")), 1, -1).astype(np.int64)
     depth = int(np.cumsum(step).max(initial=0))
     if depth > limit:
-        raise RequestError("json_too_deep", f"the JSON body is nested {depth} deep; the limit is "
-                                            f"{limit} ({_flag('max_json_depth')})",
-                           "max_json_depth")
+        raise RequestError(
+            "json_too_deep",
+            f"the JSON body is nested {depth} deep; the limit is {limit} ({_flag('max_json_depth')})",
+            "max_json_depth",
+        )
 
 
 @dataclass(frozen=True)
@@ -167,22 +177,29 @@ def parse_retrieve(raw: bytes, cfg: Any) -> RetrieveRequest:
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise RequestError("bad_request", "'queries' must be a list of strings")
     if len(queries) > cfg.max_queries:
-        raise RequestError("too_many_queries",
-                           f"at most {cfg.max_queries} queries per request "
-                           f"({_flag('max_queries')}), got {len(queries)}", "max_queries")
+        raise RequestError(
+            "too_many_queries",
+            f"at most {cfg.max_queries} queries per request ({_flag('max_queries')}), got {len(queries)}",
+            "max_queries",
+        )
     for i, q in enumerate(queries):
         if len(q) > cfg.max_query_chars:
-            raise RequestError("query_too_long",
-                               f"query {i} has {len(q):,} characters; the limit is "
-                               f"{cfg.max_query_chars:,} ({_flag('max_query_chars')}); long "
-                               "queries are refused, not truncated", "max_query_chars")
+            raise RequestError(
+                "query_too_long",
+                f"query {i} has {len(q):,} characters; the limit is "
+                f"{cfg.max_query_chars:,} ({_flag('max_query_chars')}); long "
+                "queries are refused, not truncated",
+                "max_query_chars",
+            )
     topk = req.get("topk")
     if topk is None:
         topk = cfg.topk
     if not isinstance(topk, int) or isinstance(topk, bool) or not 1 <= topk <= cfg.max_topk:
-        raise RequestError("topk_out_of_range",
-                           f"'topk' must be an integer in 1..{cfg.max_topk} "
-                           f"({_flag('max_topk')}), got {topk!r:.40}", "max_topk")
+        raise RequestError(
+            "topk_out_of_range",
+            f"'topk' must be an integer in 1..{cfg.max_topk} ({_flag('max_topk')}), got {topk!r:.40}",
+            "max_topk",
+        )
     rs = req.get("return_scores", False)
     if not isinstance(rs, bool):
         raise RequestError("bad_request", f"'return_scores' must be true or false, got {rs!r:.40}")
@@ -202,8 +219,10 @@ def document_json(p: Passage) -> dict[str, str]:
 def result_json(hits: list[list[SearchHit]], return_scores: bool) -> dict[str, Any]:
     """The body of a ``POST /retrieve`` answer."""
     if return_scores:
-        result: list[Any] = [[{"document": document_json(h.passage), "score": h.score}
-                              for h in per_query] for per_query in hits]
+        result: list[Any] = [
+            [{"document": document_json(h.passage), "score": h.score} for h in per_query]
+            for per_query in hits
+        ]
     else:
         result = [[document_json(h.passage) for h in per_query] for per_query in hits]
     return {"result": result}

@@ -49,8 +49,10 @@ def _ray() -> tuple[Any, Any]:
         import ray
         from ray import serve
     except ImportError:
-        raise DependencyNotInstalled("ray[serve] is not installed: `hopgym serve --ray` runs on "
-                                     "Ray Serve; run `pip install 'hopgym[ray]'`") from None
+        raise DependencyNotInstalled(
+            "ray[serve] is not installed: `hopgym serve --ray` runs on "
+            "Ray Serve; run `pip install 'hopgym[ray]'`"
+        ) from None
     return ray, serve
 
 
@@ -92,10 +94,15 @@ def replica_class() -> Any:
             return self._app
 
         def _info(self) -> dict[str, Any]:
-            return {"passages": len(self.retriever.passages), "retriever": self.kind,
-                    "default_topk": self.cfg.topk, "server": "ray-serve",
-                    "replica": self.replica, "pid": os.getpid(),
-                    "query_cache": cache_stats(self.retriever)}
+            return {
+                "passages": len(self.retriever.passages),
+                "retriever": self.kind,
+                "default_topk": self.cfg.topk,
+                "server": "ray-serve",
+                "replica": self.replica,
+                "pid": os.getpid(),
+                "query_cache": cache_stats(self.retriever),
+            }
 
         async def search(self, queries: list[str], topk: int) -> list[Any]:
             from hopgym.retrieval.serving.protocol import RequestError
@@ -104,25 +111,29 @@ def replica_class() -> Any:
                 return []
             try:
                 parts = await asyncio.wait_for(
-                    asyncio.gather(*(self._batched((c, topk))
-                                     for c in chunks(queries, self.cfg.max_batch))),
-                    self.cfg.request_timeout)
+                    asyncio.gather(*(self._batched((c, topk)) for c in chunks(queries, self.cfg.max_batch))),
+                    self.cfg.request_timeout,
+                )
             except asyncio.TimeoutError:
-                raise RequestError("request_timeout", f"no answer from the engine within "
-                                                      f"{self.cfg.request_timeout} s (--request-timeout)",
-                                   "request_timeout") from None
+                raise RequestError(
+                    "request_timeout",
+                    f"no answer from the engine within {self.cfg.request_timeout} s (--request-timeout)",
+                    "request_timeout",
+                ) from None
             except RequestError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the engine failed: a 500 naming it
-                raise RequestError("engine_error", f"the engine failed: {type(exc).__name__}: "
-                                                   f"{exc}") from None
+                raise RequestError(
+                    "engine_error", f"the engine failed: {type(exc).__name__}: {exc}"
+                ) from None
             return [hits for part in parts for hits in part]
 
         @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.002, batch_size_fn=_queries_in)
         async def _batched(self, jobs: list[tuple[list[str], int]]) -> list[Any]:
             started = time.perf_counter()
             out = await asyncio.get_running_loop().run_in_executor(
-                self._executor, answer_jobs, self.retriever, jobs)
+                self._executor, answer_jobs, self.retriever, jobs
+            )
             self.metrics.batch(_queries_in(jobs), len(jobs), [], time.perf_counter() - started)
             return out
 
@@ -132,8 +143,11 @@ def replica_class() -> Any:
 
 def _absolute(cfg: ServeConfig) -> ServeConfig:
     """Paths as every replica (on any node, in any working directory) reads them."""
-    return replace(cfg, index=os.path.abspath(cfg.index) if cfg.index else None,
-                   corpus=os.path.abspath(cfg.corpus) if cfg.corpus else None)
+    return replace(
+        cfg,
+        index=os.path.abspath(cfg.index) if cfg.index else None,
+        corpus=os.path.abspath(cfg.corpus) if cfg.corpus else None,
+    )
 
 
 def _check_index(cfg: ServeConfig) -> Any:
@@ -169,14 +183,18 @@ def deploy(config: ServeConfig | None = None, **options: Any) -> str:
         ray.init(address=cfg.ray_address or "local", log_to_driver=cfg.verbose)
     serve.start(http_options={"host": cfg.host, "port": cfg.port})
     deployment = replica_class().options(
-        name="RetrievalReplica", num_replicas=cfg.replicas,
-        ray_actor_options={"num_cpus": cfg.threads or 1,
-                           "num_gpus": 1 if cfg.device.startswith("cuda") else 0},
-        max_ongoing_requests=max(2 * cfg.max_batch, 8), max_queued_requests=cfg.max_pending,
-        graceful_shutdown_timeout_s=cfg.shutdown_timeout)
+        name="RetrievalReplica",
+        num_replicas=cfg.replicas,
+        ray_actor_options={
+            "num_cpus": cfg.threads or 1,
+            "num_gpus": 1 if cfg.device.startswith("cuda") else 0,
+        },
+        max_ongoing_requests=max(2 * cfg.max_batch, 8),
+        max_queued_requests=cfg.max_pending,
+        graceful_shutdown_timeout_s=cfg.shutdown_timeout,
+    )
     replica_cfg = asdict(replace(cfg, rebuild=False))
-    serve.run(deployment.bind(replica_cfg), name=APP_NAME, route_prefix="/",
-              blocking=False)
+    serve.run(deployment.bind(replica_cfg), name=APP_NAME, route_prefix="/", blocking=False)
     host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::") else cfg.host
     return f"http://{host}:{cfg.port}"
 
@@ -208,8 +226,11 @@ def serve_ray(cfg: ServeConfig) -> None:
     old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         where = ray.get_runtime_context().gcs_address
-        print(f"hopgym: serving {cfg.index} on Ray Serve with {cfg.replicas} replica(s) at "
-              f"{url}/retrieve, Ray at {where} (Ctrl-C or SIGTERM to stop)", flush=True)
+        print(
+            f"hopgym: serving {cfg.index} on Ray Serve with {cfg.replicas} replica(s) at "
+            f"{url}/retrieve, Ray at {where} (Ctrl-C or SIGTERM to stop)",
+            flush=True,
+        )
         while not stop.wait(0.5):
             pass
     finally:
