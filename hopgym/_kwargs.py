@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-from hopgym.errors import HopgymError
+from hopgym.errors import HopgymError, InvalidOptionTypeError
 
 __all__ = ["KwargsError", "parse_kwarg", "parse_kwargs", "unknown_name_error"]
 
@@ -60,8 +60,8 @@ def parse_kwargs(items: Iterable[str], flag: str = "--kw") -> dict[str, Any]:
     return dict(parse_kwarg(item, flag) for item in items)
 
 
-def unknown_name_error(name: str, known: Iterable[str], what: str = "option") -> TypeError:
-    """A ``TypeError`` for an unknown keyword, suggesting the closest known one.
+def unknown_name_error(name: str, known: Iterable[str], what: str = "option") -> InvalidOptionTypeError:
+    """An :class:`~hopgym.errors.InvalidOptionTypeError` for an unknown keyword, naming the closest.
 
     Example:
         >>> str(unknown_name_error("dedupe", ["dedup", "top_k"]))
@@ -72,5 +72,5 @@ def unknown_name_error(name: str, known: Iterable[str], what: str = "option") ->
     names = list(dict.fromkeys(known))
     close = difflib.get_close_matches(str(name), names, n=1)
     if close:
-        return TypeError(f"unknown {what} {name!r} (did you mean {close[0]!r}?)")
-    return TypeError(f"unknown {what} {name!r}; known: {', '.join(names)}")
+        return InvalidOptionTypeError(f"unknown {what} {name!r} (did you mean {close[0]!r}?)")
+    return InvalidOptionTypeError(f"unknown {what} {name!r}; known: {', '.join(names)}")

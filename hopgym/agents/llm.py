@@ -451,7 +451,7 @@ def few_shot_examples(
             (:func:`~hopgym.agents.prompts.closed_book_prompt` and the answer turn).
 
     Raises:
-        ValueError: ``n < 1``, or fewer than ``n`` questions the teacher answers right.
+        hopgym.errors.InvalidOptionError: ``n < 1``, or fewer than ``n`` questions the teacher answers right.
     """
     from hopgym.agents.scripted import OracleAgent
     from hopgym.rewards.scoring import exact_match
@@ -521,7 +521,7 @@ def make_llm_agent(
         >>> make_llm_agent("m", backend="tgi")
         Traceback (most recent call last):
         ...
-        ValueError: unknown backend 'tgi'; choose one of transformers, vllm, openai
+        hopgym.errors.InvalidOptionError: unknown backend 'tgi'; choose one of transformers, vllm, openai
     """
     if backend not in BACKENDS:
         raise InvalidOptionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -28,7 +28,7 @@ Example:
     >>> RFTRunConfig(group_size=0)
     Traceback (most recent call last):
     ...
-    ValueError: group_size must be >= 1, got 0
+    hopgym.errors.InvalidOptionError: group_size must be >= 1, got 0
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def register_agent(name: str, factory: AgentFactory, *, override: bool = False) 
         override: replace an agent already registered under ``name``.
 
     Raises:
-        ValueError: an empty name, a name with ``:`` (that form means ``module:attribute``), a
+        hopgym.errors.InvalidOptionError: an empty name, a name with ``:`` (that form means ``module:attribute``), a
             name already registered (unless ``override``), or a factory that is not callable.
     """
     if not isinstance(name, str) or not name.strip() or ":" in name:

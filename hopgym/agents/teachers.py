@@ -23,7 +23,7 @@ Example:
     >>> TeacherConfig(early_answer=1.5)
     Traceback (most recent call last):
     ...
-    ValueError: early_answer must be in [0, 1], got 1.5
+    hopgym.errors.InvalidOptionError: early_answer must be in [0, 1], got 1.5
 """
 
 from __future__ import annotations

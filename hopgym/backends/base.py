@@ -52,7 +52,7 @@ class SamplingParams:
         >>> SamplingParams(max_new_tokens=0)
         Traceback (most recent call last):
         ...
-        ValueError: max_new_tokens must be an int >= 1, got 0
+        hopgym.errors.InvalidOptionError: max_new_tokens must be an int >= 1, got 0
     """
 
     temperature: float = 0.0

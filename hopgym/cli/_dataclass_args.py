@@ -263,7 +263,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, spec: ConfigSpec | typ
     """Add an option for every field of ``spec.cls`` to ``parser`` (see the module's rules).
 
     Raises:
-        TypeError: a field's type has no command-line form, or a field has no help.
+        hopgym.errors.InvalidOptionTypeError: a field's type has no command-line form, or a field has no help.
     """
     if not isinstance(spec, ConfigSpec):
         spec = ConfigSpec(spec)

@@ -113,14 +113,14 @@ class TaskSpec:
     an edited file is read again.
 
     Raises:
-        ValueError: an unknown dataset, a missing path (the message says what to download) or a
+        hopgym.errors.InvalidOptionError: an unknown dataset, a missing path (the message says what to download) or a
             bad value; the message names the field.
 
     Example:
         >>> TaskSpec(dataset="musique")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
             ...
-        ValueError: this env needs path=<file>: download musique_ans_v1.0_dev.jsonl ...
+        hopgym.errors.InvalidOptionError: this env needs path=<file>: download musique_ans_v1.0_dev.jsonl ...
         >>> TaskSpec(dataset="hotpotqa", retriever="dense").retriever
         RetrieverSpec(kind='dense')
     """
@@ -432,8 +432,8 @@ def make_dataset_env(
             (:class:`~hopgym.envs.options.EnvOptions`).
 
     Raises:
-        TypeError: an unknown keyword (the closest known one is suggested).
-        ValueError: a bad value, before any file is read.
+        hopgym.errors.InvalidOptionTypeError: an unknown keyword (the closest known one is suggested).
+        hopgym.errors.InvalidOptionError: a bad value, before any file is read.
     """
     from hopgym.envs.registration import make_task_env
 

@@ -18,11 +18,11 @@ Example:
     >>> EnvOptions(top_k=0)
     Traceback (most recent call last):
         ...
-    ValueError: top_k must be an int >= 1, got 0
+    hopgym.errors.InvalidOptionError: top_k must be an int >= 1, got 0
     >>> EnvOptions.from_kwargs({"top_kk": 2})
     Traceback (most recent call last):
         ...
-    TypeError: unknown option 'top_kk' (did you mean 'top_k'?)
+    hopgym.errors.InvalidOptionTypeError: unknown option 'top_kk' (did you mean 'top_k'?)
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class EnvOptions:
     its prompt and refuses turns beyond it; its own reward is always 0.
 
     Raises:
-        ValueError: a value of the wrong type or out of range; the message names the field, the
+        hopgym.errors.InvalidOptionError: a value of the wrong type or out of range; the message names the field, the
             value and what is allowed.
     """
 
@@ -178,8 +178,8 @@ class EnvOptions:
                 options, but a misspelling of one is suggested too.
 
         Raises:
-            TypeError: an unknown name; the message suggests the closest known one.
-            ValueError: a bad value (see :class:`EnvOptions`).
+            hopgym.errors.InvalidOptionTypeError: an unknown name; the message suggests the closest known one.
+            hopgym.errors.InvalidOptionError: a bad value (see :class:`EnvOptions`).
 
         Example:
             >>> EnvOptions.from_kwargs({"top_k": 5}, base={"protocol": "r3"}).protocol
@@ -187,7 +187,7 @@ class EnvOptions:
             >>> EnvOptions.from_kwargs({"n_entitis": 5}, also=("n_entities",))
             Traceback (most recent call last):
                 ...
-            TypeError: unknown option 'n_entitis' (did you mean 'n_entities'?)
+            hopgym.errors.InvalidOptionTypeError: unknown option 'n_entitis' (did you mean 'n_entities'?)
         """
         if base is None:
             start = cls()

@@ -47,7 +47,7 @@ class Protocol:
         parse: the parse mode, one of :data:`PARSE_MODES`.
 
     Raises:
-        ValueError: for an unknown parse mode.
+        hopgym.errors.InvalidOptionError: for an unknown parse mode.
     """
 
     name: str = ""
@@ -704,7 +704,7 @@ def get_protocol(name: str | Protocol, parse: str | None = None) -> Protocol:
             the instance's mode.
 
     Raises:
-        ValueError: for an unknown name or parse mode, or an instance of another parse mode.
+        hopgym.errors.InvalidOptionError: for an unknown name or parse mode, or an instance of another parse mode.
 
     Example:
         >>> get_protocol("r3", parse="strict")

@@ -594,7 +594,7 @@ class BatchVectorEnvBase(VectorEnv):
         must be reset (``reset(options=[...])``) before it is stepped again.
 
         Raises:
-            ValueError: another autoreset mode, an index out of range or given twice, or as many
+            hopgym.errors.InvalidOptionError: another autoreset mode, an index out of range or given twice, or as many
                 actions as indices.
             gymnasium.error.ResetNeeded: a sub-env that finished and was not reset.
         """
@@ -694,7 +694,7 @@ class BatchedSearchVectorEnv(BatchVectorEnvBase):
             (``gymnasium.vector.AutoresetMode`` or its value).
 
     Raises:
-        ValueError: no env fns, or sub-envs whose spaces differ.
+        hopgym.errors.InvalidOptionError: no env fns, or sub-envs whose spaces differ.
 
     Change logs:
         v0.2.0: added.

@@ -84,7 +84,7 @@ class BatchScoredRetriever:
         """Give this retriever a new, empty query cache (``0`` for either bound: off).
 
         Raises:
-            ValueError: a bound that is not an int >= 0.
+            hopgym.errors.InvalidOptionError: a bound that is not an int >= 0.
         """
         self._query_cache = QueryCache(
             max_entries, max_bytes, prefix_exact=self.prefix_exact, shared_passages=self.shared_passages

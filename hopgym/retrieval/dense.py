@@ -384,7 +384,7 @@ def place_index(
     the FAISS backends, torch for the torch index (which needs no FAISS).
 
     Raises:
-        ValueError: a bad ``index_type``, ``device`` or ``index_backend``, or a combination that
+        hopgym.errors.InvalidOptionError: a bad ``index_type``, ``device`` or ``index_backend``, or a combination that
             cannot work (``index_backend="torch"`` with HNSW).
         DeviceUnavailableError: no GPU, or a FAISS without GPU support for
             ``index_backend="faiss"`` on CUDA.

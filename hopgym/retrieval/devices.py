@@ -73,7 +73,7 @@ def check_device(device: Any) -> str:
         >>> check_device("gpu")
         Traceback (most recent call last):
             ...
-        ValueError: device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got 'gpu' (did you mean 'cuda'?)
+        hopgym.errors.InvalidOptionError: device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got 'gpu' (did you mean 'cuda'?)
     """
     if isinstance(device, str) and _DEVICE.fullmatch(device):
         return device
@@ -124,7 +124,7 @@ def resolve_device(device: str) -> str:
     Returns ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
 
     Raises:
-        ValueError: a misspelt device (see :func:`check_device`).
+        hopgym.errors.InvalidOptionError: a misspelt device (see :func:`check_device`).
         DeviceUnavailableError: ``"cuda"``/``"cuda:N"`` without torch, without a CUDA build of
             torch, without a visible GPU, or with fewer GPUs than ``N + 1``; the message says what
             was found and how to fix it.
@@ -163,7 +163,7 @@ def check_index_backend(index_backend: Any, index_type: str) -> str:
         >>> check_index_backend("torch", "hnsw")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
             ...
-        ValueError: index_backend='torch' is an exact flat index, so index_type must be 'flat', ...
+        hopgym.errors.InvalidOptionError: index_backend='torch' is an exact flat index, so index_type must be 'flat', ...
     """
     if index_backend not in INDEX_BACKENDS:
         raise InvalidOptionError(f"index_backend must be one of {INDEX_BACKENDS}, got {index_backend!r}")
@@ -186,7 +186,7 @@ def choose_index_backend(index_backend: str, index_type: str, device: str, faiss
         faiss_gpus: the GPUs FAISS sees (:func:`faiss_gpu_count`; 0 for a CPU build).
 
     Raises:
-        ValueError: ``"torch"`` with another index type than ``"flat"``; ``"faiss"`` with an HNSW
+        hopgym.errors.InvalidOptionError: ``"torch"`` with another index type than ``"flat"``; ``"faiss"`` with an HNSW
             index on a GPU.
         DeviceUnavailableError: ``"faiss"`` on a GPU with a FAISS that sees none.
 
@@ -254,7 +254,7 @@ def flat_vectors(faiss: Any, index: Any) -> np.ndarray:
     ``IO_FLAG_MMAP_IFC``): keep the index alive while it is used.
 
     Raises:
-        ValueError: another index type or metric (HNSW, IVF, L2), whose vectors are not a plain
+        hopgym.errors.InvalidOptionError: another index type or metric (HNSW, IVF, L2), whose vectors are not a plain
             inner-product table.
     """
     flat = faiss.downcast_index(index)

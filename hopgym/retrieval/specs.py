@@ -111,7 +111,7 @@ def register_retriever(
     """Register a retriever kind (see :class:`RetrieverKind` for the arguments).
 
     Raises:
-        ValueError: an empty or non-identifier name, or a name already registered (unless
+        hopgym.errors.InvalidOptionError: an empty or non-identifier name, or a name already registered (unless
             ``override``).
     """
     if not isinstance(kind, str) or not kind.replace("_", "").replace("-", "").isalnum():
@@ -188,7 +188,7 @@ class RetrieverSpec:
     own defaults.
 
     Raises:
-        ValueError: an unknown kind or a bad value; the message names the field.
+        hopgym.errors.InvalidOptionError: an unknown kind or a bad value; the message names the field.
 
     Example:
         >>> RetrieverSpec.coerce("http://127.0.0.1:8000")
@@ -196,7 +196,7 @@ class RetrieverSpec:
         >>> RetrieverSpec(kind="dense", index_type="lsh")
         Traceback (most recent call last):
             ...
-        ValueError: index_type must be one of ('flat', 'hnsw', 'ivf'), got 'lsh'
+        hopgym.errors.InvalidOptionError: index_type must be one of ('flat', 'hnsw', 'ivf'), got 'lsh'
     """
 
     kind: str | None = _setting(
@@ -371,9 +371,9 @@ class RetrieverSpec:
         URLs, a dict of fields (``"url"`` is read as ``urls``), or a spec (returned as is).
 
         Raises:
-            TypeError: a dict key that is no field (the closest field is suggested), or a value
+            hopgym.errors.InvalidOptionTypeError: a dict key that is no field (the closest field is suggested), or a value
                 of another type.
-            ValueError: an unknown kind or a bad setting.
+            hopgym.errors.InvalidOptionError: an unknown kind or a bad setting.
 
         Example:
             >>> RetrieverSpec.coerce({"kind": "dense", "model": "hashing-64"}).model
@@ -383,7 +383,7 @@ class RetrieverSpec:
             >>> RetrieverSpec.coerce({"kind": "dense", "modle": "x"})
             Traceback (most recent call last):
                 ...
-            TypeError: unknown retriever setting 'modle' (did you mean 'model'?)
+            hopgym.errors.InvalidOptionTypeError: unknown retriever setting 'modle' (did you mean 'model'?)
         """
         if value is None:
             return cls()
@@ -446,7 +446,7 @@ def make_retriever(
         cache: reusable parts (an embedding model) kept between calls; see :class:`RetrieverKind`.
 
     Raises:
-        ValueError: a bad spec, passages missing for an in-process kind or given to a remote one.
+        hopgym.errors.InvalidOptionError: a bad spec, passages missing for an in-process kind or given to a remote one.
 
     Example:
         >>> docs = [Passage("a", "Oslo", "Oslo is a city."), Passage("b", "Rome", "Rome is old.")]

@@ -64,7 +64,7 @@ def preset_name(name: str) -> str:
     """The canonical name of a preset (``"search-r1"`` is ``"searchr1"``).
 
     Raises:
-        ValueError: for an unknown name; the message lists the names.
+        hopgym.errors.InvalidOptionError: for an unknown name; the message lists the names.
 
     Example:
         >>> preset_name("Search-R1")
@@ -100,7 +100,7 @@ def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym
             gold support found, and correctness is string matching only). Ignored by the others.
 
     Raises:
-        ValueError: for an unknown name; the message lists the names.
+        hopgym.errors.InvalidOptionError: for an unknown name; the message lists the names.
 
     Example:
         >>> import gymnasium as gym, hopgym

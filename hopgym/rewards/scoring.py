@@ -283,7 +283,7 @@ def answer_score(
         length_guard: reject answers much longer than the gold.
 
     Raises:
-        ValueError: for an unknown metric or a negative ``max_extra_tokens``.
+        hopgym.errors.InvalidOptionError: for an unknown metric or a negative ``max_extra_tokens``.
 
     Example:
         >>> answer_score("Cardell", ["Cardell"], "em")

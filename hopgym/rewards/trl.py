@@ -105,7 +105,7 @@ def extract_answer(text: str, protocol: str = "auto") -> str | None:
         protocol: ``"tags"``, ``"r3"``, ``"boxed"`` or ``"auto"``.
 
     Raises:
-        ValueError: for an unknown protocol.
+        hopgym.errors.InvalidOptionError: for an unknown protocol.
 
     Example:
         >>> extract_answer("<think>maybe <answer>Lorn</answer></think><answer>Cardell</answer>")
@@ -225,7 +225,7 @@ class AnswerRewardFunc:
     A completion without a readable answer scores 0.
 
     Raises:
-        ValueError: at construction for a bad metric/protocol; when called, if the dataset has
+        hopgym.errors.InvalidOptionError: at construction for a bad metric/protocol; when called, if the dataset has
             no ``answers_column``.
 
     Example:

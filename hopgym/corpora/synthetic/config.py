@@ -50,7 +50,7 @@ class WorldConfig:
         >>> WorldConfig(hops=5)
         Traceback (most recent call last):
         ...
-        ValueError: hops must be ints in 1..4, got (5,)
+        hopgym.errors.InvalidOptionError: hops must be ints in 1..4, got (5,)
     """
 
     seed: int = 0
@@ -68,7 +68,7 @@ class WorldConfig:
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> ValueError:
-            return ValueError(msg)
+            return InvalidOptionError(msg)
 
         def is_int(x: object) -> bool:
             return isinstance(x, (int, np.integer)) and not isinstance(x, bool)

@@ -462,8 +462,8 @@ def make_featurized(
             :meth:`FeaturizedEnv.render` show the candidate actions.
 
     Raises:
-        ValueError: a bad option, or an option given in ``base_kwargs`` (pass it as a keyword).
-        TypeError: an unknown keyword (the message suggests the closest known one).
+        hopgym.errors.InvalidOptionError: a bad option, or an option given in ``base_kwargs`` (pass it as a keyword).
+        hopgym.errors.InvalidOptionTypeError: an unknown keyword (the message suggests the closest known one).
 
     Example:
         >>> env = make_featurized(base_id="hopgym/Tiny-v1", reward=None, max_candidates=4)

@@ -33,7 +33,7 @@ class ServeConfig:
     field (and so the flag); the server stays up. Time limits are in seconds.
 
     Raises:
-        ValueError: a bad value; the message names the field.
+        hopgym.errors.InvalidOptionError: a bad value; the message names the field.
 
     Example:
         >>> ServeConfig(max_queries=8).max_queries
@@ -41,7 +41,7 @@ class ServeConfig:
         >>> ServeConfig(topk=500)
         Traceback (most recent call last):
             ...
-        ValueError: need 1 <= topk <= max_topk (100), got topk=500
+        hopgym.errors.InvalidOptionError: need 1 <= topk <= max_topk (100), got topk=500
     """
 
     # ---- what to serve
