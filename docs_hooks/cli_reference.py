@@ -39,7 +39,9 @@ def render() -> str:
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH
     try:
-        sections = [f"## `{prog}`\n\n```text\n{parser.format_help().rstrip()}\n```" for prog, parser in parsers()]
+        sections = [
+            f"## `{prog}`\n\n```text\n{parser.format_help().rstrip()}\n```" for prog, parser in parsers()
+        ]
     finally:
         if old is None:
             del os.environ["COLUMNS"]

@@ -30,7 +30,12 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def sb3_learning() -> str:
     """Held-out EM of the classic RL algorithms and the baselines (``benchmarks/sb3_learning.py``)."""
     data = _load("sb3_learning")
-    names = {"ppo": "PPO (`MlpPolicy`)", "a2c": "A2C", "dqn": "DQN (no masks)", "maskppo": "MaskablePPO (masks)"}
+    names = {
+        "ppo": "PPO (`MlpPolicy`)",
+        "a2c": "A2C",
+        "dqn": "DQN (no masks)",
+        "maskppo": "MaskablePPO (masks)",
+    }
     n = len(data["seeds"])
     rows = [
         [
@@ -42,7 +47,10 @@ def sb3_learning() -> str:
         ]
         for algo, s in sorted(data["summary"].items(), key=lambda kv: -kv[1]["em"])
     ]
-    rows += [[name, f"{b['em']:.3f}", f"{b['avg_searches']:.2f}", f"{b['invalid_rate']:.3f}", ""] for name, b in data["baselines"].items()]
+    rows += [
+        [name, f"{b['em']:.3f}", f"{b['avg_searches']:.2f}", f"{b['invalid_rate']:.3f}", ""]
+        for name, b in data["baselines"].items()
+    ]
     header = [
         f"policy ({data['eval_episodes']} held-out episodes)",
         f"EM (mean ± std over {n} seeds)",
@@ -57,7 +65,17 @@ def smollm2_table() -> str:
     """SmolLM2-135M-Instruct before and after SFT (``benchmarks/smollm2_table.py``)."""
     data = _load("smollm2_table")
     questions = {"syn": "synthetic 2-hop test", "hot": "HotpotQA sample"}
-    order = {"syn": 0, "hot": 1, "base": 0, "sft": 1, "llm-direct": 0, "llm": 1, None: 0, "lenient": 1, "strict": 2}
+    order = {
+        "syn": 0,
+        "hot": 1,
+        "base": 0,
+        "sft": 1,
+        "llm-direct": 0,
+        "llm": 1,
+        None: 0,
+        "lenient": 1,
+        "strict": 2,
+    }
     rows = []
     for row in sorted(data["rows"], key=lambda r: [order[x] for x in r["row"]]):
         where, model, agent, parse = row["row"]
@@ -92,9 +110,24 @@ def llm_turns() -> str:
     without, with_ = data["rows"]["without reuse"], data["rows"]["with reuse"]
     same = f"yes, token for token ({with_['turns']} turns)" if data["same_turns"] else "**no**"
     rows = [
-        ["without reuse (`prefix_cache=0`)", f"{without['prefilled_per_generated']:.1f}", f"{without['turns_per_cpu_s']:.2f}", ""],
-        ["with reuse (default)", f"{with_['prefilled_per_generated']:.1f}", f"{with_['turns_per_cpu_s']:.2f}", ""],
-        ["ratio", f"×{data['ratio']['prefilled_tokens']:.2f}", f"×{data['ratio']['turns_per_cpu_s']:.2f}", same],
+        [
+            "without reuse (`prefix_cache=0`)",
+            f"{without['prefilled_per_generated']:.1f}",
+            f"{without['turns_per_cpu_s']:.2f}",
+            "",
+        ],
+        [
+            "with reuse (default)",
+            f"{with_['prefilled_per_generated']:.1f}",
+            f"{with_['turns_per_cpu_s']:.2f}",
+            "",
+        ],
+        [
+            "ratio",
+            f"×{data['ratio']['prefilled_tokens']:.2f}",
+            f"×{data['ratio']['turns_per_cpu_s']:.2f}",
+            same,
+        ],
     ]
     return _table(["", "prefilled tokens per generated token", "turns per CPU second", "same turns"], rows)
 
@@ -132,7 +165,9 @@ def grpo_cpu_small() -> str:
     seeds = data["seeds"]
     rows = []
     for key, s in data["summary"].items():
-        rows.append([names.get(key, key), *(f"{x:.3f}" for x in s["per_seed"]), f"{s['mean']:.3f} ± {s['std']:.3f}"])
+        rows.append(
+            [names.get(key, key), *(f"{x:.3f}" for x in s["per_seed"]), f"{s['mean']:.3f} ± {s['std']:.3f}"]
+        )
     return _table(["held-out greedy EM", *(f"seed {k}" for k in seeds), "mean ± sd"], rows)
 
 

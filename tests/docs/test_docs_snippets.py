@@ -169,4 +169,30 @@ def test_blocks_not_run_are_listed():
     assert not_run == NOT_RUN
 
 
-NOT_RUN: list[str] = []
+NOT_RUN = [
+    "classic-rl.md: not run: trains for minutes",
+    "llm-agents.md: not run: downloads a model from the Hugging Face hub",
+    "rewards.md: not run: needs a model and a dataset",
+]
+
+
+def test_the_agent_module_runs_from_the_command_line(tmp_path):
+    """The console session after ``my_agents.py`` on the extending page prints what it shows."""
+    blocks = fences(DOCS / "extending.md")
+    module = next(b for b in blocks if b.title == "my_agents.py")
+    (tmp_path / module.title).write_text(module.body, encoding="utf-8")
+    session = next(b for b in blocks if b.lang == "console" and "my_agents:" in b.body).body.splitlines()
+    command = session[0].removeprefix("$ PYTHONPATH=. ").split()
+    assert command[0] == "hopgym"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), "."]), "COLUMNS": "80"}
+    out = subprocess.run(
+        [sys.executable, "-m", "hopgym.cli", *command[1:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    drop_speed = [re.sub(r"\s+\d+$", "", line) for line in _lines("\n".join(session[1:]))]  # ep/s varies
+    assert [re.sub(r"\s+\d+$", "", line) for line in _lines(out.stdout)] == drop_speed
