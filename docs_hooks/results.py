@@ -171,12 +171,165 @@ def grpo_cpu_small() -> str:
     return _table(["held-out greedy EM", *(f"seed {k}" for k in seeds), "mean ± sd"], rows)
 
 
+def _int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _size(label: str) -> str:
+    return label.replace("dense MiniLM, random passages", "dense, MiniLM queries, random passages")
+
+
+def rollout_scale_a() -> str:
+    """(a) ``SyncVectorEnv`` against ``BatchedSearchVectorEnv`` (``benchmarks/rollout_scale.py``)."""
+    data = _load("rollout_scale")["a"]
+    order = ["BM25, 100,000", "dense MiniLM, 10,000", "dense MiniLM, random passages, 100,000"]
+    rows = []
+    for index in sorted(data, key=lambda k: order.index(k) if k in order else len(order)):
+        for setting, r in data[index].items():
+            envs, _, cache = setting.split()
+            rows.append(
+                [
+                    _size(index),
+                    envs,
+                    cache,
+                    _int(r["sync_steps_per_cpu_s"]),
+                    _int(r["batched_steps_per_cpu_s"]),
+                    f"{r['speed_up']:.2f}×",
+                    f"{r['searches_per_vector_step']:.1f}",
+                    f"{r['search_calls_per_vector_step']:.1f}",
+                    "yes" if r["transcripts_identical"] else "**no**",
+                ]
+            )
+    header = ["index", "envs", "query cache", "`SyncVectorEnv` steps/s", "batched steps/s", "speed-up"]
+    return _table([*header, "searches / step", "search calls / step", "same transcripts"], rows)
+
+
+def rollout_scale_b() -> str:
+    """(b) The query cache on a GRPO-shaped workload (``benchmarks/rollout_scale.py``)."""
+    data = _load("rollout_scale")["b"]
+    rows = []
+    for size, by_setting in data.items():
+        for setting, r in by_setting.items():
+            backend, noise = setting.split()
+            off, on = r["steps_per_cpu_s_off"], r["steps_per_cpu_s_on"]
+            rows.append(
+                [
+                    f"{int(size):,}",
+                    f"`{backend}`",
+                    f"{float(noise):.0%}",
+                    _int(off),
+                    _int(on),
+                    f"{on / off:.2f}×",
+                    f"{r['hit_rate']:.0%}",
+                ]
+            )
+    return _table(
+        ["passages", "BM25", "noise", "steps/s, cache off", "cache on", "speed-up", "hit rate"], rows
+    )
+
+
+def rollout_scale_c() -> str:
+    """(c) The Ray vector env against the in-process ones (``benchmarks/rollout_scale.py``)."""
+    data = {
+        k: v
+        for k, v in _load("rollout_scale")["c"].items()
+        if isinstance(v, dict) and "steps_per_wall_s" in v
+    }
+    base = data["SyncVectorEnv"]["steps_per_wall_s"]
+    rows = []
+    for name, r in data.items():
+        env, _, workers = name.partition(" ")
+        rows.append(
+            [f"`{env}`", workers or "-", _int(r["steps_per_wall_s"]), f"{r['steps_per_wall_s'] / base:.2f}×"]
+        )
+    return _table(["vector env", "workers", "steps/s (wall)", "vs `SyncVectorEnv`"], rows)
+
+
+def rollout_scale_d() -> str:
+    """(d) CPU microseconds of one think-only step (``benchmarks/rollout_scale.py``)."""
+    data = _load("rollout_scale")["d"]
+    turns = {
+        "tags canonical": ("`tags`", "canonical"),
+        "tags unclosed <think>": ("`tags`", "unclosed `<think>` (the general parser)"),
+        "r3 analysis only": ("`r3`", "analysis only"),
+    }
+    rows = []
+    for key, r in data.items():
+        protocol, turn = turns.get(key, (key, ""))
+        us = lambda x: f"{x:.1f} µs"  # noqa: E731
+        rows.append(
+            [protocol, turn, us(r["bare"]), us(r["budget"]), us(r["default"]), us(r["default"] - r["bare"])]
+        )
+    return _table(
+        ["protocol", "turn", "bare env", "`gym.make(reward=None)`", '`reward="default"`', "wrappers add"],
+        rows,
+    )
+
+
+def rollout_scale_e() -> str:
+    """(e) The oracle through the env over the synthetic world, by BM25 backend."""
+    data = _load("rollout_scale")["e"]
+    names = {
+        "sparse": "**`sparse`** (default)",
+        "numpy": "`numpy`",
+        "rank_bm25": "rank-bm25 (estimated¹)",
+        "bm25s numba": "`numba` (bm25s; estimated²)",
+        "numba exact": "exact numba kernel³ (estimated²)",
+    }
+    rows = []
+    for size, r in data.items():
+        steps, per_query = r["steps_per_cpu_s"], r["per_query_cpu_s"]
+        for backend, rate in steps.items():
+            q = per_query[backend]
+            shown = f"{q * 1e3:.1f} ms" if q >= 1e-3 else f"{q * 1e6:.0f} µs"
+            rows.append(
+                [
+                    f"{int(size):,}",
+                    names.get(backend, backend),
+                    shown,
+                    _int(rate),
+                    f"{rate / steps['numpy']:.2g}×"
+                    if rate < steps["numpy"]
+                    else f"{rate / steps['numpy']:.1f}×",
+                    f"{rate / steps['rank_bm25']:,.0f}×",
+                ]
+            )
+    return _table(["passages", "BM25", "per query", "oracle steps/s", "vs numpy", "vs rank-bm25"], rows)
+
+
+def grpo_cpu_tiny() -> str:
+    """Held-out greedy EM per seed, preset cpu-tiny (``examples/grpo_synthetic.py``)."""
+    import statistics
+
+    data = _load("grpo_cpu_tiny")
+    runs = data["runs"]
+    labels = {
+        "untrained": "untrained",
+        "sft": f"after SFT ({data['args']['sft_steps']} steps, imperfect teacher)",
+        "grpo": f"after GRPO ({data['args']['grpo_steps']} steps)",
+        "continue_sft": "continue SFT, same CPU time",
+    }
+    rows = []
+    for key, label in labels.items():
+        ems = [run[key]["em"] for run in runs]
+        rows.append(
+            [label, *(f"{x:.2f}" for x in ems), f"{statistics.mean(ems):.3f} ± {statistics.pstdev(ems):.3f}"]
+        )
+    return _table(["held-out greedy EM", *(f"seed {run['seed']}" for run in runs), "mean ± std"], rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
     "llm_turns": llm_turns,
     "dense_cpu": dense_cpu,
     "grpo_cpu_small": grpo_cpu_small,
+    "grpo_cpu_tiny": grpo_cpu_tiny,
+    "rollout_scale_a": rollout_scale_a,
+    "rollout_scale_b": rollout_scale_b,
+    "rollout_scale_c": rollout_scale_c,
+    "rollout_scale_d": rollout_scale_d,
+    "rollout_scale_e": rollout_scale_e,
 }
 
 
