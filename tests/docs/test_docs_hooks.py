@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "docs_hooks"))
 
-import cli_reference  # noqa: E402
-import nav  # noqa: E402
-import results  # noqa: E402
+
+def _hook(name: str):
+    """A hook module of ``docs_hooks/``, loaded under a name no other module uses."""
+    spec = importlib.util.spec_from_file_location(
+        f"_hopgym_docs_hook_{name}", ROOT / "docs_hooks" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cli_reference, nav, results = _hook("cli_reference"), _hook("nav"), _hook("results")
 
 
 def _markers() -> list[str]:
