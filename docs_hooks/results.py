@@ -1,0 +1,350 @@
+"""MkDocs hook: tables of measured figures, read from ``benchmarks/results/*.json`` at build time.
+
+A page asks for a table with an HTML comment on a line of its own, ``<!-- results: NAME -->``;
+the hook puts the table :data:`RENDERERS` ``[NAME]`` builds in its place, so that the figures on
+the site are the ones the benchmark scripts wrote, never retyped. An unknown name fails the build.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+MARKER = re.compile(r"^<!-- results: ([\w-]+) -->$", re.MULTILINE)
+
+
+def _load(name: str) -> Any:
+    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def sb3_learning() -> str:
+    """Held-out EM of the classic RL algorithms and the baselines (``benchmarks/sb3_learning.py``)."""
+    data = _load("sb3_learning")
+    names = {
+        "ppo": "PPO (`MlpPolicy`)",
+        "a2c": "A2C",
+        "dqn": "DQN (no masks)",
+        "maskppo": "MaskablePPO (masks)",
+    }
+    n = len(data["seeds"])
+    rows = [
+        [
+            names.get(algo, algo),
+            f"{s['em']:.3f} ± {s['em_std']:.3f}",
+            f"{s['avg_searches']:.2f}",
+            f"{s['invalid_rate']:.3f}",
+            f"{s['train_steps_per_s']:,.0f}",
+        ]
+        for algo, s in sorted(data["summary"].items(), key=lambda kv: -kv[1]["em"])
+    ]
+    rows += [
+        [name, f"{b['em']:.3f}", f"{b['avg_searches']:.2f}", f"{b['invalid_rate']:.3f}", ""]
+        for name, b in data["baselines"].items()
+    ]
+    header = [
+        f"policy ({data['eval_episodes']} held-out episodes)",
+        f"EM (mean ± std over {n} seeds)",
+        "searches",
+        "invalid-turn rate",
+        "train steps/s",
+    ]
+    return _table(header, rows)
+
+
+def smollm2_table() -> str:
+    """SmolLM2-135M-Instruct before and after SFT (``benchmarks/smollm2_table.py``)."""
+    data = _load("smollm2_table")
+    questions = {"syn": "synthetic 2-hop test", "hot": "HotpotQA sample"}
+    order = {
+        "syn": 0,
+        "hot": 1,
+        "base": 0,
+        "sft": 1,
+        "llm-direct": 0,
+        "llm": 1,
+        None: 0,
+        "lenient": 1,
+        "strict": 2,
+    }
+    rows = []
+    for row in sorted(data["rows"], key=lambda r: [order[x] for x in r["row"]]):
+        where, model, agent, parse = row["row"]
+        m = row["metrics"]
+        direct = agent == "llm-direct"
+        unforced = "–" if direct else f"{row['unforced_answered']:.2f}"
+        rows.append(
+            [
+                f"{questions[where]} ({m['episodes']})",
+                model,
+                agent,
+                parse or "–",
+                f"{m['answered']:.2f} ({unforced})",
+                f"{m['em']:.3f}",
+                f"{m['f1']:.3f}",
+                "–" if direct else f"{m['support_recall']:.2f}",
+                f"{m['invalid_rate']:.2f}",
+                f"{m['format_issue_rate']:.2f}",
+                f"{m['truncated_rate']:.2f}",
+                f"{m['avg_searches']:.2f}",
+                f"{row['cpu_s']:.0f}",
+            ]
+        )
+    header = ["questions", "model", "agent", "parse", "answered (unforced)", "EM", "F1", "support recall"]
+    header += ["invalid turns", "format issues", "cut turns", "searches", "CPU s"]
+    return _table(header, rows)
+
+
+def llm_turns() -> str:
+    """Prefix KV-cache reuse across turns (``benchmarks/llm_turns.py``)."""
+    data = _load("llm_turns")
+    without, with_ = data["rows"]["without reuse"], data["rows"]["with reuse"]
+    same = f"yes, token for token ({with_['turns']} turns)" if data["same_turns"] else "**no**"
+    rows = [
+        [
+            "without reuse (`prefix_cache=0`)",
+            f"{without['prefilled_per_generated']:.1f}",
+            f"{without['turns_per_cpu_s']:.2f}",
+            "",
+        ],
+        [
+            "with reuse (default)",
+            f"{with_['prefilled_per_generated']:.1f}",
+            f"{with_['turns_per_cpu_s']:.2f}",
+            "",
+        ],
+        [
+            "ratio",
+            f"×{data['ratio']['prefilled_tokens']:.2f}",
+            f"×{data['ratio']['turns_per_cpu_s']:.2f}",
+            same,
+        ],
+    ]
+    return _table(["", "prefilled tokens per generated token", "turns per CPU second", "same turns"], rows)
+
+
+def dense_cpu() -> str:
+    """Dense search speed by index backend on the CPU (``benchmarks/retrieval.py --only dense``)."""
+    rows = [r for r in _load("dense_cpu") if r["part"] == "search"]
+    cells: dict[tuple[int, int], dict[str, float]] = {}
+    for r in rows:
+        cells.setdefault((r["vectors"], r["batch"]), {})[r["index"]] = r["index_qps_per_cpu_s"]
+    out = []
+    for (vectors, batch), by_index in sorted(cells.items()):
+        faiss, torch = by_index.get("faiss flat"), by_index.get("torch flat (float32)")
+        size = f"{vectors // 1_000_000}M" if vectors >= 1_000_000 else f"{vectors // 1000}k"
+        ratio = f"{torch / faiss:.2f}×" if faiss and torch else ""
+        fmt = lambda q: f"{q:,.0f} q/s" if q and q >= 10 else (f"{q:.1f} q/s" if q else "")  # noqa: E731
+        out.append([size, f"{batch:,}", fmt(faiss), fmt(torch), ratio])
+    recall = sorted({r["recall_at_10"] for r in rows})
+    header = ["passages", "batch", "FAISS flat (CPU)", "torch flat, float32 (CPU)", "torch / FAISS"]
+    note = f"\n\nRecall@10 against exact float32 search: {', '.join(f'{x:.3f}' for x in recall)}."
+    return _table(header, out) + note
+
+
+def grpo_cpu_small() -> str:
+    """Held-out greedy EM per method and seed (``examples/grpo_synthetic.py --preset cpu-small``)."""
+    data = _load("grpo_cpu_small")
+    names = {
+        "untrained": "untrained",
+        "sft": "after SFT",
+        "grpo": "**after GRPO**",
+        "rft": "RFT, same sampled episodes",
+        "continue_sft": "continue SFT, same CPU-s",
+        "filtered_sft": "filtered-teacher SFT, same CPU-s",
+    }
+    seeds = data["seeds"]
+    rows = []
+    for key, s in data["summary"].items():
+        rows.append(
+            [names.get(key, key), *(f"{x:.3f}" for x in s["per_seed"]), f"{s['mean']:.3f} ± {s['std']:.3f}"]
+        )
+    return _table(["held-out greedy EM", *(f"seed {k}" for k in seeds), "mean ± sd"], rows)
+
+
+def _int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _size(label: str) -> str:
+    return label.replace("dense MiniLM, random passages", "dense, MiniLM queries, random passages")
+
+
+def rollout_scale_a() -> str:
+    """(a) ``SyncVectorEnv`` against ``BatchedSearchVectorEnv`` (``benchmarks/rollout_scale.py``)."""
+    data = _load("rollout_scale")["a"]
+    order = ["BM25, 100,000", "dense MiniLM, 10,000", "dense MiniLM, random passages, 100,000"]
+    rows = []
+    for index in sorted(data, key=lambda k: order.index(k) if k in order else len(order)):
+        for setting, r in data[index].items():
+            envs, _, cache = setting.split()
+            rows.append(
+                [
+                    _size(index),
+                    envs,
+                    cache,
+                    _int(r["sync_steps_per_cpu_s"]),
+                    _int(r["batched_steps_per_cpu_s"]),
+                    f"{r['speed_up']:.2f}×",
+                    f"{r['searches_per_vector_step']:.1f}",
+                    f"{r['search_calls_per_vector_step']:.1f}",
+                    "yes" if r["transcripts_identical"] else "**no**",
+                ]
+            )
+    header = ["index", "envs", "query cache", "`SyncVectorEnv` steps/s", "batched steps/s", "speed-up"]
+    return _table([*header, "searches / step", "search calls / step", "same transcripts"], rows)
+
+
+def rollout_scale_b() -> str:
+    """(b) The query cache on a GRPO-shaped workload (``benchmarks/rollout_scale.py``)."""
+    data = _load("rollout_scale")["b"]
+    rows = []
+    for size, by_setting in data.items():
+        for setting, r in by_setting.items():
+            backend, noise = setting.split()
+            off, on = r["steps_per_cpu_s_off"], r["steps_per_cpu_s_on"]
+            rows.append(
+                [
+                    f"{int(size):,}",
+                    f"`{backend}`",
+                    f"{float(noise):.0%}",
+                    _int(off),
+                    _int(on),
+                    f"{on / off:.2f}×",
+                    f"{r['hit_rate']:.0%}",
+                ]
+            )
+    return _table(
+        ["passages", "BM25", "noise", "steps/s, cache off", "cache on", "speed-up", "hit rate"], rows
+    )
+
+
+def rollout_scale_c() -> str:
+    """(c) The Ray vector env against the in-process ones (``benchmarks/rollout_scale.py``)."""
+    data = {
+        k: v
+        for k, v in _load("rollout_scale")["c"].items()
+        if isinstance(v, dict) and "steps_per_wall_s" in v
+    }
+    base = data["SyncVectorEnv"]["steps_per_wall_s"]
+    rows = []
+    for name, r in data.items():
+        env, _, workers = name.partition(" ")
+        rows.append(
+            [f"`{env}`", workers or "-", _int(r["steps_per_wall_s"]), f"{r['steps_per_wall_s'] / base:.2f}×"]
+        )
+    return _table(["vector env", "workers", "steps/s (wall)", "vs `SyncVectorEnv`"], rows)
+
+
+def rollout_scale_d() -> str:
+    """(d) CPU microseconds of one think-only step (``benchmarks/rollout_scale.py``)."""
+    data = _load("rollout_scale")["d"]
+    turns = {
+        "tags canonical": ("`tags`", "canonical"),
+        "tags unclosed <think>": ("`tags`", "unclosed `<think>` (the general parser)"),
+        "r3 analysis only": ("`r3`", "analysis only"),
+    }
+    rows = []
+    for key, r in data.items():
+        protocol, turn = turns.get(key, (key, ""))
+        us = lambda x: f"{x:.1f} µs"  # noqa: E731
+        rows.append(
+            [protocol, turn, us(r["bare"]), us(r["budget"]), us(r["default"]), us(r["default"] - r["bare"])]
+        )
+    return _table(
+        ["protocol", "turn", "bare env", "`gym.make(reward=None)`", '`reward="default"`', "wrappers add"],
+        rows,
+    )
+
+
+def rollout_scale_e() -> str:
+    """(e) The oracle through the env over the synthetic world, by BM25 backend."""
+    data = _load("rollout_scale")["e"]
+    names = {
+        "sparse": "**`sparse`** (default)",
+        "numpy": "`numpy`",
+        "rank_bm25": "rank-bm25 (estimated¹)",
+        "bm25s numba": "`numba` (bm25s; estimated²)",
+        "numba exact": "exact numba kernel³ (estimated²)",
+    }
+    rows = []
+    for size, r in data.items():
+        steps, per_query = r["steps_per_cpu_s"], r["per_query_cpu_s"]
+        for backend, rate in steps.items():
+            q = per_query[backend]
+            shown = f"{q * 1e3:.1f} ms" if q >= 1e-3 else f"{q * 1e6:.0f} µs"
+            rows.append(
+                [
+                    f"{int(size):,}",
+                    names.get(backend, backend),
+                    shown,
+                    _int(rate),
+                    f"{rate / steps['numpy']:.2g}×"
+                    if rate < steps["numpy"]
+                    else f"{rate / steps['numpy']:.1f}×",
+                    f"{rate / steps['rank_bm25']:,.0f}×",
+                ]
+            )
+    return _table(["passages", "BM25", "per query", "oracle steps/s", "vs numpy", "vs rank-bm25"], rows)
+
+
+def grpo_cpu_tiny() -> str:
+    """Held-out greedy EM per seed, preset cpu-tiny (``examples/grpo_synthetic.py``)."""
+    import statistics
+
+    data = _load("grpo_cpu_tiny")
+    runs = data["runs"]
+    labels = {
+        "untrained": "untrained",
+        "sft": f"after SFT ({data['args']['sft_steps']} steps, imperfect teacher)",
+        "grpo": f"after GRPO ({data['args']['grpo_steps']} steps)",
+        "continue_sft": "continue SFT, same CPU time",
+    }
+    rows = []
+    for key, label in labels.items():
+        ems = [run[key]["em"] for run in runs]
+        rows.append(
+            [label, *(f"{x:.2f}" for x in ems), f"{statistics.mean(ems):.3f} ± {statistics.pstdev(ems):.3f}"]
+        )
+    return _table(["held-out greedy EM", *(f"seed {run['seed']}" for run in runs), "mean ± std"], rows)
+
+
+RENDERERS: dict[str, Callable[[], str]] = {
+    "sb3_learning": sb3_learning,
+    "smollm2_table": smollm2_table,
+    "llm_turns": llm_turns,
+    "dense_cpu": dense_cpu,
+    "grpo_cpu_small": grpo_cpu_small,
+    "grpo_cpu_tiny": grpo_cpu_tiny,
+    "rollout_scale_a": rollout_scale_a,
+    "rollout_scale_b": rollout_scale_b,
+    "rollout_scale_c": rollout_scale_c,
+    "rollout_scale_d": rollout_scale_d,
+    "rollout_scale_e": rollout_scale_e,
+}
+
+
+def render(markdown: str) -> str:
+    """``markdown`` with every results marker replaced by its table."""
+
+    def table(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in RENDERERS:
+            raise KeyError(f"unknown results table {name!r}; known: {', '.join(RENDERERS)}")
+        return RENDERERS[name]()
+
+    return MARKER.sub(table, markdown)
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    """The MkDocs event: tables in place of markers."""
+    return render(markdown)

@@ -1,0 +1,81 @@
+"""The MkDocs hooks (``docs_hooks/``): the results tables, the CLI reference and the nav."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hook(name: str):
+    """A hook module of ``docs_hooks/``, loaded under a name no other module uses."""
+    spec = importlib.util.spec_from_file_location(
+        f"_hopgym_docs_hook_{name}", ROOT / "docs_hooks" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cli_reference, nav, results = _hook("cli_reference"), _hook("nav"), _hook("results")
+
+
+def _markers() -> list[str]:
+    return sorted({m for p in (ROOT / "docs").glob("*.md") for m in results.MARKER.findall(p.read_text())})
+
+
+def test_every_results_marker_has_a_renderer():
+    assert _markers() and set(_markers()) <= set(results.RENDERERS)
+
+
+@pytest.mark.parametrize("name", sorted(results.RENDERERS))
+def test_results_tables_hold_the_json_figures(name):
+    table = results.RENDERERS[name]()
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert len(rows) >= 3 and len({row.count("|") for row in rows}) == 1  # header, rule, rows: one width
+
+
+def test_sb3_table_reads_the_json():
+    import json
+
+    data = json.loads((results.RESULTS / "sb3_learning.json").read_text())
+    em = data["summary"]["ppo"]["em"]
+    assert f"{em:.3f} ± " in results.sb3_learning()
+
+
+def test_unknown_results_marker_fails_the_build():
+    with pytest.raises(KeyError, match="unknown results table"):
+        results.render("<!-- results: nothing_here -->")
+
+
+def test_cli_reference_covers_every_command_and_subcommand():
+    from hopgym.cli import COMMANDS
+
+    progs = [prog for prog, _ in cli_reference.parsers()]
+    assert progs[0] == "hopgym"
+    for command in COMMANDS:
+        assert f"hopgym {command.replace('_', '-')}" in progs
+    assert {"hopgym index build", "hopgym train grpo", "hopgym train sft"} <= set(progs)
+    page = cli_reference.on_page_markdown("# CLI\n\n" + cli_reference.MARKER)
+    assert "## `hopgym eval`" in page and re.search(r"--max-turns", page)
+
+
+def test_nav_adds_the_pages_it_lacks(tmp_path):
+    for name, title in [
+        ("index.md", "Home"),
+        ("environments.md", "Envs"),
+        ("envs-versions.md", "Versions"),
+        ("x.md", "X"),
+    ]:
+        (tmp_path / name).write_text(f"# {title}\n")
+    completed = nav.complete([{"Home": "index.md"}, {"Envs": "environments.md"}], tmp_path)
+    assert completed == [
+        {"Home": "index.md"},
+        {"Envs": "environments.md"},
+        {"Versions": "envs-versions.md"},
+        {"More": [{"X": "x.md"}]},
+    ]
