@@ -26,6 +26,7 @@ tags) are reported in both modes.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
@@ -135,10 +136,13 @@ def _quote(text: str, limit: int = 40) -> str:
 
 
 _TAG_NAMES = ("think", "search", "route", "answer")
-_TAG_RE = re.compile(r"<(think|search|route|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+# Both parsers are linear in the length of the turn (a 1 MB turn of tags parses in well under a
+# second): the regular expressions below never backtrack far (possessive white space; no lazy
+# ".*?" to a back-reference), and each tag is visited a bounded number of times.
+_EXACT_TAG_RE = re.compile(r"<(/?)(think|search|route|answer)>", re.IGNORECASE)
 _ANY_TAG_RE = re.compile(r"</?(think|search|route|answer|information)>", re.IGNORECASE)
 # Lenient mode also reads tags with spaces inside the brackets ("< search >", "</ answer>").
-_LOOSE_TAG_RE = re.compile(r"<\s*(/?)\s*(think|search|route|answer|information)\s*>", re.IGNORECASE)
+_LOOSE_TAG_RE = re.compile(r"<\s*+(/?)\s*+(think|search|route|answer|information)\s*+>", re.IGNORECASE)
 _ACTION_NAMES = ("search", "route", "answer")
 # The canonical turn, as models trained on the protocol write it: an optional <think> block, then
 # at most one action block, in lower case, with nothing but white space around them and no "<"
@@ -179,13 +183,21 @@ class _Tag(NamedTuple):
     exact: bool  # written without spaces inside the brackets
 
 
+def _tag_name(written: str) -> str:
+    """The tag name that ``written`` matched case-insensitively (``"ſearch"`` is ``"search"``)."""
+    name = written.lower()
+    if name in _TAG_NAMES or name == "information":
+        return name
+    return next(n for n in (*_TAG_NAMES, "information") if re.fullmatch(n, written, re.IGNORECASE))
+
+
 def _tags(text: str) -> list[_Tag]:
     return [
         _Tag(
             m.start(),
             m.end(),
             bool(m.group(1)),
-            m.group(2).lower(),
+            _tag_name(m.group(2)),
             m.group(0).lower() == f"<{m.group(1)}{m.group(2)}>".lower(),
         )
         for m in _LOOSE_TAG_RE.finditer(text)
@@ -194,15 +206,57 @@ def _tags(text: str) -> list[_Tag]:
 
 def _open_at_end(tags: Sequence[_Tag]) -> str | None:
     """The think/action tag left open at the end of the text, if any."""
-    open_: list[str] = []
+    open_: list[str] = []  # a stack; a closing tag closes its innermost opening and all above it
+    depth = dict.fromkeys(_TAG_NAMES, 0)  # how many of each name are on the stack
     for t in tags:
         if t.name == "information":
             continue
         if not t.closing:
             open_.append(t.name)
-        elif t.name in open_:
-            del open_[len(open_) - 1 - open_[::-1].index(t.name) :]
+            depth[t.name] += 1
+        elif depth[t.name]:
+            while (name := open_.pop()) != t.name:
+                depth[name] -= 1
+            depth[name] -= 1
     return open_[-1] if open_ else None
+
+
+def _tag_blocks(text: str) -> tuple[list[tuple[str, str, tuple[int, int]]], str]:
+    """The well-formed ``<name>…</name>`` blocks of ``text`` (kind, body, span), left to right and
+    each closed by the first matching closing tag after it, and the text with the blocks removed.
+
+    What ``re.finditer(r"<(think|search|route|answer)>(.*?)</\\1>", text, re.I | re.S)`` finds,
+    in one pass: the lazy regular expression scans to the end of the text from every opening tag
+    that is never closed, which is quadratic in the number of tags.
+    """
+    opens: list[tuple[int, int, str]] = []
+    closes: dict[str, list[int]] = {name: [] for name in _TAG_NAMES}  # start of each </name>
+    for m in _EXACT_TAG_RE.finditer(text):
+        name = _tag_name(m.group(2))
+        if m.group(1):
+            closes[name].append(m.start())
+        else:
+            opens.append((m.start(), m.end(), name))
+    nxt = dict.fromkeys(_TAG_NAMES, 0)  # per name, the first closing tag not yet passed
+    blocks: list[tuple[str, str, tuple[int, int]]] = []
+    pieces: list[str] = []
+    pos = 0  # end of the last block
+    for start, end, name in opens:
+        if start < pos:
+            continue
+        ends, k = closes[name], nxt[name]
+        while k < len(ends) and ends[k] < end:
+            k += 1
+        nxt[name] = k
+        if k == len(ends):
+            continue
+        close = ends[k]
+        stop = close + len(name) + 3  # len("</name>")
+        blocks.append((name, text[end:close], (start, stop)))
+        pieces.append(text[pos:start])
+        pos = stop
+    pieces.append(text[pos:])
+    return blocks, "".join(pieces)
 
 
 class TagsProtocol(Protocol):
@@ -245,9 +299,8 @@ class TagsProtocol(Protocol):
 
     # ------------------------------------------------------------------ strict
     def _parse_strict(self, text: str, sources: Sequence[str]) -> ParsedTurn:
-        blocks = [(m.group(1).lower(), m.group(2), m.span()) for m in _TAG_RE.finditer(text)]
+        blocks, rest = _tag_blocks(text)
         # Anything tag-shaped left after removing the well-formed blocks is unbalanced or stray.
-        rest = _TAG_RE.sub("", text)
         stray = _ANY_TAG_RE.search(rest)
         for _, body, _ in blocks:
             if _ANY_TAG_RE.search(body):
@@ -297,6 +350,15 @@ class TagsProtocol(Protocol):
             if all(i.code != code for i in issues):  # one entry per kind is enough
                 issues.append(FormatIssue(code, detail))
 
+        # Per name, the indices of its closing tags, and the indices of the think tags: the
+        # lookups below bisect them instead of scanning the tags that follow (quadratic).
+        closing_at: dict[str, list[int]] = {name: [] for name in _TAG_NAMES}
+        think_tags: list[int] = []
+        for k, u in enumerate(tags):
+            if u.closing:
+                closing_at[u.name].append(k)
+            if u.name == "think":
+                think_tags.append(k)
         bad = next((t for t in tags if not t.exact), None)
         if bad is not None:
             issue("malformed_tag", f"spaces inside a tag: {text[bad.start : bad.end]!r}")
@@ -334,7 +396,9 @@ class TagsProtocol(Protocol):
                 prev_end = t.end
                 i += 1
                 continue
-            j = next((k for k in range(i + 1, len(tags)) if tags[k].name == t.name and tags[k].closing), None)
+            after = closing_at[t.name]
+            n = bisect_right(after, i)
+            j = after[n] if n < len(after) else None  # the first closing tag of this name
             if j is None:
                 issue("stray_tag", f"<{t.name}> is never closed")
                 covered.append((t.start, t.end))
@@ -344,7 +408,8 @@ class TagsProtocol(Protocol):
             if j > i + 1:
                 return ParsedTurn(None, error=_NESTED_ERROR, issues=tuple(issues))
             if think_at is not None:
-                later = next((u for u in tags[j + 1 :] if u.name == "think"), None)
+                n = bisect_right(think_tags, j)
+                later = tags[think_tags[n]] if n < len(think_tags) else None  # the next think tag
                 if later is not None and later.closing:
                     return ParsedTurn(None, error=_IN_THINK_ERROR, issues=tuple(issues))
                 issue("unclosed_think", "<think> is never closed")

@@ -3,19 +3,27 @@
 ``gymnasium.spaces.Text`` checks every character against a charset (alphanumeric by default), so real
 passages with punctuation, accents or CJK text fail its ``contains``. Model turns and retrieved
 documents are arbitrary unicode, so hopgym's spaces accept any ``str`` up to a length.
+
+:class:`FreeText` has Gymnasium's shared-memory support (``create_shared_memory``,
+``read_from_shared_memory``, ``write_to_shared_memory``), so that
+``gym.make_vec(id, vectorization_mode="async")`` works with its default ``shared_memory=True``.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import string
+from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Space
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
-from hopgym.errors import InvalidOptionError
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
-__all__ = ["FreeText"]
+__all__ = ["FreeText", "SharedTexts"]
 
 # Sorted so that samples are identical across processes (set order depends on hash seeds).
 _SAMPLE_CHARS = np.array(sorted(set(string.printable) | set("éßøλ中<>/")))
@@ -67,3 +75,77 @@ class FreeText(Space[str]):
 
     def __hash__(self) -> int:
         return hash(("FreeText", self.max_length))
+
+
+# Shared memory: one row of ``max_length + 1`` code points per sub-env, the text's length first
+# (``Text``'s layout pads with a charset index; any code point, NUL included, can be in a FreeText).
+# UTF-32 with "surrogatepass" carries every str, lone surrogates too.
+_CODE = np.dtype("<u4")
+
+
+class SharedTexts(Sequence[str]):
+    """The texts of all sub-envs in a shared-memory block, read when indexed.
+
+    ``AsyncVectorEnv`` reads its observations from shared memory once, when it is built, and
+    returns that object at every step (a deep copy of it by default): this view is what it reads,
+    so that every access sees the workers' latest texts. ``copy.deepcopy`` and pickling give a
+    plain tuple of strings, which is what ``AsyncVectorEnv(copy=True)`` (the default) returns.
+    """
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        row = self._rows[index]
+        return row[1 : 1 + int(row[0])].astype(_CODE).tobytes().decode("utf-32-le", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SharedTexts | tuple | list):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # its contents change
+
+    def __repr__(self) -> str:
+        return f"SharedTexts({tuple(self)!r})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, (tuple(self),))
+
+
+def _rows(space: FreeText, shared: Any) -> np.ndarray:
+    return np.frombuffer(shared.get_obj(), dtype=np.uint32).reshape(-1, space.max_length + 1)
+
+
+@create_shared_memory.register(FreeText)
+def _create_free_text_shared_memory(space: FreeText, n: int = 1, ctx: ModuleType = mp) -> Any:
+    return ctx.Array(np.dtype(np.uint32).char, n * (space.max_length + 1))
+
+
+@read_from_shared_memory.register(FreeText)
+def _read_free_text_from_shared_memory(space: FreeText, shared_memory: Any, n: int = 1) -> SharedTexts:
+    return SharedTexts(_rows(space, shared_memory)[:n])
+
+
+@write_to_shared_memory.register(FreeText)
+def _write_free_text_to_shared_memory(space: FreeText, index: int, value: str, shared_memory: Any) -> None:
+    if not space.contains(value):
+        raise InvalidOptionTypeError(
+            f"{space} holds strings of at most {space.max_length} characters, got {type(value).__name__}"
+            + (f" of {len(value)}" if isinstance(value, str) else "")
+        )
+    row = _rows(space, shared_memory)[index]
+    codes = np.frombuffer(value.encode("utf-32-le", "surrogatepass"), dtype=_CODE)
+    row[1 : 1 + len(codes)] = codes
+    row[0] = len(codes)

@@ -529,10 +529,8 @@ class BatchVectorEnvBase(VectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env (searches batched), with Gymnasium's autoreset modes."""
-        acts = list(iterate(self.action_space, actions))
         n = self.num_envs
-        if len(acts) != n:
-            raise InvalidOptionError(f"got {len(acts)} actions for {n} sub-envs")
+        acts = list(iterate(self.action_space, _action_sequence(actions, n)))
         mode = self.autoreset_mode
         if mode == AutoresetMode.NEXT_STEP:
             reset_first = [i for i in range(n) if self._autoreset_envs[i]]
@@ -594,8 +592,9 @@ class BatchVectorEnvBase(VectorEnv):
         must be reset (``reset(options=[...])``) before it is stepped again.
 
         Raises:
-            hopgym.errors.InvalidOptionError: another autoreset mode, an index out of range or given twice, or as many
-                actions as indices.
+            hopgym.errors.InvalidOptionError: another autoreset mode, an index out of range or given
+                twice, or not as many actions as indices (:class:`~hopgym.errors.InvalidOptionTypeError`
+                for a single string or another non-sequence).
             gymnasium.error.ResetNeeded: a sub-env that finished and was not reset.
         """
         if self.autoreset_mode != AutoresetMode.DISABLED:
@@ -603,9 +602,7 @@ class BatchVectorEnvBase(VectorEnv):
                 "step_subset steps some sub-envs and resets none: it needs autoreset_mode=DISABLED"
             )
         idx = [int(i) for i in indices]
-        acts = list(actions)
-        if len(acts) != len(idx):
-            raise InvalidOptionError(f"got {len(acts)} actions for {len(idx)} sub-envs")
+        acts = _action_sequence(actions, len(idx))
         if len(set(idx)) != len(idx) or any(not 0 <= i < self.num_envs for i in idx):
             raise InvalidOptionError(f"indices must be distinct, in [0, {self.num_envs}), got {idx}")
         ended = [i for i in idx if self._autoreset_envs[i]]
@@ -655,6 +652,26 @@ class BatchVectorEnvBase(VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         """Close the sub-envs."""
         self._backend_close()
+
+
+def _action_sequence(actions: Any, n: int) -> list[Any]:
+    """``actions`` as a list of ``n`` actions, one per sub-env.
+
+    Raises:
+        hopgym.errors.InvalidOptionTypeError: a single string (which would otherwise be read as one
+            action per character) or anything else that is not a sequence.
+        hopgym.errors.InvalidOptionError: a sequence of another length.
+    """
+    expected = f"expected a sequence of {n} strings (one action per sub-env)"
+    if (
+        isinstance(actions, str | bytes)
+        or not isinstance(actions, Sequence | np.ndarray)
+        or (isinstance(actions, np.ndarray) and actions.ndim != 1)  # a 0-d array has no length
+    ):
+        raise InvalidOptionTypeError(f"{expected}, got a {type(actions).__name__}: {actions!r:.60}")
+    if len(actions) != n:
+        raise InvalidOptionError(f"{expected}, got {len(actions)} actions for {n} sub-envs")
+    return list(actions)
 
 
 def _numeric(value: Any) -> bool:

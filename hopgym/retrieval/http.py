@@ -5,13 +5,27 @@ It speaks Search-R1's ``POST /retrieve`` contract (``hopgym serve`` or Search-R1
 or on other machines, shared by many rollout workers.
 
 Requests go through :class:`~hopgym.httpclient.HTTPClient` (one per server): connections are
-kept alive and reused (one per thread and server), every attempt has a timeout, and what is
-retried, the jittered back-off and ``Retry-After`` are the client's policy, written there once.
-With several servers, calls are spread over them in turn, a failed attempt moves on to the next
-server at once, and a server that failed is tried last for ``cooldown`` seconds. When a call
-fails for good, a :class:`~hopgym.errors.RetrievalError` says what went wrong on each
-server; the env turns it into an observation (``info["retrieval_error"]``), so a dead or frozen
-server never hangs or crashes a rollout. Standard library only.
+kept alive and reused (one per thread and server), every attempt has a timeout, and the jittered
+back-off and ``Retry-After`` are the client's policy, written there once. Standard library only.
+
+**Fail-over** (the one statement of it; each attempt sends the request to one server):
+
+- Calls are spread over the servers in turn, and a server that failed is tried last for
+  ``cooldown`` seconds.
+- A *failed* server — connection refused or reset, no reply within ``timeout``, or a status in
+  :data:`~hopgym.httpclient.RETRYABLE_STATUS` (408, 429, 5xx: busy or restarting) — sends the
+  call on to the next server at once; once every server has failed in this call, the call goes
+  round again after a back-off, while ``retries`` last.
+- A server that is *not (or no longer) a retrieval server* — it answers 404 or 405, a body that
+  is not JSON, or JSON without a ``result`` list (a proxy whose app is gone, a wrong port) — sends
+  the call on to the next server at once too, and is not asked again in this call: with one
+  server, or when every server answered so, the call fails at once (a wrong URL stays wrong).
+- Any other answer that is not 2xx (400, 413, 422...) fails the call at once: the request itself
+  is refused, and every replica would refuse it.
+
+When a call fails for good, a :class:`~hopgym.errors.RetrievalError` says what went wrong on each
+server; the env turns it into an observation (``info["retrieval_error"]``), so a dead, frozen or
+vanished server never hangs or crashes a rollout.
 """
 
 from __future__ import annotations
@@ -52,6 +66,17 @@ def passage_from_json(doc: Any) -> Passage:
     return Passage(str(doc_id) if doc_id is not None else passage_id(title, text), title, text)
 
 
+#: Statuses that say the URL is not (or no longer) a retrieval server: nothing at this path, or
+#: not for POST (see the fail-over rule above).
+NOT_A_RETRIEVAL_SERVER_STATUS = frozenset({404, 405})
+
+
+def _not_a_retrieval_server(status: int | None) -> bool:
+    """Whether a non-transient failure with this status says "not a retrieval server": 404/405,
+    or a 2xx reply whose body is not JSON (the client's error for it keeps the 2xx status)."""
+    return status is not None and (status in NOT_A_RETRIEVAL_SERVER_STATUS or 200 <= status < 300)
+
+
 class HTTPRetriever(BatchScoredRetriever):
     """Search a remote index through ``POST /retrieve``, on one server or spread over several.
 
@@ -59,9 +84,8 @@ class HTTPRetriever(BatchScoredRetriever):
         url: the server, ``http://host:port`` (``/retrieve`` is added) or the full endpoint URL;
             or a list of them (replicas of one index), over which calls are spread in turn.
         timeout: seconds one attempt may take (connecting, sending, the whole reply).
-        retries: further attempts after a failed one (connection refused or reset, timeout,
-            a :data:`~hopgym.httpclient.RETRYABLE_STATUS` reply), each on the next server.
-            Other 4xx answers are not retried.
+        retries: further attempts after a failed one, each on the next server (which
+            failures move on, and which fail at once: the module docstring's fail-over rule).
         backoff: the nominal wait before a retry on a server that already failed in this call,
             doubled for each further round (jittered; a ``Retry-After`` header lengthens it), up
             to ``max_backoff``. Moving on to a server not yet tried does not wait.
@@ -173,40 +197,55 @@ class HTTPRetriever(BatchScoredRetriever):
         turn = [(first + i) % n for i in range(n)]
         return sorted(turn, key=lambda i: max(0.0, self._down_until[i] - now))
 
-    def _post(self, payload: dict[str, Any]) -> Any:
+    def _post(self, payload: dict[str, Any], n_results: int) -> list[Any]:
+        """The ``result`` list of ``POST /retrieve``, by the module docstring's fail-over rule."""
         order = self._order()
         failures: dict[int, str] = {}
+        gone: set[int] = set()  # servers that are not retrieval servers: not asked again
         retry_after = None
         for attempt in range(self.retries + 1):
-            i = order[attempt % len(order)]
+            live = [i for i in order if i not in gone]
+            if not live:
+                break
+            i = live[attempt % len(live)]
             if i in failures:  # every server failed once in this call: back off, then go round
-                time.sleep(self.clients[i].backoff_delay(attempt // len(order), retry_after))
+                time.sleep(self.clients[i].backoff_delay(attempt // len(live), retry_after))
             try:
                 data = self.clients[i].post_json(self.paths[i], payload, retries=0)
             except HTTPError as exc:
-                if not exc.transient:
-                    endpoint = self.endpoints[i]
-                    if exc.status is not None and not 200 <= exc.status < 300:
-                        raise RetrievalError(
-                            f"the retrieval server at {endpoint} refused the request: {exc.cause}"
-                        ) from exc
+                if not (exc.transient or _not_a_retrieval_server(exc.status)):
                     raise RetrievalError(
-                        f"the retrieval server at {endpoint} sent invalid JSON: {exc}"
-                    ) from None
+                        f"the retrieval server at {self.endpoints[i]} refused the request: {exc.cause}"
+                    ) from exc
                 failures[i] = exc.cause
+                if not exc.transient:
+                    gone.add(i)
+                    if exc.status is not None and 200 <= exc.status < 300:
+                        failures[i] = f"not a retrieval server: {exc}"
                 retry_after = exc.retry_after
+                with self._lock:
+                    self._down_until[i] = time.monotonic() + self.cooldown
+                continue
+            result = data.get("result") if isinstance(data, dict) else None
+            if not isinstance(result, list) or len(result) != n_results:
+                failures[i] = (
+                    f"not a retrieval server: no 'result' list of {n_results} entries in {data!r:.100}"
+                )
+                gone.add(i)
                 with self._lock:
                     self._down_until[i] = time.monotonic() + self.cooldown
                 continue
             if self._down_until[i]:
                 with self._lock:
                     self._down_until[i] = 0.0
-            return data
+            return result
         where = "; ".join(f"{self.endpoints[i]}: {cause}" for i, cause in failures.items())
-        raise RetrievalError(
-            f"the retrieval server failed after {self.retries + 1} attempt(s) "
-            f"({where}). Is `hopgym serve` running there?"
-        )
+        if live:
+            raise RetrievalError(
+                f"the retrieval server failed after {attempt + 1} attempt(s) ({where}). "
+                "Is `hopgym serve` running there?"
+            )
+        raise RetrievalError(f"no retrieval server answered ({where}): is the URL that of `hopgym serve`?")
 
     def search_batch_scored(self, queries: Sequence[str], k: int) -> list[list[SearchHit]]:
         """Top ``k`` hits with the server's scores for each query, in one request."""
@@ -215,12 +254,7 @@ class HTTPRetriever(BatchScoredRetriever):
             return []
         if k <= 0:
             return [[] for _ in queries]
-        data = self._post({"queries": queries, "topk": int(k), "return_scores": True})
-        result = data.get("result") if isinstance(data, dict) else None
-        if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrievalError(
-                f"the retrieval server at {self.endpoint} sent no 'result' list of {len(queries)} entries"
-            )
+        result = self._post({"queries": queries, "topk": int(k), "return_scores": True}, len(queries))
         out: list[list[SearchHit]] = []
         for items in result:
             if not isinstance(items, list):

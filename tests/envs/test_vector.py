@@ -216,3 +216,59 @@ def test_the_info_merge_is_gymnasiums(entries):
         for key, value in expected.items():
             if isinstance(value, np.ndarray):
                 assert got[key].dtype == value.dtype, key
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_async_mode_works_and_reads_as_sync_and_batched(mode):
+    # Gymnasium's AsyncVectorEnv keeps observations in shared memory by default: FreeText has its
+    # own shared-memory layout (issue 21: the text space had none, and async mode failed).
+    logs = {}
+    for how in ("sync", "async", None):  # None: the vector entry point (the batched env)
+        extra = {"vectorization_mode": how, "vector_kwargs": {"autoreset_mode": mode}} if how else {}
+        venv = gym.make_vec(
+            "hopgym/Synthetic-v1",
+            num_envs=4,
+            **WORLD,
+            **extra,
+            **({} if how else {"autoreset_mode": mode}),
+        )
+        logs[how] = drive(venv, 16, seed=5)
+        venv.close()
+    assert_same_logs(logs["async"], logs["sync"])
+    assert_same_logs(logs[None], logs["sync"])
+
+
+def test_async_observations_are_the_latest_texts_and_any_unicode():
+    from hopgym.envs.spaces import FreeText, SharedTexts
+
+    venv = gym.make_vec("hopgym/Tiny-v1", num_envs=2, vectorization_mode="async")
+    first, _ = venv.reset(seed=0)
+    second, *_ = venv.step(["<search>Zürich \ud83d 中 \x00</search>", "<answer>x</answer>"])
+    assert type(first) is tuple and type(second) is tuple  # copies (copy=True is the default)
+    assert first != second and "No documents" in second[0]
+    venv.close()
+    # The shared-memory row round-trips any str, NUL and lone surrogates included.
+    from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+
+    space = FreeText(8)
+    shared = create_shared_memory(space, n=2)
+    view = read_from_shared_memory(space, shared, n=2)
+    write_to_shared_memory(space, 1, "a\x00\ud83dé中", shared)
+    assert isinstance(view, SharedTexts) and view == ("", "a\x00\ud83dé中")
+    write_to_shared_memory(space, 1, "b", shared)
+    assert view[1] == "b" and list(view) == ["", "b"]
+    with pytest.raises(hopgym.errors.InvalidOptionError, match="at most 8"):
+        write_to_shared_memory(space, 0, "x" * 9, shared)
+
+
+@pytest.mark.parametrize("actions", ["<search>x</search>", None, 3, np.array("a")])
+def test_step_refuses_what_is_not_a_sequence_of_actions(actions):
+    venv = gym.make_vec("hopgym/Tiny-v1", num_envs=3, autoreset_mode="Disabled")
+    venv.reset(seed=0)
+    with pytest.raises(hopgym.errors.InvalidOptionTypeError, match="expected a sequence of 3 strings"):
+        venv.step(actions)
+    with pytest.raises(hopgym.errors.InvalidOptionError, match=r"expected a sequence of 3 strings.*got 2"):
+        venv.step(["a", "b"])
+    with pytest.raises(hopgym.errors.InvalidOptionTypeError, match="expected a sequence of 2 strings"):
+        venv.step_subset([0, 1], actions)
+    venv.close()
