@@ -594,8 +594,8 @@ class BatchVectorEnvBase(VectorEnv):
         must be reset (``reset(options=[...])``) before it is stepped again.
 
         Raises:
-            hopgym.errors.InvalidOptionError: another autoreset mode, an index out of range or given twice, or as many
-                actions as indices.
+            hopgym.errors.InvalidOptionError: another autoreset mode, an index out of range or given twice, or
+                as many actions as indices.
             gymnasium.error.ResetNeeded: a sub-env that finished and was not reset.
         """
         if self.autoreset_mode != AutoresetMode.DISABLED:
