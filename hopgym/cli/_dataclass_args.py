@@ -132,7 +132,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def _hyphenate(argv: list[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     for i, token in enumerate(argv):
         if token == "--":
             return out + argv[i:]

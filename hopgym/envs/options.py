@@ -62,8 +62,8 @@ class EnvOptions:
     its prompt and refuses turns beyond it; its own reward is always 0.
 
     Raises:
-        hopgym.errors.InvalidOptionError: a value of the wrong type or out of range; the message names the field, the
-            value and what is allowed.
+        hopgym.errors.InvalidOptionError: a value of the wrong type or out of range; the message names the
+            field, the value and what is allowed.
     """
 
     protocol: str | Protocol = _opt(

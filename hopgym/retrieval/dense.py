@@ -384,8 +384,8 @@ def place_index(
     the FAISS backends, torch for the torch index (which needs no FAISS).
 
     Raises:
-        hopgym.errors.InvalidOptionError: a bad ``index_type``, ``device`` or ``index_backend``, or a combination that
-            cannot work (``index_backend="torch"`` with HNSW).
+        hopgym.errors.InvalidOptionError: a bad ``index_type``, ``device`` or ``index_backend``, or a
+            combination that cannot work (``index_backend="torch"`` with HNSW).
         DeviceUnavailableError: no GPU, or a FAISS without GPU support for
             ``index_backend="faiss"`` on CUDA.
         DependencyNotInstalled: FAISS or torch missing.

@@ -111,8 +111,8 @@ def register_retriever(
     """Register a retriever kind (see :class:`RetrieverKind` for the arguments).
 
     Raises:
-        hopgym.errors.InvalidOptionError: an empty or non-identifier name, or a name already registered (unless
-            ``override``).
+        hopgym.errors.InvalidOptionError: an empty or non-identifier name, or a name already registered
+            (unless ``override``).
     """
     if not isinstance(kind, str) or not kind.replace("_", "").replace("-", "").isalnum():
         raise InvalidOptionError(f"a retriever kind must be a non-empty identifier, got {kind!r}")
@@ -371,8 +371,8 @@ class RetrieverSpec:
         URLs, a dict of fields (``"url"`` is read as ``urls``), or a spec (returned as is).
 
         Raises:
-            hopgym.errors.InvalidOptionTypeError: a dict key that is no field (the closest field is suggested), or a value
-                of another type.
+            hopgym.errors.InvalidOptionTypeError: a dict key that is no field (the closest field is
+                suggested), or a value of another type.
             hopgym.errors.InvalidOptionError: an unknown kind or a bad setting.
 
         Example:
@@ -446,7 +446,8 @@ def make_retriever(
         cache: reusable parts (an embedding model) kept between calls; see :class:`RetrieverKind`.
 
     Raises:
-        hopgym.errors.InvalidOptionError: a bad spec, passages missing for an in-process kind or given to a remote one.
+        hopgym.errors.InvalidOptionError: a bad spec, passages missing for an in-process kind or given to a
+            remote one.
 
     Example:
         >>> docs = [Passage("a", "Oslo", "Oslo is a city."), Passage("b", "Rome", "Rome is old.")]

@@ -185,10 +185,8 @@ def test_killing_a_replica_mid_load_loses_no_retried_request(ray_url, index):
 
 def test_sigterm_deletes_the_deployment_and_stops_ray(server):
     proc, url = server
-    t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
-    assert time.monotonic() - t0 < 30
     with pytest.raises(RetrievalError):
         HTTPRetriever(url, timeout=2, retries=0).health()
