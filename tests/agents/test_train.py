@@ -452,7 +452,10 @@ def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Pat
         model,
         tok,
         kept,
-        SFTRunConfig(output_dir=str(tmp_path), max_steps=2, batch_size=4, warmup_steps=0, logging_steps=1),
+        SFTRunConfig(
+            output_dir=str(tmp_path),
+            trl={"max_steps": 2, "per_device_train_batch_size": 4, "warmup_steps": 0, "logging_steps": 1},
+        ),
     )
     assert changed(before, model) > 0
     assert len(trainer.train_dataset) == len(kept)
