@@ -171,8 +171,9 @@ def _is_url(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(("http://", "https://"))
 
 
-def _setting(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
+def _setting(default: Any, help: str, cli: str | None = None) -> Any:
+    # ``cli``: the help of the command-line option where ``help`` names Python-only values.
+    return field(default=default, metadata={"help": help, **({"cli_help": cli} if cli else {})})
 
 
 def _number(value: Any) -> bool:
@@ -203,6 +204,8 @@ class RetrieverSpec:
         None,
         "retriever kind: bm25, dense, hybrid, http or a registered one (None: bm25, or the "
         "kind a saved index holds)",
+        cli="retriever kind: bm25, dense, hybrid, http or a registered one (left out: bm25, or "
+        "the kind a saved index holds)",
     )
     engine: str = _setting("bm25s", "BM25 engine: bm25s or rank_bm25 (pure Python; cannot be saved)")
     backend: str = _setting(
@@ -217,6 +220,9 @@ class RetrieverSpec:
         "embedder for dense/hybrid: 'default' (the packaged all-MiniLM-L6-v2), "
         "'hashing-<dim>', a sentence-transformers name or path, or an Embedder (None: "
         "'default', or the model a saved index was built with)",
+        cli="embedder for dense/hybrid: 'default' (the packaged all-MiniLM-L6-v2), "
+        "'hashing-<dim>', or a sentence-transformers name or path (left out: 'default', or "
+        "the model a saved index was built with)",
     )
     index_type: str = _setting("flat", "FAISS index for dense/hybrid: flat (exact), hnsw or ivf")
     index_backend: str = _setting(
@@ -229,7 +235,9 @@ class RetrieverSpec:
     rrf_k: float = _setting(60.0, "hybrid reciprocal-rank fusion constant")
     batch_size: int = _setting(64, "passages per encoder batch")
     threads: int | None = _setting(
-        1, "FAISS and torch threads for dense/hybrid (None: leave the process's setting)"
+        1,
+        "FAISS and torch threads for dense/hybrid (None: leave the process's setting)",
+        cli="FAISS and torch threads for dense/hybrid (none: leave the process's setting)",
     )
     device: str = _setting(
         "cpu",
@@ -257,11 +265,16 @@ class RetrieverSpec:
         f"query cache entries, repeated queries answered without searching (0: off; "
         f"None: {DEFAULT_CACHE_ENTRIES} for in-process kinds, off for http, whose remote "
         f"index may change)",
+        cli=f"query cache entries, repeated queries answered without searching (0: off; "
+        f"left out or none: {DEFAULT_CACHE_ENTRIES} for in-process kinds, off for http, whose "
+        f"remote index may change)",
     )
     cache_bytes: int | None = _setting(
         None,
         f"query cache bytes, estimated (0: off; None: {DEFAULT_CACHE_BYTES >> 20} MiB for "
         f"in-process kinds, off for http)",
+        cli=f"query cache bytes, estimated (0: off; left out or none: {DEFAULT_CACHE_BYTES >> 20} "
+        f"MiB for in-process kinds, off for http)",
     )
 
     def __post_init__(self) -> None:
