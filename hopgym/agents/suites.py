@@ -2,7 +2,8 @@
 (:data:`~hopgym.agents.suite_defs.SUITES`) over one corpus and returns the papers' table.
 
 Functions: :func:`run_suite`, :func:`suite_table` (Markdown), :func:`compare_settings`,
-:func:`read_results`, :func:`details_table`, :func:`settings_markdown`, :func:`set_metrics`, :func:`pass_at_k`, :func:`corpus_summary`,
+:func:`read_results`, :func:`details_table`, :func:`settings_markdown`, :func:`set_metrics`,
+:func:`pass_at_k`, :func:`corpus_summary`,
 :func:`find_set_file`, :func:`get_suite`.
 
 One corpus (a FlashRAG jsonl read once, streamed), a saved index, or a retrieval server is
