@@ -109,7 +109,7 @@ def set_metrics(
         ...          "steps": 2, "searches": 1, "invalid": 0} for p in ("Oslo", "in Oslo", None)]
         >>> m = set_metrics(recs, attempts=3)
         >>> m["em"], m["cover_em"], round(m["pass@2"], 4), m["answered"]
-        (0.3333333333333333, 0.6666666666666666, 0.6667, 0.6666666666666667)
+        (0.3333333333333333, 0.6666666666666666, 0.6667, 0.6666666666666666)
     """
     from hopgym.rewards.scoring import cover_em, exact_match, token_f1
 

@@ -307,7 +307,10 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "suite", None) or getattr(args, "compare", None):
         from hopgym.cli.eval_suite import run_suite_command
 
-        return run_suite_command(args, ev, config_from_args(args, LLM_SPEC), cfg.seed, kwargs)
+        llm = config_from_args(args, LLM_SPEC) if ev.agent in LLM_AGENTS else None
+        return run_suite_command(
+            args, ev, llm, lambda env: make_cli_agent(ev.agent, env, cfg.seed, llm), cfg.seed, kwargs
+        )
     env = make_env(cfg.env, kwargs)
     llm = config_from_args(args, LLM_SPEC)
     few_shot_env = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,12 +113,17 @@ def _compare(paths: list[str], markdown: str | None) -> int:
 
 
 def run_suite_command(
-    args: argparse.Namespace, ev: Any, llm: Any, seed: int, env_options: dict[str, Any]
+    args: argparse.Namespace,
+    ev: Any,
+    llm: Any,
+    make_agent: Callable[[Any], Any],
+    seed: int,
+    env_options: dict[str, Any],
 ) -> int:
-    """Run ``hopgym eval --suite`` (``ev``: the EvalConfig; ``llm``: the LLMConfig)."""
+    """Run ``hopgym eval --suite`` (``ev``: the EvalConfig; ``llm``: the LLMConfig of an LLM
+    agent, else ``None``; ``make_agent``: ``env -> agent``)."""
     from hopgym.agents.suites import details_table, run_suite, settings_markdown, suite_table
     from hopgym.cli._dataclass_args import config_from_args
-    from hopgym.cli.eval import LLM_AGENTS, make_cli_agent
 
     cfg = config_from_args(args, SuiteConfig)
     if cfg.compare:
@@ -141,25 +147,24 @@ def run_suite_command(
         if cfg.retriever_model is not None:
             spec["model"] = cfg.retriever_model
         retriever = spec
-    made: dict[str, Any] = {}
+    made: list[Any] = []
 
     def agent(env: Any) -> Any:
-        if ev.agent in LLM_AGENTS:  # one model for every set
-            if "llm" not in made:
-                made["llm"] = make_cli_agent(ev.agent, env, seed, llm)
-            return made["llm"]
-        return make_cli_agent(ev.agent, env, seed, llm)
+        if llm is None:
+            return make_agent(env)
+        if not made:  # one model for every set
+            made.append(make_agent(env))
+        return made[0]
 
-    llm_agent = ev.agent in LLM_AGENTS
     sampling = (
-        {
+        {"temperature": 0.0}
+        if llm is None
+        else {
             "temperature": llm.temperature,
             "top_p": llm.top_p,
             "max_new_tokens": llm.max_new_tokens,
             "mode": llm.mode,
         }
-        if llm_agent
-        else {"temperature": 0.0}
     )
     judge = None
     if cfg.judge_url or cfg.judge_model:
@@ -172,7 +177,7 @@ def run_suite_command(
         cfg.suite,
         cfg.data,
         agent,
-        agent_name=f"{ev.agent}:{llm.model}" if llm_agent else ev.agent,
+        agent_name=ev.agent if llm is None else f"{ev.agent}:{llm.model}",
         corpus=cfg.corpus,
         index=cfg.index,
         retriever=retriever,
