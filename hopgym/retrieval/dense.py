@@ -309,10 +309,16 @@ class SentenceTransformerEmbedder:
             if pooling is None:
                 self.model = SentenceTransformer(path, device=self.device)
             else:
-                from sentence_transformers import models
+                try:  # sentence-transformers 5.x; older ones keep them in .models
+                    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+                except ImportError:
+                    from sentence_transformers.models import Pooling, Transformer
 
-                encoder = models.Transformer(path)
-                pool = models.Pooling(encoder.get_word_embedding_dimension(), pooling_mode=pooling)
+                encoder = Transformer(path)
+                width = (
+                    getattr(encoder, "get_embedding_dimension", None) or encoder.get_word_embedding_dimension
+                )
+                pool = Pooling(width(), pooling_mode=pooling)
                 self.model = SentenceTransformer(modules=[encoder, pool], device=self.device)
         except Exception as exc:  # noqa: BLE001 - OSError / HF errors: say what to do
             raise OSError(
