@@ -4,7 +4,8 @@
 
 The synthetic world is exported as a FlashRAG corpus (``hopgym.tasks.export_flashrag``:
 ``{"id", "contents": "\\"Title\\"\\ntext"}``), then each step runs in a fresh child process that
-reports its peak resident memory (``ru_maxrss``) above what the imports took:
+reports its peak resident memory (``VmHWM``, reset after the imports through
+``/proc/self/clear_refs``) above the resident memory after the imports:
 
 - ``passages``: the corpus streamed into passages (:func:`hopgym.corpora.datasets.iter_corpus`),
   as ``hopgym eval --suite`` reads it: the text held once;

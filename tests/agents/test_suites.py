@@ -249,3 +249,23 @@ def test_cli_suite_needs_data_and_a_corpus(data):
         main(["eval", "--suite", "searchr1", "--corpus", "c.jsonl"])
     with pytest.raises(SystemExit, match="--corpus FILE, --index DIR or --retriever URL"):
         main(["eval", "--suite", "searchr1", "--data", str(data)])
+
+
+def test_run_suite_on_a_saved_index(data, tmp_path):
+    from hopgym.corpora.datasets import load_corpus
+    from hopgym.retrieval.index_store import save_index
+    from hopgym.retrieval.specs import make_retriever
+
+    corpus = tmp_path / "corpus.jsonl"
+    save_index(make_retriever("bm25", load_corpus(corpus)), tmp_path / "idx", corpus_path=corpus)
+    result = run_suite(
+        "searchr1",
+        data,
+        _oracle,
+        agent_name="oracle",
+        index=tmp_path / "idx",
+        sets=["hotpotqa"],
+        log=lambda _: None,
+    )
+    assert result["sets"]["hotpotqa"]["recall@3"] == 1.0
+    assert result["settings"]["corpus"]["passages"] == 4 and result["settings"]["retriever"]["kind"] == "bm25"
