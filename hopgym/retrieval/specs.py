@@ -49,7 +49,7 @@ from hopgym._kwargs import unknown_name_error
 from hopgym.corpora.types import Passage
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
-from hopgym.retrieval.dense import INDEX_TYPES
+from hopgym.retrieval.dense import INDEX_TYPES, POOLINGS
 from hopgym.retrieval.devices import check_device, check_index_backend
 from hopgym.retrieval.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES, check_cache_bounds
 from hopgym.retrieval.sparse import BM25_BACKENDS, BM25_ENGINES
@@ -224,6 +224,19 @@ class RetrieverSpec:
         "'hashing-<dim>', or a sentence-transformers name or path (left out: 'default', or "
         "the model a saved index was built with)",
     )
+    query_prefix: str | None = _setting(
+        None,
+        "dense/hybrid: text put before each query ('query: ' for E5; None: from the model "
+        "name, E5 'query: ', BGE its instruction, else none)",
+    )
+    passage_prefix: str | None = _setting(
+        None, "dense/hybrid: text put before each passage ('passage: ' for E5; None: from the model name)"
+    )
+    pooling: str | None = _setting(
+        None,
+        "dense/hybrid: token vectors to one vector: mean (E5's model card), cls or max (None: "
+        "the model's own)",
+    )
     index_type: str = _setting("flat", "FAISS index for dense/hybrid: flat (exact), hnsw or ivf")
     index_backend: str = _setting(
         "auto",
@@ -320,6 +333,11 @@ class RetrieverSpec:
             )
         if self.index_type not in INDEX_TYPES:
             raise InvalidOptionError(f"index_type must be one of {INDEX_TYPES}, got {self.index_type!r}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise InvalidOptionError(f"pooling must be one of {POOLINGS} or None, got {self.pooling!r}")
+        for name in ("query_prefix", "passage_prefix"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise InvalidOptionTypeError(f"{name} must be a string or None, got {getattr(self, name)!r}")
         check_index_backend(self.index_backend, self.index_type)
         if not _number(self.rrf_k) or self.rrf_k < 0:
             raise InvalidOptionError(f"rrf_k must be a number >= 0, got {self.rrf_k!r}")
@@ -537,10 +555,19 @@ def _embedder(spec: RetrieverSpec, cache: MutableMapping[Any, Any]) -> Any:
         spec.device,
         spec.batch_size,
         spec.threads,
+        spec.query_prefix,
+        spec.passage_prefix,
+        spec.pooling,
     )
     if key not in cache:
         cache[key] = make_embedder(
-            model, device=spec.device, batch_size=spec.batch_size, threads=spec.threads
+            model,
+            device=spec.device,
+            batch_size=spec.batch_size,
+            threads=spec.threads,
+            query_prefix=spec.query_prefix,
+            passage_prefix=spec.passage_prefix,
+            pooling=spec.pooling,
         )
     return cache[key]
 
