@@ -155,7 +155,7 @@ class TrajectoryFormatError(HopgymError, ValueError):
     """A trajectory file that cannot be read; the message names the file and line."""
 
 
-class TrajectoryCutWarning(UserWarning):
+class TrajectoryCutWarning(HopgymError, UserWarning):
     """A trajectory file's last line is cut short (its run stopped mid-write); it is left out."""
 
 
