@@ -36,6 +36,7 @@ __all__ = [
     "command_parser",
     "env_kwargs",
     "error_line",
+    "failed_searches_line",
     "console",
     "make_env",
     "metrics_table",
@@ -291,6 +292,18 @@ def metrics_table(title: str, rows: list[tuple[str, dict[str, Any]]], sources: t
             f"{m['episodes_per_s']:.0f}",
         )
     return table
+
+
+def failed_searches_line(metrics: dict[str, Any]) -> str:
+    """``2 of 5 searches failed (connection 2)``: the failed searches of a run, by kind.
+
+    Example:
+        >>> failed_searches_line({"failed_searches": 2, "search_attempts": 5,
+        ...                       "failed_search_kinds": {"timeout": 1, "connection": 1}})
+        '2 of 5 searches failed (connection 1, timeout 1)'
+    """
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(metrics["failed_search_kinds"].items()))
+    return f"{metrics['failed_searches']} of {metrics['search_attempts']} searches failed ({kinds})"
 
 
 def terms_table(metrics: dict[str, Any]) -> Any:

@@ -24,6 +24,7 @@ from hopgym.cli._common import (
     command_parser,
     console,
     env_kwargs,
+    failed_searches_line,
     make_env,
     metrics_table,
     progress_label,
@@ -422,19 +423,13 @@ def _print_results(cfg: EnvConfig, ev: EvalConfig, env: Any, metrics: dict[str, 
             )
         )
         if metrics["failed_searches"]:
-            out.print(_failed_line(metrics))
+            out.print(failed_searches_line(metrics))
         if ev.agent in LLM_AGENTS:
             out.print(_llm_line(metrics))
         if metrics["reward_terms"]:
             out.print(terms_table(metrics))
     if report is not None:
         out.print(f"report: {report}")
-
-
-def _failed_line(metrics: dict[str, Any]) -> str:
-    """``2 of 5 searches failed (connection 2)``: the failed searches of a run, by kind."""
-    kinds = ", ".join(f"{k} {n}" for k, n in sorted(metrics["failed_search_kinds"].items()))
-    return f"{metrics['failed_searches']} of {metrics['search_attempts']} searches failed ({kinds})"
 
 
 def _status(ev: EvalConfig, metrics: dict[str, Any]) -> int:
@@ -456,7 +451,7 @@ def _status(ev: EvalConfig, metrics: dict[str, Any]) -> int:
         limit = failed_search_limit(ev.max_failed_searches, total)
         level = "error" if failed > limit else "warning"
         print(
-            f"hopgym eval: {level}: {_failed_line(metrics)}; first: "
+            f"hopgym eval: {level}: {failed_searches_line(metrics)}; first: "
             f"{' '.join(str(metrics['search_error']).split())}",
             file=sys.stderr,
         )

@@ -78,6 +78,16 @@ def test_max_failed_searches_sets_how_many_may_fail(tmp_path, capsys, limit, sta
     assert f"hopgym eval: {level}: 2 of 2 searches failed" in capsys.readouterr().err
 
 
+def test_bench_reports_failed_searches_too(tmp_path, capsys):
+    argv = _dead_server_eval(tmp_path)
+    kw = argv[argv.index("--kw") : argv.index("--agent")]
+    assert (
+        main(["bench", "--env", "hopgym/Bamboogle-v1", *kw, "--agents", "iterative", "--episodes", "3"]) == 1
+    )
+    err = capsys.readouterr().err
+    assert "hopgym bench: error: hopgym/Bamboogle-v1:iterative: 2 of 2 searches failed (connection 2)" in err
+
+
 def test_a_run_whose_searches_all_work_says_nothing(tmp_path, capsys):
     assert (
         main(["eval", "--env", "hopgym/Tiny-v1", "--episodes", "3", "--json", str(tmp_path / "m.json")]) == 0
