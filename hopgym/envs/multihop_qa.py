@@ -152,9 +152,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
       refused without being recorded, and options are one :class:`EnvOptions`. The ``lenient``
       parse is the default (``parse="strict"`` keeps the earlier rules); ``format_issues``,
       ``truncated_turn`` and ``repeated_query`` in ``info``; the repeated-query and last-turn
-      notices (``repeat_notice``, ``last_turn_notice``). ``retrieval_error_kind`` and
-      ``failed_searches`` in ``info``; a step after the end says only "the episode is over: call
-      reset()" (no format hint).
+      notices (``repeat_notice``, ``last_turn_notice``).
+    - All versions (``-v0`` and ``-v1`` ids), no change to rewards or termination:
+      ``retrieval_error_kind`` and ``failed_searches`` in ``info``; a step after the end (undefined
+      in Gymnasium) says only "the episode is over: call reset()." without the format hint.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
