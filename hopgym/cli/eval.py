@@ -9,8 +9,11 @@ Options: :class:`~hopgym.cli._common.EnvConfig` and the env options
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
+import signal
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -374,19 +377,20 @@ def run(args: argparse.Namespace) -> int:
         # The report is built from a trajectory file; without --trajectories it is a temporary one.
         trajectories = ev.trajectories or (str(Path(tmp) / "run.jsonl") if ev.report else None)
         try:
-            metrics = evaluate(
-                env,
-                agent,
-                episodes=ev.episodes,
-                seed=cfg.seed,
-                trajectories=trajectories,
-                agent_name=agent_name,
-                progress=progress_label(cfg.env, ev.agent),
-                time_limit=ev.time_limit,
-                num_envs=ev.num_envs,
-                workers=workers,
-                stop_on_error=True,  # a crash keeps the finished episodes and the metrics
-            )
+            with _terminate_as_interrupt():
+                metrics = evaluate(
+                    env,
+                    agent,
+                    episodes=ev.episodes,
+                    seed=cfg.seed,
+                    trajectories=trajectories,
+                    agent_name=agent_name,
+                    progress=progress_label(cfg.env, ev.agent),
+                    time_limit=ev.time_limit,
+                    num_envs=ev.num_envs,
+                    workers=workers,
+                    stop_on_error=True,  # a crash keeps the finished episodes and the metrics
+                )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         # The files first: printing may fail (a closed stdout) and must not lose them.
@@ -430,6 +434,25 @@ def _print_results(cfg: EnvConfig, ev: EvalConfig, env: Any, metrics: dict[str, 
             out.print(terms_table(metrics))
     if report is not None:
         out.print(f"report: {report}")
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler's stop) ends the run as Ctrl-C does: the finished
+    episodes are scored and written, instead of the process dying with nothing written."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _status(ev: EvalConfig, metrics: dict[str, Any]) -> int:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,6 +136,49 @@ def test_a_crash_keeps_finished_episodes_metrics_and_odd_text(tmp_path, capsys, 
     assert metrics["episodes"] == 2 and metrics["stopped"] == "error"
     run = read_trajectories(tmp_path / "t.jsonl")
     assert [ep["prediction"] for ep in run.episodes] == ["\ud83d", "\ud83d"]
+
+
+SLOW_AGENT = """
+import time
+
+class Agent:
+    def reset(self):
+        pass
+    def act(self, observation, info):
+        time.sleep(0.05)
+        return "<answer>x</answer>"
+
+def make(env, seed=0):
+    return Agent()
+"""
+
+
+def test_sigterm_ends_the_run_as_ctrl_c_and_keeps_its_files(tmp_path):
+    (tmp_path / "slow_agent.py").write_text(SLOW_AGENT)
+    traj, out = tmp_path / "t.jsonl", tmp_path / "m.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    cmd = [
+        sys.executable,
+        "-m",
+        "hopgym.cli",
+        "eval",
+        "--env",
+        "hopgym/Tiny-v1",
+        "--agent",
+        "slow_agent:make",
+    ]
+    files = ["--episodes", "100000", "--json", str(out), "--trajectories", str(traj)]
+    proc = subprocess.Popen([*cmd, *files], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 120
+    while not (traj.exists() and len(traj.read_text().splitlines()) >= 3) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "the run stopped after" in err.decode() and "KeyboardInterrupt" in err.decode()
+    metrics = json.loads(out.read_text())
+    assert metrics["stopped"] == "interrupted" and metrics["episodes"] >= 2
+    assert read_trajectories(traj).header["episodes"] == metrics["episodes"]
 
 
 def test_a_closed_stdout_ends_the_printing_not_the_run(tmp_path):
