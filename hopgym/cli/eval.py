@@ -278,7 +278,7 @@ def make_cli_agent(
         if llm.backend != "openai" and llm.model.startswith(("/", "./", "../", "~")):
             # A path, not a hub id: say so before a backend's long traceback would.
             if not Path(llm.model).expanduser().exists():
-                raise CommandError(f"--model {llm.model}: no such model directory")
+                raise CommandError(f"--model {llm.model}: no such model file or directory")
         closed_book = name == "llm-direct"
         try:
             few_shot = []

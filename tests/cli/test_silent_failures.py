@@ -298,5 +298,5 @@ def test_a_refusal_is_one_line_on_the_real_stderr(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
-        "hopgym eval: error: --model /nonexistent/model: no such model directory"
+        "hopgym eval: error: --model /nonexistent/model: no such model file or directory"
     ]
