@@ -3,14 +3,20 @@
 Functions: :func:`evaluate`, :func:`run_episode`, :func:`aggregate`, :func:`make_vector_env` (the
 vector env that batched evaluation acts through).
 
-Metrics (keys of the returned dict): ``em``, ``f1``, ``support_recall``, ``avg_steps``,
-``avg_searches``, ``searches_by_source`` (mean per episode, by source), ``invalid_rate`` (invalid
+Metrics (keys of the returned dict): ``em``, ``f1``, ``support_recall`` (mean over the episodes
+whose question has known supporting documents; ``None`` when none has), ``avg_steps``,
+``avg_searches``, ``searches_by_source`` (mean per episode, by source), ``search_attempts``
+(every search, the agent's and background ones: a sum), ``failed_searches``
+(searches whose retriever failed, background ones included: a sum), ``failed_search_kinds``
+(that sum by kind: ``connection``, ``timeout``, ``http_status``, ``other``), ``search_error``
+(the first failure's message, or ``None``), ``invalid_rate`` (invalid
 turns / all turns), ``answered`` (share of episodes with an answer), ``reward`` (mean return),
 ``reward_terms`` (mean per-episode sum of each term in ``info["reward_terms"]``),
 ``format_issue_rate`` (turns with ``info["format_issues"]`` / all turns), ``truncated_rate``
 (turns the agent's model cut at its token limit, or that the env reported as
 ``truncated_turn``, / all turns), ``episodes`` (finished), ``episodes_requested``, ``stopped``
-(``None``, or ``"time_limit"`` when the time cap ended the run early), ``seconds``,
+(``None``; ``"time_limit"`` when the time cap ended the run early; with ``stop_on_error``,
+``"interrupted"`` or ``"error"``, and ``error`` says what), ``seconds``,
 ``episodes_per_s``, ``steps_per_s`` and, for agents that report token counts
 (:class:`~hopgym.agents.llm.LLMAgent`), ``tokens`` (``prompt``, ``cached``, ``completion``: sums
 over all turns). With no finished episode the means are ``None``.
@@ -115,9 +121,10 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     Returns the metrics of :func:`evaluate` except the run's own (``episodes_requested``,
     ``stopped``, the speeds): ``em``, ``f1``, ``support_recall``, ``avg_steps``,
-    ``avg_searches``, ``searches_by_source``, ``invalid_rate``, ``format_issue_rate``,
-    ``truncated_rate``, ``answered``, ``reward``, ``reward_terms``, ``episodes`` and, when the
-    records have them, ``tokens``.
+    ``avg_searches``, ``searches_by_source``, ``search_attempts``, ``failed_searches``,
+    ``failed_search_kinds``,
+    ``search_error``, ``invalid_rate``, ``format_issue_rate``, ``truncated_rate``, ``answered``,
+    ``reward``, ``reward_terms``, ``episodes`` and, when the records have them, ``tokens``.
 
     Example:
         >>> aggregate([{"em": 1.0, "f1": 1.0, "support_recall": 1.0, "steps": 3, "searches": 2,
@@ -133,20 +140,29 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     by_source: dict[str, list[float]] = defaultdict(list)
     terms: dict[str, list[float]] = defaultdict(list)
     tokens: dict[str, int] = defaultdict(int)
+    failed: dict[str, int] = defaultdict(int)
     for r in results:
         for k, v in r["searches_by_source"].items():
             by_source[k].append(v)
+        for k, v in (r.get("failed_search_kinds") or {}).items():
+            failed[k] += v
         for k, v in r["reward_terms"].items():
             terms[k].append(v)
         for k, v in (r.get("tokens") or {}).items():
             tokens[k] += v
+    recalls = [r["support_recall"] for r in results if r.get("support_recall") is not None]
     out = {
         "em": float(np.mean([r["em"] for r in results])),
         "f1": float(np.mean([r["f1"] for r in results])),
-        "support_recall": float(np.mean([r["support_recall"] for r in results])),
+        # Questions without gold documents have no recall: n/a, never a perfect 1.0.
+        "support_recall": float(np.mean(recalls)) if recalls else None,
         "avg_steps": steps / episodes,
         "avg_searches": float(np.mean([r["searches"] for r in results])),
         "searches_by_source": {k: math.fsum(v) / episodes for k, v in by_source.items()},
+        "search_attempts": sum(r["searches"] + (r.get("background_searches") or 0) for r in results),
+        "failed_searches": sum(r.get("failed_searches") or 0 for r in results),
+        "failed_search_kinds": dict(failed),
+        "search_error": next((r["search_error"] for r in results if r.get("search_error")), None),
         "invalid_rate": sum(r["invalid"] for r in results) / max(steps, 1),
         "format_issue_rate": sum(r.get("format_issues") or 0 for r in results) / max(steps, 1),
         "truncated_rate": sum(r.get("truncated") or 0 for r in results) / max(steps, 1),
@@ -167,6 +183,10 @@ _NO_EPISODES = {
     "avg_steps": None,
     "avg_searches": None,
     "searches_by_source": {},
+    "search_attempts": 0,
+    "failed_searches": 0,
+    "failed_search_kinds": {},
+    "search_error": None,
     "invalid_rate": None,
     "format_issue_rate": None,
     "truncated_rate": None,
@@ -337,6 +357,7 @@ def evaluate(
     time_limit: float | None = None,
     num_envs: int = 1,
     workers: int | None = None,
+    stop_on_error: bool = False,
 ) -> dict[str, Any]:
     """Run ``agent`` for ``episodes`` episodes and return aggregate metrics.
 
@@ -372,6 +393,11 @@ def evaluate(
             and results. The env function is sent to the workers (it must pickle with
             cloudpickle). An episode whose worker is lost is run again from its start on the
             replacement worker, and counted in ``metrics["worker_errors"]``.
+        stop_on_error: an exception from the agent or the env, or an interrupt (Ctrl-C), ends
+            the run the way ``time_limit`` does instead of propagating: the finished episodes
+            are scored (and already written), ``metrics["stopped"]`` is ``"error"`` or
+            ``"interrupted"`` and ``metrics["error"]`` says what was raised. ``hopgym eval``
+            uses it so that a crashed run keeps its files.
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -422,7 +448,9 @@ def evaluate(
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
     deadline = None if time_limit is None else start + float(time_limit)
-    stopped, worker_errors = False, 0
+    stopped: str | None = None
+    worker_errors = 0
+    error: str | None = None
     with contextlib.ExitStack() as stack:
         writer = None
         if trajectories is not None:
@@ -450,30 +478,48 @@ def evaluate(
             elif callable(progress):
                 progress(len(results))
 
-        if num_envs == 1 and workers is None:
-            for i in range(episodes):
-                res = run_episode(
-                    first,
+        try:
+            if num_envs == 1 and workers is None:
+                for i in range(episodes):
+                    res = run_episode(
+                        first,
+                        agent,
+                        seed=seed + i,
+                        options={"index": int(order[i % n])},
+                        record=writer is not None,
+                        deadline=deadline,
+                    )
+                    if res is None:
+                        stopped = "time_limit"
+                        break
+                    emit(res)
+            else:
+                assert env_fn is not None
+                run = _run_vector(
+                    env_fn,
                     agent,
-                    seed=seed + i,
-                    options={"index": int(order[i % n])},
-                    record=writer is not None,
-                    deadline=deadline,
+                    num_envs,
+                    episodes,
+                    seed,
+                    order,
+                    emit,
+                    deadline,
+                    writer is not None,
+                    workers,
                 )
-                if res is None:
-                    stopped = True
-                    break
-                emit(res)
-        else:
-            assert env_fn is not None
-            run = _run_vector(
-                env_fn, agent, num_envs, episodes, seed, order, emit, deadline, writer is not None, workers
-            )
-            stopped, worker_errors = run["stopped"], run["worker_errors"]
+                stopped = "time_limit" if run["stopped"] else None
+                worker_errors = run["worker_errors"]
+        except (Exception, KeyboardInterrupt) as exc:
+            if not stop_on_error:
+                raise
+            stopped = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     elapsed = max(time.perf_counter() - start, 1e-9)
     metrics = aggregate(results) if results else dict(_NO_EPISODES)
     metrics["episodes_requested"] = episodes
-    metrics["stopped"] = "time_limit" if stopped else None
+    metrics["stopped"] = stopped
+    if error is not None:
+        metrics["error"] = error
     if workers is not None:
         metrics["worker_errors"] = worker_errors
     metrics["seconds"] = elapsed

@@ -1,7 +1,8 @@
 """The trajectory file: what ``hopgym eval --trajectories RUN.jsonl`` writes and ``hopgym view`` reads.
 
 Classes: :class:`EpisodeRecorder`, :class:`TrajectoryWriter`, :class:`TrajectoryFile`,
-:class:`TrajectoryFormatError`. Functions: :func:`trajectory_header`, :func:`read_trajectories`.
+:class:`TrajectoryFormatError`, :class:`TrajectoryCutWarning`. Functions: :func:`trajectory_header`,
+:func:`read_trajectories`.
 
 ## Format (version 1)
 
@@ -11,6 +12,12 @@ A UTF-8 JSON-lines file. The first line is a header::
      "env_id": "hopgym/Synthetic-v1", "env_options": {"hops": 3}, "reward": "default",
      "protocol": "tags", "task": "synthetic", "questions": 1000, "agent": "iterative",
      "seed": 0, "doc_text_chars": 1000, "created": "2025-01-31T12:00:00Z"}
+
+When the writer is closed (at the end of a run, whatever ended it) the header is completed in
+place with ``episodes`` (written), ``search_attempts`` and ``failed_searches`` (sums over them) and
+``failed_search_kinds``; a file cut short by a crash keeps the header it started with (those
+keys absent) and every episode written before. Lines are written with JSON's ``\\uXXXX`` escapes
+for non-ASCII text, so any string the env accepted (a lone surrogate too) is written.
 
 ``env_options`` are the keyword arguments given to ``gym.make`` (the reward preset is ``reward``;
 ``env_id`` is ``null`` for an env built by hand), plus the value each option whose default depends
@@ -22,8 +29,14 @@ Every further line is one episode:
 
 - ``question_id``, ``seed`` (of this episode's ``reset``), ``question``, ``kind``, ``hops``,
   ``answers`` (gold, canonical first), ``supporting_ids`` (gold supporting documents);
-- outcome: ``prediction`` (the answer, or ``null``), ``em``, ``f1``, ``support_recall``,
-  ``steps``, ``searches``, ``searches_by_source``, ``invalid`` (invalid turns), ``return``,
+- outcome: ``prediction`` (the answer, or ``null``), ``em``, ``f1``, ``support_recall``
+  (``null`` when the task knows no supporting documents for the question: not 1.0),
+  ``steps``, ``searches``, ``searches_by_source``, ``background_searches`` (1 when the prompt
+  came with a background search, ``background_k``), ``failed_searches`` (searches whose
+  retriever failed, background ones included), ``failed_search_kinds`` (``{kind: count}``, kinds of
+  :func:`~hopgym.retrieval.failures.failure_kind`: ``connection``, ``timeout``, ``http_status``,
+  ``other``), ``search_error`` (the first failure's message, or ``null``), ``invalid`` (invalid
+  turns), ``return``,
   ``reward_terms`` (each term summed over the episode), ``end`` (``"answer"``, ``"budget"`` when
   the step budget ran out, ``"terminated"`` when a wrapper ended the episode without an answer);
 - ``turns``: one object per step with ``action`` (the turn's text), ``action_type`` (think, search,
@@ -31,11 +44,11 @@ Every further line is one episode:
   (searches), ``route`` (the source routed to), ``answer``, ``invalid_action`` (what was wrong),
   ``new_ids`` (documents shown, in order), ``skipped_ids`` (already-seen documents the retriever
   ranked above the last one shown, or all of them when none was new: de-duplication dropped
-  them), ``retrieval_error``, ``observation`` (what the agent saw, kept only for turns that showed
-  no documents: the documents' text is in ``documents``), ``reward_terms`` (this step's
-  non-zero terms), ``format_issues`` (the codes of the flaws the lenient parse read past, such as
-  ``unclosed_think``), ``truncated_turn`` and ``repeated_query`` (``true``); keys that do not
-  apply are left out;
+  them), ``retrieval_error`` and ``retrieval_error_kind``, ``observation`` (what the agent saw,
+  kept only for turns that showed no documents: the documents' text is in ``documents``),
+  ``reward_terms`` (this step's non-zero terms), ``format_issues`` (the codes of the flaws the
+  lenient parse read past, such as ``unclosed_think``), ``truncated_turn`` and ``repeated_query``
+  (``true``); keys that do not apply are left out;
 - ``background_ids``: documents shown in the prompt (``background_k``), when there are any;
 - ``documents``: ``{doc_id: {"title": ..., "text": ...}}`` for every document shown and every
   supporting document the task can look up; texts longer than ``doc_text_chars`` are cut and end
@@ -53,6 +66,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +89,7 @@ __all__ = [
     "TrajectoryWriter",
     "TrajectoryFile",
     "TrajectoryFormatError",
+    "TrajectoryCutWarning",
     "trajectory_header",
     "read_trajectories",
 ]
@@ -100,6 +115,10 @@ _EPISODE_KEYS: dict[str, Any] = {
     "steps": 0,
     "searches": 0,
     "searches_by_source": {},
+    "background_searches": 0,
+    "failed_searches": 0,
+    "failed_search_kinds": {},
+    "search_error": None,
     "invalid": 0,
     "return": 0.0,
     "reward_terms": {},
@@ -121,6 +140,7 @@ _TURN_KEYS: dict[str, Any] = {
     "new_ids": [],
     "skipped_ids": [],
     "retrieval_error": None,
+    "retrieval_error_kind": None,
     "observation": None,
     "reward_terms": {},
     "format_issues": [],
@@ -133,6 +153,10 @@ _REQUIRED = ("question_id", "em", "f1", "steps", "searches", "invalid", "predict
 
 class TrajectoryFormatError(HopgymError, ValueError):
     """A trajectory file that cannot be read; the message names the file and line."""
+
+
+class TrajectoryCutWarning(HopgymError, UserWarning):
+    """A trajectory file's last line is cut short (its run stopped mid-write); it is left out."""
 
 
 def _cut(text: str, limit: int) -> str:
@@ -244,11 +268,23 @@ class EpisodeRecorder:
         self.turns: list[dict[str, Any]] = []
         self.ret, self.steps, self.searches, self.invalid = 0.0, 0, 0, 0
         self.by_source: dict[str, int] = defaultdict(int)
+        self.failed: dict[str, int] = defaultdict(int)  # failed searches by kind
+        self.search_error: str | None = None
         self.terms: dict[str, float] = defaultdict(float)
         self.answer: str | None = None
         self.end: str | None = None
         self.background = list(info.get("new_ids") or ())
+        # A background search ran (background_k): reset's info then says how it went.
+        self.background_searches = int("retrieval_error" in info)
+        self._failure(info)
         self._show(self.background, info.get("documents") or (), 0)
+
+    def _failure(self, info: Mapping[str, Any]) -> None:
+        error = info.get("retrieval_error")
+        if error is not None:
+            self.failed[info.get("retrieval_error_kind") or "other"] += 1
+            if self.search_error is None:
+                self.search_error = str(error)
 
     def _show(self, ids: Sequence[str], docs: Sequence[Any], turn: int) -> None:
         for doc_id in ids:
@@ -274,6 +310,7 @@ class EpisodeRecorder:
             self.by_source[info.get("source", "?")] += 1
         elif kind == "invalid":
             self.invalid += 1
+        self._failure(info)
         if info.get("answer") is not None:
             self.answer = info["answer"]
         new_ids = list(info.get("new_ids") or ())
@@ -309,6 +346,7 @@ class EpisodeRecorder:
             "new_ids": new_ids,
             "skipped_ids": self._skipped(info.get("retrieved_ids") or (), new_ids, seen_before),
             "retrieval_error": info.get("retrieval_error"),
+            "retrieval_error_kind": info.get("retrieval_error_kind"),
             "observation": obs if obs and not new_ids else None,
             "reward_terms": {k: float(v) for k, v in step_terms.items() if v},
             "format_issues": [i[0] for i in info.get("format_issues") or ()],
@@ -344,10 +382,15 @@ class EpisodeRecorder:
             "prediction": answer,
             "em": exact_match(answer, golds) if answer is not None else 0.0,
             "f1": token_f1(answer, golds) if answer is not None else 0.0,
-            "support_recall": (len(set(support) & set(self.seen)) / len(set(support)) if support else 1.0),
+            # No gold documents: recall is unknown (None), not perfect.
+            "support_recall": (len(set(support) & set(self.seen)) / len(set(support)) if support else None),
             "steps": self.steps,
             "searches": self.searches,
             "searches_by_source": dict(self.by_source),
+            "background_searches": self.background_searches,
+            "failed_searches": sum(self.failed.values()),
+            "failed_search_kinds": dict(self.failed),
+            "search_error": self.search_error,
             "invalid": self.invalid,
             "return": self.ret,
             "reward_terms": dict(self.terms),
@@ -366,11 +409,24 @@ class EpisodeRecorder:
         return out
 
 
+def _line(obj: Any) -> str:
+    # ASCII with \uXXXX escapes: a lone surrogate (which UTF-8 cannot encode) is written too.
+    return json.dumps(obj, ensure_ascii=True) + "\n"
+
+
+#: Room left after the header line so that :meth:`TrajectoryWriter.close` can complete it in place.
+_HEADER_ROOM = 512
+
+
 class TrajectoryWriter:
     """Writes a trajectory file: the header line at once, then one line per episode.
 
     ``TrajectoryWriter(path, header)`` opens ``path`` (making its folder) and writes the header;
-    :meth:`write` appends an episode; :meth:`close` (or leaving a ``with`` block) closes it.
+    :meth:`write` appends an episode and flushes it, so a run that crashes or is killed keeps
+    every episode written; :meth:`close` (or leaving a ``with`` block, on any exit) completes the
+    header with the run's counts (``episodes``, ``search_attempts``, ``failed_searches``,
+    ``failed_search_kinds``) and closes the file. Any string is written (JSON escapes), so an
+    answer the env accepted never fails the write.
     """
 
     def __init__(self, path: str | Path, header: Mapping[str, Any]) -> None:
@@ -380,19 +436,45 @@ class TrajectoryWriter:
             )
         self.path = Path(path)
         self.header = dict(header)
+        self.episodes = self.search_attempts = self.failed_searches = 0
+        self.failed_search_kinds: dict[str, int] = defaultdict(int)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
-        self._file.write(json.dumps(self.header, ensure_ascii=False) + "\n")
+        self._file: IO[str] | None = open(self.path, "w", encoding="ascii")  # noqa: SIM115
+        first = _line(self.header)
+        # Spaces before the newline keep room to complete the header in place (JSON ignores them).
+        self._room = len(first) + _HEADER_ROOM
+        self._file.write(first[:-1] + " " * _HEADER_ROOM + "\n")
+        self._file.flush()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        """Append one episode record (as built by :class:`EpisodeRecorder`)."""
+        """Append one episode record (as built by :class:`EpisodeRecorder`) and flush it."""
         if self._file is None:
             raise InvalidOptionError(f"TrajectoryWriter for {self.path} is closed")
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.write(_line(record))
+        self._file.flush()
+        self.episodes += 1
+        self.search_attempts += int(record.get("searches") or 0) + int(record.get("background_searches") or 0)
+        self.failed_searches += int(record.get("failed_searches") or 0)
+        for kind, n in (record.get("failed_search_kinds") or {}).items():
+            self.failed_search_kinds[kind] += int(n)
 
     def close(self) -> None:
-        """Close the file (again: no-op)."""
-        if self._file is not None:
+        """Complete the header with the counts and close the file (again: no-op)."""
+        if self._file is None:
+            return
+        try:
+            counts = {
+                "episodes": self.episodes,
+                "search_attempts": self.search_attempts,
+                "failed_searches": self.failed_searches,
+                "failed_search_kinds": dict(self.failed_search_kinds),
+            }
+            line = _line({**self.header, **counts})
+            if len(line) <= self._room:  # else the header keeps what it started with
+                self.header.update(counts)
+                self._file.seek(0)
+                self._file.write(line[:-1] + " " * (self._room - len(line)) + "\n")
+        finally:
             self._file.close()
             self._file = None
 
@@ -434,6 +516,9 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 def read_trajectories(path: str | Path) -> TrajectoryFile:
     """Read a trajectory file of any version (see the module docstring for the format).
 
+    A last line cut short (no newline, not JSON: the run stopped while writing it) is left out
+    with a :class:`TrajectoryCutWarning`; the complete episodes before it are read.
+
     Raises:
         FileNotFoundError: no such file.
         TrajectoryFormatError: a line that is not JSON or not an episode, an unknown format or a
@@ -455,13 +540,23 @@ def read_trajectories(path: str | Path) -> TrajectoryFile:
     header: dict[str, Any] | None = None
     upgraded: str | None = None
     episodes: list[dict[str, Any]] = []
-    for number, line in _lines(path):
+    lines = list(_lines(path))
+    for number, line in lines:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise TrajectoryFormatError(
-                f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})"
-            ) from None
+            # json's messages end in "at" ("Unterminated string starting at"): the column follows it
+            where = f"{path}:{number}: not JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
+            if number == lines[-1][0] and header is not None and not line.endswith("\n"):
+                # The last line, cut by a crash or a kill mid-write: keep the complete episodes.
+                warnings.warn(
+                    f"{where}: the last line is cut short (a run that stopped while writing); "
+                    f"read the {len(episodes)} complete episode(s) before it",
+                    TrajectoryCutWarning,
+                    stacklevel=2,
+                )
+                break
+            raise TrajectoryFormatError(where) from None
         if not isinstance(obj, dict):
             raise TrajectoryFormatError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
         if header is None and upgraded is None:

@@ -64,7 +64,15 @@ def build_parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``hopgym`` command; returns the exit status."""
+    """Entry point of the ``hopgym`` command; returns the exit status.
+
+    A refusal exits with one line, ``hopgym COMMAND: error: ...`` (status 1; each command's
+    parser guards its ``run``, :func:`hopgym.cli._common.command_parser`, and this catches what a
+    command added otherwise raises); an interrupt with status 130; a closed stdout ends the
+    printing (status 0 when the command got that far: its files are written first).
+    """
+    from hopgym.cli._common import REFUSALS, error_line
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
@@ -74,7 +82,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (hopgym index info DIR | head)
         # Python's recipe: point stdout at devnull so that flushing it at exit cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 0
+    except REFUSALS as exc:
+        prog = " ".join(
+            [
+                "hopgym",
+                *(
+                    str(getattr(args, k))
+                    for k in ("command", "index_command", "train_command")
+                    if getattr(args, k, None)
+                ),
+            ]
+        )
+        raise SystemExit(f"{prog}: error: {error_line(exc)}") from None
 
 
 if __name__ == "__main__":

@@ -4,18 +4,25 @@ Classes: :class:`EnvConfig` (``--env --kw --seed``), :class:`CommandError`; :dat
 (the env's :class:`~hopgym.envs.options.EnvOptions` as ``--top-k``, ``--protocol``, ``--reward`` ...).
 Functions: :func:`command_parser` (a subcommand parser that runs its command with clean errors),
 :func:`env_id_field` and :func:`env_kw_field` (``--env`` and ``--kw`` of any command's config),
-:func:`add_env_arguments`, :func:`env_kwargs`, :func:`make_env`, :func:`console`,
-:func:`progress_label`, :func:`metrics_table`, :func:`terms_table`, :func:`rounded`, :func:`write_json`.
+:func:`error_line`, :func:`add_env_arguments`, :func:`env_kwargs`, :func:`make_env`, :func:`console`,
+:func:`say`, :func:`progress_label`, :func:`metrics_table`, :func:`terms_table`, :func:`rounded`,
+:func:`write_json`.
 
 The env surface is the same on every command that builds an env (``eval``, ``bench``, ``play``,
 ``bench-rl``, ``train sft/grpo/rft``): ``--env``, ``--kw KEY=VALUE`` and one option per env option
 (:data:`ENV_OPTIONS`), merged by :func:`env_kwargs`, which refuses an option given both ways.
+
+A closed stdout (``hopgym eval ... | head -1``) ends the printing, not the run: :func:`console`
+and :func:`say` stop printing quietly, so the files a command writes are still written and its
+exit status is its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +31,7 @@ from typing import Any
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, given_values, plain
 from hopgym.envs.options import EnvOptions
 from hopgym.envs.protocols import PARSE_MODES, PROTOCOLS
-from hopgym.errors import HopgymError
+from hopgym.errors import HopgymError, InvalidOptionError
 
 __all__ = [
     "DEFAULT_ENV",
@@ -36,11 +43,14 @@ __all__ = [
     "env_id_field",
     "env_kw_field",
     "env_kwargs",
+    "error_line",
+    "failed_searches_line",
     "console",
     "make_env",
     "metrics_table",
     "progress_label",
     "rounded",
+    "say",
     "terms_table",
     "write_json",
 ]
@@ -83,6 +93,10 @@ class EnvConfig:
         default=0, metadata={"help": "Seeds the question order and each episode's reset (and the agent)."}
     )
 
+    def __post_init__(self) -> None:
+        if self.seed < 0:  # numpy's seeding refuses it later, without naming the option
+            raise InvalidOptionError(f"--seed must be >= 0, got {self.seed}")
+
 
 def command_parser(
     subparsers: Any,
@@ -92,22 +106,46 @@ def command_parser(
     run: Callable[[argparse.Namespace], int] | None = None,
     **kwargs: Any,
 ) -> argparse.ArgumentParser:
-    """A subcommand parser with plain-text help whose ``func`` is ``run``, guarded so that any
-    error hopgym raises on purpose (a :class:`~hopgym.errors.HopgymError`: a missing extra, a
-    config that refuses its values, a stale index, ...) exits with ``hopgym NAME: error: ...``
-    (``SystemExit``: status 1, the message on stderr) instead of a traceback."""
+    """A subcommand parser with plain-text help whose ``func`` is ``run``, guarded so that a
+    refusal (:data:`REFUSALS`: a :class:`~hopgym.errors.HopgymError` such as a missing extra, a
+    config that refuses its values or a stale index; an ``OSError`` such as an unwritable path;
+    a ``ValueError``) exits with one line, ``hopgym NAME: error: ...`` (``SystemExit``: status 1,
+    the message on stderr), instead of a traceback."""
     parser = subparsers.add_parser(name, help=plain(help), description=plain(description or help), **kwargs)
     if run is not None:
         parser.set_defaults(func=_guarded(run, parser.prog))
     return parser
 
 
+#: What a command refuses with one line rather than a traceback. ``BrokenPipeError`` (an
+#: ``OSError``) is not one: a closed stdout ends the printing, not the run (:func:`say`).
+REFUSALS = (HopgymError, OSError, ValueError)
+
+
+def error_line(exc: BaseException) -> str:
+    """A refusal's message on one line: ``OSError``s as ``PATH: reason``.
+
+    Example:
+        >>> error_line(IsADirectoryError(21, "Is a directory", "runs/"))
+        'runs/: Is a directory'
+        >>> error_line(ValueError("two\\n  lines"))
+        'two lines'
+    """
+    if isinstance(exc, OSError) and not isinstance(exc, HopgymError) and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename is not None else exc.strerror
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
 def _guarded(run: Callable[[argparse.Namespace], int], prog: str) -> Callable[[argparse.Namespace], int]:
     def func(args: argparse.Namespace) -> int:
         try:
             return int(run(args) or 0)
-        except HopgymError as exc:
-            raise SystemExit(f"{prog}: error: {exc}") from None
+        except BrokenPipeError:
+            raise
+        except REFUSALS as exc:
+            raise SystemExit(f"{prog}: error: {error_line(exc)}") from None
 
     func.__wrapped__ = run  # type: ignore[attr-defined]
     return func
@@ -183,16 +221,46 @@ def make_env(env_id: str, kwargs: dict[str, Any]) -> Any:
     import hopgym  # noqa: F401 - registers the ids
 
     try:
-        return gym.make(env_id, **kwargs)
+        env = gym.make(env_id, **kwargs)
     except (gym.error.Error, TypeError, ValueError) as exc:
         raise CommandError(f"cannot make {env_id!r}: {exc}") from None
+    from hopgym.envs.multihop_qa import MultiHopQAEnv
+
+    if not isinstance(env.unwrapped, MultiHopQAEnv):
+        env.close()
+        raise CommandError(
+            f"{env_id} is not a hopgym question-answering env ({type(env.unwrapped).__name__}): "
+            f"give a hopgym/... id, e.g. {DEFAULT_ENV}"
+        )
+    return env
+
+
+def _stdout_closed() -> None:
+    """The reader of stdout went away: send the rest to devnull (Python's recipe), so that no
+    later print, nor the flush at exit, fails again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def say(*lines: str) -> None:
+    """Print ``lines`` on stdout, flushed; a closed stdout ends the printing, quietly."""
+    try:
+        for line in lines:
+            print(line, flush=True)
+    except BrokenPipeError:
+        _stdout_closed()
 
 
 def console() -> Any:
-    """A rich console for tables: the terminal's width, or ``COLUMNS`` (80) when piped."""
+    """A rich console for tables: the terminal's width, or ``COLUMNS`` (80) when piped. Its
+    printing stops quietly when stdout is closed (as :func:`say`; rich's own exits with status 1)."""
     from rich.console import Console
 
-    return Console(highlight=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich's own raises SystemExit(1): the run would end
+            self.quiet = True
+            _stdout_closed()
+
+    return _Console(highlight=False)
 
 
 def progress_label(env_id: str, agent: str) -> str:
@@ -254,6 +322,7 @@ def metrics_table(title: str, rows: list[tuple[str, dict[str, Any]]], sources: t
             min_width=11 if wraps and split else None,
         )
     for name, m in rows:
+        recall = m["support_recall"]
         searches = f"{m['avg_searches']:.2f}"
         if split:
             by = m.get("searches_by_source", {})
@@ -262,7 +331,7 @@ def metrics_table(title: str, rows: list[tuple[str, dict[str, Any]]], sources: t
             name,
             f"{m['em']:.3f}",
             f"{m['f1']:.3f}",
-            f"{m['support_recall']:.3f}",
+            "n/a" if recall is None else f"{recall:.3f}",
             f"{m['avg_steps']:.2f}",
             searches,
             f"{m['invalid_rate']:.3f}",
@@ -270,6 +339,18 @@ def metrics_table(title: str, rows: list[tuple[str, dict[str, Any]]], sources: t
             f"{m['episodes_per_s']:.0f}",
         )
     return table
+
+
+def failed_searches_line(metrics: dict[str, Any]) -> str:
+    """``2 of 5 searches failed (connection 2)``: the failed searches of a run, by kind.
+
+    Example:
+        >>> failed_searches_line({"failed_searches": 2, "search_attempts": 5,
+        ...                       "failed_search_kinds": {"timeout": 1, "connection": 1}})
+        '2 of 5 searches failed (connection 1, timeout 1)'
+    """
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(metrics["failed_search_kinds"].items()))
+    return f"{metrics['failed_searches']} of {metrics['search_attempts']} searches failed ({kinds})"
 
 
 def terms_table(metrics: dict[str, Any]) -> Any:

@@ -7,6 +7,7 @@ the env options (:data:`~hopgym.cli._common.ENV_OPTIONS`).
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from hopgym.cli._common import (
     command_parser,
     console,
     env_kwargs,
+    failed_searches_line,
     make_env,
     metrics_table,
     progress_label,
@@ -64,7 +66,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``hopgym bench``."""
+    """Run ``hopgym bench``: exit status 1 when every search of an env and agent failed (a dead
+    retrieval server), with a line on stderr for each that had failed searches."""
     from hopgym.agents.evaluation import evaluate
     from hopgym.agents.scripted import make_agent
 
@@ -97,4 +100,14 @@ def run(args: argparse.Namespace) -> int:
         env.close()
     if cfg.json:
         write_json(cfg.json, results)
-    return 0
+    status = 0
+    for name, metrics in results.items():  # a dead or refusing server must not pass unnoticed
+        if metrics["failed_searches"]:
+            every = metrics["failed_searches"] >= metrics["search_attempts"]
+            print(
+                f"hopgym bench: {'error' if every else 'warning'}: {name}: {failed_searches_line(metrics)}; "
+                f"first: {' '.join(str(metrics['search_error']).split())}",
+                file=sys.stderr,
+            )
+            status = status or int(every)
+    return status

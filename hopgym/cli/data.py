@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopgym.cli._common import command_parser
+from hopgym.cli._common import command_parser, say
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, config_from_args
 from hopgym.corpora.synthetic import WorldConfig
 
@@ -23,6 +23,9 @@ class DataConfig:
     """Where ``hopgym data`` writes."""
 
     out: str = field(metadata={"help": "Output folder (created if missing).", "metavar": "DIR"})
+    force: bool = field(
+        default=False, metadata={"help": "Replace the files of an earlier export (as index build --force)."}
+    )
 
 
 #: The world: every WorldConfig field through ``--kw key=value`` (tuples, e.g. hops=(2,3), are
@@ -55,6 +58,6 @@ def run(args: argparse.Namespace) -> int:
     from hopgym.tasks.synthetic import export_flashrag
 
     cfg = config_from_args(args, DataConfig)
-    for path in export_flashrag(cfg.out, config_from_args(args, WORLD_SPEC)):
-        print(path)
+    paths = export_flashrag(cfg.out, config_from_args(args, WORLD_SPEC), overwrite=cfg.force)
+    say(*(str(p) for p in paths))
     return 0

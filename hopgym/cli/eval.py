@@ -9,8 +9,11 @@ Options: :class:`~hopgym.cli._common.EnvConfig` and the env options
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
+import signal
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from hopgym.cli._common import (
     command_parser,
     console,
     env_kwargs,
+    failed_searches_line,
     make_env,
     metrics_table,
     progress_label,
@@ -45,14 +49,25 @@ class EvalConfig:
     """Which agent, for how long, and where the results go."""
 
     agent: str = field(
-        default="oracle",
+        # A real baseline: the oracle reads the gold answers, and its EM 1.0 would read like a result.
+        default="iterative",
         metadata={
-            "help": f"A scripted agent ({', '.join(AGENTS)}), llm (a language model that searches; "
+            "help": f"A scripted agent ({', '.join(AGENTS)}; oracle reads the gold answers: an "
+            f"upper bound, not a result), llm (a language model that searches; "
             f"needs --model) or llm-direct (the same model answering at once from memory, "
             f"without searching: the closed-book baseline)."
         },
     )
     episodes: int = field(default=100, metadata={"help": "Episodes to run."})
+    max_failed_searches: str | None = field(
+        default=None,
+        metadata={
+            "help": "Exit with status 1 when more searches than this failed (a dead or refusing "
+            "retrieval server): a count (0: any) or a share of all searches (10%). Default: "
+            "only when every search failed. Any failed search is reported on stderr.",
+            "metavar": "N|P%",
+        },
+    )
     num_envs: int = field(
         default=1,
         metadata={
@@ -94,6 +109,41 @@ class EvalConfig:
         default=None,
         metadata={"help": "Write the HTML report of the run here (see hopgym view).", "metavar": "HTML"},
     )
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise InvalidOptionError(f"--episodes must be >= 1, got {self.episodes}")
+        failed_search_limit(self.max_failed_searches, 1)  # refuse a bad value before any work
+
+
+def failed_search_limit(value: str | None, searches: int) -> int:
+    """How many of ``searches`` may fail before ``hopgym eval`` exits with status 1.
+
+    Example:
+        >>> failed_search_limit(None, 8), failed_search_limit("2", 8), failed_search_limit("25%", 8)
+        (7, 2, 2)
+
+    Raises:
+        InvalidOptionError: not a count >= 0 nor a share in [0%, 100%].
+    """
+    if value is None:  # the default: only a run whose every search failed
+        return max(searches - 1, 0)
+    text = value.strip()
+    try:
+        number = float(text[:-1]) if text.endswith("%") else int(text)
+    except ValueError:
+        number = -1
+    if text.endswith("%"):
+        if not 0 <= number <= 100:
+            raise InvalidOptionError(
+                f"--max-failed-searches must be a count >= 0 or a share like 10%, got {value!r}"
+            )
+        return int(searches * number / 100)
+    if number < 0:
+        raise InvalidOptionError(
+            f"--max-failed-searches must be a count >= 0 or a share like 10%, got {value!r}"
+        )
+    return int(number)
 
 
 @dataclass
@@ -228,6 +278,10 @@ def make_cli_agent(
     if name in LLM_AGENTS:
         if llm is None or not llm.model:
             raise CommandError(f"--agent {name} needs --model PATH_OR_ID")
+        if llm.backend != "openai" and llm.model.startswith(("/", "./", "../", "~")):
+            # A path, not a hub id: say so before a backend's long traceback would.
+            if not Path(llm.model).expanduser().exists():
+                raise CommandError(f"--model {llm.model}: no such model file or directory")
         closed_book = name == "llm-direct"
         try:
             few_shot = []
@@ -333,27 +387,44 @@ def run(args: argparse.Namespace) -> int:
         # The report is built from a trajectory file; without --trajectories it is a temporary one.
         trajectories = ev.trajectories or (str(Path(tmp) / "run.jsonl") if ev.report else None)
         try:
-            metrics = evaluate(
-                env,
-                agent,
-                episodes=ev.episodes,
-                seed=cfg.seed,
-                trajectories=trajectories,
-                agent_name=agent_name,
-                progress=progress_label(cfg.env, ev.agent),
-                time_limit=ev.time_limit,
-                num_envs=ev.num_envs,
-                workers=workers,
-            )
+            with _terminate_as_interrupt():
+                metrics = evaluate(
+                    env,
+                    agent,
+                    episodes=ev.episodes,
+                    seed=cfg.seed,
+                    trajectories=trajectories,
+                    agent_name=agent_name,
+                    progress=progress_label(cfg.env, ev.agent),
+                    time_limit=ev.time_limit,
+                    num_envs=ev.num_envs,
+                    workers=workers,
+                    stop_on_error=True,  # a crash keeps the finished episodes and the metrics
+                )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        # The files first: printing may fail (a closed stdout) and must not lose them.
+        if ev.json:
+            write_json(ev.json, metrics)
+        report = None
         if ev.report and metrics["episodes"]:
             from hopgym.viewer import write_report
 
-            report = write_report(trajectories, ev.report, title=f"hopgym: {ev.agent} on {cfg.env}")
+            report = write_report(
+                trajectories,
+                ev.report,
+                title=f"hopgym: {ev.agent} on {cfg.env}",
+                # a temporary file is not worth naming: it is gone when the report is read
+                names=None if ev.trajectories else ["(not kept: add --trajectories to keep it)"],
+            )
+    _print_results(cfg, ev, env, metrics, report)
+    return _status(ev, metrics)
+
+
+def _print_results(cfg: EnvConfig, ev: EvalConfig, env: Any, metrics: dict[str, Any], report: Any) -> None:
     out = console()
     done = metrics["episodes"]
-    if metrics["stopped"]:
+    if metrics["stopped"] == "time_limit":
         out.print(f"stopped by --time-limit {ev.time_limit:g} s after {done} of {ev.episodes} episodes")
     if metrics.get("worker_errors"):
         out.print(f"{metrics['worker_errors']} episodes were lost with a Ray worker and run again")
@@ -365,12 +436,58 @@ def run(args: argparse.Namespace) -> int:
                 getattr(env.unwrapped, "source_names", ()),
             )
         )
+        if metrics["failed_searches"]:
+            out.print(failed_searches_line(metrics))
         if ev.agent in LLM_AGENTS:
             out.print(_llm_line(metrics))
         if metrics["reward_terms"]:
             out.print(terms_table(metrics))
-    if ev.json:
-        write_json(ev.json, metrics)
-    if ev.report and done:
+    if report is not None:
         out.print(f"report: {report}")
-    return 0
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler's stop) ends the run as Ctrl-C does: the finished
+    episodes are scored and written, instead of the process dying with nothing written."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _status(ev: EvalConfig, metrics: dict[str, Any]) -> int:
+    """Warn on stderr about failed searches and a stopped run; 1 when the run cannot be trusted."""
+    import sys
+
+    status = 0
+    if metrics["stopped"] in ("error", "interrupted"):
+        done = metrics["episodes"]
+        print(
+            f"hopgym eval: error: the run stopped after {done} of {ev.episodes} episodes "
+            f"({metrics.get('error') or metrics['stopped']}); the finished ones are scored and written",
+            file=sys.stderr,
+        )
+        status = 130 if metrics["stopped"] == "interrupted" else 1
+    failed = metrics["failed_searches"]
+    if failed:
+        total = metrics["search_attempts"]
+        limit = failed_search_limit(ev.max_failed_searches, total)
+        level = "error" if failed > limit else "warning"
+        print(
+            f"hopgym eval: {level}: {failed_searches_line(metrics)}; first: "
+            f"{' '.join(str(metrics['search_error']).split())}",
+            file=sys.stderr,
+        )
+        if failed > limit:
+            status = status or 1
+    return status

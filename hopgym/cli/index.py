@@ -101,6 +101,14 @@ class IndexVerifyConfig:
             "choices": tuple(m for m in VERIFY_MODES if m != "none"),
         },
     )
+    corpus: str | None = field(
+        default=None,
+        metadata={
+            "help": "The corpus file to check the index against, when it moved (default: the one "
+            "the manifest records).",
+            "metavar": "FILE",
+        },
+    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -124,7 +132,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "verify",
         "check an index's files against its manifest's checksums",
         "Check every file of an index against the size and xxHash3 checksum its "
-        "manifest records (exit status 1 and the file's name when one differs).",
+        "manifest records, and its corpus against the manifest's fingerprint: what loading "
+        "the index checks (exit status 1 and what differs: a file, or a changed corpus).",
         run=run_verify,
     )
     add_config_arguments(v, IndexVerifyConfig)
@@ -170,11 +179,11 @@ def run_verify(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args, IndexVerifyConfig)
     t0 = time.perf_counter()
-    m = verify_index(cfg.index, cfg.verify)
+    m = verify_index(cfg.index, cfg.verify, corpus=cfg.corpus or True)
     size = sum(f["size"] for f in m.files.values())
     amount = f"{size / 2**20:,.1f} MiB" if size >= 2**20 else f"{size / 1024:,.0f} KiB"
     print(
-        f"hopgym: {cfg.index}: {len(m.files)} files, {amount}, match the manifest "
+        f"hopgym: {cfg.index}: {len(m.files)} files, {amount}, and the corpus match the manifest "
         f"({cfg.verify}, {time.perf_counter() - t0:.2f} s)"
     )
     return 0

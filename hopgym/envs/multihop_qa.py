@@ -15,6 +15,7 @@ from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
 from hopgym.errors import InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
+from hopgym.retrieval.failures import failure_kind
 from hopgym.rewards.scoring import query_key
 from hopgym.tasks.base import QATask
 
@@ -114,7 +115,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``invalid_action`` (reason or ``None``), ``think``, ``query``, ``source`` (the current source),
     ``routed_to``, ``retrieved_ids`` (the retriever's result), ``new_ids`` (documents shown after
     de-duplication and the cap), ``documents`` (the shown :class:`Passage` objects), ``answer``,
-    ``retrieval_error``, ``question_id``, ``searches`` and ``searches_by_source`` (cumulative),
+    ``retrieval_error`` (what a failed search raised, or ``None``), ``retrieval_error_kind`` (its
+    kind: ``connection``, ``timeout``, ``http_status`` or ``other``, see
+    :func:`~hopgym.retrieval.failures.failure_kind`), ``question_id``, ``searches``,
+    ``searches_by_source`` and ``failed_searches`` (cumulative; background searches count as
+    failed too),
     ``format_issues`` (the :class:`~hopgym.envs.actions.FormatIssue` list of a valid turn: codes
     such as ``unclosed_think`` and what was found), ``truncated_turn`` (an invalid turn that ends
     inside an open ``<think>``/action tag with no complete action — how a turn cut at the model's
@@ -122,7 +127,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
     stops mid-sentence with no action line) and ``repeated_query`` (a search whose query was
     issued before in the episode). ``reset`` gives ``question_id``, ``question``, ``source``,
     ``sources``, ``turn`` = 0, ``max_turns`` and, with background retrieval,
-    ``retrieved_ids``/``new_ids``/``documents``.
+    ``retrieved_ids``/``new_ids``/``documents``/``retrieval_error``/``retrieval_error_kind``/
+    ``failed_searches``.
 
     ## Arguments
     - ``task``: a :class:`~hopgym.tasks.base.QATask` (questions and sources).
@@ -147,6 +153,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
       parse is the default (``parse="strict"`` keeps the earlier rules); ``format_issues``,
       ``truncated_turn`` and ``repeated_query`` in ``info``; the repeated-query and last-turn
       notices (``repeat_notice``, ``last_turn_notice``).
+    - All versions (``-v0`` and ``-v1`` ids), no change to rewards or termination:
+      ``retrieval_error_kind`` and ``failed_searches`` in ``info``; a step after the end (undefined
+      in Gymnasium) says only "the episode is over: call reset()." without the format hint.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
@@ -191,6 +200,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.shown = 0
         self.searches = 0
         self.searches_by_source = dict.fromkeys(self.task.sources, 0)
+        #: Searches (background ones included) whose retriever failed, in this episode.
+        self.failed_searches = 0
         self.done = False
         self._retrievers: dict[str, Retriever] = {}
         self._queries: set[frozenset[str]] = set()
@@ -254,9 +265,14 @@ class MultiHopQAEnv(gym.Env[str, str]):
         }
         background = ""
         if self.background_k:
-            docs, raw, error = self._search(self.sample.question, self.background_k)
+            docs, raw, error, kind = self._search(self.sample.question, self.background_k)
             info.update(
-                retrieved_ids=raw, new_ids=[d.doc_id for d in docs], documents=docs, retrieval_error=error
+                retrieved_ids=raw,
+                new_ids=[d.doc_id for d in docs],
+                documents=docs,
+                retrieval_error=error,
+                retrieval_error_kind=kind,
+                failed_searches=self.failed_searches,
             )
             if docs:
                 background = self._docs_text(docs)
@@ -309,6 +325,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
             self.transcript.append({"role": "user", "content": obs})
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
+        info["failed_searches"] = self.failed_searches
         return obs, 0.0, terminated, False, info
 
     # ------------------------------------------------------------------ batched searches
@@ -357,9 +374,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
         info = self._blank_info(ParsedTurn(None, error=error))
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
+        info["failed_searches"] = self.failed_searches
         answered = self.done
         return (
-            self.protocol.format_error(error, self.turn, tuple(self.task.sources)),
+            # A notice, not format_error: its "Write <think>…" hint is for turns to fix, and none is.
+            self.protocol.format_notice(error + ".", self.turn),
             0.0,
             answered,
             not answered,
@@ -407,6 +426,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "documents": [],
             "answer": None,
             "retrieval_error": None,
+            "retrieval_error_kind": None,
             "question_id": self.sample.id if self.sample else None,
             "format_issues": list(parsed.issues),
             "truncated_turn": parsed.truncated,
@@ -425,11 +445,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
         ask = k + len(self.seen_ids) if self.options.dedup else k
         return SearchRequest(self._retriever(self.source), query, ask)
 
-    def _search(self, query: str, k: int) -> tuple[list[Passage], list[str], str | None]:
-        """Search the current source; returns (shown docs, raw ids, error)."""
+    def _search(self, query: str, k: int) -> tuple[list[Passage], list[str], str | None, str | None]:
+        """Search the current source; returns (shown docs, raw ids, error, its kind)."""
         budget = self._budget(k)
         if budget <= 0:
-            return [], [], None
+            return [], [], None, None
         supplied, self._supplied = self._supplied, None
         try:
             request = self._request(query, k)
@@ -444,14 +464,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
             else:
                 hits = request.retriever.search(query, request.k)
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes an observation
-            return [], [], f"{type(exc).__name__}: {exc}"
+            self.failed_searches += 1
+            return [], [], f"{type(exc).__name__}: {exc}", failure_kind(exc)
         raw = [p.doc_id for p in hits]
         if self.dedup:
             hits = [p for p in hits if p.doc_id not in self.seen_ids]
         docs = hits[:budget]
         self.seen_ids.update(p.doc_id for p in docs)
         self.shown += len(docs)
-        return docs, raw, None
+        return docs, raw, None, None
 
     def _docs_text(self, docs: Sequence[Passage]) -> str:
         return "\n".join(f"Doc {i + 1} (Title: {d.title}) {d.text}" for i, d in enumerate(docs))
@@ -467,9 +488,13 @@ class MultiHopQAEnv(gym.Env[str, str]):
             return self.protocol.format_notice(
                 f"Document limit reached ({self.max_docs} per episode): answer now.", self.turn
             )
-        docs, raw, error = self._search(query, self.top_k)
+        docs, raw, error, kind = self._search(query, self.top_k)
         info.update(
-            retrieved_ids=raw, new_ids=[d.doc_id for d in docs], documents=docs, retrieval_error=error
+            retrieved_ids=raw,
+            new_ids=[d.doc_id for d in docs],
+            documents=docs,
+            retrieval_error=error,
+            retrieval_error_kind=kind,
         )
         if error is not None:
             return self.protocol.format_notice(

@@ -301,14 +301,21 @@ def file_checksums(path: str | os.PathLike[str]) -> dict[str, int | str]:
 
 
 def verify_index(
-    path: str | os.PathLike[str], verify: str = "full", manifest: Manifest | None = None
+    path: str | os.PathLike[str],
+    verify: str = "full",
+    manifest: Manifest | None = None,
+    *,
+    corpus: bool | str | os.PathLike[str] = False,
 ) -> Manifest:
-    """Check an index directory's files against its manifest.
+    """Check an index directory's files against its manifest (and, with ``corpus``, its corpus).
 
     Args:
         path: the index directory.
         verify: ``"full"``, ``"sample"``, ``"size"`` or ``"none"`` (see the module docstring).
         manifest: the manifest, when already read.
+        corpus: also check the corpus as :func:`load_index` does (``True``: the corpus file the
+            manifest records; a path: that file, when it moved): ``StaleIndexError`` when it
+            changed since the build. An index that records no corpus file has none to check.
 
     Returns:
         The manifest.
@@ -317,7 +324,9 @@ def verify_index(
         CorruptIndexError: a file is missing or differs; the message names it and the command
             that rebuilds the index.
         IndexStoreError: no (readable) manifest; or, with ``verify`` other than ``"none"``, one
-            that records no checksums (written before they existed): rebuild the index.
+            that records no checksums (written before they existed): rebuild the index; or,
+            with ``corpus``, a corpus file that is not there.
+        StaleIndexError: with ``corpus``, the corpus differs from the one the index was built on.
     """
     if verify not in VERIFY_MODES:
         raise InvalidOptionError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
@@ -350,7 +359,26 @@ def verify_index(
                 f"be trusted; rebuild it with rebuild=True (CLI: --rebuild) or "
                 f"`{rebuild_command(path, manifest)}`"
             )
+    if corpus is not False and (corpus is not True or manifest.corpus_path is not None):
+        given = None if corpus is True else corpus
+        _check_corpus(root, manifest, _read_corpus(root, manifest, given), _origin(manifest, given))
     return manifest
+
+
+def _origin(manifest: Manifest, corpus: str | os.PathLike[str] | None) -> str:
+    return f"the corpus file {os.fspath(corpus) if corpus is not None else manifest.corpus_path}"
+
+
+def _check_corpus(root: Path, manifest: Manifest, passages: Sequence[Passage], origin: str) -> None:
+    """The check of :func:`load_index` and :func:`verify_index`: the corpus is the one indexed."""
+    where = os.fspath(root)
+    if len(passages) != manifest.num_passages or corpus_fingerprint(passages) != manifest.corpus_fingerprint:
+        raise StaleIndexError(
+            f"{where} is stale: it was built on {manifest.num_passages} passages "
+            f"({manifest.corpus_fingerprint[:19]}...), but {origin} has {len(passages)} "
+            f"({corpus_fingerprint(passages)[:19]}...). Rebuild it: `hopgym index build --corpus "
+            f"FILE --retriever {manifest.retriever} --out {where} --force`"
+        )
 
 
 def _check_on_load(root: Path, manifest: Manifest, verify: str) -> None:
@@ -757,17 +785,11 @@ def _load_index(
         embedder = _embedder_for(manifest, model, where, device)
     if passages is None:
         passages = _read_corpus(root, manifest, corpus)
-        origin = f"the corpus file {corpus or manifest.corpus_path}"
+        origin = _origin(manifest, corpus)
     else:
         origin = "the given passages"
     passages = list(passages)
-    if len(passages) != manifest.num_passages or corpus_fingerprint(passages) != manifest.corpus_fingerprint:
-        raise StaleIndexError(
-            f"{where} is stale: it was built on {manifest.num_passages} passages "
-            f"({manifest.corpus_fingerprint[:19]}...), but {origin} has {len(passages)} "
-            f"({corpus_fingerprint(passages)[:19]}...). Rebuild it: `hopgym index build --corpus "
-            f"FILE --retriever {manifest.retriever} --out {where} --force`"
-        )
+    _check_corpus(Path(path), manifest, passages, origin)
     params = manifest.params
     if manifest.retriever == "bm25":
         return _load_bm25(root / "bm25", passages, params.get("bm25", {}), mmap)

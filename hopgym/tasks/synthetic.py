@@ -176,7 +176,9 @@ def _build_task(config: WorldConfig, spec: RetrieverSpec, split: str | None) -> 
     return task
 
 
-def export_flashrag(out_dir: str | Path, config: WorldConfig | None = None, **overrides: Any) -> list[Path]:
+def export_flashrag(
+    out_dir: str | Path, config: WorldConfig | None = None, *, overwrite: bool = False, **overrides: Any
+) -> list[Path]:
     """Write a world in FlashRAG layout: ``corpus.jsonl`` (``{"id", "contents"}``, the complete
     corpus, plus ``web.jsonl`` with two sources) and ``questions.jsonl`` (``{"id", "question",
     "golden_answers", "metadata"}``).
@@ -184,21 +186,36 @@ def export_flashrag(out_dir: str | Path, config: WorldConfig | None = None, **ov
     Args:
         out_dir: folder to write into (created if missing).
         config: the world; or ``None`` with ``overrides`` as :class:`WorldConfig` arguments.
+        overwrite: replace files of an earlier export; without it a file that would be
+            written already exists is refused (the rule of ``hopgym index build``; CLI:
+            ``--force``).
         overrides: :class:`WorldConfig` fields (CLI ``--kw key=value``); unknown names raise.
 
     Returns:
         The paths written.
+
+    Raises:
+        InvalidOptionError: a file to write exists and ``overwrite`` is false.
     """
     if config is None:
         config = WorldConfig.from_kwargs(**overrides)
     elif overrides:
         raise InvalidOptionError("give either config or WorldConfig keyword arguments, not both")
-    world = generate_world(config)
     out = Path(out_dir)
+    names = [
+        "corpus.jsonl" if name == "local" and len(config.sources) == 1 else f"{name}.jsonl"
+        for name in config.sources
+    ]
+    there = [n for n in (*names, "questions.jsonl") if (out / n).exists()]
+    if there and not overwrite:
+        raise InvalidOptionError(
+            f"{out} already holds {', '.join(there)}: pass overwrite=True (CLI: --force) to replace them"
+        )
+    world = generate_world(config)
     out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
-    for name in config.sources:
-        path = out / ("corpus.jsonl" if name == "local" and len(config.sources) == 1 else f"{name}.jsonl")
+    for name, file_name in zip(config.sources, names, strict=True):
+        path = out / file_name
         with path.open("w", encoding="utf-8") as fh:
             for p in world.source_passages(name):
                 fh.write(json.dumps({"id": p.doc_id, "contents": p.contents}) + "\n")

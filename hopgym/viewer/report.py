@@ -154,6 +154,8 @@ def _episode_data(ep: Mapping[str, Any], index: int, docs: _DocTable) -> dict[st
             "steps",
             "searches",
             "searches_by_source",
+            "failed_searches",
+            "failed_search_kinds",
             "invalid",
             "return",
             "reward_terms",
@@ -290,10 +292,10 @@ def _breakdown_table(runs: Sequence[TrajectoryFile], field: str, title: str) -> 
     )
 
 
-def _run_info(run: TrajectoryFile, letter: str | None) -> str:
+def _run_info(run: TrajectoryFile, letter: str | None, name: str) -> str:
     h = run.header
     items = [
-        ("file", run.path.name),
+        ("file", name),
         ("env", h.get("env_id") or "unknown"),
         ("options", json.dumps(h.get("env_options") or {}, ensure_ascii=False)),
         ("agent", h.get("agent") or "unknown"),
@@ -313,15 +315,15 @@ def _run_info(run: TrajectoryFile, letter: str | None) -> str:
             "supporting documents.</p>"
         )
     tag = f'<span class="run-tag run-{letter.lower()}">{letter}</span> ' if letter else ""
-    return f'<div class="run-info"><h3>{tag}{escape(run.path.name)}</h3><dl>{dl}</dl>{note}</div>'
+    return f'<div class="run-info"><h3>{tag}{escape(name)}</h3><dl>{dl}</dl>{note}</div>'
 
 
-def _summary_html(runs: Sequence[TrajectoryFile]) -> str:
+def _summary_html(runs: Sequence[TrajectoryFile], names: Sequence[str]) -> str:
     metrics = [aggregate(run.episodes) if run.episodes else None for run in runs]
     letters = ["A", "B"] if len(runs) == 2 else [None]
     parts = [
         '<section class="run-infos">'
-        + "".join(_run_info(r, letter) for r, letter in zip(runs, letters, strict=True))
+        + "".join(_run_info(r, letter, n) for r, letter, n in zip(runs, letters, names, strict=True))
         + "</section>"
     ]
     if len(runs) == 2:
@@ -341,7 +343,7 @@ def _summary_html(runs: Sequence[TrajectoryFile]) -> str:
                 + ": compare with care.</p>"
             )
     if any(m is None for m in metrics):
-        empty = ", ".join(r.path.name for r, m in zip(runs, metrics, strict=True) if m is None)
+        empty = ", ".join(n for n, m in zip(names, metrics, strict=True) if m is None)
         parts.append(f'<p class="note">No episodes in {escape(empty)}.</p>')
         return "".join(parts)
     better = {"invalid_rate": False, "avg_steps": None, "avg_searches": None}
@@ -358,6 +360,19 @@ def _summary_html(runs: Sequence[TrajectoryFile]) -> str:
             f'<div class="card" data-metric="{key}"><div class="label">{escape(label)}</div>'
             f'<div class="value">{_cell([m[key] for m in metrics], fmt, better.get(key, True))}'
             f"</div>{extra}</div>"
+        )
+    if any(m["failed_searches"] for m in metrics):  # a dead or refusing server: say it first
+        kinds = "".join(
+            f'<div class="sub">{escape(letter or "")}{": " if letter else ""}'
+            f"{escape(', '.join(f'{k} {n}' for k, n in sorted(m['failed_search_kinds'].items())) or 'none')}"
+            f"</div>"
+            for letter, m in zip(letters, metrics, strict=True)
+        )
+        cards.insert(
+            0,
+            f'<div class="card" data-metric="failed_searches"><div class="label">failed searches</div>'
+            f'<div class="value">{_cell([m["failed_searches"] for m in metrics], str, False)}</div>'
+            f"{kinds}</div>",
         )
     for term in sorted({t for m in metrics for t in m["reward_terms"]}):
         values = [m["reward_terms"].get(term, 0.0) for m in metrics]
@@ -443,16 +458,22 @@ def _asset(name: str) -> str:
     return resources.files("hopgym.viewer").joinpath("static", name).read_text(encoding="utf-8")
 
 
-def render_report(runs: Sequence[TrajectoryFile], *, title: str | None = None) -> str:
-    """The report of one run, or the comparison of two, as one HTML string."""
+def render_report(
+    runs: Sequence[TrajectoryFile], *, title: str | None = None, names: Sequence[str] | None = None
+) -> str:
+    """The report of one run, or the comparison of two, as one HTML string (``names``: what to
+    call the runs, default their file names)."""
     if not 1 <= len(runs) <= 2:
         raise InvalidOptionError(f"a report shows one run or compares two, got {len(runs)} files")
+    names = [run.path.name for run in runs] if names is None else list(names)
+    if len(names) != len(runs):
+        raise InvalidOptionError(f"names must name each of the {len(runs)} runs, got {len(names)}")
     docs = _DocTable()
     data: dict[str, Any] = {"runs": []}
-    for run in runs:
+    for run, name in zip(runs, names, strict=True):
         data["runs"].append(
             {
-                "name": run.path.name,
+                "name": name,
                 "header": run.header,
                 "upgraded_from": run.upgraded_from,
                 "episodes": [_episode_data(ep, i, docs) for i, ep in enumerate(run.episodes)],
@@ -468,7 +489,7 @@ def render_report(runs: Sequence[TrajectoryFile], *, title: str | None = None) -
         "img-src data:; base-uri 'none'; form-action 'none'"
     )
     if title is None:
-        title = "hopgym: " + " vs ".join(run.path.name for run in runs)
+        title = "hopgym: " + " vs ".join(names)
     tabs = [
         '<button type="button" class="tab" data-tab="summary" aria-selected="true">Summary</button>',
         '<button type="button" class="tab" data-tab="episodes">Episodes</button>',
@@ -484,7 +505,7 @@ def render_report(runs: Sequence[TrajectoryFile], *, title: str | None = None) -
             '<link rel="icon" href="data:,">',
             f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>",
             f'<header class="top"><h1>{escape(title)}</h1><nav class="tabs">{"".join(tabs)}</nav></header>',
-            f'<main><section id="summary" class="panel">{_summary_html(runs)}</section>',
+            f'<main><section id="summary" class="panel">{_summary_html(runs, names)}</section>',
             '<section id="episodes" class="panel" hidden></section>',
             '<section id="compare" class="panel" hidden></section>' if len(runs) == 2 else "",
             '<noscript><p class="note">The episode list needs JavaScript; the summary above does not.'
@@ -502,7 +523,11 @@ def _default_out(paths: Sequence[Path]) -> Path:
 
 
 def write_report(
-    paths: str | Path | Iterable[str | Path], out: str | Path | None = None, *, title: str | None = None
+    paths: str | Path | Iterable[str | Path],
+    out: str | Path | None = None,
+    *,
+    title: str | None = None,
+    names: Sequence[str] | None = None,
 ) -> Path:
     """Read one or two trajectory files and write their HTML report; returns its path.
 
@@ -510,7 +535,9 @@ def write_report(
         paths: one trajectory file, or two to compare (the second is the "after" run).
         out: where to write (default: the first file with ``.html``, or ``A-vs-B.html`` beside
             it).
-        title: the page title (default: the file names).
+        title: the page title (default: the runs' names).
+        names: what the report calls each run (default: its file name; ``hopgym eval --report``
+            without ``--trajectories`` reads a temporary file, which it does not name).
 
     Example:
         >>> import gymnasium as gym, hopgym, tempfile, os
@@ -525,7 +552,7 @@ def write_report(
         paths = [paths]
     files = [Path(p) for p in paths]
     runs = [read_trajectories(p) for p in files]
-    html = render_report(runs, title=title)
+    html = render_report(runs, title=title, names=names)
     target = Path(out) if out is not None else _default_out(files)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(html, encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,6 +16,7 @@ from hopgym.agents.evaluation import aggregate
 from hopgym.agents.trajectories import (
     DOC_TEXT_CHARS,
     EpisodeRecorder,
+    TrajectoryCutWarning,
     TrajectoryFormatError,
     TrajectoryWriter,
     read_trajectories,
@@ -234,3 +236,86 @@ def test_writer_refuses_a_header_of_another_format(tmp_path):
     with pytest.raises(ValueError, match="x.jsonl is closed"):
         writer.write({})
     assert len((tmp_path / "sub" / "x.jsonl").read_text().splitlines()) == 2
+
+
+class _Answers:
+    """An agent that answers ``text`` at once; with ``crash_after``, raises in that episode."""
+
+    def __init__(self, text, crash_after=None):
+        self.text, self.crash_after, self.episodes = text, crash_after, 0
+
+    def reset(self):
+        self.episodes += 1
+
+    def act(self, observation, info):
+        if self.crash_after is not None and self.episodes > self.crash_after:
+            raise RuntimeError("the agent broke")
+        return f"<answer>{self.text}</answer>"
+
+
+def test_a_lone_surrogate_the_env_accepted_is_written_and_read_back(tmp_path):
+    path = tmp_path / "run.jsonl"
+    env = gym.make("hopgym/Tiny-v1")
+    metrics = evaluate(env, _Answers("\ud83d and \u00e9"), episodes=3, trajectories=path)
+    assert metrics["episodes"] == 3
+    run = read_trajectories(path)
+    assert len(run.episodes) == 3 and run.episodes[0]["prediction"] == "\ud83d and \u00e9"
+    path.read_text(encoding="ascii")  # JSON escapes: any text the env took can be written
+
+
+def test_each_episode_is_on_disk_when_written_and_the_header_gets_the_counts(tmp_path):
+    path = tmp_path / "run.jsonl"
+    env = gym.make("hopgym/Tiny-v1")
+    header = trajectory_header(env, agent_name="x")
+    with TrajectoryWriter(path, header) as writer:
+        writer.write(_steps(env, ["<search>Qelvor</search>", "<answer>1962</answer>"]))
+        # flushed at once: a crash (or a kill) now keeps this episode
+        assert len(read_trajectories(path).episodes) == 1
+        assert "failed_searches" not in read_trajectories(path).header
+    run = read_trajectories(path)
+    assert run.header["episodes"] == 1 and run.header["search_attempts"] == 1
+    assert run.header["failed_searches"] == 0 and run.header["failed_search_kinds"] == {}
+
+
+def test_a_crash_keeps_the_finished_episodes_with_stop_on_error(tmp_path):
+    path = tmp_path / "run.jsonl"
+    env = gym.make("hopgym/Tiny-v1")
+    with pytest.raises(RuntimeError, match="the agent broke"):
+        evaluate(env, _Answers("x", crash_after=2), episodes=5, trajectories=path)
+    assert len(read_trajectories(path).episodes) == 2  # written before the crash, all the same
+    m = evaluate(env, _Answers("x", crash_after=2), episodes=5, trajectories=path, stop_on_error=True)
+    assert m["episodes"] == 2 and m["stopped"] == "error" and "the agent broke" in m["error"]
+    assert read_trajectories(path).header["episodes"] == 2
+
+
+def test_a_last_line_cut_by_a_crash_is_left_out_with_a_warning(tmp_path):
+    path = tmp_path / "run.jsonl"
+    env = gym.make("hopgym/Tiny-v1")
+    evaluate(env, OracleAgent(env), episodes=3, trajectories=path)
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # the run died while writing its last episode
+    with pytest.warns(
+        TrajectoryCutWarning, match=r"run.jsonl:4: not JSON \(.* at column \d+\): the last line"
+    ):
+        run = read_trajectories(path)
+    assert len(run.episodes) == 2
+
+
+def test_json_errors_say_at_once(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"format": "hopgym-trajectories", "version": 1}\n{"question_id": "q')
+    with pytest.warns(TrajectoryCutWarning) as caught:
+        read_trajectories(path)
+    message = str(caught[0].message)
+    assert "Unterminated string starting at column 17" in message and "at at" not in message
+
+
+def test_support_recall_is_unknown_without_gold_documents():
+    env = gym.make("hopgym/Tiny-v1")
+    env.reset(seed=0, options={"index": 0})
+    env.unwrapped.sample = dataclasses.replace(env.unwrapped.sample, supporting_ids=())
+    rec = EpisodeRecorder(env)
+    rec.start({}, seed=0)
+    rec.step(*env.step("<answer>x</answer>"))
+    assert rec.result()["support_recall"] is None
+    assert aggregate([rec.result()])["support_recall"] is None

@@ -222,6 +222,8 @@ def test_steps_after_an_answer_are_refused_and_not_recorded(protocol):
     for action in (hopgym.Search("x"), "<answer>again</answer>", 5, "x" * 100_000):
         obs, reward, term, trunc, info = env.step(action)
         assert "episode is over" in obs and term and not trunc
+        # Only the first sentence: no "Write <think>…" hint, since there is no turn to fix.
+        assert "Write" not in obs and "Format error" not in obs
         assert info["action_type"] == "invalid" and "call reset()" in info["invalid_action"]
         assert info["searches"] == searches and info["retrieved_ids"] == []
     assert env.unwrapped.turn == turns and _transcript_size(env) == size

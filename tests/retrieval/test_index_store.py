@@ -400,3 +400,24 @@ def test_the_torch_index_refuses_a_saved_hnsw_index(tmp_path):
     build_index(CORPUS, tmp_path / "h", retriever="dense", model="hashing-64", index_type="hnsw")
     with pytest.raises(ValueError, match="index_type must be 'flat', got 'hnsw'"):
         load_index(tmp_path / "h", index_backend="torch")
+
+
+def test_index_verify_checks_the_corpus_as_load_does(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    shutil.copy(CORPUS_FILE, corpus)
+    out = tmp_path / "idx"
+    build_index(corpus, out)
+    assert run(["index", "verify", str(out)]) == 0
+    assert "and the corpus match" in capsys.readouterr().out
+    with corpus.open("a", encoding="utf-8") as f:  # the corpus changes after the build
+        f.write(json.dumps({"id": "new", "contents": "New\nA passage added later."}) + "\n")
+    with pytest.raises(StaleIndexError):
+        load_index(out)
+    with pytest.raises(StaleIndexError, match="is stale"):
+        verify_index(out, "full", corpus=True)
+    verify_index(out, "full")  # the files alone still match
+    assert run(["index", "verify", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "hopgym index verify: error:" in err and "is stale" in err
+    # --corpus: check against another file (the corpus moved), as load_index(corpus=) does
+    assert run(["index", "verify", str(out), "--corpus", str(CORPUS_FILE)]) == 0

@@ -332,6 +332,7 @@
       h("div", { class: "nums" }, "EM " + num(ep.em, 0) + " · F1 " + num(ep.f1, 2) + " · support recall " +
         num(ep.support_recall, 2) + " · return " + signed(ep.return) + " · " + plural(ep.steps, "step") + " · " +
         plural(ep.searches, "search", "searches") + (bySource ? " (" + bySource + ")" : "") +
+        (ep.failed_searches ? " · " + plural(ep.failed_searches, "failed search", "failed searches") : "") +
         " · " + ep.invalid + " invalid"),
       h("div", { class: "nums" }, terms(ep.reward_terms))));
     return root;
