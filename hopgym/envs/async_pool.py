@@ -19,7 +19,7 @@ Example:
     >>> import hopgym
     >>> from hopgym.envs.async_pool import AsyncEnv
     >>> async def episode():
-    ...     async with AsyncEnv(gym.make("hopgym/Tiny-v0")) as env:
+    ...     async with AsyncEnv(gym.make("hopgym/Tiny-v1")) as env:
     ...         obs, info = await env.reset(seed=0)
     ...         return await env.step("<answer>no idea</answer>")
     >>> obs, reward, terminated, truncated, info = asyncio.run(episode())
@@ -123,7 +123,7 @@ class AsyncEnvPool:
         >>> import asyncio
         >>> import hopgym
         >>> async def run():
-        ...     async with AsyncEnvPool("hopgym/Tiny-v0", 4) as pool:
+        ...     async with AsyncEnvPool("hopgym/Tiny-v1", 4) as pool:
         ...         firsts = await asyncio.gather(*(env.reset(seed=i) for i, env in enumerate(pool)))
         ...         return len(firsts)
         >>> asyncio.run(run())

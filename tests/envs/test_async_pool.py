@@ -101,10 +101,10 @@ def test_the_loop_stays_free_while_a_step_runs():
 
 def test_bad_arguments_are_refused():
     with pytest.raises(InvalidOptionTypeError, match="gymnasium.Env"):
-        AsyncEnv("hopgym/Tiny-v0")  # type: ignore[arg-type]
+        AsyncEnv("hopgym/Tiny-v1")  # type: ignore[arg-type]
     with pytest.raises(InvalidOptionError, match="num_envs"):
-        AsyncEnvPool("hopgym/Tiny-v0", 0)
+        AsyncEnvPool("hopgym/Tiny-v1", 0)
     with pytest.raises(InvalidOptionError, match="max_workers"):
-        AsyncEnvPool("hopgym/Tiny-v0", 1, max_workers=0)
+        AsyncEnvPool("hopgym/Tiny-v1", 1, max_workers=0)
     with pytest.raises(InvalidOptionError, match="env id"):
-        AsyncEnvPool(lambda: gym.make("hopgym/Tiny-v0"), 1, top_k=2)
+        AsyncEnvPool(lambda: gym.make("hopgym/Tiny-v1"), 1, top_k=2)
