@@ -8,8 +8,8 @@ dataclasses (hopgym.cli._dataclass_args); --field_name works as well as --field-
 One module per command: ``eval``, ``bench``, ``play``, ``view``, ``data``, ``index`` (``build``,
 ``info``),
 ``serve``, ``serve_env`` (``serve-env``), ``train`` (``sft``, ``grpo``), ``bench_rl``
-(``bench-rl``). Each has ``add_parser(subparsers)`` and a ``run(args)`` that the parser calls (an error it expects exits with one
-line, ``hopgym eval: error: ...``); heavy imports (torch, TRL,
+(``bench-rl``). Each has ``add_parser(subparsers)`` and a ``run(args)`` that the parser calls
+(an error it expects exits with one line, ``hopgym eval: error: ...``); heavy imports (torch, TRL,
 FAISS, Stable-Baselines3) happen inside ``run``, so ``import hopgym.cli`` and ``hopgym --help``
 stay light, and a command whose extra is missing is still listed and says what to install.
 """
