@@ -7,9 +7,9 @@ dataclasses (hopgym.cli._dataclass_args); --field_name works as well as --field-
 
 One module per command: ``eval``, ``bench``, ``play``, ``view``, ``data``, ``index`` (``build``,
 ``info``),
-``serve``, ``train`` (``sft``, ``grpo``), ``bench_rl`` (``bench-rl``). Each has ``add_parser
-(subparsers)`` and a ``run(args)`` that the parser calls (an error it expects exits with one
-line, ``hopgym eval: error: ...``); heavy imports (torch, TRL,
+``serve``, ``serve_env`` (``serve-env``), ``train`` (``sft``, ``grpo``), ``bench_rl``
+(``bench-rl``). Each has ``add_parser(subparsers)`` and a ``run(args)`` that the parser calls
+(an error it expects exits with one line, ``hopgym eval: error: ...``); heavy imports (torch, TRL,
 FAISS, Stable-Baselines3) happen inside ``run``, so ``import hopgym.cli`` and ``hopgym --help``
 stay light, and a command whose extra is missing is still listed and says what to install.
 """
@@ -28,7 +28,18 @@ from hopgym._kwargs import parse_kwargs as _parse_kwargs
 __all__ = ["COMMANDS", "build_parser", "main", "parse_kwargs"]
 
 #: The command modules (``hopgym.cli.<name>``), in the order ``hopgym --help`` lists them.
-COMMANDS = ("eval", "bench", "play", "view", "data", "index", "serve", "train", "bench_rl")
+COMMANDS = (
+    "eval",
+    "bench",
+    "play",
+    "view",
+    "data",
+    "index",
+    "serve",
+    "serve_env",
+    "train",
+    "bench_rl",
+)
 
 
 def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:

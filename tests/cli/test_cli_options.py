@@ -42,6 +42,8 @@ EXCLUDED_FIELDS = {
 for _name in ("eval", "bench", "play", "bench-rl", "train sft", "train grpo", "train rft"):
     EXCLUDED[(_name, "EnvOptions")] = "render_mode: the commands print what they show themselves"
     EXCLUDED_FIELDS[(_name, "EnvOptions")] = {"render_mode"}
+EXCLUDED[("serve-env", "EnvOptions")] = "render_mode: a served env renders nothing (clients get the text)"
+EXCLUDED_FIELDS[("serve-env", "EnvOptions")] = {"render_mode"}
 
 
 def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -69,12 +71,13 @@ def test_every_command_is_there():
         "index info",
         "index verify",
         "serve",
+        "serve-env",
         "train sft",
         "train grpo",
         "train rft",
         "bench-rl",
     }
-    assert len(COMMANDS) == 9
+    assert len(COMMANDS) == 10
 
 
 @pytest.mark.parametrize("name", sorted(LEAVES))
@@ -116,8 +119,11 @@ def test_every_option_has_plain_help(name):
 def test_top_level_help_lists_commands_with_descriptions():
     text = PARSER.format_help()
     assert "`" not in text
-    for name in ("eval", "bench", "play", "view", "data", "index", "serve", "train", "bench-rl"):
-        line = next(x for x in text.splitlines() if x.strip().startswith(name + " "))
+    for name in ("eval", "bench", "play", "view", "data", "index", "serve", "serve-env", "train", "bench-rl"):
+        lines = text.splitlines()
+        # argparse puts the description of a long name on the next line.
+        i = next(i for i, x in enumerate(lines) if x.split()[:1] == [name])
+        line = lines[i] if len(lines[i].split()) > 1 else f"{lines[i]} {lines[i + 1]}"
         assert len(line.split()) > 2, line  # a name and words describing it
 
 
@@ -500,7 +506,7 @@ def test_env_options_are_options_and_only_those_given_reach_the_env():
 
 
 #: The commands that build an env, and so take the env options.
-ENV_COMMANDS = ("eval", "bench", "play", "bench-rl", "train sft", "train grpo", "train rft")
+ENV_COMMANDS = ("eval", "bench", "play", "bench-rl", "serve-env", "train sft", "train grpo", "train rft")
 
 
 @pytest.mark.parametrize("name", ENV_COMMANDS)

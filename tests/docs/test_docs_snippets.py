@@ -171,6 +171,8 @@ def test_blocks_not_run_are_listed():
 
 NOT_RUN = [
     "classic-rl.md: not run: trains for minutes",
+    "env-server.md: not run: needs a model and a GPU",
+    "env-server.md: not run: needs a running server",
     "eval-suites.md: not run: reads the sample files laid out above",
     "llm-agents.md: not run: downloads a model from the Hugging Face hub",
     "rewards.md: not run: needs a model and a dataset",

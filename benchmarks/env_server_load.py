@@ -1,0 +1,225 @@
+"""Load on the env server (``hopgym serve-env``): episodes/s with 1, 16 and 64 concurrent sessions
+against in-process stepping of the same env, step latency, errors, and a client killed mid-episode.
+
+    python benchmarks/env_server_load.py                       # the table (~1-2 min)
+    python benchmarks/env_server_load.py --episodes 512 --concurrency 1 16 64 128
+
+The server runs in a child process (``hopgym serve-env``, what a user runs) so that it does not
+share this process's GIL with the clients; the clients are coroutines on one event loop, each
+with its own WebSocket session, speaking OpenEnv's ``/ws`` protocol (``websockets``, the library
+OpenEnv's ``EnvClient`` uses). Every episode is the oracle's: it resets on question ``index``,
+searches each hop's query of the gold decomposition, then answers the gold answer (the actions
+are computed here from the same env's task, before the clock starts), so the server and the
+in-process run step exactly the same turns; the total reward of both is compared.
+
+Rows: ``in-process`` (one env, ``env.step`` in a loop: the ceiling), then each concurrency:
+episodes/s, steps/s, the ratio to in-process, p50/p99 of one step's round trip as the client
+sees it, errors (error replies or broken sessions), and whether the rewards equal in-process.
+Then a client opens a session, steps once and dies without closing: the server's open-session
+count must fall back to 0 (``leaked`` = sessions still open 5 s later).
+
+The clients share the machine with the server: on a small machine they take CPU the server would
+otherwise have (say how many cores the machine had, and how busy it was, with the figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import hopgym  # noqa: E402, F401 - registers the ids
+
+
+def oracle_actions(env: gym.Env, index: int) -> list[str]:
+    """The oracle's turns for question ``index``: each hop's search, then the gold answer."""
+    task = env.unwrapped.task
+    sample = task.samples[index % len(task.samples)]
+    turns = [
+        f"<think>{hop.question}</think><search>{hop.search_query}</search>" for hop in sample.decomposition
+    ]
+    max_turns = env.unwrapped.options.max_turns
+    return turns[: max_turns - 1] + [f"<think>done</think><answer>{sample.answer}</answer>"]
+
+
+def in_process(env_id: str, episodes: int) -> dict[str, Any]:
+    env = gym.make(env_id)
+    plans = [oracle_actions(env, i) for i in range(episodes)]
+    latencies, total, steps = [], 0.0, 0
+    started = time.perf_counter()
+    for i, plan in enumerate(plans):
+        env.reset(options={"index": i})
+        for action in plan:
+            t = time.perf_counter()
+            _, reward, terminated, truncated, _ = env.step(action)
+            latencies.append(time.perf_counter() - t)
+            total += reward
+            steps += 1
+            if terminated or truncated:
+                break
+    wall = time.perf_counter() - started
+    return {
+        "wall": wall,
+        "episodes": episodes,
+        "steps": steps,
+        "latencies": latencies,
+        "reward": total,
+        "errors": 0,
+    }
+
+
+async def _client(url: str, queue: asyncio.Queue, plans: list[list[str]], out: dict[str, Any]) -> None:
+    from websockets.asyncio.client import connect
+
+    async with connect(url, max_size=None) as ws:
+
+        async def call(message: dict[str, Any]) -> dict[str, Any]:
+            await ws.send(json.dumps(message))
+            return json.loads(await ws.recv())
+
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+            reply = await call({"type": "reset", "data": {"options": {"index": i}}})
+            if reply["type"] != "observation":
+                out["errors"] += 1
+                continue
+            for action in plans[i]:
+                t = time.perf_counter()
+                reply = await call({"type": "step", "data": {"message": action}})
+                out["latencies"].append(time.perf_counter() - t)
+                if reply["type"] != "observation":
+                    out["errors"] += 1
+                    break
+                out["steps"] += 1
+                out["reward"] += reply["data"]["reward"]
+                if reply["data"]["done"]:
+                    break
+        await ws.send(json.dumps({"type": "close"}))
+
+
+async def over_server(base: str, plans: list[list[str]], concurrency: int) -> dict[str, Any]:
+    url = base.replace("http", "ws", 1) + "/ws"
+    queue: asyncio.Queue = asyncio.Queue()
+    for i in range(len(plans)):
+        queue.put_nowait(i)
+    out: dict[str, Any] = {"latencies": [], "steps": 0, "reward": 0.0, "errors": 0}
+    started = time.perf_counter()
+    results = await asyncio.gather(
+        *(_client(url, queue, plans, out) for _ in range(concurrency)), return_exceptions=True
+    )
+    out["errors"] += sum(isinstance(r, BaseException) for r in results)
+    out["wall"] = time.perf_counter() - started
+    out["episodes"] = len(plans)
+    return out
+
+
+async def killed_client(base: str) -> int:
+    """Open a session, step once, drop the TCP connection; sessions still open 5 s later."""
+    from websockets.asyncio.client import connect
+
+    ws = await connect(base.replace("http", "ws", 1) + "/ws")
+    await ws.send(json.dumps({"type": "reset", "data": {}}))
+    await ws.recv()
+    await ws.send(json.dumps({"type": "step", "data": {"message": "<search>x</search>"}}))
+    await ws.recv()
+    ws.transport.abort()  # no close frame: the process died
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if health(base)["sessions"] == 0:
+            return 0
+        await asyncio.sleep(0.05)
+    return health(base)["sessions"]
+
+
+def health(base: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{base}/health", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def start_server(env_id: str, max_sessions: int, workers: int) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable, "-m", "hopgym.cli", "serve-env", "--env", env_id, "--port", "0",
+        "--max-sessions", str(max_sessions), "--workers", str(workers),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if " at " not in line:
+        proc.kill()
+        raise SystemExit(f"the server did not start: {line!r}")
+    return proc, line.split(" at ", 1)[1].split()[0]
+
+
+def row(name: str, res: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+    lat = sorted(res["latencies"]) or [0.0]
+    eps = res["episodes"] / res["wall"]
+    return {
+        "run": name,
+        "episodes_per_s": round(eps, 1),
+        "steps_per_s": round(res["steps"] / res["wall"], 1),
+        "vs_in_process": None if base is None else round(eps / (base["episodes"] / base["wall"]), 2),
+        "p50_step_ms": round(1000 * statistics.median(lat), 2),
+        "p99_step_ms": round(1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], 2),
+        "errors": res["errors"],
+        "rewards_equal": None if base is None else abs(res["reward"] - base["reward"]) < 1e-6,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="hopgym/Synthetic-v1")
+    parser.add_argument("--episodes", type=int, default=256)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--workers", type=int, default=8, help="the server's --workers")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "env_server_load.json"))
+    args = parser.parse_args()
+
+    base = in_process(args.env, args.episodes)
+    rows = [row("in-process", base, None)]
+    plans = [oracle_actions(gym.make(args.env), i) for i in range(args.episodes)]
+    proc, url = start_server(args.env, max(args.concurrency) + 1, args.workers)
+    try:
+        asyncio.run(over_server(url, plans[:8], 4))  # warm up: the first env, the first connections
+        for c in args.concurrency:
+            rows.append(row(f"server, {c} sessions", asyncio.run(over_server(url, plans, c)), base))
+        leaked = asyncio.run(killed_client(url))
+        stats = health(url)["stats"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    cols = list(rows[0])
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(str(r[c]) for c in cols) + " |")
+    print(f"killed client: sessions leaked = {leaked}; server stats: {stats}")
+    result = {
+        "env": args.env,
+        "episodes": args.episodes,
+        "workers": args.workers,
+        "cpus": os.cpu_count(),
+        "rows": rows,
+        "killed_client_leaked_sessions": leaked,
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

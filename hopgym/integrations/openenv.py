@@ -1,0 +1,445 @@
+"""hopgym envs as an OpenEnv-compatible service (``hopgym serve-env``) and a typed OpenEnv client.
+
+`OpenEnv <https://github.com/meta-pytorch/OpenEnv>`_ (``openenv-core``) serves environments over
+HTTP and WebSocket to TRL and other trainers. This module serves any hopgym env id the way
+OpenEnv's own server does, so that OpenEnv's clients (``GenericEnvClient``, a typed
+``EnvClient``) drive it unchanged, and adds what a shared service needs: many sessions, limits
+that answer with a 4xx naming the limit, idle sessions reaped, graceful shutdown, ``/health``
+and ``/metrics``. hopgym owns the env, its rewards and its options; this module only translates.
+
+Classes: :class:`EnvServerConfig` (every option, once), :class:`EnvServer` (uvicorn, in a thread
+for tests and scripts, or until SIGTERM), :class:`EnvServerError`. Functions:
+:func:`build_app` (the Starlette app), :func:`serve_env` (``hopgym serve-env``),
+:func:`openenv_client` (OpenEnv's client, typed for hopgym). The sessions, metrics and wire format
+are in :mod:`hopgym.integrations._env_sessions`.
+
+The wire format (OpenEnv's, with hopgym's fields):
+
+- **action** ``{"message": "<think>…</think><search>…</search>"}``: one model turn as text, as
+  OpenEnv's text envs take it. Anything else (no ``message``, a number, a list) is handed to the
+  env as it is, and the env answers with its corrective observation: nothing raises.
+- **result** ``{"observation": {"text", "terminated", "truncated", "info"}, "reward", "done"}``:
+  OpenEnv's ``StepResult`` fields; ``reward`` is the hopgym reward of the env's preset,
+  ``info`` the env's ``info`` made JSON (the shown documents as ``doc_id``/``title``; the
+  text is in ``text``), with ``info["reward_terms"]``.
+- **state** ``{"episode_id", "step_count", "session_id", "env_id", "question_id", "turn",
+  "done", "reward_total"}``.
+
+Routes:
+
+- ``WS /ws``: OpenEnv's session protocol, one session per connection: messages
+  ``{"type": "reset", "data": {...}}``, ``{"type": "step", "data": action}``,
+  ``{"type": "state"}``, ``{"type": "close"}``; replies ``{"type": "observation"|"state"|
+  "error", "data": {...}}``. An error's ``data`` has OpenEnv's ``message`` and ``code`` plus
+  ``status`` (the HTTP status it would have) and ``limit`` (the option that refused it).
+- ``POST /reset``, ``POST /step``, ``GET /state``: OpenEnv's HTTP routes, with sessions (OpenEnv's
+  own HTTP routes make a throw-away env per request, which cannot hold a multi-turn episode):
+  ``/reset`` without ``session_id`` opens a session and returns its ``session_id``; ``/step``
+  and ``/state`` name it (in the body, the query or the ``X-Session-Id`` header);
+  ``DELETE /sessions/{id}`` closes it.
+- ``GET /health`` (sessions, limits, counts), ``GET /metrics`` (Prometheus), ``GET /schema``,
+  ``GET /metadata``.
+
+``reset`` takes OpenEnv's ``seed`` and ``episode_id`` and hopgym's ``options``
+(``{"question_id": ...}`` or ``{"index": i}``) and, unless the server forbids it, ``env_options``:
+:class:`~hopgym.envs.options.EnvOptions` fields (``top_k``, ``max_turns``, ``reward``, ...) for
+this session's env, over the server's.
+
+Limits (each an :class:`EnvServerConfig` field; HTTP status, or the WebSocket error's
+``status``): more than ``max_sessions`` sessions ``429`` (``code`` ``CAPACITY_REACHED``);
+an unknown or reaped session ``404``; a request or message over ``max_action_bytes`` ``413``
+(the session stays open); a session idle for ``session_timeout`` seconds is closed (its
+WebSocket gets an error naming ``session_timeout`` and a close). A client that vanishes
+mid-episode loses its session at once over WebSocket, after ``session_timeout`` over HTTP.
+SIGTERM/SIGINT: new connections are refused, open WebSockets are closed (code 1012), steps in
+flight finish, every session's env is closed, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from functools import lru_cache
+from typing import Any
+
+from hopgym.errors import DependencyNotInstalled
+from hopgym.integrations._env_sessions import EnvServerConfig, EnvServerError, Sessions, _too_large
+
+__all__ = [
+    "EnvServer",
+    "EnvServerConfig",
+    "EnvServerError",
+    "build_app",
+    "openenv_client",
+    "serve_env",
+]
+
+
+def _require() -> None:
+    from hopgym.retrieval.serving.app import require_serve_extra
+
+    require_serve_extra()
+    try:
+        import websockets  # noqa: F401 - uvicorn's WebSocket protocol
+    except ImportError:
+        raise DependencyNotInstalled(
+            "websockets is not installed: `hopgym serve-env` serves OpenEnv's WebSocket route; run "
+            "`pip install 'hopgym[openenv]'`"
+        ) from None
+
+
+def build_app(sessions: Sessions) -> Any:
+    """The Starlette app of the env server over ``sessions`` (which it starts and stops)."""
+    _require()
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route, WebSocketRoute
+
+    from hopgym.integrations._env_sessions import CONTENT_TYPE, schemas, serve_websocket
+
+    cfg = sessions.config
+
+    def reply(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
+        return JSONResponse(payload, status_code=status, headers=headers)
+
+    def refuse(err: EnvServerError) -> Response:
+        sessions.metrics.error(err.code)
+        headers = {"Retry-After": "1"} if err.status == 429 else None
+        if err.status == 413:
+            headers = {"Connection": "close"}
+        return reply(err.status, err.json(), headers)
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > cfg.max_action_bytes:
+            raise _too_large(int(length), cfg.max_action_bytes)
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > cfg.max_action_bytes:
+                raise _too_large(len(raw), cfg.max_action_bytes)
+        if not raw.strip():
+            return {}
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise EnvServerError(400, "INVALID_JSON", f"the body is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise EnvServerError(400, "VALIDATION_ERROR", "the body must be a JSON object")
+        return data
+
+    def session_id_of(request: Request, data: dict[str, Any]) -> str | None:
+        sid = data.get("session_id") or request.query_params.get("session_id")
+        return sid or request.headers.get("x-session-id")
+
+    async def reset(request: Request) -> Response:
+        try:
+            data = await body_of(request)
+            sid = session_id_of(request, data)
+            data.pop("session_id", None)
+            if sid:
+                session = sessions.get(sid)
+            else:
+                session = await sessions.open("http")
+            try:
+                result = await sessions.reset(session, data)
+            except EnvServerError:
+                if not sid:  # a session opened for a reset that failed is of no use
+                    await sessions.close(session.id, "error")
+                raise
+        except EnvServerError as err:
+            return refuse(err)
+        return reply(200, {**result, "session_id": session.id}, {"X-Session-Id": session.id})
+
+    async def step(request: Request) -> Response:
+        try:
+            data = await body_of(request)
+            sid = session_id_of(request, data)
+            if not sid:
+                raise EnvServerError(
+                    400,
+                    "SESSION_ERROR",
+                    "step needs a session_id (from POST /reset) in the body, the query or X-Session-Id",
+                    "session_id",
+                )
+            session = sessions.get(sid)
+            result = await sessions.step(session, data.get("action", data.get("message")))
+        except EnvServerError as err:
+            return refuse(err)
+        return reply(200, result, {"X-Session-Id": session.id})
+
+    async def state(request: Request) -> Response:
+        sid = session_id_of(request, {})
+        try:
+            if not sid:
+                raise EnvServerError(
+                    400, "SESSION_ERROR", "state needs a session_id (query or X-Session-Id)", "session_id"
+                )
+            return reply(200, sessions.state(sessions.get(sid)))
+        except EnvServerError as err:
+            return refuse(err)
+
+    async def close(request: Request) -> Response:
+        sid = request.path_params["session_id"]
+        try:
+            sessions.get(sid)
+        except EnvServerError as err:
+            return refuse(err)
+        await sessions.close(sid, "client")
+        return reply(200, {"session_id": sid, "closed": True})
+
+    async def health(request: Request) -> Response:
+        return reply(200, sessions.health())
+
+    async def metrics(request: Request) -> Response:
+        return Response(sessions.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def schema(request: Request) -> Response:
+        return reply(200, schemas())
+
+    async def metadata(request: Request) -> Response:
+        from hopgym import __version__
+
+        return reply(
+            200,
+            {
+                "name": cfg.env,
+                "description": f"hopgym {cfg.env}: multi-hop question answering, one model turn per step",
+                "version": __version__,
+                "author": "hopgym",
+                "documentation_url": None,
+                "readme_content": None,
+            },
+        )
+
+    async def ws(websocket: Any) -> None:
+        await serve_websocket(sessions, websocket)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        routes = (
+            "WS /ws, POST /reset, POST /step, GET /state, DELETE /sessions/{id}, GET /health, "
+            "GET /metrics, GET /schema, GET /metadata"
+        )
+        what = "unknown path" if status == 404 else f"{request.method} is not allowed on"
+        sessions.metrics.error("NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED")
+        return reply(status, {"error": f"{what} {request.url.path!r}: {routes}", "limit": None})
+
+    async def crash(request: Request, exc: Exception) -> Response:
+        sessions.metrics.error("INTERNAL_ERROR")
+        return reply(500, {"error": f"{type(exc).__name__}: {exc}", "limit": None})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        sessions.start()
+        try:
+            yield
+        finally:
+            await sessions.shutdown()
+
+    routes = [
+        WebSocketRoute("/ws", ws),
+        Route("/reset", reset, methods=["POST"]),
+        Route("/step", step, methods=["POST"]),
+        Route("/state", state, methods=["GET"]),
+        Route("/sessions/{session_id}", close, methods=["DELETE"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/schema", schema, methods=["GET"]),
+        Route("/metadata", metadata, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error, Exception: crash}
+    )
+
+
+class EnvServer:
+    """Serve a hopgym env id to OpenEnv clients (uvicorn): in a background thread (:meth:`start`,
+    for tests, notebooks and scripts) or in this one until SIGTERM (:meth:`serve_forever`).
+
+    Args:
+        config: the options (defaults: :class:`EnvServerConfig`'s).
+        **options: :class:`EnvServerConfig` fields that replace ``config``'s (``port=0``: any
+            free port, see :attr:`url`).
+
+    The env id and its options are checked, and one env is made, on construction, so a bad id
+    or option fails here with hopgym's error naming it. The socket is bound on construction too.
+
+    Example:
+        >>> from hopgym.httpclient import HTTPClient
+        >>> with EnvServer(env="hopgym/Tiny-v1", port=0).start() as srv:
+        ...     http = HTTPClient(srv.url)
+        ...     first = http.post_json("/reset", {"seed": 0})
+        ...     turn = {"session_id": first["session_id"], "action": {"message": "<answer>x</answer>"}}
+        ...     http.post_json("/step", turn)["done"]
+        True
+    """
+
+    def __init__(self, config: EnvServerConfig | None = None, **options: Any) -> None:
+        _require()
+        from hopgym.retrieval.serving.app import _bind
+
+        cfg = config or EnvServerConfig()
+        self.config = cfg.updated(**options) if options else cfg
+        self.sessions = Sessions(self.config)
+        self.app = build_app(self.sessions)
+        self._sock = _bind(self.config.host, self.config.port, 2048)
+        self.host, self.port = self._sock.getsockname()[:2]
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the server (the real port when ``port=0``)."""
+        host = self.host if ":" not in str(self.host) else f"[{self.host}]"
+        return f"http://{host}:{self.port}"
+
+    def _new_server(self) -> Any:
+        import uvicorn
+
+        if self._server is not None:
+            raise RuntimeError("the server is already running")
+        cfg = self.config
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                self.app,
+                host=cfg.host,
+                port=cfg.port,
+                ws="websockets-sansio",
+                # Messages up to 4x the limit reach the app, which answers 413 and keeps the
+                # session; larger ones are cut by the protocol (close 1009).
+                ws_max_size=4 * cfg.max_action_bytes + 65536,
+                lifespan="on",
+                log_config=None,
+                access_log=cfg.verbose,
+                timeout_graceful_shutdown=cfg.shutdown_timeout,
+                server_header=False,
+            )
+        )
+        return self._server
+
+    def start(self, timeout: float = 60.0) -> EnvServer:
+        """Serve in a background thread; returns ``self`` once it accepts requests (use it as a
+        context manager to stop)."""
+        server = self._new_server()
+
+        def run() -> None:
+            try:
+                server.run(sockets=[self._sock])
+            except BaseException as exc:  # noqa: BLE001 - reported by start()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="hopgym-env-server", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the env server did not start: {self._error!r}")
+            time.sleep(0.005)
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until SIGINT or SIGTERM, then shut down gracefully."""
+        from hopgym.retrieval.serving.app import _signals_end_quietly
+
+        server = self._new_server()
+        with _signals_end_quietly():
+            server.run(sockets=[self._sock])
+        self._server = None
+        self._sock.close()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop: refuse new connections, close the WebSockets, finish the steps in flight, close
+        every session's env."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout if timeout is not None else self.config.shutdown_timeout + 10)
+            self._thread = None
+        self._server = None
+        self._sock.close()
+
+    def __enter__(self) -> EnvServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_env(config: EnvServerConfig | None = None, **options: Any) -> None:
+    """Serve ``config.env`` until SIGINT or SIGTERM (``hopgym serve-env``)."""
+    from hopgym.retrieval.serving.app import _raise_open_files_limit
+
+    srv = EnvServer(config, **options)
+    _raise_open_files_limit()
+    if srv.config.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    print(
+        f"hopgym: serving {srv.config.env} to OpenEnv clients at {srv.url} (WebSocket "
+        f"{srv.url.replace('http', 'ws', 1)}/ws; Ctrl-C or SIGTERM to stop)",
+        flush=True,
+    )
+    srv.serve_forever()
+    print("hopgym: stopped", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------- the client
+@lru_cache(maxsize=1)
+def _client_class() -> type:
+    try:
+        from openenv.core.client_types import StepResult
+        from openenv.core.env_client import EnvClient
+    except ImportError:
+        raise DependencyNotInstalled(
+            "openenv-core is not installed: run `pip install 'hopgym[openenv]'`"
+        ) from None
+
+    class HopgymEnvClient(EnvClient):  # type: ignore[misc, type-arg]
+        """OpenEnv's ``EnvClient`` for a hopgym env server: ``step`` takes a turn as text or a
+        structured action (``Search("q")``), observations are the server's dicts."""
+
+        def _step_payload(self, action: Any) -> dict[str, Any]:
+            if isinstance(action, dict):
+                return action
+            if isinstance(action, str):
+                return {"message": action}
+            from hopgym.envs.protocols import get_protocol
+
+            protocol = get_protocol(getattr(self, "protocol", "tags"))
+            return {"message": protocol.render(action)}
+
+        def _parse_result(self, payload: dict[str, Any]) -> Any:
+            return StepResult(
+                observation=payload.get("observation", {}),
+                reward=payload.get("reward"),
+                done=payload.get("done", False),
+            )
+
+        def _parse_state(self, payload: dict[str, Any]) -> dict[str, Any]:
+            return payload
+
+    return HopgymEnvClient
+
+
+def openenv_client(base_url: str, *, protocol: str = "tags", **kwargs: Any) -> Any:
+    """OpenEnv's async ``EnvClient`` for a hopgym env server (``.sync()`` for the blocking one).
+
+    Args:
+        base_url: the server's URL (``http://host:port`` or ``ws://host:port``).
+        protocol: how structured actions (``Search("q")``) are rendered to text: the server
+            env's protocol.
+        **kwargs: ``EnvClient`` arguments (``message_timeout_s``, ...).
+    """
+    client = _client_class()(base_url, **kwargs)
+    client.protocol = protocol
+    return client
