@@ -354,13 +354,15 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
             data,
             SFTRunConfig(
                 output_dir=str(out / "sft"),
-                max_steps=a.sft_steps,
-                batch_size=a.sft_batch,
-                learning_rate=a.sft_lr,
-                warmup_steps=min(20, a.sft_steps - 1),
-                max_length=a.max_length,
-                logging_steps=max(a.sft_steps // 10, 1),
-                seed=seed,
+                trl={
+                    "max_steps": a.sft_steps,
+                    "per_device_train_batch_size": a.sft_batch,
+                    "learning_rate": a.sft_lr,
+                    "warmup_steps": min(20, a.sft_steps - 1),
+                    "max_length": a.max_length,
+                    "logging_steps": max(a.sft_steps // 10, 1),
+                    "seed": seed,
+                },
             ),
         )
         res["sft_seconds"] = time.perf_counter() - t0
@@ -414,44 +416,47 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
                     )
 
         t0, c0 = time.perf_counter(), time.process_time()
-        trainer = train_grpo(
+        run = train_grpo(
             model,
             tok,
             env_fn("train", a.reward),
             train_q,
             GRPORunConfig(
                 output_dir=str(out / "grpo"),
-                max_steps=a.grpo_steps,
                 questions_per_step=a.questions_per_step,
-                group_size=a.group_size,
-                learning_rate=a.grpo_lr,
-                loss_type=a.loss_type,
-                beta=a.beta,
-                temperature=a.temperature,
                 max_new_tokens=a.max_new_tokens,
-                max_completion_tokens=a.max_length,
                 rollout_batch_size=a.questions_per_step * a.group_size,
-                seed=seed,
+                trl={
+                    "max_steps": a.grpo_steps,
+                    "num_generations": a.group_size,
+                    "learning_rate": a.grpo_lr,
+                    "loss_type": a.loss_type,
+                    "beta": a.beta,
+                    "temperature": a.temperature,
+                    "max_completion_length": a.max_length,
+                    "seed": seed,
+                },
             ),
             on_trajectories=count,
             callbacks=[Progress()],
         )
+        trainer = run.trainer
         grpo_seconds = time.perf_counter() - t0
         budget = {
             "cpu_seconds": time.process_time() - c0,
             "seconds": grpo_seconds,
-            "episodes": trainer.hopgym_rollout.episodes,
+            "episodes": run.rollout.episodes,
             "steps": trainer.state.global_step,
         }
         res["grpo_budget"] = budget
-        rollout_s = trainer.hopgym_rollout.seconds
+        rollout_s = run.rollout.seconds
         res["grpo_rollout_seconds"] = rollout_s
         res["rollout_model_tokens_per_s"] = generated["model_tokens"] / max(rollout_s, 1e-9)
         res["grpo_train_tokens_per_s"] = generated["tokens"] / max(grpo_seconds - rollout_s, 1e-9)
         res["grpo"] = evaluate_em(model, tok, test_fn, test_q, a)
-        histories["GRPO"] = trainer.hopgym_history
-        res["grpo_train_em_first_last10"] = _first_last(trainer.hopgym_history)
-        res["grpo_history"] = _compact(trainer.hopgym_history)
+        histories["GRPO"] = run.history
+        res["grpo_train_em_first_last10"] = _first_last(run.history)
+        res["grpo_history"] = _compact(run.history)
         log(
             f"[seed {seed}] after GRPO EM {res['grpo']['em']:.3f} (searches "
             f"{res['grpo']['searches_per_episode']:.2f}; {budget['cpu_seconds']:.0f} CPU-s, "
@@ -525,15 +530,17 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
             data,
             SFTRunConfig(
                 output_dir=str(out / name),
-                max_steps=len(data) // a.sft_batch,
-                batch_size=a.sft_batch,
-                learning_rate=a.sft_lr,
-                warmup_steps=1,
-                max_length=a.max_length,
-                logging_steps=max(a.sft_steps // 10, 1),
-                seed=seed + 1,
                 time_limit_s=max(cpu_budget, 1.0),
                 time_limit_clock=a.clock,
+                trl={
+                    "max_steps": len(data) // a.sft_batch,
+                    "per_device_train_batch_size": a.sft_batch,
+                    "learning_rate": a.sft_lr,
+                    "warmup_steps": 1,
+                    "max_length": a.max_length,
+                    "logging_steps": max(a.sft_steps // 10, 1),
+                    "seed": seed + 1,
+                },
             ),
         )
         res[name] = evaluate_em(model, tok, test_fn, test_q, a)

@@ -352,6 +352,7 @@ class HTTPClient:
                 except OSError as exc:
                     return f"cannot connect: {exc}"
             conn = slot.conn
+            assert conn is not None  # connected just above
             sock = conn.sock  # kept: http.client hands the socket over to a reply that closes it
             try:
                 sock.settimeout(_remaining(deadline))

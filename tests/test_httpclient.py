@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from hopgym import httpclient
 from hopgym.errors import HopgymError
 from hopgym.httpclient import RETRYABLE_STATUS, HTTPClient, HTTPError, parse_retry_after
 
@@ -195,12 +196,13 @@ def test_retry_after_is_honoured(server):
     assert second["t"] - first["t"] >= 0.2
 
 
-def test_retry_after_is_capped_by_max_backoff(server):
+def test_retry_after_is_capped_by_max_backoff(server, monkeypatch):
     server.script = [(503, {"Retry-After": "60"}, b"")]
     client = HTTPClient(server.url, retries=1, backoff=0.0, max_backoff=0.05)
-    t0 = time.monotonic()
+    slept: list[float] = []
+    monkeypatch.setattr(httpclient.time, "sleep", slept.append)
     client.get_json()
-    assert time.monotonic() - t0 < 5.0  # far below the 60 s asked for
+    assert slept == [0.05]  # max_backoff, not the 60 s asked for
     assert len(server.requests) == 2
 
 

@@ -1,6 +1,7 @@
 """GRPO over multi-turn env rollouts, with TRL's ``GRPOTrainer`` and a ``rollout_func``.
 
-Classes: :class:`GRPORunConfig`, :class:`EnvRolloutFunc` (the ``rollout_func``), :class:`EnvReward`
+Classes: :class:`GRPORunConfig` (hopgym's settings, and TRL's ``GRPOConfig`` fields in its ``trl``),
+:class:`GRPOResult`, :class:`EnvRolloutFunc` (the ``rollout_func``), :class:`EnvReward`
 (the reward function TRL calls: the env's episode return). Functions: :func:`train_grpo`,
 :func:`plot_curves` (the per-step curves PNG), :func:`make_curve_callback` (keeps the log).
 
@@ -24,7 +25,7 @@ How it maps onto TRL 1.16 (``trl/trainer/grpo_trainer.py``):
   ``env/reward_terms/NAME``, and (``track_kl``) ``policy/kl_ref`` and ``policy/entropy`` from
   :func:`~hopgym.agents.rollout.policy_stats`: the same estimates the rejection-sampling trainer
   (:mod:`hopgym.agents.rft`) logs, so the two runs' curves compare.
-- ``use_vllm=False`` (the default, and on CPU): the collector generates with the model itself; on
+- ``trl={"use_vllm": False}`` (the default, and on CPU): the collector generates with the model itself; on
   a GPU the same code runs in bf16. ``use_vllm=True``: TRL builds its vLLM integration (``colocate``
   or ``server`` mode) and syncs the weights into it before each rollout; the rollout function then
   samples every turn through it (:class:`~hopgym.agents.rollout.TRLVLLMEngine`) and keeps the
@@ -53,21 +54,20 @@ from hopgym.agents.rollout import (
     stop_token_ids,
     summarize,
 )
+from hopgym.agents.sft import TimeLimitCallback, check_time_limit
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
 __all__ = [
     "GRPORunConfig",
+    "GRPOResult",
+    "GRPO_DEFAULTS",
     "EnvRolloutFunc",
     "EnvReward",
     "train_grpo",
     "plot_curves",
     "make_curve_callback",
     "CURVE_KEYS",
-    "LOSS_TYPES",
 ]
-
-#: TRL ``loss_type`` values hopgym accepts (the group-relative ones).
-LOSS_TYPES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo", "bnpo")
 
 #: What ``curves.png`` shows, one panel each: (log key, panel title).
 CURVE_KEYS: tuple[tuple[str, str], ...] = (
@@ -79,33 +79,46 @@ CURVE_KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: hopgym's defaults for TRL ``GRPOConfig`` fields whose TRL default does not suit env rollouts
+#: (``GRPORunConfig.trl`` goes over them; bf16 follows :func:`~hopgym.agents.trl_config.default_bf16`).
+GRPO_DEFAULTS: dict[str, Any] = {
+    "max_steps": 100,
+    "learning_rate": 1e-4,
+    "lr_scheduler_type": "constant",
+    "max_completion_length": 1024,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "seed": 0,
+    "disable_tqdm": True,
+    "dataloader_num_workers": 0,
+}
+
+
 @dataclass
 class GRPORunConfig:
-    """Settings of a GRPO run (what hopgym sets on TRL's ``GRPOConfig``)."""
+    """Settings of a GRPO run: hopgym's own, and TRL's ``GRPOConfig`` fields in :attr:`trl`.
 
-    output_dir: str = field(default="runs/grpo", metadata={"help": "Checkpoints, log, curve PNG."})
-    max_steps: int = field(default=100, metadata={"help": "Optimizer steps."})
-    questions_per_step: int = field(default=8, metadata={"help": "Questions per step (B)."})
-    group_size: int = field(default=8, metadata={"help": "Episodes per question (G)."})
-    learning_rate: float = field(default=1e-4, metadata={"help": "Adam learning rate."})
-    beta: float = field(default=0.0, metadata={"help": "KL coefficient (0: no reference model)."})
-    epsilon: float = field(default=0.2, metadata={"help": "PPO clipping range."})
-    loss_type: str = field(
-        default="dapo", metadata={"help": "TRL loss: " + ", ".join(LOSS_TYPES) + ".", "choices": LOSS_TYPES}
+    hopgym's fields are those TRL has no field for (questions per step, the per-turn token limit,
+    the rollout workers, a time limit, plots) and the run folder. Every ``GRPOConfig`` field
+    (``learning_rate``, ``beta``, ``epsilon``, ``loss_type``, ``num_generations``, ``temperature``,
+    ``top_k``, ``max_completion_length``, ``use_vllm``, ...) goes in :attr:`trl`, over
+    :data:`GRPO_DEFAULTS`; TRL checks them. The rollouts sample with TRL's ``temperature``,
+    ``top_k`` and ``max_completion_length``, so the sampled and trained distributions agree.
+
+    Example:
+        >>> cfg = GRPORunConfig(questions_per_step=2, trl={"num_generations": 4, "beta": 0.04})
+        >>> cfg.trl["beta"]
+        0.04
+    """
+
+    output_dir: str = field(
+        default="runs/grpo", metadata={"help": "Run folder: model, log.jsonl, curves.png (TRL's output_dir)."}
     )
-    scale_rewards: str = field(
-        default="group",
-        metadata={
-            "help": "Advantage scaling: group, batch or none (Dr. GRPO).",
-            "choices": ("group", "batch", "none"),
-        },
+    questions_per_step: int = field(
+        default=8,
+        metadata={"help": "Questions per optimizer step (B); a step samples B x num_generations episodes."},
     )
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
-    top_k: int = field(default=0, metadata={"help": "Top-k sampling (0: off)."})
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
-    max_completion_tokens: int = field(
-        default=1024, metadata={"help": "Longest trajectory after the prompt (model + env tokens)."}
-    )
     rollout_batch_size: int = field(default=64, metadata={"help": "Episodes sampled at once."})
     env_workers: int = field(
         default=0,
@@ -113,15 +126,9 @@ class GRPORunConfig:
             "help": "Ray workers that step the rollouts' envs (0: in this process; needs hopgym[ray])."
         },
     )
-    logging_steps: int = field(default=1, metadata={"help": "Log every N steps."})
-    save_steps: int = field(
-        default=0, metadata={"help": "Checkpoint every N steps (0: only the final model)."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed for data order and sampling."})
     time_limit_s: float | None = field(
         default=None, metadata={"help": "Stop after this many seconds of training."}
     )
-    bf16: bool | None = field(default=None, metadata={"help": "bf16 (None: when CUDA supports it)."})
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
     track_kl: bool = field(
         default=True,
@@ -130,59 +137,69 @@ class GRPORunConfig:
             "policy/entropy every step."
         },
     )
-    use_vllm: bool = field(
-        default=False, metadata={"help": "Sample turns with TRL's vLLM integration (needs vllm and a GPU)."}
-    )
-    vllm_mode: str = field(
-        default="colocate",
-        metadata={"help": "'colocate' (vLLM in this process) or 'server' (trl vllm-serve elsewhere)."},
-    )
-    vllm_server_base_url: str | None = field(
-        default=None, metadata={"help": "Server mode: the server's URL (None: TRL's default host and port)."}
-    )
-    vllm_gpu_memory_utilization: float = field(
-        default=0.3, metadata={"help": "Colocate mode: share of GPU memory vLLM may take."}
+    trl: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Any field of TRL's GRPOConfig, e.g. --trl learning_rate=1e-5 beta=0.04 "
+            "num_generations=4 top_k=20 (sampling); values read as Python literals; repeat to add "
+            "more. Over hopgym's defaults: " + ", ".join(f"{k}={v}" for k, v in GRPO_DEFAULTS.items()),
+            "metavar": "FIELD=VALUE",
+            "shortcuts": {
+                "--steps": "max_steps",
+                "--lr": "learning_rate",
+                "--seed": "seed",
+                "--group-size": "num_generations",
+                "--temperature": "temperature",
+                "--sample-top-k": "top_k",
+                "--max-length": "max_completion_length",
+                "--logging-steps": "logging_steps",
+            },
+        },
     )
 
     def __post_init__(self) -> None:
-        if self.vllm_mode not in ("colocate", "server"):
-            raise InvalidOptionError(f"vllm_mode must be 'colocate' or 'server', got {self.vllm_mode!r}")
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise InvalidOptionError(
-                f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}"
-            )
-        if self.group_size < 2:
-            raise InvalidOptionError(
-                f"group_size must be >= 2 (GRPO normalises rewards within a group), got {self.group_size}"
-            )
-        if self.questions_per_step < 1 or self.max_steps < 1:
-            raise InvalidOptionError("questions_per_step and max_steps must be >= 1")
-        if self.temperature <= 0:
-            raise InvalidOptionError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        for name in ("questions_per_step", "max_new_tokens", "rollout_batch_size"):
+            if getattr(self, name) < 1:
+                raise InvalidOptionError(f"{name} must be >= 1, got {getattr(self, name)}")
         if (
             isinstance(self.env_workers, bool)
             or not isinstance(self.env_workers, int)
             or self.env_workers < 0
         ):
             raise InvalidOptionError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
-        if self.max_completion_tokens < self.max_new_tokens:
+        check_time_limit(self.time_limit_s, "wall")
+
+    def trl_config(self) -> Any:
+        """TRL's ``GRPOConfig`` of this run: :data:`GRPO_DEFAULTS`, then :attr:`trl`, then what
+        hopgym derives (``output_dir``, and ``per_device_train_batch_size`` = B x
+        ``num_generations``, the rows one step samples).
+
+        Raises:
+            hopgym.errors.InvalidOptionError: an unknown field, a derived one, a value TRL refuses,
+                or sampling settings the rollouts cannot use.
+        """
+        from hopgym.agents.trl_config import trl_config
+
+        args = trl_config(
+            "GRPOConfig",
+            GRPO_DEFAULTS,
+            self.trl,
+            {
+                "output_dir": (self.output_dir, "give it as output_dir (--out)"),
+                "per_device_train_batch_size": (
+                    lambda values: self.questions_per_step * values["num_generations"],
+                    "questions_per_step x num_generations (--questions-per-step)",
+                ),
+            },
+        )
+        if args.temperature <= 0:
+            raise InvalidOptionError(f"temperature must be > 0 for GRPO sampling, got {args.temperature}")
+        if args.max_completion_length < self.max_new_tokens:
             raise InvalidOptionError(
-                f"max_completion_tokens ({self.max_completion_tokens}) must be >= "
+                f"max_completion_length ({args.max_completion_length}) must be >= "
                 f"max_new_tokens ({self.max_new_tokens})"
             )
-        if self.scale_rewards not in ("group", "batch", "none"):
-            raise InvalidOptionError(
-                f"scale_rewards must be group, batch or none, got {self.scale_rewards!r}"
-            )
-        if self.loss_type not in LOSS_TYPES:
-            raise InvalidOptionError(
-                f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}"
-            )
-
-    @property
-    def batch_rows(self) -> int:
-        """Episodes per optimizer step: ``questions_per_step * group_size``."""
-        return self.questions_per_step * self.group_size
+        return args
 
 
 class EnvReward:
@@ -349,6 +366,21 @@ def plot_curves(
     return path
 
 
+@dataclass
+class GRPOResult:
+    """What :func:`train_grpo` returns (the model is trained in place).
+
+    Attributes:
+        trainer: TRL's ``GRPOTrainer`` after training (``trainer.args`` is the ``GRPOConfig``).
+        history: the log rows (also in ``<output_dir>/log.jsonl``).
+        rollout: the rollout function (``episodes``, ``seconds``).
+    """
+
+    trainer: Any
+    history: list[dict[str, Any]]
+    rollout: EnvRolloutFunc
+
+
 def train_grpo(
     model: Any,
     tokenizer: Any,
@@ -357,7 +389,7 @@ def train_grpo(
     config: GRPORunConfig,
     callbacks: Sequence[Any] = (),
     on_trajectories: Callable[[list[Trajectory]], None] | None = None,
-) -> Any:
+) -> GRPOResult:
     """GRPO on ``model`` over env episodes of ``question_ids``, with TRL's ``GRPOTrainer``.
 
     Args:
@@ -365,27 +397,24 @@ def train_grpo(
         tokenizer: its tokenizer.
         env_fn: builds one env with its reward wrappers; the reward is its return.
         question_ids: the training questions (ids of the env's task).
-        config: the run's settings.
+        config: the run's settings (TRL's in ``config.trl``).
         callbacks: extra ``TrainerCallback`` objects.
         on_trajectories: hook called with every batch of trajectories.
 
     Returns:
-        The ``GRPOTrainer`` after training; ``trainer.hopgym_history`` is the log history,
-        ``trainer.hopgym_rollout`` the rollout function (``episodes``, ``seconds``) and
-        ``<output_dir>/curves.png`` the per-step curves (with ``config.plot``).
+        A :class:`GRPOResult`; ``<output_dir>/curves.png`` has the per-step curves (with
+        ``config.plot``). TRL warns that ``rollout_func`` is experimental; set
+        ``TRL_EXPERIMENTAL_SILENCE=1`` to silence it.
     """
-    import os
-
+    args = config.trl_config()  # refuses bad options before anything is built
     try:
         from datasets import Dataset
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOTrainer
     except ImportError as exc:
         raise DependencyNotInstalled.for_extra("trl/datasets", "train") from exc
-    from hopgym.agents.sft import TimeLimitCallback, _bf16
 
     if not question_ids:
         raise InvalidOptionError("no training questions")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     ref_model = None
     if config.track_kl:
         ref_model = frozen_copy(model)
@@ -393,52 +422,21 @@ def train_grpo(
         env_fn,
         tokenizer,
         RolloutConfig(
-            temperature=config.temperature,
-            top_k=config.top_k,
+            temperature=args.temperature,
+            top_k=args.top_k,
             max_new_tokens=config.max_new_tokens,
-            max_completion_tokens=config.max_completion_tokens,
+            max_completion_tokens=args.max_completion_length,
             batch_size=config.rollout_batch_size,
             env_workers=config.env_workers,
         ),
-        seed=config.seed,
+        seed=args.seed,
         on_trajectories=on_trajectories,
         ref_model=ref_model,
     )
     dataset = Dataset.from_list([{"prompt": str(q)} for q in question_ids])
     out = Path(config.output_dir)
-    vllm_kw: dict[str, Any] = {}
-    if config.use_vllm:
-        vllm_kw = _vllm_args(model, tokenizer, env_fn, config, out)
-    args = GRPOConfig(
-        output_dir=config.output_dir,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_rows,
-        num_generations=config.group_size,
-        gradient_accumulation_steps=1,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        beta=config.beta,
-        epsilon=config.epsilon,
-        loss_type=config.loss_type,
-        scale_rewards=config.scale_rewards,
-        temperature=config.temperature,
-        top_k=config.top_k,
-        max_completion_length=config.max_completion_tokens,
-        use_vllm=config.use_vllm,
-        logging_steps=config.logging_steps,
-        save_strategy="steps" if config.save_steps else "no",
-        save_steps=config.save_steps or 500,
-        seed=config.seed,
-        data_seed=config.seed,
-        report_to="none",
-        bf16=_bf16(config.bf16),
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        log_completions=False,
-        **vllm_kw,
-    )
+    if args.use_vllm:
+        _prepare_vllm(model, tokenizer, env_fn, config, args, out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "log.jsonl"
     if log_path.exists():
@@ -451,7 +449,7 @@ def train_grpo(
     # model built in memory has none, and a loaded one may have trained since. The reference is
     # the starting weights, saved for TRL to load (then the name is put back).
     name_or_path = getattr(model.config, "_name_or_path", "")
-    if config.beta > 0:
+    if args.beta > 0:
         model.save_pretrained(out / "kl_reference")
         model.config._name_or_path = str(out / "kl_reference")
     try:
@@ -467,21 +465,20 @@ def train_grpo(
     finally:
         model.config._name_or_path = name_or_path
     trainer.train()
-    trainer.hopgym_history = curve.history
-    trainer.hopgym_rollout = rollout
     if config.plot:
-        plot_curves(curve.history, out / "curves.png", title=f"GRPO ({config.loss_type})")
-    return trainer
+        plot_curves(curve.history, out / "curves.png", title=f"GRPO ({args.loss_type})")
+    return GRPOResult(trainer, curve.history, rollout)
 
 
-def _vllm_args(
-    model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env], config: GRPORunConfig, out: Path
-) -> dict[str, Any]:
-    """``GRPOConfig`` fields for TRL's vLLM integration, with per-turn sampling settings.
+def _prepare_vllm(
+    model: Any, tokenizer: Any, env_fn: Callable[[], gym.Env], config: GRPORunConfig, args: Any, out: Path
+) -> None:
+    """Set up ``args`` (TRL's ``GRPOConfig``) and ``model`` for TRL's vLLM integration.
 
-    TRL merges ``generation_kwargs`` into the sampling parameters in both modes, so each turn
-    stops at the protocol's stop tokens / strings and at ``max_new_tokens`` (not at TRL's
-    ``max_completion_length``, which bounds the whole multi-turn trajectory here).
+    TRL merges ``generation_kwargs`` into the sampling parameters in both modes; hopgym adds the
+    per-turn limits under the user's own, so each turn stops at the protocol's stop tokens /
+    strings and at ``max_new_tokens`` (not at TRL's ``max_completion_length``, which bounds the
+    whole multi-turn trajectory here).
     """
     env = env_fn()
     stop_ids, stop_strings = stop_token_ids(tokenizer, getattr(env.unwrapped.protocol, "stop", ()))
@@ -493,7 +490,8 @@ def _vllm_args(
     }
     if stop_strings:
         gen.update(stop=list(stop_strings), include_stop_str_in_output=True)
-    if config.vllm_mode == "colocate" and not Path(str(model.name_or_path or "")).is_dir():
+    args.generation_kwargs = {**gen, **(args.generation_kwargs or {})}
+    if args.vllm_mode == "colocate" and not Path(str(model.name_or_path or "")).is_dir():
         # vLLM loads the weights by path (TRL passes model.name_or_path); a model built in
         # memory is saved first, then TRL syncs the live weights before every rollout.
         path = out / "vllm_init"
@@ -501,11 +499,3 @@ def _vllm_args(
         tokenizer.save_pretrained(path)
         model.config._name_or_path = str(path)
         model.name_or_path = str(path)
-    kw: dict[str, Any] = {
-        "vllm_mode": config.vllm_mode,
-        "generation_kwargs": gen,
-        "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization,
-    }
-    if config.vllm_server_base_url:
-        kw["vllm_server_base_url"] = config.vllm_server_base_url
-    return kw

@@ -57,6 +57,19 @@ from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 __all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "trajectory_example"]
 
 
+#: The ``SFTConfig`` fields each round sets itself (``RFTRunConfig.trl`` may not hold them).
+ROUND_FIELDS: tuple[str, ...] = (
+    "max_steps",
+    "per_device_train_batch_size",
+    "learning_rate",
+    "warmup_steps",
+    "lr_scheduler_type",
+    "max_length",
+    "logging_steps",
+    "seed",
+)
+
+
 @dataclass
 class RFTRunConfig:
     """Settings of a rejection-sampling fine-tuning run."""
@@ -75,14 +88,18 @@ class RFTRunConfig:
         default=None,
         metadata={
             "help": "Keep an episode when its return is at least this; None keeps the episodes "
-            "whose answer is an exact match (the env's correctness)."
+            "whose answer is an exact match (the env's correctness).",
+            "cli_help": "Keep an episode when its return is at least this; left out (or none): "
+            "keep the episodes whose answer is an exact match (the env's correctness).",
         },
     )
     epochs: int = field(default=1, metadata={"help": "Passes over each round's kept episodes."})
     batch_size: int = field(default=16, metadata={"help": "SFT examples per optimizer step."})
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
-    top_k: int = field(default=0, metadata={"help": "Top-k sampling (0: off)."})
+    sample_top_k: int = field(
+        default=0, metadata={"help": "Sample each token from the k likeliest (0: from all)."}
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
     max_completion_tokens: int = field(
         default=1024, metadata={"help": "Longest trajectory after the prompt (model + env tokens)."}
@@ -102,12 +119,21 @@ class RFTRunConfig:
         metadata={"help": "'wall' or 'process' (CPU seconds of this process).", "choices": tuple(CLOCKS)},
     )
     seed: int = field(default=0, metadata={"help": "Seed for question order and sampling."})
-    bf16: bool | None = field(default=None, metadata={"help": "bf16 (None: when CUDA supports it)."})
     track_kl: bool = field(
         default=True,
         metadata={"help": "Log policy/kl_ref (to the starting model) and policy/entropy each round."},
     )
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
+    trl: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Fields of TRL's SFTConfig for each round's SFT, e.g. --trl bf16=True "
+            "weight_decay=0.01; values read as Python literals. The round sets "
+            + ", ".join(ROUND_FIELDS)
+            + " itself.",
+            "metavar": "FIELD=VALUE",
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in (
@@ -139,6 +165,12 @@ class RFTRunConfig:
                 f"max_new_tokens ({self.max_new_tokens})"
             )
         check_time_limit(self.time_limit_s, self.time_limit_clock)
+        for key in self.trl:
+            if key in ROUND_FIELDS:
+                raise InvalidOptionError(
+                    f"trl {key}={self.trl[key]!r}: each round sets {key} itself (from "
+                    "batch_size, learning_rate, seed and the kept episodes)"
+                )
 
     @property
     def episodes_per_round(self) -> int:
@@ -247,6 +279,7 @@ def train_rft(
 
     if not question_ids:
         raise InvalidOptionError("no training questions")
+    SFTRunConfig(trl=config.trl).trl_config()  # refuses bad TRL fields before any sampling
     now = CLOCKS[config.time_limit_clock]
     t_wall, t_cpu, t_budget = time.perf_counter(), time.process_time(), now()
     out = Path(config.output_dir)
@@ -259,7 +292,7 @@ def train_rft(
         ref_model = frozen_copy(model)
     rollout_cfg = RolloutConfig(
         temperature=config.temperature,
-        top_k=config.top_k,
+        top_k=config.sample_top_k,
         max_new_tokens=config.max_new_tokens,
         max_completion_tokens=config.max_completion_tokens,
         batch_size=config.rollout_batch_size,
@@ -296,15 +329,17 @@ def train_rft(
                 examples,
                 SFTRunConfig(
                     output_dir=str(out / "sft_round"),
-                    max_steps=steps,
-                    batch_size=min(config.batch_size, len(examples)),
-                    learning_rate=config.learning_rate,
-                    warmup_steps=0,
-                    lr_scheduler_type="constant",
-                    max_length=max(len(e["input_ids"]) for e in examples),
-                    logging_steps=steps,
-                    seed=config.seed + rnd,
-                    bf16=config.bf16,
+                    trl={
+                        **config.trl,
+                        "max_steps": steps,
+                        "per_device_train_batch_size": min(config.batch_size, len(examples)),
+                        "learning_rate": config.learning_rate,
+                        "warmup_steps": 0,
+                        "lr_scheduler_type": "constant",
+                        "max_length": max(len(e["input_ids"]) for e in examples),
+                        "logging_steps": steps,
+                        "seed": config.seed + rnd,
+                    },
                 ),
                 optimizers=(optimizer, scheduler),
             )

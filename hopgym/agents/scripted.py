@@ -212,8 +212,9 @@ def register_agent(name: str, factory: AgentFactory, *, override: bool = False) 
         override: replace an agent already registered under ``name``.
 
     Raises:
-        hopgym.errors.InvalidOptionError: an empty name, a name with ``:`` (that form means ``module:attribute``), a
-            name already registered (unless ``override``), or a factory that is not callable.
+        hopgym.errors.InvalidOptionError: an empty name, a name with ``:`` (that form means
+            ``module:attribute``), a name already registered (unless ``override``), or a factory
+            that is not callable.
     """
     if not isinstance(name, str) or not name.strip() or ":" in name:
         raise InvalidOptionError(f"an agent name must be a non-empty string without ':', got {name!r}")

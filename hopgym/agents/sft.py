@@ -31,7 +31,15 @@ from hopgym.agents.rollout import encode_prompt
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match
 
-__all__ = ["SFTRunConfig", "teacher_examples", "train_sft", "TimeLimitCallback", "CLOCKS", "EntityRenamer"]
+__all__ = [
+    "SFT_DEFAULTS",
+    "SFTRunConfig",
+    "teacher_examples",
+    "train_sft",
+    "TimeLimitCallback",
+    "CLOCKS",
+    "EntityRenamer",
+]
 
 #: Clocks a time limit can be measured with.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "process": time.process_time}
@@ -202,23 +210,36 @@ class EntityRenamer:
         return [self(e, rng) for e in examples]
 
 
+#: hopgym's defaults for TRL ``SFTConfig`` fields whose TRL default does not suit a small model
+#: trained from teacher episodes (``SFTRunConfig.trl`` goes over them; bf16 follows
+#: :func:`~hopgym.agents.trl_config.default_bf16`). ``warmup_steps`` below 1 is a share of the run.
+SFT_DEFAULTS: dict[str, Any] = {
+    "max_steps": 300,
+    "per_device_train_batch_size": 16,
+    "learning_rate": 1e-3,
+    "warmup_steps": 0.03,
+    "lr_scheduler_type": "constant_with_warmup",
+    "save_strategy": "no",
+    "seed": 0,
+    "disable_tqdm": True,
+    "dataloader_num_workers": 0,
+}
+
+
 @dataclass
 class SFTRunConfig:
-    """Settings of an SFT run (a subset of TRL's ``SFTConfig``, with hopgym's defaults)."""
+    """Settings of an SFT run: hopgym's own, and TRL's ``SFTConfig`` fields in :attr:`trl`.
 
-    output_dir: str = field(default="runs/sft", metadata={"help": "Where checkpoints go."})
-    max_steps: int = field(default=300, metadata={"help": "Optimizer steps."})
-    batch_size: int = field(default=16, metadata={"help": "Examples per step."})
-    learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate."})
-    warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps."})
-    lr_scheduler_type: str = field(
-        default="constant_with_warmup", metadata={"help": "Any transformers scheduler name."}
-    )
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
-    max_length: int = field(default=1024, metadata={"help": "Examples are cut to this length."})
-    logging_steps: int = field(default=10, metadata={"help": "Log every N steps."})
-    save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: only at the end)."})
-    seed: int = field(default=0, metadata={"help": "Seed for data order and dropout."})
+    Every ``SFTConfig`` field (``max_steps``, ``per_device_train_batch_size``, ``learning_rate``,
+    ``max_length``, ``warmup_steps``, ``bf16``, ...) goes in :attr:`trl`, over :data:`SFT_DEFAULTS`;
+    TRL checks them. hopgym sets ``completion_only_loss`` (the env's tokens carry no loss).
+
+    Example:
+        >>> SFTRunConfig(trl={"max_steps": 2}).trl
+        {'max_steps': 2}
+    """
+
+    output_dir: str = field(default="runs/sft", metadata={"help": "Run folder (TRL's output_dir)."})
     time_limit_s: float | None = field(
         default=None,
         metadata={"help": "Stop after this many seconds of training (same-wall-clock baselines)."},
@@ -231,21 +252,45 @@ class SFTRunConfig:
             "choices": tuple(CLOCKS),
         },
     )
-    bf16: bool | None = field(
-        default=None, metadata={"help": "bf16 training (None: on when CUDA supports it)."}
+    trl: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Any field of TRL's SFTConfig, e.g. --trl learning_rate=1e-4 max_steps=50 "
+            "per_device_train_batch_size=8; values read as Python literals; repeat to add more. "
+            "Over hopgym's defaults: " + ", ".join(f"{k}={v}" for k, v in SFT_DEFAULTS.items()),
+            "metavar": "FIELD=VALUE",
+            "shortcuts": {
+                "--steps": "max_steps",
+                "--lr": "learning_rate",
+                "--seed": "seed",
+                "--batch-size": "per_device_train_batch_size",
+                "--max-length": "max_length",
+                "--logging-steps": "logging_steps",
+            },
+        },
     )
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.batch_size < 1:
-            raise InvalidOptionError("max_steps and batch_size must be >= 1")
-        if self.learning_rate <= 0:
-            raise InvalidOptionError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.warmup_steps >= self.max_steps:
-            raise InvalidOptionError(
-                f"warmup_steps ({self.warmup_steps}) must be < max_steps "
-                f"({self.max_steps}): lower warmup_steps"
-            )
         check_time_limit(self.time_limit_s, self.time_limit_clock)
+
+    def trl_config(self) -> Any:
+        """TRL's ``SFTConfig`` of this run: :data:`SFT_DEFAULTS`, then :attr:`trl`, then
+        ``output_dir`` and ``completion_only_loss=True``.
+
+        Raises:
+            hopgym.errors.InvalidOptionError: an unknown field, one hopgym sets, or a value TRL refuses.
+        """
+        from hopgym.agents.trl_config import trl_config
+
+        return trl_config(
+            "SFTConfig",
+            SFT_DEFAULTS,
+            self.trl,
+            {
+                "output_dir": (self.output_dir, "give it as output_dir (--out)"),
+                "completion_only_loss": (True, "the env's tokens never carry loss"),
+            },
+        )
 
 
 def _transformers_callback_base() -> Any:
@@ -286,14 +331,6 @@ class TimeLimitCallback:
         return _TimeLimit()
 
 
-def _bf16(flag: bool | None) -> bool:
-    import torch
-
-    if flag is None:
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    return flag
-
-
 def train_sft(
     model: Any,
     tokenizer: Any,
@@ -316,37 +353,16 @@ def train_sft(
     Returns:
         The ``SFTTrainer`` after training (``trainer.state.log_history`` has the losses).
     """
+    args = config.trl_config()  # refuses bad options before anything is built
     try:
         from datasets import Dataset
-        from trl import SFTConfig, SFTTrainer
+        from trl import SFTTrainer
     except ImportError as exc:
         raise DependencyNotInstalled.for_extra("trl/datasets", "train") from exc
     if not examples:
         raise InvalidOptionError("no SFT examples: give at least one question id")
     rows = [{"input_ids": e["input_ids"], "completion_mask": e["completion_mask"]} for e in examples]
     dataset = Dataset.from_list(rows)
-    args = SFTConfig(
-        output_dir=config.output_dir,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        warmup_steps=config.warmup_steps,
-        lr_scheduler_type=config.lr_scheduler_type,
-        weight_decay=config.weight_decay,
-        max_length=config.max_length,
-        completion_only_loss=True,
-        packing=False,
-        logging_steps=config.logging_steps,
-        save_strategy="steps" if config.save_steps else "no",
-        save_steps=config.save_steps or 500,
-        seed=config.seed,
-        data_seed=config.seed,
-        report_to="none",
-        bf16=_bf16(config.bf16),
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-        dataset_num_proc=None,
-    )
     cbs = list(callbacks)
     if config.time_limit_s is not None:
         cbs.append(TimeLimitCallback.make(config.time_limit_s, config.time_limit_clock))

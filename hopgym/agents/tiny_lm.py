@@ -217,7 +217,9 @@ class TinyLMConfig:
     layers: int = field(default=4, metadata={"help": "Transformer blocks."})
     hidden: int = field(default=128, metadata={"help": "Model width."})
     heads: int = field(default=4, metadata={"help": "Attention heads (must divide hidden)."})
-    kv_heads: int | None = field(default=None, metadata={"help": "KV heads (None: = heads)."})
+    kv_heads: int | None = field(
+        default=None, metadata={"help": "KV heads (None: = heads).", "cli_help": "KV heads (none: = heads)."}
+    )
     ffn: int = field(default=512, metadata={"help": "MLP width."})
     max_positions: int = field(
         default=1024, metadata={"help": "Longest sequence (prompt + trajectory) in tokens."}

@@ -3,8 +3,13 @@
 Classes: :class:`EnvConfig` (``--env --kw --seed``), :class:`CommandError`; :data:`ENV_OPTIONS`
 (the env's :class:`~hopgym.envs.options.EnvOptions` as ``--top-k``, ``--protocol``, ``--reward`` ...).
 Functions: :func:`command_parser` (a subcommand parser that runs its command with clean errors),
-:func:`add_env_arguments`, :func:`make_env`, :func:`console`, :func:`progress_label`, :func:`metrics_table`,
-:func:`terms_table`, :func:`rounded`, :func:`write_json`.
+:func:`env_id_field` and :func:`env_kw_field` (``--env`` and ``--kw`` of any command's config),
+:func:`add_env_arguments`, :func:`env_kwargs`, :func:`make_env`, :func:`console`,
+:func:`progress_label`, :func:`metrics_table`, :func:`terms_table`, :func:`rounded`, :func:`write_json`.
+
+The env surface is the same on every command that builds an env (``eval``, ``bench``, ``play``,
+``bench-rl``, ``train sft/grpo/rft``): ``--env``, ``--kw KEY=VALUE`` and one option per env option
+(:data:`ENV_OPTIONS`), merged by :func:`env_kwargs`, which refuses an option given both ways.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, given_values, plain
 from hopgym.envs.options import EnvOptions
-from hopgym.envs.protocols import PROTOCOLS
+from hopgym.envs.protocols import PARSE_MODES, PROTOCOLS
 from hopgym.errors import HopgymError
 
 __all__ = [
@@ -28,6 +33,8 @@ __all__ = [
     "EnvConfig",
     "add_env_arguments",
     "command_parser",
+    "env_id_field",
+    "env_kw_field",
     "env_kwargs",
     "console",
     "make_env",
@@ -45,19 +52,33 @@ class CommandError(HopgymError):
     """A command cannot do what it was asked; the message says why (printed without traceback)."""
 
 
-@dataclass
-class EnvConfig:
-    """The env a command runs on."""
+def env_id_field(default: str = DEFAULT_ENV, help: str = "Env id.") -> Any:
+    """The ``env`` field of a command's config (``--env ID``)."""
+    return field(default=default, metadata={"help": help, "metavar": "ID"})
 
-    env: str = field(default=DEFAULT_ENV, metadata={"help": "Env id.", "metavar": "ID"})
-    kw: dict[str, Any] = field(
+
+def env_kw_field() -> Any:
+    """The ``kw`` field of a command's config (``--kw KEY=VALUE``): any ``gym.make`` keyword.
+
+    An env option given here and as its own option (``--kw top_k=2 --top-k 3``) is refused by
+    :func:`env_kwargs`.
+    """
+    return field(
         default_factory=dict,
         metadata={
             "help": "Env keyword arguments (a world's, a dataset's, or any env option), read as "
             "Python literals where they parse; repeat or list several: --kw hops=3 --kw "
-            "kinds=bridge."
+            "kinds=bridge. An env option given here cannot also be given as its own option."
         },
     )
+
+
+@dataclass
+class EnvConfig:
+    """The env a command runs on."""
+
+    env: str = env_id_field()
+    kw: dict[str, Any] = env_kw_field()
     seed: int = field(
         default=0, metadata={"help": "Seeds the question order and each episode's reset (and the agent)."}
     )
@@ -100,7 +121,11 @@ ENV_OPTIONS = ConfigSpec(
     exclude=frozenset({"render_mode"}),
     description="Options given here override the env id's registered ones; the defaults shown "
     "are EnvOptions'. --reward none gives the bare env (reward 0).",
-    metadata={"reward": {"metavar": "PRESET"}, "protocol": {"choices": tuple(PROTOCOLS)}},
+    metadata={
+        "reward": {"metavar": "PRESET"},
+        "protocol": {"choices": tuple(PROTOCOLS)},
+        "parse": {"choices": PARSE_MODES},
+    },
 )
 
 
@@ -111,21 +136,44 @@ def add_env_arguments(parser: argparse.ArgumentParser, cls: type = EnvConfig, ti
     add_config_arguments(parser, ENV_OPTIONS)
 
 
-def env_kwargs(args: argparse.Namespace, kw: dict[str, Any]) -> dict[str, Any]:
-    """``gym.make`` keyword arguments: ``--kw`` items plus the env options given on their own.
+def env_kwargs(args: argparse.Namespace, kw: dict[str, Any], flag: str = "--kw") -> dict[str, Any]:
+    """``gym.make`` keyword arguments: ``kw`` (the ``flag`` items) plus the env options given on
+    their own; ``reward="none"`` from either is the bare env (``reward=None``).
 
     Raises:
-        CommandError: an option given both ways.
+        CommandError: an option given both ways (the message names both spellings).
+
+    Example:
+        >>> from hopgym.cli import build_parser
+        >>> args = build_parser().parse_args(["play", "--max-turns", "3", "--reward", "none"])
+        >>> env_kwargs(args, {"hops": 2})
+        {'hops': 2, 'max_turns': 3, 'reward': None}
+        >>> env_kwargs(args, {"max_turns": 4})
+        Traceback (most recent call last):
+        ...
+        hopgym.cli._common.CommandError: --kw max_turns=4 and --max-turns 3 both set max_turns: give it once
     """
     given = given_values(args, ENV_OPTIONS)
-    twice = sorted(set(given) & set(kw))
-    if twice:
-        raise CommandError(f"{', '.join(twice)} given twice (--kw and its own option): give it once")
-    return {**kw, **given}
+    for name in sorted(set(given) & set(kw)):
+        raise CommandError(
+            f"{flag} {name}={kw[name]!r} and {ENV_OPTIONS.option(name)} {_word(given[name])} "
+            f"both set {name}: give it once"
+        )
+    out = {**kw, **given}
+    if isinstance(out.get("reward"), str) and out["reward"].lower() == "none":
+        out["reward"] = None
+    return out
+
+
+def _word(value: Any) -> str:
+    """A value as it was typed on the command line (``on``/``off`` for a switch)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
 
 
 def make_env(env_id: str, kwargs: dict[str, Any]) -> Any:
-    """``gym.make(env_id, **kwargs)``; ``reward="none"`` is the bare env (``reward=None``).
+    """``gym.make(env_id, **kwargs)`` (``kwargs`` from :func:`env_kwargs`).
 
     Raises:
         CommandError: the id is unknown or the env refused its arguments.
@@ -134,8 +182,6 @@ def make_env(env_id: str, kwargs: dict[str, Any]) -> Any:
 
     import hopgym  # noqa: F401 - registers the ids
 
-    if isinstance(kwargs.get("reward"), str) and kwargs["reward"].lower() == "none":
-        kwargs = {**kwargs, "reward": None}
     try:
         return gym.make(env_id, **kwargs)
     except (gym.error.Error, TypeError, ValueError) as exc:

@@ -14,8 +14,11 @@ How a field becomes an option:
   underscores in option names before parsing). With a prefix, ``early_answer`` of a spec with
   ``prefix="teacher"`` gives ``--teacher-early-answer``. Further spellings come from the field's
   ``metadata["aliases"]`` or the spec's ``aliases`` (``--steps`` for ``max_steps``).
-- Help: ``metadata["help"]`` as plain text (reST roles and backticks removed), followed by the
-  default. Every generated option has help; a field without it is an error.
+- Help: ``metadata["cli_help"]``, else ``metadata["help"]``, as plain text (reST roles and
+  backticks removed), followed by the default. ``cli_help`` is for a field whose Python help
+  speaks of values a command line cannot give (``None``, an instance): it says what to type
+  instead (``none``, or leaving the option out). Every generated option has help; a field
+  without it is an error.
 - Type, from the annotation: ``int``, ``float`` and ``str`` as they are (``Any`` is read as
   ``str``: a command line holds text); ``X | None`` is ``X`` with
   the word ``none`` for ``None`` (not for ``str``, where "none" may mean something), and a union
@@ -37,6 +40,9 @@ How a field becomes an option:
 - A spec with ``given_only`` leaves the options that are not on the command line out of the
   namespace (:func:`given_values` reads the others): for options whose values are also set
   elsewhere (an env id's registered options), so that only what the user typed overrides them.
+- A ``dict`` field's ``metadata["shortcuts"]`` (``{"--steps": "max_steps"}``) adds options that
+  set one key of it each (``--steps 2`` is ``--trl max_steps=2``, the value read as a Python
+  literal); a key given by a shortcut and again (``--steps 2 --trl max_steps=3``) is refused.
 - A spec's ``kv_flag`` (``--tiny``) adds one ``KEY=VALUE`` option that sets any of the config's
   fields by name, for configs passed through to a library (``--tiny layers=2 hidden=64``).
 """
@@ -132,7 +138,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def _hyphenate(argv: list[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     for i, token in enumerate(argv):
         if token == "--":
             return out + argv[i:]
@@ -233,6 +239,46 @@ class _Extend(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
+class _Shortcut(argparse.Action):
+    """One key of a dict option (``--steps 2`` for ``--trl max_steps=2``), remembered so that a
+    second setting of the key is refused."""
+
+    def __init__(self, *args: Any, key: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.key = key
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            item = parse_kwarg(f"{self.key}={values}", option_string or self.dest)
+        except KwargsError as exc:
+            parser.error(str(exc))
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or isinstance(current, dict) else list(current)
+        setattr(namespace, self.dest, [*items, item])
+        shortcuts = getattr(namespace, _SHORTCUTS, {})
+        setattr(namespace, _SHORTCUTS, {**shortcuts, (self.dest, self.key): option_string})
+
+
+_SHORTCUTS = "_hopgym_shortcuts"
+
+
+def _dict_value(args: argparse.Namespace, dest: str, flag: str, items: list[tuple[str, Any]]) -> dict:
+    """``items`` as a dict; a key set by a shortcut and again is refused."""
+    shortcuts = getattr(args, _SHORTCUTS, {})
+    keys = [k for k, _ in items]
+    for key in keys:
+        option = shortcuts.get((dest, key))
+        if option and keys.count(key) > 1:
+            raise ConfigError(f"{option} and {flag} {key}=... both set {key}: give it once")
+    return dict(items)
+
+
 def _default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -291,7 +337,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, spec: ConfigSpec | typ
 
 def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) -> None:
     meta = {**f.metadata, **spec.metadata.get(f.name, {})}
-    help_text = meta.get("help")
+    help_text = meta.get("cli_help") or meta.get("help")
     if not help_text:
         raise InvalidOptionTypeError(f"{spec.cls.__name__}.{f.name} has no metadata['help']")
     help_text = plain(help_text).rstrip()
@@ -321,7 +367,17 @@ def _add_field(group: Any, spec: ConfigSpec, f: dataclasses.Field, hint: Any) ->
         )
     elif origin is dict:
         flag = spec.option(f.name)
-        kwargs.update(nargs="+", action=_Extend, type=_kv(flag), metavar="KEY=VALUE")
+        kwargs.update(nargs="+", action=_Extend, type=_kv(flag), metavar=meta.get("metavar", "KEY=VALUE"))
+        for option, key in meta.get("shortcuts", {}).items():
+            group.add_argument(
+                option,
+                dest=dest,
+                action=_Shortcut,
+                key=key,
+                default=argparse.SUPPRESS,
+                metavar=key.rsplit("_", 1)[-1].upper(),
+                help=f"Short for {flag} {key}=VALUE.",
+            )
     elif origin is Literal:
         choices = typing.get_args(tp)
         kwargs.update(type=_scalar(type(choices[0]), optional), choices=choices)
@@ -404,7 +460,7 @@ def config_values(args: argparse.Namespace, spec: ConfigSpec | type) -> dict[str
         tp, _ = _unwrap_optional(hints[f.name])
         origin = typing.get_origin(tp)
         if origin is dict and isinstance(value, list):
-            value = dict(value)
+            value = _dict_value(args, spec.dest(f.name), spec.option(f.name), value)
         elif origin is tuple and isinstance(value, list):
             value = tuple(value)
         values[f.name] = value

@@ -16,7 +16,16 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym.agents.scripted import AGENTS
-from hopgym.cli._common import CommandError, command_parser, console, write_json
+from hopgym.cli._common import (
+    ENV_OPTIONS,
+    CommandError,
+    command_parser,
+    console,
+    env_id_field,
+    env_kw_field,
+    env_kwargs,
+    write_json,
+)
 from hopgym.cli._dataclass_args import add_config_arguments, config_from_args
 from hopgym.cli.bench_rl_jobs import ALGOS, bench_rl
 
@@ -29,15 +38,14 @@ _BENCH = inspect.signature(bench_rl).parameters
 class BenchRLConfig:
     """What ``hopgym bench-rl`` trains, how long, and what it compares against."""
 
-    env: str = field(
-        default=_BENCH["env_id"].default, metadata={"help": "Featurized env id.", "metavar": "ID"}
-    )
-    kw: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "Env keyword arguments, e.g. --kw reward=searchr1 max_turns=8."},
-    )
+    env: str = env_id_field(_BENCH["env_id"].default, "Featurized env id.")
+    kw: dict[str, Any] = env_kw_field()
     eval_kw: dict[str, Any] | None = field(
-        default=None, metadata={"help": "Keyword arguments of the evaluation env (default: those of --kw)."}
+        default=None,
+        metadata={
+            "help": "Keyword arguments of the evaluation env (default: those of --kw); the env "
+            "options given as options apply to both envs."
+        },
     )
     algos: tuple[str, ...] = field(
         default=tuple(_BENCH["algos"].default),
@@ -103,6 +111,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         run=run,
     )
     add_config_arguments(p, BenchRLConfig)
+    add_config_arguments(p, ENV_OPTIONS)
     return p
 
 
@@ -115,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = bench_rl(
             cfg.env,
-            env_kwargs=cfg.kw,
-            eval_env_kwargs=cfg.eval_kw,
+            env_kwargs=env_kwargs(args, cfg.kw),
+            eval_env_kwargs=None if cfg.eval_kw is None else env_kwargs(args, cfg.eval_kw, "--eval-kw"),
             algos=cfg.algos,
             seeds=cfg.seeds,
             timesteps=cfg.timesteps,

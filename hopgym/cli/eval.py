@@ -202,6 +202,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_env_arguments(p)
     add_config_arguments(p, ConfigSpec(EvalConfig, title="evaluation"))
     add_config_arguments(p, LLM_SPEC)
+    from hopgym.cli.eval_suite import SUITE_SPEC
+
+    add_config_arguments(p, SUITE_SPEC)
     return p
 
 
@@ -301,6 +304,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, EnvConfig)
     ev = config_from_args(args, EvalConfig)
     kwargs = env_kwargs(args, cfg.kw)
+    if getattr(args, "suite", None) or getattr(args, "compare", None):
+        from hopgym.cli.eval_suite import run_suite_command
+
+        llm = config_from_args(args, LLM_SPEC) if ev.agent in LLM_AGENTS else None
+        return run_suite_command(
+            args, ev, llm, lambda env: make_cli_agent(ev.agent, env, cfg.seed, llm), cfg.seed, kwargs
+        )
     env = make_env(cfg.env, kwargs)
     llm = config_from_args(args, LLM_SPEC)
     few_shot_env = (

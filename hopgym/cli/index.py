@@ -48,7 +48,12 @@ RETRIEVER = ConfigSpec(
     aliases={"kind": ("--retriever",)},
     exclude=frozenset({"urls", "timeout", "retries", "backoff", "show_progress"}),
     metadata={
-        "kind": {"choices": RETRIEVER_KINDS},
+        "kind": {
+            "choices": RETRIEVER_KINDS,
+            # The kinds an index can hold (an http retriever is a client, not an index).
+            "cli_help": f"retriever kind: {', '.join(RETRIEVER_KINDS)} (left out: bm25, or the "
+            "kind a saved index holds)",
+        },
         "index_type": {"choices": INDEX_TYPES},
         "index_backend": {"choices": INDEX_BACKENDS},
     },

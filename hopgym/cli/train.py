@@ -8,10 +8,12 @@
     hopgym train rft  --env hopgym/Synthetic-v1 --model runs/sft --out runs/rft
 
 Options, per subcommand (:data:`SUBCOMMANDS`): :class:`~hopgym.cli.train_jobs.TrainConfig`
-(env, questions, model), the run config of the trainer
+(env, questions, model), the env options (:data:`~hopgym.cli._common.ENV_OPTIONS`: ``--max-turns``,
+``--reward``, ``--top-k`` ... as on ``eval``), the run config of the trainer
 (:class:`~hopgym.agents.sft.SFTRunConfig`, :class:`~hopgym.agents.grpo.GRPORunConfig` or
-:class:`~hopgym.agents.rft.RFTRunConfig`: every field is an option,
-``--steps``/``--lr``/``--out``/``--time-limit`` are short spellings), the
+:class:`~hopgym.agents.rft.RFTRunConfig`: every field is an option, ``--out`` and ``--time-limit``
+are short spellings; any field of TRL's ``SFTConfig`` / ``GRPOConfig`` is ``--trl FIELD=VALUE``),
+the
 teacher of SFT (:class:`~hopgym.cli.train_jobs.SFTDataConfig` and, with ``--teacher
 imperfect``, :class:`~hopgym.agents.teachers.TeacherConfig` as ``--teacher-*`` or ``--teacher-kw
 KEY=VALUE``) and, with ``--model tiny``, :class:`~hopgym.agents.tiny_lm.TinyLMConfig` as
@@ -32,9 +34,8 @@ from hopgym.agents.rft import RFTRunConfig
 from hopgym.agents.sft import SFTRunConfig
 from hopgym.agents.teachers import TeacherConfig
 from hopgym.agents.tiny_lm import TinyLMConfig
-from hopgym.cli._common import CommandError, command_parser, rounded
+from hopgym.cli._common import ENV_OPTIONS, CommandError, command_parser, env_kwargs, rounded
 from hopgym.cli._dataclass_args import (
-    ConfigError,
     ConfigSpec,
     add_config_arguments,
     changed,
@@ -45,13 +46,8 @@ from hopgym.cli.train_jobs import SFTDataConfig, TrainConfig, run_grpo, run_rft,
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "add_parser"]
 
-#: Short spellings of run-config fields, shared by every trainer's config.
-RUN_ALIASES = {
-    "output_dir": ("--out",),
-    "max_steps": ("--steps",),
-    "learning_rate": ("--lr",),
-    "time_limit_s": ("--time-limit",),
-}
+#: Short spellings of the run-config fields every trainer's config has.
+RUN_ALIASES = {"output_dir": ("--out",), "time_limit_s": ("--time-limit",)}
 
 TRAIN = ConfigSpec(TrainConfig, title="env and model")
 TINY = ConfigSpec(TinyLMConfig, prefix="tiny", kv_flag="--tiny", title="tiny model (--model tiny)")
@@ -59,11 +55,9 @@ TEACHER = ConfigSpec(
     TeacherConfig, prefix="teacher", kv_flag="--teacher-kw", title="imperfect teacher (--teacher imperfect)"
 )
 SFT_DATA = ConfigSpec(SFTDataConfig, title="teacher data")
-SFT_RUN = ConfigSpec(SFTRunConfig, aliases=RUN_ALIASES, title="SFT (SFTRunConfig)")
+SFT_RUN = ConfigSpec(SFTRunConfig, aliases=RUN_ALIASES, title="SFT (SFTRunConfig; TRL's SFTConfig in --trl)")
 GRPO_RUN = ConfigSpec(
-    GRPORunConfig,
-    title="GRPO (GRPORunConfig)",
-    aliases={**RUN_ALIASES, "max_completion_tokens": ("--max-length",)},
+    GRPORunConfig, aliases=RUN_ALIASES, title="GRPO (GRPORunConfig; TRL's GRPOConfig in --trl)"
 )
 RFT_RUN = ConfigSpec(
     RFTRunConfig,
@@ -71,6 +65,7 @@ RFT_RUN = ConfigSpec(
     aliases={
         **RUN_ALIASES,
         "max_rounds": ("--steps",),
+        "learning_rate": ("--lr",),
         "questions_per_round": ("--questions-per-step",),
         "max_completion_tokens": ("--max-length",),
     },
@@ -100,30 +95,28 @@ def _tiny(args: argparse.Namespace, train: TrainConfig) -> TinyLMConfig | None:
     return config_from_args(args, TINY)
 
 
+def _train(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`TrainConfig` of the options, the env options given on their own in its ``kw``."""
+    kw = env_kwargs(args, config_values(args, TRAIN)["kw"])
+    return config_from_args(args, TRAIN, kw=kw)
+
+
 def _trainer(
     run: Callable[..., dict[str, Any]], spec: ConfigSpec
 ) -> Callable[[argparse.Namespace], dict[str, Any]]:
     """``run(train, run_config, tiny=...)`` from the parsed options (GRPO's shape)."""
 
     def from_args(args: argparse.Namespace) -> dict[str, Any]:
-        train = config_from_args(args, TRAIN)
+        train = _train(args)
         return run(train, config_from_args(args, spec), tiny=_tiny(args, train))
 
     return from_args
 
 
 def _sft(args: argparse.Namespace) -> dict[str, Any]:
-    train = config_from_args(args, TRAIN)
+    train = _train(args)
     data = config_from_args(args, SFT_DATA)
-    values = config_values(args, SFT_RUN)
-    # Short runs (tests, smoke checks) keep a warm-up shorter than the run unless one was given.
-    warmup = SFTRunConfig.warmup_steps
-    if values["warmup_steps"] == warmup and values["max_steps"] <= warmup:
-        values["warmup_steps"] = max(values["max_steps"] - 1, 0)
-    try:
-        sft = SFTRunConfig(**values)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    sft = config_from_args(args, SFT_RUN)
     teacher = None
     if data.teacher == "imperfect":
         teacher = config_from_args(args, TEACHER)
@@ -140,14 +133,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "imitate a scripted teacher on the env's questions (TRL SFTTrainer)",
         "Supervised fine-tuning on teacher trajectories (the oracle, or an imperfect teacher), "
         "with the loss on the teacher's tokens only.",
-        (TRAIN, SFT_DATA, SFT_RUN, TEACHER, TINY),
+        (TRAIN, ENV_OPTIONS, SFT_DATA, SFT_RUN, TEACHER, TINY),
         _sft,
     ),
     "grpo": Subcommand(
         "GRPO with the env's reward over multi-turn rollouts (TRL GRPOTrainer)",
         "GRPO over multi-turn env rollouts: the reward is the env's reward stack, retrieved "
         "tokens are masked out of the loss.",
-        (TRAIN, GRPO_RUN, TINY),
+        (TRAIN, ENV_OPTIONS, GRPO_RUN, TINY),
         _trainer(run_grpo, GRPO_RUN),
     ),
     "rft": Subcommand(
@@ -155,7 +148,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "Rejection sampling: each round samples G episodes per question from the policy, keeps "
         "those the env's reward marks correct (or with a return >= --min-reward) and trains on "
         "them, retrieved tokens masked out of the loss.",
-        (TRAIN, RFT_RUN, TINY),
+        (TRAIN, ENV_OPTIONS, RFT_RUN, TINY),
         _trainer(run_rft, RFT_RUN),
     ),
 }

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from hopgym.agents.rollout import RolloutConfig
+from hopgym.cli._common import env_id_field, env_kw_field
 from hopgym.errors import InvalidOptionError
 
 if TYPE_CHECKING:
@@ -49,7 +50,13 @@ __all__ = ["SFTDataConfig", "TrainConfig", "load_policy", "run_grpo", "run_rft",
 
 @dataclass
 class TrainConfig:
-    """The env a policy trains on, which of its questions, and the policy to start from."""
+    """The env a policy trains on, which of its questions, and the policy to start from.
+
+    ``kw`` holds every ``gym.make`` keyword, env options included (the command line merges its
+    ``--max-turns``, ``--reward`` ... into it). Without ``reward`` in ``kw``, SFT trains on the bare
+    env (its teacher needs no reward) and GRPO and RFT on the ``default`` preset; ``reward=None``
+    is the bare env.
+    """
 
     model: str = field(
         metadata={
@@ -57,19 +64,8 @@ class TrainConfig:
             "metavar": "ID",
         }
     )
-    env: str = field(default="hopgym/Synthetic-v1", metadata={"help": "Env id.", "metavar": "ID"})
-    kw: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "Env keyword arguments, e.g. --kw hops=2 kinds=bridge; repeat to add more."},
-    )
-    reward: str | None = field(
-        default=None,
-        metadata={
-            "help": "Reward preset of the env (default: the bare env for sft, whose teacher needs "
-            "none; the default preset for grpo and rft); none: the bare env.",
-            "metavar": "PRESET",
-        },
-    )
+    env: str = env_id_field()
+    kw: dict[str, Any] = env_kw_field()
     split: str | None = field(
         default="train",
         metadata={
@@ -88,6 +84,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.split in ("none", "all", ""):
             self.split = None
+        if "split" in self.kw:
+            raise InvalidOptionError(
+                f"kw split={self.kw['split']!r} and split={self.split!r} both set the env's split: "
+                "give it once, as split (--split)"
+            )
         if self.questions is not None and self.questions < 1:
             raise InvalidOptionError(f"questions must be >= 1 or None, got {self.questions}")
         if self.eval_n < 1:
@@ -116,15 +117,15 @@ class SFTDataConfig:
             raise InvalidOptionError(f"episodes must be >= 1 or None, got {self.episodes}")
 
 
-def _env_fn(train: TrainConfig, reward: str | None, split: str | None) -> Any:
+def _env_fn(train: TrainConfig, split: str | None, reward: str | None = None) -> Any:
+    """``gym.make(train.env, **train.kw)`` on ``split``, with ``reward`` where ``kw`` sets none."""
     import gymnasium as gym
 
     import hopgym  # noqa: F401
 
-    kwargs = dict(train.kw)
+    kwargs = {"reward": reward, **train.kw}
     if split is not None:
         kwargs["split"] = split
-    kwargs["reward"] = None if reward in (None, "none") else reward
 
     def make() -> Any:
         return gym.make(train.env, **kwargs)
@@ -224,12 +225,13 @@ def run_sft(
     from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
 
     data = data or SFTDataConfig()
-    env_fn = _env_fn(train, train.reward, train.split)
+    args = sft.trl_config()  # TRL's SFTConfig: refuses bad options before anything is built
+    env_fn = _env_fn(train, train.split)
     env = env_fn()
-    model, tok = load_policy(train.model, env, tiny, sft.seed)
+    model, tok = load_policy(train.model, env, tiny, args.seed)
     qids = _question_ids(env, train.questions)
-    rng = np.random.default_rng(sft.seed)
-    n = data.episodes or sft.max_steps * sft.batch_size
+    rng = np.random.default_rng(args.seed)
+    n = data.episodes or args.max_steps * args.per_device_train_batch_size
     draw = [qids[int(i)] for i in rng.integers(len(qids), size=n)]
     if data.teacher == "oracle":
 
@@ -239,9 +241,9 @@ def run_sft(
         tcfg = teacher or TeacherConfig()
 
         def agent_fn(e: Any) -> Any:
-            return ImperfectTeacher(e, tcfg, seed=sft.seed)
+            return ImperfectTeacher(e, tcfg, seed=args.seed)
 
-    examples = teacher_examples(env_fn, agent_fn, draw, tok, seed=sft.seed)
+    examples = teacher_examples(env_fn, agent_fn, draw, tok, seed=args.seed)
     before = [p.detach().clone() for p in model.parameters()]
     start = time.perf_counter()
     trainer = train_sft(model, tok, examples, sft)
@@ -257,9 +259,9 @@ def run_sft(
         "out": sft.output_dir,
     }
     if train.eval_split:
-        eval_fn = _env_fn(train, train.reward, train.eval_split)
+        eval_fn = _env_fn(train, train.eval_split)
         summary["eval"] = _eval_em(
-            model, tok, eval_fn, _question_ids(eval_fn(), train.eval_n), data.max_new_tokens, sft.max_length
+            model, tok, eval_fn, _question_ids(eval_fn(), train.eval_n), data.max_new_tokens, args.max_length
         )
     _save(
         model,
@@ -272,26 +274,29 @@ def run_sft(
 
 
 def _on_policy_setup(
-    train: TrainConfig, cfg: Any, tiny: TinyLMConfig | None, command: str
+    train: TrainConfig,
+    cfg: Any,
+    tiny: TinyLMConfig | None,
+    command: str,
+    seed: int,
+    max_completion_tokens: int,
 ) -> tuple[Any, Any, Any, list[str], dict[str, Any], Any]:
     """What ``train grpo`` and ``train rft`` start from: the env factory (the default preset
-    when ``train.reward`` is None), the policy, the question ids, the summary so far, and
+    when ``train.kw`` sets no reward), the policy, the question ids, the summary so far, and
     ``held_out(key)``, which writes greedy EM on ``train.eval_split`` under ``key`` (a no-op
     without one); it is called with ``"eval_before"`` here."""
-    reward = train.reward or "default"
-    env_fn = _env_fn(train, reward, train.split)
+    reward = train.kw.get("reward", "default")
+    env_fn = _env_fn(train, train.split, reward)
     env = env_fn()
-    model, tok = load_policy(train.model, env, tiny, cfg.seed)
+    model, tok = load_policy(train.model, env, tiny, seed)
     qids = _question_ids(env, train.questions)
     summary: dict[str, Any] = {"command": command, "reward": reward, "out": cfg.output_dir}
-    eval_fn = _env_fn(train, reward, train.eval_split) if train.eval_split else None
+    eval_fn = _env_fn(train, train.eval_split, reward) if train.eval_split else None
     eval_q = _question_ids(eval_fn(), train.eval_n) if eval_fn is not None else []
 
     def held_out(key: str) -> None:
         if eval_fn is not None:
-            summary[key] = _eval_em(
-                model, tok, eval_fn, eval_q, cfg.max_new_tokens, cfg.max_completion_tokens
-            )
+            summary[key] = _eval_em(model, tok, eval_fn, eval_q, cfg.max_new_tokens, max_completion_tokens)
 
     held_out("eval_before")
     return env_fn, model, tok, qids, summary, held_out
@@ -301,20 +306,24 @@ def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *, tiny: TinyLMConfig | No
     """GRPO with the env's reward (what ``hopgym train grpo`` runs); returns a summary.
 
     Args:
-        train: env, questions and starting model; ``reward=None`` trains on the default preset.
+        train: env, questions and starting model; without ``reward`` in ``train.kw``, the
+            default preset.
         grpo: the trainer's settings (``output_dir`` receives the model, log and curves).
         tiny: the architecture when ``train.model == "tiny"``.
     """
     from hopgym.agents.grpo import train_grpo
 
-    env_fn, model, tok, qids, summary, held_out = _on_policy_setup(train, grpo, tiny, "grpo")
+    args = grpo.trl_config()  # TRL's GRPOConfig: refuses bad options before anything is built
+    env_fn, model, tok, qids, summary, held_out = _on_policy_setup(
+        train, grpo, tiny, "grpo", args.seed, args.max_completion_length
+    )
     before = [p.detach().clone() for p in model.parameters()]
     start = time.perf_counter()
-    trainer = train_grpo(model, tok, env_fn, qids, grpo)
+    run = train_grpo(model, tok, env_fn, qids, grpo)
     summary["seconds"] = round(time.perf_counter() - start, 2)
-    summary["steps"] = trainer.state.global_step
+    summary["steps"] = run.trainer.state.global_step
     summary["changed_tensors"] = _changed(before, model)
-    summary["last_log"] = trainer.hopgym_history[-1] if trainer.hopgym_history else {}
+    summary["last_log"] = run.history[-1] if run.history else {}
     held_out("eval_after")
     _save(model, tok, Path(grpo.output_dir), {"train": train, "grpo": grpo, "tiny": tiny}, summary)
     return summary
@@ -324,14 +333,16 @@ def run_rft(train: TrainConfig, rft: RFTRunConfig, *, tiny: TinyLMConfig | None 
     """Rejection-sampling fine-tuning (what ``hopgym train rft`` runs); returns a summary.
 
     Args:
-        train: env, questions and starting model; ``reward=None`` samples with the default preset
+        train: env, questions and starting model; without ``reward`` in ``train.kw``, the default preset
             (whose exact match decides what is kept unless ``rft.min_reward`` is set).
         rft: the run's settings (``output_dir`` receives the model, log and curves).
         tiny: the architecture when ``train.model == "tiny"``.
     """
     from hopgym.agents.rft import train_rft
 
-    env_fn, model, tok, qids, summary, held_out = _on_policy_setup(train, rft, tiny, "rft")
+    env_fn, model, tok, qids, summary, held_out = _on_policy_setup(
+        train, rft, tiny, "rft", rft.seed, rft.max_completion_tokens
+    )
     before = [p.detach().clone() for p in model.parameters()]
     res = train_rft(model, tok, env_fn, qids, rft)
     summary.update(

@@ -113,8 +113,8 @@ class TaskSpec:
     an edited file is read again.
 
     Raises:
-        hopgym.errors.InvalidOptionError: an unknown dataset, a missing path (the message says what to download) or a
-            bad value; the message names the field.
+        hopgym.errors.InvalidOptionError: an unknown dataset, a missing path (the message says what to
+            download) or a bad value; the message names the field.
 
     Example:
         >>> TaskSpec(dataset="musique")  # doctest: +ELLIPSIS

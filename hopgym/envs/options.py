@@ -47,9 +47,13 @@ __all__ = ["EnvOptions", "EnvKwargs", "OPTION_NAMES", "RENDER_MODES", "AUTO_OPTI
 RENDER_MODES: tuple[str, ...] = ("ansi",)
 
 
-def _opt(default: Any, help: str, *, low: int | None = None) -> Any:
+def _opt(default: Any, help: str, *, low: int | None = None, cli: str | None = None) -> Any:
     # ``low``: for int options, the smallest value allowed (checked in __post_init__).
-    return field(default=default, metadata={"help": help, "min": low})
+    # ``cli``: the help of the command-line option where ``help`` names Python-only values.
+    meta: dict[str, Any] = {"help": help, "min": low}
+    if cli is not None:
+        meta["cli_help"] = cli
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -62,22 +66,32 @@ class EnvOptions:
     its prompt and refuses turns beyond it; its own reward is always 0.
 
     Raises:
-        hopgym.errors.InvalidOptionError: a value of the wrong type or out of range; the message names the field, the
-            value and what is allowed.
+        hopgym.errors.InvalidOptionError: a value of the wrong type or out of range; the message names the
+            field, the value and what is allowed.
     """
 
     protocol: str | Protocol = _opt(
         "tags",
         "turn format: 'tags' (Search-R1 style <think>/<search>/<route>/<answer> tags) or "
         "'r3' (R3-RAG's 'Step k:' format), or a Protocol instance",
+        cli="turn format: 'tags' (Search-R1 style <think>/<search>/<route>/<answer> tags) or "
+        "'r3' (R3-RAG's 'Step k:' format)",
     )
     top_k: int = _opt(3, "documents shown per search", low=1)
     dedup: bool = _opt(
         True, "drop documents already shown in the episode and fill up with the next ones (R3-RAG)"
     )
-    max_docs: int | None = _opt(None, "cap on documents shown per episode (None: no cap)", low=1)
+    max_docs: int | None = _opt(
+        None,
+        "cap on documents shown per episode (None: no cap)",
+        low=1,
+        cli="cap on documents shown per episode (none: no cap)",
+    )
     doc_chars: int | None = _opt(
-        None, "cut the joined documents of one observation to this many characters (None: no cut)", low=1
+        None,
+        "cut the joined documents of one observation to this many characters (None: no cut)",
+        low=1,
+        cli="cut the joined documents of one observation to this many characters (none: no cut)",
     )
     background_k: int = _opt(
         0,
@@ -90,6 +104,8 @@ class EnvOptions:
         "default",
         "reward preset: default, em, f1, searchr1, r3rag or kunlun "
         "(see hopgym.rewards.presets); None: the bare env, whose reward is 0",
+        cli="reward preset: default, em, f1, searchr1, r3rag or kunlun "
+        "(see hopgym.rewards.presets); none: the bare env, whose reward is 0",
     )
     render_mode: str | None = _opt(None, "None, or 'ansi': render() returns the transcript")
     parse: str | None = _opt(
@@ -98,17 +114,25 @@ class EnvOptions:
         "reads it; an unclosed <think> or text outside the tags is a format issue in "
         "info['format_issues']) or 'strict' (every unbalanced or stray tag makes the turn "
         "invalid); None: the protocol instance's own mode, else 'lenient'",
+        cli="how turns are read: 'lenient' (the first complete action block, as Search-R1 "
+        "reads it; an unclosed <think> or text outside the tags is a format issue) or 'strict' "
+        "(every unbalanced or stray tag makes the turn invalid); left out: lenient",
     )
     repeat_notice: bool | None = _opt(
         None,
         "after a search whose query repeats one of the episode (same words, any order), "
         "the observation says so and what it shows instead; None: on, except under the "
         "searchr1, r3rag and kunlun reward presets, whose papers show no such text",
+        cli="after a search whose query repeats one of the episode (same words, any order), "
+        "the observation says so and what it shows instead; left out: on, except under the "
+        "searchr1, r3rag and kunlun reward presets, whose papers show no such text",
     )
     last_turn_notice: bool | None = _opt(
         None,
         "when one turn is left, the observation asks for the answer now; None: on, except "
         "under the searchr1, r3rag and kunlun reward presets",
+        cli="when one turn is left, the observation asks for the answer now; left out: on, "
+        "except under the searchr1, r3rag and kunlun reward presets",
     )
 
     def __post_init__(self) -> None:

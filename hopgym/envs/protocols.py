@@ -811,7 +811,8 @@ def get_protocol(name: str | Protocol, parse: str | None = None) -> Protocol:
             the instance's mode.
 
     Raises:
-        hopgym.errors.InvalidOptionError: for an unknown name or parse mode, or an instance of another parse mode.
+        hopgym.errors.InvalidOptionError: for an unknown name or parse mode, or an instance of another parse
+            mode.
 
     Example:
         >>> get_protocol("r3", parse="strict")

@@ -155,7 +155,8 @@ class RayVectorEnv(BatchVectorEnvBase):
     Raises:
         DependencyNotInstalled: Ray is not installed.
         WorkerError: a worker could not be started (its env fns raised, or it timed out).
-        hopgym.errors.InvalidOptionError: bad ``workers`` or ``timeout``, no env fns, or sub-envs whose spaces differ.
+        hopgym.errors.InvalidOptionError: bad ``workers`` or ``timeout``, no env fns, or sub-envs whose spaces
+            differ.
 
     Example (not run here: it starts Ray):
         >>> import gymnasium as gym, hopgym  # doctest: +SKIP

@@ -37,6 +37,7 @@ def make_task_env(
         task: questions and sources.
         options: the env options (an :class:`EnvOptions` or a mapping of its fields; ``None``:
             the defaults); keyword arguments override single fields.
+        **kwargs: single :class:`EnvOptions` fields, overriding ``options``.
     """
     opts = EnvOptions.from_kwargs(kwargs, base=options)
     env: gym.Env = MultiHopQAEnv(task, opts)

@@ -53,6 +53,7 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "DenseRetriever",
     "INDEX_TYPES",
+    "POOLINGS",
     "INDEX_BACKENDS",
     "DEFAULT_MODEL",
     "make_embedder",
@@ -62,6 +63,8 @@ __all__ = [
     "place_index",
 ]
 
+#: Poolings :class:`SentenceTransformerEmbedder` builds on a model's transformer.
+POOLINGS = ("mean", "cls", "max")
 #: FAISS index types :class:`DenseRetriever` builds.
 INDEX_TYPES = ("flat", "hnsw", "ivf")
 #: The name recorded for the packaged default embedder.
@@ -268,6 +271,9 @@ class SentenceTransformerEmbedder:
         query_prefix, passage_prefix: prepended to queries / passages; ``None`` picks them from
             the model name (E5: ``"query: "`` / ``"passage: "``; BGE: its query instruction).
         max_seq_length: truncate inputs to this many tokens (``None``: the model's own limit).
+        pooling: how token vectors become one vector: ``"mean"`` (E5's model card), ``"cls"``
+            or ``"max"``, built on the model's transformer; ``None``: the model's own pooling
+            (a plain transformers directory gets mean pooling from sentence-transformers).
     """
 
     def __init__(
@@ -280,7 +286,10 @@ class SentenceTransformerEmbedder:
         query_prefix: str | None = None,
         passage_prefix: str | None = None,
         max_seq_length: int | None = None,
+        pooling: str | None = None,
     ) -> None:
+        if pooling is not None and pooling not in POOLINGS:
+            raise InvalidOptionError(f"pooling must be one of {POOLINGS} or None, got {pooling!r}")
         if model in _DEFAULT_ALIASES:
             path, self.name = default_model_path(), DEFAULT_MODEL
             # The packaged model is complete on disk: never let the hub be contacted for it.
@@ -297,7 +306,20 @@ class SentenceTransformerEmbedder:
         if threads is not None:
             torch.set_num_threads(int(threads))
         try:
-            self.model = SentenceTransformer(path, device=self.device)
+            if pooling is None:
+                self.model = SentenceTransformer(path, device=self.device)
+            else:
+                try:  # sentence-transformers 5.x; older ones keep them in .models
+                    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+                except ImportError:
+                    from sentence_transformers.models import Pooling, Transformer
+
+                encoder = Transformer(path)
+                width = (
+                    getattr(encoder, "get_embedding_dimension", None) or encoder.get_word_embedding_dimension
+                )
+                pool = Pooling(width(), pooling_mode=pooling)
+                self.model = SentenceTransformer(modules=[encoder, pool], device=self.device)
         except Exception as exc:  # noqa: BLE001 - OSError / HF errors: say what to do
             raise OSError(
                 f"could not load the embedding model {model!r} ({type(exc).__name__}: {exc}); "
@@ -314,6 +336,7 @@ class SentenceTransformerEmbedder:
         )
         self.dim = int(get_dim())
         self.batch_size = batch_size
+        self.pooling = pooling
         low = self.name.lower()
         auto_q, auto_p = "", ""
         if "e5" in low:
@@ -355,9 +378,16 @@ def make_embedder(
     device: str = "cpu",
     batch_size: int = 64,
     threads: int | None = None,
+    query_prefix: str | None = None,
+    passage_prefix: str | None = None,
+    pooling: str | None = None,
 ) -> Embedder:
     """An embedder from a spec: an :class:`Embedder` as is, ``"hashing"``/``"hashing-<dim>"``,
     ``"default"`` (packaged MiniLM), or a sentence-transformers model name or path.
+
+    ``query_prefix``, ``passage_prefix`` and ``pooling`` are
+    :class:`SentenceTransformerEmbedder`'s (E5: ``"query: "``, ``"passage: "``, ``"mean"``);
+    the hashing embedder has no prefixes or pooling and refuses them.
 
     Example:
         >>> make_embedder("hashing-32").dim
@@ -366,10 +396,23 @@ def make_embedder(
     if not isinstance(model, str):
         return model
     if model == "hashing" or model.startswith("hashing-"):
+        if query_prefix or passage_prefix or pooling is not None:
+            raise InvalidOptionError(
+                f"{model} is a bag of hashed words: it takes no query/passage prefix or pooling "
+                "(those are for a transformer model such as E5)"
+            )
         parts = model.split("-")
         dim = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 256
         return HashingEmbedder(dim, bigrams="unigram" not in parts)
-    return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size, threads=threads)
+    return SentenceTransformerEmbedder(
+        model,
+        device=device,
+        batch_size=batch_size,
+        threads=threads,
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+        pooling=pooling,
+    )
 
 
 def place_index(
@@ -384,8 +427,8 @@ def place_index(
     the FAISS backends, torch for the torch index (which needs no FAISS).
 
     Raises:
-        hopgym.errors.InvalidOptionError: a bad ``index_type``, ``device`` or ``index_backend``, or a combination that
-            cannot work (``index_backend="torch"`` with HNSW).
+        hopgym.errors.InvalidOptionError: a bad ``index_type``, ``device`` or ``index_backend``, or a
+            combination that cannot work (``index_backend="torch"`` with HNSW).
         DeviceUnavailableError: no GPU, or a FAISS without GPU support for
             ``index_backend="faiss"`` on CUDA.
         DependencyNotInstalled: FAISS or torch missing.
@@ -519,12 +562,7 @@ class DenseRetriever(BatchScoredRetriever):
             self.nlist = getattr(index, "nlist", None)
         else:
             if embeddings is None:
-                embeddings = self.embedder.encode(
-                    [p.contents for p in self.passages],
-                    kind="passage",
-                    batch_size=batch_size,
-                    show_progress=show_progress,
-                )
+                embeddings = self._encode_passages(batch_size, show_progress)
             vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
             if vectors.shape != (n, self.embedder.dim):
                 raise InvalidOptionError(
@@ -536,6 +574,23 @@ class DenseRetriever(BatchScoredRetriever):
             self._configure_search()
         self._gpu_resources: Any = None
         self.index: Any = self._place(faiss, vectors)
+
+    #: Passages whose ``contents`` (title + text, a new string each) exist at once while
+    #: encoding: the corpus text is held once (in the passages), not twice.
+    encode_chunk: int = 8192
+
+    def _encode_passages(self, batch_size: int, show_progress: bool) -> np.ndarray:
+        n = len(self.passages)
+        out = np.empty((n, self.embedder.dim), dtype=np.float32)
+        step = max(self.encode_chunk, batch_size)
+        with _progress(n, "encoding passages", show_progress) as bar:
+            for start in range(0, n, step):
+                chunk = [p.contents for p in self.passages[start : start + step]]
+                out[start : start + len(chunk)] = self.embedder.encode(
+                    chunk, kind="passage", batch_size=batch_size
+                )
+                bar.advance(len(chunk))
+        return out
 
     def _build_faiss(self, faiss: Any, x: np.ndarray, nlist: int | None) -> Any:
         n, d = x.shape

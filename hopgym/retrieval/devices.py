@@ -70,10 +70,10 @@ def check_device(device: Any) -> str:
     Example:
         >>> check_device("cuda:1")
         'cuda:1'
-        >>> check_device("gpu")
+        >>> check_device("gpu")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
             ...
-        hopgym.errors.InvalidOptionError: device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got 'gpu' (did you mean 'cuda'?)
+        hopgym.errors.InvalidOptionError: device must be 'cpu', 'cuda', ... got 'gpu' (did you mean 'cuda'?)
     """
     if isinstance(device, str) and _DEVICE.fullmatch(device):
         return device
@@ -163,7 +163,7 @@ def check_index_backend(index_backend: Any, index_type: str) -> str:
         >>> check_index_backend("torch", "hnsw")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
             ...
-        hopgym.errors.InvalidOptionError: index_backend='torch' is an exact flat index, so index_type must be 'flat', ...
+        hopgym.errors.InvalidOptionError: index_backend='torch' is an exact flat index, so index_type must ...
     """
     if index_backend not in INDEX_BACKENDS:
         raise InvalidOptionError(f"index_backend must be one of {INDEX_BACKENDS}, got {index_backend!r}")
@@ -186,8 +186,8 @@ def choose_index_backend(index_backend: str, index_type: str, device: str, faiss
         faiss_gpus: the GPUs FAISS sees (:func:`faiss_gpu_count`; 0 for a CPU build).
 
     Raises:
-        hopgym.errors.InvalidOptionError: ``"torch"`` with another index type than ``"flat"``; ``"faiss"`` with an HNSW
-            index on a GPU.
+        hopgym.errors.InvalidOptionError: ``"torch"`` with another index type than ``"flat"``; ``"faiss"``
+            with an HNSW index on a GPU.
         DeviceUnavailableError: ``"faiss"`` on a GPU with a FAISS that sees none.
 
     Example:
@@ -254,8 +254,8 @@ def flat_vectors(faiss: Any, index: Any) -> np.ndarray:
     ``IO_FLAG_MMAP_IFC``): keep the index alive while it is used.
 
     Raises:
-        hopgym.errors.InvalidOptionError: another index type or metric (HNSW, IVF, L2), whose vectors are not a plain
-            inner-product table.
+        hopgym.errors.InvalidOptionError: another index type or metric (HNSW, IVF, L2), whose vectors are not
+            a plain inner-product table.
     """
     flat = faiss.downcast_index(index)
     if not isinstance(flat, faiss.IndexFlat) or flat.metric_type != faiss.METRIC_INNER_PRODUCT:

@@ -85,10 +85,10 @@ class BM25Retriever(BatchScoredRetriever):
         self.k1, self.b = k1, b
         # A passage without indexable words gets a placeholder token: both engines fail on an
         # all-empty corpus, and an empty document must still keep its position.
-        docs = [tokenize(p.contents) or ["\x00"] for p in self.passages]
         if engine == "rank_bm25":
             from rank_bm25 import BM25Okapi
 
+            docs = [tokenize(p.contents) or ["\x00"] for p in self.passages]
             self._okapi = BM25Okapi(docs, k1=k1, b=b)
             self.backend = "python"
         else:
@@ -101,7 +101,13 @@ class BM25Retriever(BatchScoredRetriever):
                     raise DependencyNotInstalled.for_extra("numba", "fast") from None
             self.backend = backend
             self._vocab: dict[str, int] = {}
-            ids = [[self._vocab.setdefault(w, len(self._vocab)) for w in d] for d in docs]
+            # Term ids straight from each passage, one at a time: the corpus text is never held
+            # a second time as token strings (wiki-18 is 21M passages).
+            vocab = self._vocab
+            ids = [
+                [vocab.setdefault(w, len(vocab)) for w in (tokenize(p.contents) or ["\x00"])]
+                for p in self.passages
+            ]
             self._bm25 = bm25s.BM25(k1=k1, b=b, backend="numba" if backend == "numba" else "numpy")
             self._bm25.index(bm25s.tokenization.Tokenized(ids=ids, vocab=self._vocab), show_progress=False)
         self.configure_cache(cache_entries, cache_bytes)

@@ -49,7 +49,7 @@ from hopgym._kwargs import unknown_name_error
 from hopgym.corpora.types import Passage
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
-from hopgym.retrieval.dense import INDEX_TYPES
+from hopgym.retrieval.dense import INDEX_TYPES, POOLINGS
 from hopgym.retrieval.devices import check_device, check_index_backend
 from hopgym.retrieval.query_cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_ENTRIES, check_cache_bounds
 from hopgym.retrieval.sparse import BM25_BACKENDS, BM25_ENGINES
@@ -111,8 +111,8 @@ def register_retriever(
     """Register a retriever kind (see :class:`RetrieverKind` for the arguments).
 
     Raises:
-        hopgym.errors.InvalidOptionError: an empty or non-identifier name, or a name already registered (unless
-            ``override``).
+        hopgym.errors.InvalidOptionError: an empty or non-identifier name, or a name already registered
+            (unless ``override``).
     """
     if not isinstance(kind, str) or not kind.replace("_", "").replace("-", "").isalnum():
         raise InvalidOptionError(f"a retriever kind must be a non-empty identifier, got {kind!r}")
@@ -171,8 +171,9 @@ def _is_url(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(("http://", "https://"))
 
 
-def _setting(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
+def _setting(default: Any, help: str, cli: str | None = None) -> Any:
+    # ``cli``: the help of the command-line option where ``help`` names Python-only values.
+    return field(default=default, metadata={"help": help, **({"cli_help": cli} if cli else {})})
 
 
 def _number(value: Any) -> bool:
@@ -203,6 +204,8 @@ class RetrieverSpec:
         None,
         "retriever kind: bm25, dense, hybrid, http or a registered one (None: bm25, or the "
         "kind a saved index holds)",
+        cli="retriever kind: bm25, dense, hybrid, http or a registered one (left out: bm25, or "
+        "the kind a saved index holds)",
     )
     engine: str = _setting("bm25s", "BM25 engine: bm25s or rank_bm25 (pure Python; cannot be saved)")
     backend: str = _setting(
@@ -217,6 +220,22 @@ class RetrieverSpec:
         "embedder for dense/hybrid: 'default' (the packaged all-MiniLM-L6-v2), "
         "'hashing-<dim>', a sentence-transformers name or path, or an Embedder (None: "
         "'default', or the model a saved index was built with)",
+        cli="embedder for dense/hybrid: 'default' (the packaged all-MiniLM-L6-v2), "
+        "'hashing-<dim>', or a sentence-transformers name or path (left out: 'default', or "
+        "the model a saved index was built with)",
+    )
+    query_prefix: str | None = _setting(
+        None,
+        "dense/hybrid: text put before each query ('query: ' for E5; None: from the model "
+        "name, E5 'query: ', BGE its instruction, else none)",
+    )
+    passage_prefix: str | None = _setting(
+        None, "dense/hybrid: text put before each passage ('passage: ' for E5; None: from the model name)"
+    )
+    pooling: str | None = _setting(
+        None,
+        "dense/hybrid: token vectors to one vector: mean (E5's model card), cls or max (None: "
+        "the model's own)",
     )
     index_type: str = _setting("flat", "FAISS index for dense/hybrid: flat (exact), hnsw or ivf")
     index_backend: str = _setting(
@@ -229,7 +248,9 @@ class RetrieverSpec:
     rrf_k: float = _setting(60.0, "hybrid reciprocal-rank fusion constant")
     batch_size: int = _setting(64, "passages per encoder batch")
     threads: int | None = _setting(
-        1, "FAISS and torch threads for dense/hybrid (None: leave the process's setting)"
+        1,
+        "FAISS and torch threads for dense/hybrid (None: leave the process's setting)",
+        cli="FAISS and torch threads for dense/hybrid (none: leave the process's setting)",
     )
     device: str = _setting(
         "cpu",
@@ -257,11 +278,16 @@ class RetrieverSpec:
         f"query cache entries, repeated queries answered without searching (0: off; "
         f"None: {DEFAULT_CACHE_ENTRIES} for in-process kinds, off for http, whose remote "
         f"index may change)",
+        cli=f"query cache entries, repeated queries answered without searching (0: off; "
+        f"left out or none: {DEFAULT_CACHE_ENTRIES} for in-process kinds, off for http, whose "
+        f"remote index may change)",
     )
     cache_bytes: int | None = _setting(
         None,
         f"query cache bytes, estimated (0: off; None: {DEFAULT_CACHE_BYTES >> 20} MiB for "
         f"in-process kinds, off for http)",
+        cli=f"query cache bytes, estimated (0: off; left out or none: {DEFAULT_CACHE_BYTES >> 20} "
+        f"MiB for in-process kinds, off for http)",
     )
 
     def __post_init__(self) -> None:
@@ -307,6 +333,11 @@ class RetrieverSpec:
             )
         if self.index_type not in INDEX_TYPES:
             raise InvalidOptionError(f"index_type must be one of {INDEX_TYPES}, got {self.index_type!r}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise InvalidOptionError(f"pooling must be one of {POOLINGS} or None, got {self.pooling!r}")
+        for name in ("query_prefix", "passage_prefix"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise InvalidOptionTypeError(f"{name} must be a string or None, got {getattr(self, name)!r}")
         check_index_backend(self.index_backend, self.index_type)
         if not _number(self.rrf_k) or self.rrf_k < 0:
             raise InvalidOptionError(f"rrf_k must be a number >= 0, got {self.rrf_k!r}")
@@ -371,8 +402,8 @@ class RetrieverSpec:
         URLs, a dict of fields (``"url"`` is read as ``urls``), or a spec (returned as is).
 
         Raises:
-            hopgym.errors.InvalidOptionTypeError: a dict key that is no field (the closest field is suggested), or a value
-                of another type.
+            hopgym.errors.InvalidOptionTypeError: a dict key that is no field (the closest field is
+                suggested), or a value of another type.
             hopgym.errors.InvalidOptionError: an unknown kind or a bad setting.
 
         Example:
@@ -446,7 +477,8 @@ def make_retriever(
         cache: reusable parts (an embedding model) kept between calls; see :class:`RetrieverKind`.
 
     Raises:
-        hopgym.errors.InvalidOptionError: a bad spec, passages missing for an in-process kind or given to a remote one.
+        hopgym.errors.InvalidOptionError: a bad spec, passages missing for an in-process kind or given to a
+            remote one.
 
     Example:
         >>> docs = [Passage("a", "Oslo", "Oslo is a city."), Passage("b", "Rome", "Rome is old.")]
@@ -523,10 +555,19 @@ def _embedder(spec: RetrieverSpec, cache: MutableMapping[Any, Any]) -> Any:
         spec.device,
         spec.batch_size,
         spec.threads,
+        spec.query_prefix,
+        spec.passage_prefix,
+        spec.pooling,
     )
     if key not in cache:
         cache[key] = make_embedder(
-            model, device=spec.device, batch_size=spec.batch_size, threads=spec.threads
+            model,
+            device=spec.device,
+            batch_size=spec.batch_size,
+            threads=spec.threads,
+            query_prefix=spec.query_prefix,
+            passage_prefix=spec.passage_prefix,
+            pooling=spec.pooling,
         )
     return cache[key]
 

@@ -225,8 +225,8 @@ class AnswerRewardFunc:
     A completion without a readable answer scores 0.
 
     Raises:
-        hopgym.errors.InvalidOptionError: at construction for a bad metric/protocol; when called, if the dataset has
-            no ``answers_column``.
+        hopgym.errors.InvalidOptionError: at construction for a bad metric/protocol; when called, if the
+            dataset has no ``answers_column``.
 
     Example:
         >>> f = AnswerRewardFunc("em")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
@@ -18,6 +17,7 @@ import pytest
 from tiny_llm import backend, model, one_thread, tokenizer  # noqa: F401  (fixtures)
 
 import hopgym  # noqa: F401  (registers the ids)
+import hopgym.agents.evaluation as evaluation
 from hopgym.agents import OracleAgent
 from hopgym.agents.evaluation import evaluate
 from hopgym.agents.llm import LLMAgent, few_shot_examples
@@ -388,41 +388,66 @@ def test_batched_evaluation_matches_one_env_episode_for_episode(backend, tmp_pat
         evaluate(env, agent, episodes=2, num_envs=0)
 
 
-class Slow:
-    """A scripted agent that takes ``delay`` seconds a turn and never answers."""
+class Clock:
+    """The clock :mod:`hopgym.agents.evaluation` reads: it moves only when an agent acts, so the
+    time limit's effect is exact, whatever the machine's load."""
 
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.lock = threading.Lock()
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = Clock()
+    monkeypatch.setattr(evaluation, "time", fake)
+    return fake
+
+
+class Slow:
+    """A scripted agent that takes ``delay`` seconds (of ``clock``) a turn and never answers."""
+
+    def __init__(self, delay: float, clock: Clock) -> None:
+        self.delay, self.clock = delay, clock
 
     def reset(self) -> None:
         pass
 
     def act(self, obs, info):
-        time.sleep(self.delay)
+        self.clock.advance(self.delay)
         return "<think>hm</think><search>Lorn</search>"
 
 
-def test_time_limit_stops_cleanly_and_keeps_what_finished(tmp_path):
+def test_time_limit_stops_cleanly_and_keeps_what_finished(tmp_path, clock):
     env = _env(max_turns=2)
     path = tmp_path / "t.jsonl"
-    m = evaluate(env, Slow(0.05), episodes=50, seed=0, time_limit=0.5, trajectories=path)
+    # 2 turns of 0.125 s an episode: 4 episodes fit in 1 s, the 5th is not started.
+    m = evaluate(env, Slow(0.125, clock), episodes=50, seed=0, time_limit=1.0, trajectories=path)
     assert m["stopped"] == "time_limit" and m["episodes_requested"] == 50
-    assert 1 <= m["episodes"] < 50 and m["seconds"] < 5
+    assert m["episodes"] == 4 and m["seconds"] == pytest.approx(1.0)
     assert len(read_trajectories(path).episodes) == m["episodes"] and m["avg_steps"] == 2.0
-    nothing = evaluate(env, Slow(0.2), episodes=3, time_limit=0.1)
+    nothing = evaluate(env, Slow(0.2, clock), episodes=3, time_limit=0.1)
     assert nothing["episodes"] == 0 and nothing["em"] is None
-    full = evaluate(env, Slow(0.0), episodes=3, time_limit=60)
+    full = evaluate(env, Slow(0.0, clock), episodes=3, time_limit=60)
     assert full["stopped"] is None and full["episodes"] == 3
     with pytest.raises(ValueError, match="time_limit"):
-        evaluate(env, Slow(0.0), episodes=1, time_limit=0)
+        evaluate(env, Slow(0.0, Clock()), episodes=1, time_limit=0)
 
 
-def test_batched_evaluation_honours_the_time_limit(backend):
+def test_batched_evaluation_honours_the_time_limit(backend, clock):
     class Sleepy(LLMAgent):
         def act_batch(self, *args, **kwargs):
-            time.sleep(0.1)
+            clock.advance(0.125)
             return super().act_batch(*args, **kwargs)
 
     agent = Sleepy(backend, sampling=SamplingParams(max_new_tokens=4))
-    m = evaluate(_env(max_turns=2), agent, episodes=40, num_envs=2, time_limit=0.6)
-    assert m["stopped"] == "time_limit" and m["episodes"] < 40
+    m = evaluate(_env(max_turns=2), agent, episodes=40, num_envs=2, time_limit=0.75)
+    # 6 batched turns fit in 0.75 s, for 2 envs whose episodes last 1 or 2 turns: 12 at most.
+    assert m["stopped"] == "time_limit" and 1 <= m["episodes"] <= 12

@@ -41,6 +41,7 @@ from hopgym.agents.tiny_lm import (  # noqa: E402
     task_texts,
 )
 from hopgym.cli import main  # noqa: E402
+from hopgym.errors import InvalidOptionError  # noqa: E402
 
 TINY_ARGS = ["--tiny", "layers=1", "hidden=32", "heads=2", "ffn=64", "max_positions=512"]
 
@@ -154,7 +155,10 @@ def test_sft_labels_mask_env_tokens(tmp_path: Path):
         model,
         tok,
         exs,
-        SFTRunConfig(output_dir=str(tmp_path), max_steps=2, batch_size=3, warmup_steps=0, logging_steps=1),
+        SFTRunConfig(
+            output_dir=str(tmp_path),
+            trl={"max_steps": 2, "per_device_train_batch_size": 3, "warmup_steps": 0, "logging_steps": 1},
+        ),
     )
     assert changed(before, model) > 0
     # TRL turned completion_mask into labels: -100 exactly on env tokens.
@@ -182,23 +186,21 @@ def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path):
     model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
     seen: list[Trajectory] = []
     before = snapshot(model)
-    trainer = train_grpo(
+    run = train_grpo(
         model,
         tok,
         lambda: LengthReward(make_env(None)),
         [s.id for s in env.unwrapped.task.samples],
         GRPORunConfig(
             output_dir=str(tmp_path),
-            max_steps=2,
             questions_per_step=2,
-            group_size=3,
-            learning_rate=1e-2,
             max_new_tokens=8,
-            max_completion_tokens=120,
             plot=False,
+            trl={"max_steps": 2, "num_generations": 3, "learning_rate": 1e-2, "max_completion_length": 120},
         ),
         on_trajectories=seen.extend,
     )
+    trainer = run.trainer
     assert trainer.state.global_step == 2 and changed(before, model) > 0
     assert len(seen) == 2 * 2 * 3
     # TRL's RepeatSampler hands each question G times in a row: groups are one question each.
@@ -207,8 +209,9 @@ def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path):
     for t in seen:
         assert len(t.mask) == len(t.completion_ids) == len(t.logprobs)
         assert t.mask[-1] == 0 and set(t.mask) <= {0, 1} and 1 in t.mask
-    hist = trainer.hopgym_history
+    hist = run.history
     assert any("env/searches_per_episode" in h and "env/reward_terms/length" in h for h in hist)
+    assert not hasattr(trainer, "hopgym_history")  # nothing patched onto TRL's trainer
 
 
 def test_grpo_kl_reference_is_the_starting_model(tmp_path: Path):
@@ -224,16 +227,18 @@ def test_grpo_kl_reference_is_the_starting_model(tmp_path: Path):
         [s.id for s in env.unwrapped.task.samples],
         GRPORunConfig(
             output_dir=str(tmp_path),
-            max_steps=2,
             questions_per_step=2,
-            group_size=2,
-            learning_rate=1e-2,
-            beta=0.5,
             max_new_tokens=8,
-            max_completion_tokens=120,
             plot=False,
+            trl={
+                "max_steps": 2,
+                "num_generations": 2,
+                "learning_rate": 1e-2,
+                "beta": 0.5,
+                "max_completion_length": 120,
+            },
         ),
-    )
+    ).trainer
     assert changed(before, model) > 0
     ref = dict(trainer.ref_model.named_parameters())
     assert all(
@@ -247,10 +252,35 @@ def test_env_reward_and_config_checks():
     assert EnvReward()(prompts=["a", "b"], completions=["x", "y"], env_reward=[1, 0.5]) == [1.0, 0.5]
     with pytest.raises(ValueError, match="env_reward"):
         EnvReward()(prompts=["a"], completions=["x"])
-    with pytest.raises(ValueError, match="group_size"):
-        GRPORunConfig(group_size=1)
-    with pytest.raises(ValueError, match="warmup_steps"):
-        SFTRunConfig(max_steps=5, warmup_steps=5)
+    # TRL checks its own fields; hopgym refuses unknown names, the fields it sets, and sampling
+    # its rollouts cannot do, all as typed errors.
+    with pytest.raises(InvalidOptionError, match="at least 2 generations"):
+        GRPORunConfig(trl={"num_generations": 1}).trl_config()
+    with pytest.raises(InvalidOptionError, match="did you mean 'learning_rate'"):
+        GRPORunConfig(trl={"learnin_rate": 1e-5}).trl_config()
+    with pytest.raises(InvalidOptionError, match="per_device_train_batch_size is set by hopgym"):
+        GRPORunConfig(trl={"per_device_train_batch_size": 4}).trl_config()
+    with pytest.raises(InvalidOptionError, match="temperature must be > 0"):
+        GRPORunConfig(trl={"temperature": 0.0}).trl_config()
+    with pytest.raises(InvalidOptionError, match="max_completion_length"):
+        GRPORunConfig(max_new_tokens=64, trl={"max_completion_length": 32}).trl_config()
+    with pytest.raises(InvalidOptionError, match="completion_only_loss is set by hopgym"):
+        SFTRunConfig(trl={"completion_only_loss": False}).trl_config()
+    with pytest.raises(InvalidOptionError, match="each round sets learning_rate"):
+        RFTRunConfig(trl={"learning_rate": 1e-3})
+    # hopgym's defaults under the user's fields; what hopgym derives on top.
+    args = GRPORunConfig(
+        output_dir="o", questions_per_step=3, trl={"num_generations": 4, "beta": 0.04}
+    ).trl_config()
+    assert (args.output_dir, args.per_device_train_batch_size, args.beta, args.max_steps) == (
+        "o",
+        12,
+        0.04,
+        100,
+    )
+    assert args.bf16 is False or torch.cuda.is_available()  # TRL's own default is bf16 on CPU too
+    sft = SFTRunConfig(trl={"max_steps": 5}).trl_config()
+    assert (sft.max_steps, sft.learning_rate, sft.completion_only_loss) == (5, 1e-3, True)
     with pytest.raises(ValueError, match="heads"):
         TinyLMConfig(hidden=30, heads=4)
 
@@ -422,7 +452,10 @@ def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Pat
         model,
         tok,
         kept,
-        SFTRunConfig(output_dir=str(tmp_path), max_steps=2, batch_size=4, warmup_steps=0, logging_steps=1),
+        SFTRunConfig(
+            output_dir=str(tmp_path),
+            trl={"max_steps": 2, "per_device_train_batch_size": 4, "warmup_steps": 0, "logging_steps": 1},
+        ),
     )
     assert changed(before, model) > 0
     assert len(trainer.train_dataset) == len(kept)
@@ -576,25 +609,28 @@ def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path,
     monkeypatch.setattr(vg, "VLLMClient", StandInVLLMClient)
     seen: list[Trajectory] = []
     before = snapshot(model)
-    trainer = train_grpo(
+    run = train_grpo(
         model,
         tok,
         lambda: LengthReward(make_env(None)),
         [s.id for s in env.unwrapped.task.samples],
         GRPORunConfig(
             output_dir=str(tmp_path),
-            max_steps=2,
             questions_per_step=2,
-            group_size=3,
-            learning_rate=1e-2,
             max_new_tokens=8,
-            max_completion_tokens=120,
-            use_vllm=True,
-            vllm_mode="server",
             plot=False,
+            trl={
+                "max_steps": 2,
+                "num_generations": 3,
+                "learning_rate": 1e-2,
+                "max_completion_length": 120,
+                "use_vllm": True,
+                "vllm_mode": "server",
+            },
         ),
         on_trajectories=seen.extend,
     )
+    trainer = run.trainer
     (client,) = StandInVLLMClient.instances
     assert trainer.state.global_step == 2 and changed(before, model) > 0
     assert client.syncs == 2  # TRL pushed the weights before each step's rollouts
@@ -616,7 +652,7 @@ def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path,
     assert turns >= len(seen) and len(client.returned) >= turns
     # TRL recomputed the log-probs of exactly those tokens with the synced policy: its
     # importance-sampling check sees no gap between engine and trainer.
-    hist = trainer.hopgym_history
+    hist = run.history
     diffs = [
         h["sampling/sampling_logp_difference/max"]
         for h in hist

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,11 @@ from hopgym.agents.teachers import TeacherConfig
 from hopgym.agents.tiny_lm import TinyLMConfig
 from hopgym.cli import COMMANDS, build_parser, main
 from hopgym.cli._common import EnvConfig
-from hopgym.cli._dataclass_args import config_from_args, config_specs, config_values
+from hopgym.cli._dataclass_args import ConfigError, config_from_args, config_specs, config_values
 from hopgym.cli.bench import BenchConfig
 from hopgym.cli.bench_rl import BenchRLConfig
 from hopgym.cli.train_jobs import TrainConfig
+from hopgym.envs.options import EnvOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +39,7 @@ EXCLUDED = {
 EXCLUDED_FIELDS = {
     ("index build", "RetrieverSpec"): {"urls", "timeout", "retries", "backoff", "show_progress"}
 }
-for _name in ("eval", "bench", "play"):
+for _name in ("eval", "bench", "play", "bench-rl", "train sft", "train grpo", "train rft"):
     EXCLUDED[(_name, "EnvOptions")] = "render_mode: the commands print what they show themselves"
     EXCLUDED_FIELDS[(_name, "EnvOptions")] = {"render_mode"}
 
@@ -144,37 +146,32 @@ def parse(*argv: str) -> argparse.Namespace:
     return PARSER.parse_args(list(argv))
 
 
-def test_drifted_defaults_now_come_from_the_config():
-    args = parse("train", "grpo", "--model", "tiny")
-    grpo = config_from_args(args, GRPORunConfig)
-    assert grpo.max_steps == GRPORunConfig.max_steps == 100
-    assert grpo.max_new_tokens == GRPORunConfig.max_new_tokens == 64
-    # Every TRL GRPO knob the config carries is reachable.
+def test_every_trl_option_is_reachable_and_hopgym_restates_none():
+    from hopgym.agents.trl_config import trl_fields
+
+    # hopgym's run configs keep only what TRL's configs lack.
+    for cls, trl in ((GRPORunConfig, "GRPOConfig"), (SFTRunConfig, "SFTConfig")):
+        own = {f.name for f in dataclasses.fields(cls)} - {"trl"}
+        assert own & set(trl_fields(trl)) == {"output_dir"}, cls  # the run folder, handed to TRL
     args = parse(
-        "train",
-        "grpo",
-        "--model",
-        "tiny",
-        "--epsilon",
-        "0.3",
-        "--loss-type",
-        "grpo",
-        "--scale-rewards",
-        "none",
-        "--beta",
-        "0.04",
-        "--no-plot",
-        "--bf16",
-    )
+        "train", "grpo", "--model", "tiny", "--trl", "epsilon=0.3", "loss_type='grpo'",
+        "--trl", "scale_rewards=none", "beta=0.04", "--no-plot", "--steps", "3", "--sample-top-k", "5",
+    )  # fmt: skip
     grpo = config_from_args(args, GRPORunConfig)
-    assert (grpo.epsilon, grpo.loss_type, grpo.scale_rewards, grpo.beta, grpo.plot, grpo.bf16) == (
-        0.3,
-        "grpo",
-        "none",
-        0.04,
-        False,
-        True,
-    )
+    assert not grpo.plot
+    assert grpo.trl == {
+        "epsilon": 0.3, "loss_type": "grpo", "scale_rewards": "none", "beta": 0.04,
+        "max_steps": 3, "top_k": 5,
+    }  # fmt: skip
+    # Defaults come from hopgym's table, then TRL's own.
+    trl = config_from_args(parse("train", "grpo", "--model", "tiny"), GRPORunConfig).trl_config()
+    assert (trl.max_steps, trl.learning_rate, trl.loss_type, trl.epsilon) == (100, 1e-4, "dapo", 0.2)
+
+
+def test_a_shortcut_and_the_trl_item_for_the_same_field_are_refused():
+    args = parse("train", "sft", "--model", "tiny", "--steps", "2", "--trl", "max_steps=3")
+    with pytest.raises(ConfigError, match="--steps and --trl max_steps=... both set max_steps"):
+        config_from_args(args, SFTRunConfig)
 
 
 @pytest.mark.parametrize(
@@ -230,35 +227,18 @@ def test_repeated_key_value_and_list_options_accumulate():
 
 def test_old_flags_from_the_readme_and_tests_still_work():
     args = parse(
-        "train",
-        "grpo",
-        "--model",
-        "runs/sft",
-        "--out",
-        "o",
-        "--steps",
-        "2",
-        "--lr",
-        "1e-2",
-        "--max-length",
-        "200",
-        "--time-limit",
-        "5",
-        "--questions-per-step",
-        "2",
-        "--group-size",
-        "2",
-        "--max-new-tokens",
-        "12",
-    )
+        "train", "grpo", "--model", "runs/sft", "--out", "o", "--steps", "2", "--lr", "1e-2",
+        "--max-length", "200", "--time-limit", "5", "--questions-per-step", "2", "--group-size", "2",
+        "--max-new-tokens", "12",
+    )  # fmt: skip
     g = config_from_args(args, GRPORunConfig)
-    assert (g.output_dir, g.max_steps, g.learning_rate, g.max_completion_tokens, g.time_limit_s) == (
-        "o",
-        2,
-        1e-2,
-        200,
-        5.0,
-    )
+    assert (g.output_dir, g.time_limit_s, g.questions_per_step, g.max_new_tokens) == ("o", 5.0, 2, 12)
+    assert g.trl == {
+        "max_steps": 2,
+        "learning_rate": 1e-2,
+        "max_completion_length": 200,
+        "num_generations": 2,
+    }
     args = parse(
         "train",
         "sft",
@@ -292,8 +272,9 @@ def test_old_flags_from_the_readme_and_tests_still_work():
         "ffn=64",
         "max_positions=512",
     )
-    s = config_values(args, SFTRunConfig)
-    assert (s["output_dir"], s["max_steps"], s["batch_size"], s["max_length"]) == ("runs/sft", 3, 4, 400)
+    s = config_from_args(args, SFTRunConfig)
+    assert s.output_dir == "runs/sft"
+    assert s.trl == {"max_steps": 3, "per_device_train_batch_size": 4, "max_length": 400, "logging_steps": 1}
     train = config_from_args(args, TrainConfig)
     assert train.split is None and train.kw == {"hops": 2, "kinds": "bridge"}
     args = parse(
@@ -364,15 +345,20 @@ def test_underscore_spellings_are_accepted():
         "grpo",
         "--model",
         "m",
-        "--max_steps",
+        "--max_new_tokens",
         "7",
-        "--learning_rate=0.5",
+        "--questions_per_step=5",
         "--eval_split",
         "test",
         "--kw",
         "a_b=1",
     )
-    assert (args.max_steps, args.learning_rate, args.eval_split, args.kw) == (7, 0.5, "test", [("a_b", 1)])
+    assert (args.max_new_tokens, args.questions_per_step, args.eval_split, args.kw) == (
+        7,
+        5,
+        "test",
+        [("a_b", 1)],
+    )
 
 
 def test_optional_numbers_take_none_and_choices_are_checked(capsys):
@@ -401,7 +387,16 @@ def test_a_config_refusal_is_one_line():
         assert str(exc.value).startswith(f"hopgym {command}: error: ")
         assert message in str(exc.value), str(exc.value)
 
-    refused(["train", "grpo", "--model", "tiny", "--group-size", "1"], "group_size must be >= 2")
+    refused(["train", "grpo", "--model", "tiny", "--group-size", "1"], "at least 2 generations")
+    refused(["train", "grpo", "--model", "tiny", "--trl", "learnin_rate=1"], "did you mean 'learning_rate'")
+    refused(
+        ["train", "grpo", "--model", "tiny", "--kw", "reward='em'", "--reward", "r3rag"],
+        "--kw reward='em' and --reward r3rag both set reward: give it once",
+    )
+    refused(
+        ["train", "sft", "--model", "tiny", "--kw", "max_turns=4", "--max-turns", "3"],
+        "--kw max_turns=4 and --max-turns 3 both set max_turns",
+    )
     refused(
         ["train", "sft", "--model", "tiny", "--teacher-kw", "early_answer=0.5"], "add --teacher imperfect"
     )
@@ -473,7 +468,12 @@ def test_a_missing_extra_is_listed_and_names_what_to_install(blocked, argv, extr
 def test_configs_used_by_train_are_the_agents_own():
     from hopgym.cli.train import SUBCOMMANDS
 
-    assert [s.cls for s in SUBCOMMANDS["grpo"].specs] == [TrainConfig, GRPORunConfig, TinyLMConfig]
+    assert [s.cls for s in SUBCOMMANDS["grpo"].specs] == [
+        TrainConfig,
+        EnvOptions,
+        GRPORunConfig,
+        TinyLMConfig,
+    ]
     assert TeacherConfig in [s.cls for s in SUBCOMMANDS["sft"].specs]
 
 
@@ -487,13 +487,62 @@ def test_env_options_are_options_and_only_those_given_reach_the_env():
         "hops": 3,
         "top_k": 2,
         "dedup": False,
-        "reward": "none",
+        "reward": None,
         "protocol": "r3",
     }
     # Not given: not passed, so an id's registered options (max_turns=6 ...) stay in force.
     assert env_kwargs(parse("bench"), {}) == {}
     args = parse("play", "--kw", "top_k=2", "--top-k", "3")
-    with pytest.raises(CommandError, match="top_k given twice"):
+    with pytest.raises(CommandError, match="--kw top_k=2 and --top-k 3 both set top_k: give it once"):
         env_kwargs(args, config_from_args(args, EnvConfig).kw)
     with pytest.raises(SystemExit):
         parse("eval", "--protocol", "xml")
+
+
+#: The commands that build an env, and so take the env options.
+ENV_COMMANDS = ("eval", "bench", "play", "bench-rl", "train sft", "train grpo", "train rft")
+
+
+@pytest.mark.parametrize("name", ENV_COMMANDS)
+def test_every_command_that_builds_an_env_has_the_same_env_options(name):
+    from hopgym.cli._common import ENV_OPTIONS
+
+    assert ENV_OPTIONS in config_specs(LEAVES[name])
+    flags = {a.option_strings[0]: a.help for a in LEAVES[name]._actions if a.option_strings}
+    eval_flags = {a.option_strings[0]: a.help for a in LEAVES["eval"]._actions if a.option_strings}
+    for f in ENV_OPTIONS.fields():
+        option = ENV_OPTIONS.option(f.name)
+        assert flags.get(option) == eval_flags[option], (name, option)
+
+
+def test_train_takes_the_env_options_into_its_env_kwargs():
+    from hopgym.cli.train import _train
+
+    args = parse(
+        "train", "grpo", "--model", "tiny", "--max-turns", "3", "--top-k", "2", "--reward", "none",
+        "--kw", "hops=2", "--sample-top-k", "5",
+    )  # fmt: skip
+    train = _train(args)
+    assert train.kw == {"hops": 2, "max_turns": 3, "top_k": 2, "reward": None}
+    # --top-k is documents per search everywhere; sampling's top-k is --sample-top-k.
+    assert config_from_args(args, GRPORunConfig).trl == {"top_k": 5}
+    with pytest.raises(ValueError, match="split"):
+        TrainConfig(model="tiny", kw={"split": "test"})
+
+
+#: Values a command line cannot give: Python objects and Python's None (the command line says
+#: "none" or leaves the option out).
+PYTHON_ONLY = re.compile(r"\bNone\b|\binstance\b|\bProtocol\b|\bEmbedder\b|\bcallable\b|\bobject\b")
+
+
+@pytest.mark.parametrize("name", sorted(LEAVES))
+def test_generated_help_names_only_values_a_command_line_can_give(name):
+    for action in LEAVES[name]._actions:
+        found = PYTHON_ONLY.search(action.help or "")
+        assert not found, f"hopgym {name} {action.option_strings}: {found.group()!r} in {action.help!r}"
+
+
+def test_index_kind_help_lists_its_choices_only():
+    kind = next(a for a in LEAVES["index build"]._actions if "--kind" in a.option_strings)
+    listed = kind.help.partition(":")[2].partition("(")[0]
+    assert [k.strip() for k in listed.split(",")] == list(kind.choices)

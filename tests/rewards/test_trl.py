@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import zlib
 
 import pytest
 
@@ -211,6 +212,7 @@ def test_format_reward_func():
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_grpo_trainer_single_turn_smoke(tmp_path):
     pytest.importorskip("trl")
+    import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -240,14 +242,25 @@ def test_grpo_trainer_single_turn_smoke(tmp_path):
         save_strategy="no",
         seed=0,
     )
+
+    def spread(completions, **kwargs):
+        # An untrained model earns the same EM and format reward (0) on all 4 samples, so GRPO's
+        # advantages would be 0 and the weights would stay put; a reward that tells samples
+        # apart gives the update something to follow.
+        return [zlib.crc32(c.encode()) % 100 / 100 for c in completions]
+
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
         args=args,
         train_dataset=Dataset.from_list(rows),
-        reward_funcs=[AnswerRewardFunc("em"), FormatRewardFunc()],
+        reward_funcs=[AnswerRewardFunc("em"), FormatRewardFunc(), spread],
     )
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     trainer.train()
+    # As TRL's own trainer tests do: training changed every parameter.
+    unchanged = [name for name, p in trainer.model.named_parameters() if torch.equal(p, before[name])]
+    assert not unchanged, unchanged
     logs = [h for h in trainer.state.log_history if "rewards/hopgym_em/mean" in h]
     assert logs, trainer.state.log_history
     for h in logs:

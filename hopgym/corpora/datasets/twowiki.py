@@ -28,7 +28,7 @@ def evidence_hops(
     if not isinstance(evidences, list) or not evidences:
         return []
     folded = {norm_title(t): t for t in title_index}
-    hops = []
+    hops: list[tuple[str, str, int | None, str]] = []
     for j, ev in enumerate(evidences):
         if not (isinstance(ev, (list, tuple)) and len(ev) == 3 and all(isinstance(x, str) for x in ev)):
             return []

@@ -58,7 +58,7 @@ def _bridge_paths(h: int, final_attr: bool) -> list[tuple[str, ...]]:
             if not p or (RELATIONS[p[-1]][1] == RELATIONS[r][0] and (p[-1], r) not in banned)
         ]
     if final_attr:
-        out = []
+        out: list[tuple[str, ...]] = []
         for p in paths:
             for a, types in ATTRIBUTES.items():
                 if not p:

@@ -63,7 +63,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "DEFAULT_REWARD":
-        # make_featurized no longer re-declares the reward default: it is the text env's.
+        # make_featurized no longer declares its own reward default: it is the text env's.
         warnings.warn(
             "hopgym.envs.featurized.DEFAULT_REWARD is deprecated and will be removed in "
             "hopgym 0.3: the reward default is the env options' (EnvOptions().reward)",

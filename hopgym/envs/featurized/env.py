@@ -462,7 +462,8 @@ def make_featurized(
             :meth:`FeaturizedEnv.render` show the candidate actions.
 
     Raises:
-        hopgym.errors.InvalidOptionError: a bad option, or an option given in ``base_kwargs`` (pass it as a keyword).
+        hopgym.errors.InvalidOptionError: a bad option, or an option given in ``base_kwargs`` (pass it as a
+            keyword).
         hopgym.errors.InvalidOptionTypeError: an unknown keyword (the message suggests the closest known one).
 
     Example:

@@ -4,8 +4,9 @@ Modules: :mod:`.config` (:class:`ServeConfig`, every option once), :mod:`.protoc
 Search-R1 wire contract and its limits, no framework), :mod:`.batching` (the queue and the one
 engine thread), :mod:`.metrics` (Prometheus), :mod:`.app` (the Starlette app, uvicorn,
 :class:`RetrievalServer`), :mod:`.ray_serve` (the same app as a Ray Serve deployment),
-:mod:`.launch` (:func:`serve_index`, which starts one or the other). The web stack is imported only when a server is built: ``pip install
-'hopgym[serve]'`` (uvicorn, Starlette, prometheus-client) and ``'hopgym[ray]'`` for Ray Serve.
+:mod:`.launch` (:func:`serve_index`, which starts one or the other). The web stack is imported
+only when a server is built: ``pip install 'hopgym[serve]'`` (uvicorn, Starlette,
+prometheus-client) and ``'hopgym[ray]'`` for Ray Serve.
 """
 
 from __future__ import annotations

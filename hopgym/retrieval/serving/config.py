@@ -47,7 +47,10 @@ class ServeConfig:
     # ---- what to serve
     index: str | None = _opt(None, "Index directory (hopgym index build).", metavar="DIR")
     corpus: str | None = _opt(None, "The corpus file, if it moved since the index was built.", metavar="FILE")
-    model: str | None = _opt(None, "Embedder for a dense or hybrid index (default: the index's own).")
+    model: str | None = _opt(
+        None,
+        "Embedding model (a name or path) for a dense or hybrid index (default: the index's own).",
+    )
     threads: int | None = _opt(1, "FAISS and torch threads of the engine (none: leave them).")
     device: str = _opt(
         "cpu", "Where a dense or hybrid index's encoder and index run: cpu, cuda, cuda:N or auto."

@@ -29,6 +29,7 @@ def serve_index(
     Args:
         index: the index directory (or ``config.index``).
         config: the options; ``**options`` replace some of them.
+        **options: :class:`ServeConfig` fields that replace ``config``'s.
     """
     cfg = config or ServeConfig()
     if index is not None:

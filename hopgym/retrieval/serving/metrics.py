@@ -52,7 +52,7 @@ class ServerMetrics:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        reg = {"registry": self.registry}
+        reg: dict[str, Any] = {"registry": self.registry}
         self.requests = Counter(
             "hopgym_retrieval_requests", "POST /retrieve replies, by HTTP status", ["status"], **reg
         )
