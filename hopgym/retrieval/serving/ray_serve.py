@@ -60,6 +60,7 @@ APP_NAME = "hopgym-retrieval"
 DRAIN_ACTOR = (APP_NAME + "-drain", "hopgym")
 _CLASS: Any = None
 _SIGNAL_CLASS: Any = None
+_SIGNAL: Any = None  # the deploying process's handle: a non-detached actor lives while it does
 
 
 def _ray() -> tuple[Any, Any]:
@@ -289,7 +290,10 @@ def deploy(config: ServeConfig | None = None, **options: Any) -> str:
     _check_index(cfg)
     if not ray.is_initialized():
         ray.init(address=cfg.ray_address or "local", log_to_driver=cfg.verbose)
-    _signal_class().options(name=DRAIN_ACTOR[0], namespace=DRAIN_ACTOR[1], get_if_exists=True).remote()
+    global _SIGNAL
+    _SIGNAL = (
+        _signal_class().options(name=DRAIN_ACTOR[0], namespace=DRAIN_ACTOR[1], get_if_exists=True).remote()
+    )
     serve.start(http_options={"host": cfg.host, "port": cfg.port})
     deployment = replica_class().options(
         name="RetrievalReplica",
@@ -335,6 +339,8 @@ def undeploy(shutdown: bool = False, timeout: float = 5.0, url: str | None = Non
         pass
     if drain is not None:  # a later deploy() starts a fresh signal
         ray.kill(drain)
+    global _SIGNAL
+    _SIGNAL = None
 
 
 def _drain(ray: Any, timeout: float) -> Any:
