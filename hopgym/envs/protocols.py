@@ -582,10 +582,12 @@ _R3_LABELS = (
     r"(the problem analysis:|the retrieval query:|the retrieval source:"
     r"|the final answer:|the retrieval documents:)"
 )
-_R3_RE = re.compile(r"(?im)^\s*" + _R3_LABELS)
+# Strict: a label at the start of a line, after white space (see _at_line_starts).
+_R3_RE = re.compile(r"(?i)" + _R3_LABELS)
 # Lenient: a label anywhere, as long as it starts a word ("...done. The final answer: X").
 _R3_LOOSE_RE = re.compile(r"(?i)(?<![a-z])" + _R3_LABELS)
-_R3_STEP_RE = re.compile(r"(?im)^\s*step\s+\d+\s*:\s*$")
+_R3_STEP_RE = re.compile(r"(?im)step\s+\d+\s*:\s*$")
+_WHITE_RE = re.compile(r"\s*+")
 _R3_STEP_HEAD_RE = re.compile(r"(?im)^[ \t]*step\s+\d+\s*:[ \t]*")
 _R3_DOCS_ERROR = "'The retrieval documents:' is written by the environment, not by you"
 _R3_TRUNCATED_ERROR = (
@@ -593,6 +595,36 @@ _R3_TRUNCATED_ERROR = (
     "(cut off at the length limit?): keep the analysis short"
 )
 _SENTENCE_END = ".!?\"')]»”’"
+
+
+def _at_line_starts(body: re.Pattern[str], text: str) -> list[tuple[int, int, re.Match[str]]]:
+    """``(start, end, body's match)`` of each match of ``(?m)^\\s*`` + ``body`` in ``text``, as
+    ``finditer`` finds them (leftmost, not overlapping), for a ``body`` that starts with a
+    character that is not white space.
+
+    In time linear in ``text``: as a regular expression, ``^\\s*`` scans a run of white space
+    from each line start inside it, which is quadratic in a run of blank lines. All those line
+    starts reach the same end of the run, so it is scanned once: the match starts at the first
+    line start in the run and ``body`` must match where the run ends.
+    """
+    out = []
+    pos, n = 0, len(text)
+    while pos <= n:
+        if pos == 0 or text[pos - 1] == "\n":
+            start = pos
+        else:
+            newline = text.find("\n", pos)
+            if newline < 0:
+                break
+            start = newline + 1
+        run_end = _WHITE_RE.match(text, start).end()  # type: ignore[union-attr]
+        m = body.match(text, run_end)
+        if m is None:
+            pos = run_end + 1  # every line start up to run_end reaches the same run_end
+            continue
+        out.append((start, m.end(), m))
+        pos = m.end()
+    return out
 
 
 class R3Protocol(Protocol):
@@ -628,27 +660,37 @@ class R3Protocol(Protocol):
 
     def _parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         lenient = self.parse_mode == "lenient"
-        text = (_R3_STEP_HEAD_RE if lenient else _R3_STEP_RE).sub("", text)
-        marks = list((_R3_LOOSE_RE if lenient else _R3_RE).finditer(text))
+        if lenient:
+            text = _R3_STEP_HEAD_RE.sub("", text)
+            marks = [(m.start(), m.end(), m) for m in _R3_LOOSE_RE.finditer(text)]
+        else:
+            steps = _at_line_starts(_R3_STEP_RE, text)
+            if steps:
+                cuts = [0] + [i for start, end, _ in steps for i in (start, end)] + [len(text)]
+                text = "".join(text[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True))
+            marks = _at_line_starts(_R3_RE, text)
         issues: list[FormatIssue] = []
 
         def issue(code: str, detail: str) -> None:
             if all(i.code != code for i in issues):
                 issues.append(FormatIssue(code, detail))
 
-        head = text[: marks[0].start()] if marks else ""
+        head = text[: marks[0][0]] if marks else ""
         if head.strip():
             issue("text_outside_fields", f"text before the first field: {_quote(head)}")
         fields: list[tuple[str, str]] = []
-        for i, m in enumerate(marks):
-            end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        for i, (start, label_end, m) in enumerate(marks):
+            end = marks[i + 1][0] if i + 1 < len(marks) else len(text)
             key = m.group(1).lower()
             if key == "the retrieval documents:":
                 return ParsedTurn(None, error=_R3_DOCS_ERROR, issues=tuple(issues))
-            line_start = text.rfind("\n", 0, m.start()) + 1
-            if text[line_start : m.start()].strip():
+            # Text before the label on its line; only since the previous label is looked at
+            # (on the previous label's line, that label is such text), so this stays linear.
+            since = marks[i - 1][0] if i else 0
+            newline = text.rfind("\n", since, start)
+            if (newline < 0 and i > 0) or text[newline + 1 if newline >= 0 else 0 : start].strip():
                 issue("inline_field", f"{m.group(1)!r} inside a line")
-            kind, value = _R3_FIELDS[key], text[m.end() : end].strip()
+            kind, value = _R3_FIELDS[key], text[label_end:end].strip()
             if lenient and kind != "think" and "\n" in value:
                 value, rest = value.split("\n", 1)
                 if rest.strip():

@@ -176,6 +176,7 @@ NOT_RUN = [
     "eval-suites.md: not run: reads the sample files laid out above",
     "llm-agents.md: not run: downloads a model from the Hugging Face hub",
     "rewards.md: not run: needs a model and a dataset",
+    "serving-resilience.md: not run: needs Ray and a second server",
     "serving-resilience.md: not run: needs two servers running",
     "serving-resilience.md: not run: needs two servers running",
 ]

@@ -183,10 +183,70 @@ def test_killing_a_replica_mid_load_loses_no_retried_request(ray_url, index):
     assert victim not in now and len(now) == 2
 
 
-def test_sigterm_deletes_the_deployment_and_stops_ray(server):
-    proc, url = server
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+@pytest.mark.slow
+def test_sigterm_under_load_drains_loses_nothing_and_never_answers_404(server, index):
+    """``hopgym serve --ray`` gets SIGTERM while 8 client threads, each with ``urls=[the Ray
+    proxy, a uvicorn server]``, send requests: every request gets its right answer, and the Ray
+    side only ever refuses with a 503 or a closed port (never the proxy's 404 of a deleted app)."""
+    from hopgym.httpclient import HTTPError
+
+    proc, ray_url = server
+    want = {q: r for q, r in zip(QUERIES, hits(HTTPRetriever(ray_url, timeout=30), QUERIES), strict=True)}
+    seen: list[int | None] = []  # the status of each failed attempt on the Ray proxy
+    answered = {"ray": 0, "total": 0}  # replies from the Ray proxy; requests answered
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    with RetrievalServer(load_index(index), port=0).start() as local:
+
+        def work(i: int) -> None:
+            client = HTTPRetriever([ray_url, local.url], timeout=10, retries=3, backoff=0.1)
+            ray_client = client.clients[0]
+            post = ray_client.post_json
+
+            def watched(*args, **kwargs):
+                try:
+                    out = post(*args, **kwargs)
+                except HTTPError as exc:
+                    with lock:
+                        seen.append(exc.status)
+                    raise
+                with lock:
+                    answered["ray"] += 1
+                return out
+
+            ray_client.post_json = watched
+            n = 0
+            try:
+                while not stop.is_set():
+                    q = QUERIES[(i + n) % len(QUERIES)]
+                    assert hits(client, [q])[0] == want[q]
+                    n += 1
+                    with lock:
+                        answered["total"] += 1
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while answered["total"] < 100 and time.monotonic() < deadline and not errors:
+            time.sleep(0.05)
+        before = answered["ray"]
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+        total_at_exit = answered["total"]
+        deadline = time.monotonic() + 60  # a few more requests once the Ray side is gone
+        while answered["total"] < max(300, total_at_exit + 50) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors[:1]
     assert proc.returncode == 0, err[-3000:]
+    assert before > 0 and answered["total"] >= 300
+    assert 404 not in seen, seen
+    assert set(seen) <= {None, 503}, seen  # a refused or reset connection, or a 503
     with pytest.raises(RetrievalError):
-        HTTPRetriever(url, timeout=2, retries=0).health()
+        HTTPRetriever(ray_url, timeout=2, retries=0).health()

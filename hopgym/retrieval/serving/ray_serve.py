@@ -1,8 +1,8 @@
 """The same retrieval app on Ray Serve: ``hopgym serve --ray --replicas N [--ray-address ADDR]``.
 
-Functions: :func:`deploy` (start the deployment, return its URL), :func:`undeploy`,
-:func:`serve_ray` (``hopgym serve --ray``: deploy, wait for SIGINT/SIGTERM, undeploy),
-:func:`replica_class`.
+Functions: :func:`deploy` (start the deployment, return its URL), :func:`undeploy` (drain it,
+then delete it), :func:`serve_ray` (``hopgym serve --ray``: deploy, wait for SIGINT/SIGTERM,
+undeploy), :func:`replica_class`.
 
 Each replica is a Ray Serve deployment replica that loads the index itself (memory-mapped:
 replicas on one node share the bm25s arrays and the FAISS file through the page cache, though
@@ -20,6 +20,20 @@ timeouts; hopgym's ``read_timeout``, ``max_header_bytes`` and ``backlog`` guards
 hopgym's protocol class and do not apply there); a request waits in Ray's queue, bounded by
 ``max_pending`` requests (not queries); ``GET /metrics`` and ``GET /health`` describe the
 replica that answers (Ray exports cluster-wide ``ray_serve_*`` metrics itself).
+
+Shutdown (:func:`undeploy`) drains before it deletes, because Ray Serve's proxy keeps accepting
+requests while an application is deleted and answers them ``404 Path '/retrieve' not found``:
+
+1. a drain signal (a small Ray actor that :func:`deploy` starts, owned by the deploying process)
+   tells every replica to refuse new requests with ``503`` (``Retry-After: 1``, ``Connection:
+   close``, error kind ``shutting_down``), which a client with another URL retries there at once;
+2. each replica answers the requests it had already taken, then says so (at most
+   ``shutdown_timeout`` seconds);
+3. with a Ray started here (``hopgym serve --ray`` without ``--ray-address``), the proxies are
+   stopped, so new connections are refused, and only then is Serve shut down: no client ever
+   sees the 404. On a cluster the proxy is shared with other applications and stays up: the
+   application is deleted after the drain, and requests that still reach it get the proxy's
+   404, which :class:`~hopgym.retrieval.http.HTTPRetriever` also fails over.
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +56,11 @@ __all__ = ["APP_NAME", "deploy", "undeploy", "serve_ray", "replica_class"]
 
 #: The Ray Serve application name of the retrieval deployment.
 APP_NAME = "hopgym-retrieval"
+#: The name and namespace of the drain signal actor (see the module docstring).
+DRAIN_ACTOR = (APP_NAME + "-drain", "hopgym")
 _CLASS: Any = None
+_SIGNAL_CLASS: Any = None
+_SIGNAL: Any = None  # the deploying process's handle: a non-detached actor lives while it does
 
 
 def _ray() -> tuple[Any, Any]:
@@ -58,6 +77,70 @@ def _ray() -> tuple[Any, Any]:
 
 def _queries_in(jobs: list[tuple[list[str], int]]) -> int:
     return sum(len(q) for q, _ in jobs)
+
+
+def _signal_class() -> Any:
+    """The drain signal's actor class (built once, as :func:`replica_class` is)."""
+    global _SIGNAL_CLASS
+    if _SIGNAL_CLASS is not None:
+        return _SIGNAL_CLASS
+    ray, _ = _ray()
+
+    class DrainSignal:
+        """Tells the replicas to stop taking requests, and hears when each has answered its own."""
+
+        def __init__(self) -> None:
+            self._drain = asyncio.Event()
+            self._finished: set[str] = set()
+
+        async def wait(self) -> bool:
+            """Return once :meth:`drain` is called (each replica waits on it)."""
+            await self._drain.wait()
+            return True
+
+        async def drain(self) -> None:
+            self._drain.set()
+
+        async def finished(self, replica: str | None = None) -> int:
+            """Record that ``replica`` has no request left; the number of replicas that have."""
+            if replica is not None:
+                self._finished.add(replica)
+            return len(self._finished)
+
+    _SIGNAL_CLASS = ray.remote(num_cpus=0)(DrainSignal)
+    return _SIGNAL_CLASS
+
+
+class _RefuseWhileDraining:
+    """ASGI middleware of a replica: once the replica drains, every new request gets a ``503``
+    (``Retry-After: 1``, ``Connection: close``); requests taken before are counted in
+    ``replica.in_flight`` until they are answered."""
+
+    def __init__(self, app: Any, replica: Any) -> None:
+        self.app, self.replica = app, replica
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        replica = self.replica
+        if replica.draining:
+            from hopgym.retrieval.serving.app import _send_json
+            from hopgym.retrieval.serving.protocol import error_json
+
+            replica.metrics.error("shutting_down")
+            await _send_json(
+                send,
+                503,
+                error_json("the retrieval server is shutting down: send the request elsewhere"),
+                {"Retry-After": "1", "Connection": "close"},
+            )
+            return
+        replica.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            replica.in_flight -= 1
 
 
 def replica_class() -> Any:
@@ -80,6 +163,8 @@ def replica_class() -> Any:
             self.retriever, manifest = load_served_index(cfg)
             self.kind = manifest.retriever
             self.receiving = 0
+            self.in_flight = 0  # requests taken and not yet answered (see _RefuseWhileDraining)
+            self.draining = False
             self.metrics = ServerMetrics(manifest.num_passages)
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="hopgym-engine")
             self._batched.set_max_batch_size(cfg.max_batch)
@@ -89,9 +174,33 @@ def replica_class() -> Any:
             except Exception:  # noqa: BLE001 - only for /health
                 self.replica = str(os.getpid())
             self._app = build_app(self, cfg, self.metrics, self._info)
+            self._app.add_middleware(_RefuseWhileDraining, replica=self)
+            self._watch_drain_signal()
 
         def __serve_build_asgi_app__(self) -> Any:
             return self._app
+
+        def _watch_drain_signal(self) -> None:
+            ray, _ = _ray()
+            try:
+                drain = ray.get_actor(DRAIN_ACTOR[0], namespace=DRAIN_ACTOR[1])
+            except ValueError:  # deployed by other means than deploy(): nothing to wait for
+                return
+
+            def on_drain(future: Any) -> None:
+                # Runs in a Ray thread. A signal whose owner died raises here: keep serving.
+                if future.cancelled() or future.exception() is not None:
+                    return
+                self.draining = True
+                threading.Thread(target=self._finish, args=(drain,), daemon=True).start()
+
+            drain.wait.remote().future().add_done_callback(on_drain)
+
+        def _finish(self, drain: Any) -> None:
+            deadline = time.monotonic() + self.cfg.shutdown_timeout
+            while self.in_flight > 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            drain.finished.remote(self.replica)
 
         def _info(self) -> dict[str, Any]:
             return {
@@ -181,6 +290,10 @@ def deploy(config: ServeConfig | None = None, **options: Any) -> str:
     _check_index(cfg)
     if not ray.is_initialized():
         ray.init(address=cfg.ray_address or "local", log_to_driver=cfg.verbose)
+    global _SIGNAL
+    _SIGNAL = (
+        _signal_class().options(name=DRAIN_ACTOR[0], namespace=DRAIN_ACTOR[1], get_if_exists=True).remote()
+    )
     serve.start(http_options={"host": cfg.host, "port": cfg.port})
     deployment = replica_class().options(
         name="RetrievalReplica",
@@ -199,18 +312,97 @@ def deploy(config: ServeConfig | None = None, **options: Any) -> str:
     return f"http://{host}:{cfg.port}"
 
 
-def undeploy(shutdown: bool = False) -> None:
-    """Delete the deployment; with ``shutdown``, stop Serve and disconnect from Ray too."""
+def undeploy(shutdown: bool = False, timeout: float = 5.0, url: str | None = None) -> None:
+    """Drain the deployment, then delete it; with ``shutdown``, stop Serve and disconnect from Ray
+    too (the order is the module docstring's).
+
+    Args:
+        shutdown: stop the proxies (new connections are refused), Serve and this process's Ray
+            after the drain; only for a Ray this process started, whose proxies nobody else uses.
+        timeout: seconds to wait for the replicas to answer the requests they had taken (each
+            also gives up after its ``shutdown_timeout``).
+        url: what :func:`deploy` returned; with ``shutdown``, Serve is shut down once it refuses
+            connections.
+    """
     ray, serve = _ray()
     if not ray.is_initialized():
+        return
+    drain = _drain(ray, timeout)
+    if shutdown:
+        _stop_proxies(ray, url)
+        serve.shutdown()
+        ray.shutdown()
         return
     try:
         serve.delete(APP_NAME)
     except Exception:  # noqa: BLE001 - already gone
         pass
-    if shutdown:
-        serve.shutdown()
-        ray.shutdown()
+    if drain is not None:  # a later deploy() starts a fresh signal
+        ray.kill(drain)
+    global _SIGNAL
+    _SIGNAL = None
+
+
+def _drain(ray: Any, timeout: float) -> Any:
+    """Signal the replicas to refuse new requests, and wait until each has answered those it
+    took; return the signal actor (``None`` without one)."""
+    try:
+        drain = ray.get_actor(DRAIN_ACTOR[0], namespace=DRAIN_ACTOR[1])
+    except ValueError:
+        return None
+    replicas = _replica_count()
+    deadline = time.monotonic() + timeout
+    try:
+        ray.get(drain.drain.remote(), timeout=timeout)
+        while time.monotonic() < deadline:
+            if ray.get(drain.finished.remote(), timeout=timeout) >= replicas:
+                break
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - the signal is gone: nothing left to wait for
+        return None
+    # A replica's last replies still cross the proxy on their way to the clients.
+    time.sleep(0.25)
+    return drain
+
+
+def _replica_count() -> int:
+    """The running replicas of the deployment (0 when Serve cannot say)."""
+    _, serve = _ray()
+    try:
+        app = serve.status().applications[APP_NAME]
+        return sum(
+            n
+            for d in app.deployments.values()
+            for state, n in d.replica_states.items()
+            if getattr(state, "value", state) == "RUNNING"
+        )
+    except Exception:  # noqa: BLE001 - no application, or a Serve without these fields
+        return 0
+
+
+def _stop_proxies(ray: Any, url: str | None) -> None:
+    """Kill Ray Serve's HTTP proxies and wait until ``url`` refuses connections: Serve's own
+    shutdown deletes the applications while the proxies still accept requests (and answer 404)."""
+    from urllib.parse import urlsplit
+
+    from ray.util import list_named_actors
+
+    for actor in list_named_actors(all_namespaces=True):
+        if actor["namespace"] == "serve" and actor["name"].startswith("SERVE_PROXY_ACTOR"):
+            try:
+                ray.kill(ray.get_actor(actor["name"], namespace="serve"), no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+    if url is None:
+        return
+    where = urlsplit(url)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((where.hostname, where.port), timeout=0.5).close()
+        except OSError:
+            return
+        time.sleep(0.05)
 
 
 def serve_ray(cfg: ServeConfig) -> None:
@@ -236,4 +428,4 @@ def serve_ray(cfg: ServeConfig) -> None:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-        undeploy(shutdown=started_here)
+        undeploy(shutdown=started_here, timeout=cfg.shutdown_timeout + 2, url=url)
