@@ -1,7 +1,7 @@
 """The ``tools`` protocol: OpenAI-style function calls (``search``, ``answer``) as actions.
 
 Classes: :class:`ToolProtocol`, :class:`ToolCall` (one call as read), :class:`ToolTurn` (one
-assistant turn as read). Functions: :func:`tool_specs`. Constants: :data:`TOOL_NAMES`,
+assistant turn as read). Functions: :func:`tool_specs`, :func:`fold_routes`. Constants: :data:`TOOL_NAMES`,
 :data:`DEFAULT_MAX_TOOL_CALLS`.
 
 A turn is free text (reasoning, optionally in ``<think>…</think>``) and one or more calls of the
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,15 @@ from hopgym.corpora.types import Passage
 from hopgym.envs.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think
 from hopgym.envs.protocols import PROTOCOLS, Protocol, _join_docs, _routes
 
-__all__ = ["ToolProtocol", "ToolCall", "ToolTurn", "tool_specs", "TOOL_NAMES", "DEFAULT_MAX_TOOL_CALLS"]
+__all__ = [
+    "ToolProtocol",
+    "ToolCall",
+    "ToolTurn",
+    "tool_specs",
+    "fold_routes",
+    "TOOL_NAMES",
+    "DEFAULT_MAX_TOOL_CALLS",
+]
 
 #: The tools of the env, in the order :func:`tool_specs` lists them.
 TOOL_NAMES: tuple[str, ...] = ("search", "answer")
@@ -146,6 +154,7 @@ class ToolTurn:
 
 
 _THINK_RE = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL | re.IGNORECASE)
+_CLOSED_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _HERMES_RE = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 _MISTRAL_V11_RE = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z_][\w.-]*)\s*\[ARGS\]")
 _DECODER = json.JSONDecoder()
@@ -249,6 +258,11 @@ class ToolProtocol(Protocol):
         issues: list[FormatIssue] = []
         found: list[tuple[int, int, Any, str | None]] = []  # (start, end, json or error text, id)
         truncated = False
+        # A call inside a closed <think>…</think> is a thought about a call, not a call (as an
+        # action inside <think> is under ``tags``): calls are looked for in the text with the
+        # closed thoughts blanked out (same length, so the spans still index ``text``).
+        text_in = text
+        text = _CLOSED_THINK_RE.sub(lambda m: " " * len(m.group(0)), text)
         for m in _HERMES_RE.finditer(text):
             if not m.group(2):  # an unclosed <tool_call> at the end of the turn
                 try:
@@ -271,7 +285,7 @@ class ToolProtocol(Protocol):
                 found = _embedded_calls(text)
                 if found:
                     issues.append(FormatIssue("bare_tool_call", "a JSON call without the template's markers"))
-        content = text
+        text = content = text_in
         for start, end in sorted({(a, b) for a, b, *_ in found}, reverse=True):
             content = content[:start] + content[end:]
         think = _think_of(content)
@@ -463,6 +477,29 @@ class ToolProtocol(Protocol):
             else:
                 out.append(f"{m['content']}\n")
         return "".join(out)
+
+
+def fold_routes(actions: Iterable[Any]) -> list[Any]:
+    """An action list for the ``tools`` protocol: each :class:`Route` folded into the next
+    :class:`Search` as its ``source`` (there is no route tool); other items are kept.
+
+    Example:
+        >>> fold_routes([Route("web"), Search("x"), Answer("y")])
+        [Search(query='x', think=''), Answer(text='y', think='')]
+        >>> _[0].source
+        'web'
+    """
+    out: list[Any] = []
+    pending: Route | None = None
+    for act in actions:
+        if isinstance(act, Route):
+            pending = act
+            continue
+        if isinstance(act, Search) and pending is not None and act.source is None:
+            act = Search(act.query, act.think or pending.think, source=pending.source)
+        pending = None if isinstance(act, Search) else pending
+        out.append(act)
+    return out
 
 
 class _BadJSON:
