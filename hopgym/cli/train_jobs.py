@@ -222,6 +222,7 @@ def run_sft(
     from hopgym.agents.scripted import OracleAgent
     from hopgym.agents.sft import teacher_examples, train_sft
     from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
+    from hopgym.agents.tool_calls import speak_tools
 
     data = data or SFTDataConfig()
     env_fn = _env_fn(train, train.reward, train.split)
@@ -234,12 +235,12 @@ def run_sft(
     if data.teacher == "oracle":
 
         def agent_fn(e: Any) -> Any:
-            return OracleAgent(e)
+            return speak_tools(OracleAgent(e), e)
     else:
         tcfg = teacher or TeacherConfig()
 
         def agent_fn(e: Any) -> Any:
-            return ImperfectTeacher(e, tcfg, seed=sft.seed)
+            return speak_tools(ImperfectTeacher(e, tcfg, seed=sft.seed), e)
 
     examples = teacher_examples(env_fn, agent_fn, draw, tok, seed=sft.seed)
     before = [p.detach().clone() for p in model.parameters()]
