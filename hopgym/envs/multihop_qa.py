@@ -63,8 +63,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``<think>…</think>`` followed by exactly one of ``<search>query</search>``,
     ``<route>source</route>`` or ``<answer>text</answer>`` (a turn with only ``<think>`` is a think
     step). Under ``r3`` it is ``The problem analysis: …`` then ``The retrieval query: …`` or
-    ``The final answer: …`` (``The retrieval source: …`` routes). Structured actions
-    (:class:`~hopgym.envs.actions.Search` and friends) are rendered to the protocol's text first.
+    ``The final answer: …`` (``The retrieval source: …`` routes). Under ``tools`` it is free text and
+    calls of the tools :attr:`tool_specs` (``search(query, source?)``, ``answer(answer)``) in any
+    chat template's format or as an OpenAI assistant message dict; each call answers with a tool
+    message and ``info["calls"]`` holds each call's info (see :mod:`hopgym.envs.tool_protocol`).
+    Structured actions (:class:`~hopgym.envs.actions.Search` and friends) are rendered to the
+    protocol's text first.
     Any other input — a non-string, an empty or over-long turn, no complete action block, two
     different actions, an action inside a closed ``<think>`` or another tag, an ``<information>``
     tag, an unknown source — is an *invalid* turn: it never raises, the agent sees a short
@@ -132,7 +136,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
       arguments override single fields: ``MultiHopQAEnv(task, top_k=2)``. The fields: ``protocol``
       (``"tags"``, ``"r3"`` or a protocol instance), ``top_k``, ``dedup``, ``max_docs``,
       ``doc_chars``, ``background_k``, ``max_turns`` (the budget the prompt announces),
-      ``max_action_chars``, ``reward`` (applied by ``gym.make``, not by this class),
+      ``max_action_chars``, ``max_tool_calls``, ``reward`` (applied by ``gym.make``, not by this class),
       ``render_mode``, ``parse``, ``repeat_notice`` and ``last_turn_notice``; see
       :class:`~hopgym.envs.options.EnvOptions` for their meaning and defaults. :attr:`options`
       holds them resolved (:meth:`~hopgym.envs.options.EnvOptions.resolved`).
@@ -148,7 +152,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
       refused without being recorded, and options are one :class:`EnvOptions`. The ``lenient``
       parse is the default (``parse="strict"`` keeps the earlier rules); ``format_issues``,
       ``truncated_turn`` and ``repeated_query`` in ``info``; the repeated-query and last-turn
-      notices (``repeat_notice``, ``last_turn_notice``).
+      notices (``repeat_notice``, ``last_turn_notice``). ``protocol="tools"`` (OpenAI-style tool
+      calls, ``max_tool_calls``, :attr:`tool_specs`); ``tags`` and ``r3`` unchanged.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}

@@ -325,7 +325,8 @@ class ToolProtocol(Protocol):
                 call_id,
                 ParsedTurn(None, think=think, error=f"a tool call must be a JSON object, got {_kind(entry)}"),
             )
-        fn = entry.get("function") if isinstance(entry.get("function"), Mapping) else entry
+        inner = entry.get("function")
+        fn: Mapping[str, Any] = inner if isinstance(inner, Mapping) else entry
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             return ToolCall(
@@ -580,7 +581,7 @@ def _mistral(text: str) -> list[tuple[int, int, Any, str | None]]:
     at = text.index("[TOOL_CALLS]")
     v11 = list(_MISTRAL_V11_RE.finditer(text))
     if v11:
-        out = []
+        out: list[tuple[int, int, Any, str | None]] = []
         for m in v11:
             try:
                 args, end = _DECODER.raw_decode(text, m.end())

@@ -178,7 +178,7 @@ def environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], HopgymTo
         )
     kwargs = {**env_kwargs, "protocol": "tools"}
     probe = gym.make(env_id, **kwargs)
-    sources = tuple(probe.unwrapped.source_names)
+    sources = tuple(getattr(probe.unwrapped, "source_names", ()))
     probe.close()
     cls = _routing_class(sources) if len(sources) > 1 else HopgymToolEnv
 
@@ -199,8 +199,8 @@ def question_dataset(env_id: str, n: int | None = None, **env_kwargs: Any) -> An
         n: the number of questions (``None``: all of the env's).
         **env_kwargs: the env's arguments.
     """
-    from datasets import Dataset
+    from datasets import Dataset  # type: ignore[import-untyped]
 
     env = gym.make(env_id, **{**env_kwargs, "protocol": "tools"})
-    ids = [s.id for s in env.unwrapped.task.samples][:n]
+    ids = [s.id for s in env.unwrapped.task.samples][:n]  # type: ignore[attr-defined]
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}] for _ in ids], "question_id": ids})
