@@ -17,7 +17,8 @@ Floors (a module may import its own floor and the floors below it):
   2 ``hopgym/retrieval`` (search over data: engines, specs, index store, the service), 3
   ``hopgym/tasks`` (questions plus sources), 4 ``hopgym/rewards``, 5 ``hopgym/envs`` and
   ``hopgym/vector.py`` (the ``hopgym.vector`` namespace, as ``gymnasium.vector``), 6
-  ``hopgym/agents``, 7 ``hopgym/cli`` and ``hopgym/viewer``.
+  ``hopgym/agents`` and ``hopgym/integrations`` (adapters to training frameworks), 7 ``hopgym/cli`` and
+  ``hopgym/viewer``.
 
 ``hopgym/__init__.py`` is the facade: it may import floors 0-5 (it registers the envs), and a
 module that imports ``hopgym`` itself (``from hopgym import __version__``) imports the facade,

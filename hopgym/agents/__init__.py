@@ -22,6 +22,8 @@ from hopgym.agents.scripted import (
 # name -> module, imported on first use so that `import hopgym.agents` pulls in no torch or trl.
 _LAZY = {
     "IterativeAgent": "iterative",
+    "ToolCallAgent": "tool_calls",
+    "speak_tools": "tool_calls",
     "evaluate": "evaluation",
     "run_episode": "evaluation",
     "aggregate": "evaluation",

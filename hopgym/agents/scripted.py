@@ -249,7 +249,9 @@ AGENTS: tuple[str, ...] = agent_names()
 def make_agent(name: str, env: gym.Env, seed: int | None = None) -> Agent:
     """An agent by name, for ``env``: a registered name (:func:`register_agent`), or
     ``"module:attribute"`` naming a factory ``(env, seed) -> Agent`` (imported on use, so that a
-    command line can reach an agent defined in the user's own module).
+    command line can reach an agent defined in the user's own module). A registered agent of an
+    env with the ``tools`` protocol is wrapped so that it writes tool calls
+    (:class:`~hopgym.agents.tool_calls.ToolCallAgent`).
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -269,4 +271,6 @@ def make_agent(name: str, env: gym.Env, seed: int | None = None) -> Agent:
         raise InvalidOptionError(
             f"unknown agent {name!r}; choose one of {', '.join(_FACTORIES)}, or give 'module:factory'"
         ) from None
-    return factory(env, seed)
+    from hopgym.agents.tool_calls import speak_tools
+
+    return speak_tools(factory(env, seed), env)

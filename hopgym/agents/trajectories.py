@@ -78,6 +78,7 @@ import gymnasium as gym
 
 from hopgym._version import __version__
 from hopgym.envs.options import AUTO_OPTIONS, EnvOptions
+from hopgym.envs.tool_protocol import ToolProtocol
 from hopgym.errors import HopgymError, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
@@ -334,7 +335,15 @@ class EpisodeRecorder:
         step_terms: Mapping[str, float],
     ) -> dict[str, Any]:
         transcript = self.env.unwrapped.transcript
-        action = next((m["content"] for m in reversed(transcript) if m["role"] == "assistant"), "")
+        last = next((m for m in reversed(transcript) if m["role"] == "assistant"), None)
+        # A tools-protocol turn keeps its calls beside the content: the action is both, as text.
+        action = (
+            ""
+            if last is None
+            else ToolProtocol.assistant_text(last)
+            if last.get("tool_calls")
+            else last["content"]
+        )
         turn: dict[str, Any] = {"action": action, "action_type": kind, "reward": reward}
         optional = {
             "think": info.get("think"),

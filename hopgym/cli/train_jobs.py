@@ -223,6 +223,7 @@ def run_sft(
     from hopgym.agents.scripted import OracleAgent
     from hopgym.agents.sft import teacher_examples, train_sft
     from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
+    from hopgym.agents.tool_calls import speak_tools
 
     data = data or SFTDataConfig()
     args = sft.trl_config()  # TRL's SFTConfig: refuses bad options before anything is built
@@ -236,12 +237,12 @@ def run_sft(
     if data.teacher == "oracle":
 
         def agent_fn(e: Any) -> Any:
-            return OracleAgent(e)
+            return speak_tools(OracleAgent(e), e)
     else:
         tcfg = teacher or TeacherConfig()
 
         def agent_fn(e: Any) -> Any:
-            return ImperfectTeacher(e, tcfg, seed=args.seed)
+            return speak_tools(ImperfectTeacher(e, tcfg, seed=args.seed), e)
 
     examples = teacher_examples(env_fn, agent_fn, draw, tok, seed=args.seed)
     before = [p.detach().clone() for p in model.parameters()]

@@ -10,7 +10,7 @@ LLM that writes the same text get exactly the same treatment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 __all__ = [
@@ -40,6 +40,9 @@ FORMAT_ISSUES: dict[str, str] = {
     "missing_analysis": "no 'The problem analysis:' line (r3)",
     "inline_field": "a field label such as 'The retrieval query:' not at the start of a line (r3)",
     "text_outside_fields": "text before the first field, or after the action's line (r3)",
+    "bare_tool_call": "a JSON tool call without the chat template's markers such as <tool_call> (tools)",
+    "unclosed_tool_call": "a complete JSON call in a <tool_call> never closed (tools)",
+    "extra_argument": "a tool call with an argument the tool does not take (tools)",
 }
 
 
@@ -66,10 +69,12 @@ class Think:
 
 @dataclass(frozen=True, slots=True)
 class Search:
-    """Search the current source for ``query``."""
+    """Search the current source for ``query`` (or ``source``, which then becomes the current
+    one: how the ``tools`` protocol routes; the text protocols route with :class:`Route`)."""
 
     query: str
     think: str = ""
+    source: str | None = field(default=None, repr=False)
     kind = "search"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -13,6 +14,7 @@ from hopgym.envs.actions import Answer, ParsedTurn, Route, Search, Think
 from hopgym.envs.options import RENDER_MODES, EnvKwargs, EnvOptions, Unpack
 from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
+from hopgym.envs.tool_protocol import ToolProtocol, ToolTurn, tool_specs
 from hopgym.errors import InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.failures import failure_kind
@@ -62,8 +64,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``<think>…</think>`` followed by exactly one of ``<search>query</search>``,
     ``<route>source</route>`` or ``<answer>text</answer>`` (a turn with only ``<think>`` is a think
     step). Under ``r3`` it is ``The problem analysis: …`` then ``The retrieval query: …`` or
-    ``The final answer: …`` (``The retrieval source: …`` routes). Structured actions
-    (:class:`~hopgym.envs.actions.Search` and friends) are rendered to the protocol's text first.
+    ``The final answer: …`` (``The retrieval source: …`` routes). Under ``tools`` it is free text and
+    calls of the tools :attr:`tool_specs` (``search(query, source?)``, ``answer(answer)``) in any
+    chat template's format or as an OpenAI assistant message dict; each call answers with a tool
+    message and ``info["calls"]`` holds each call's info (see :mod:`hopgym.envs.tool_protocol`).
+    Structured actions (:class:`~hopgym.envs.actions.Search` and friends) are rendered to the
+    protocol's text first.
     Any other input — a non-string, an empty or over-long turn, no complete action block, two
     different actions, an action inside a closed ``<think>`` or another tag, an ``<information>``
     tag, an unknown source — is an *invalid* turn: it never raises, the agent sees a short
@@ -136,7 +142,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
       arguments override single fields: ``MultiHopQAEnv(task, top_k=2)``. The fields: ``protocol``
       (``"tags"``, ``"r3"`` or a protocol instance), ``top_k``, ``dedup``, ``max_docs``,
       ``doc_chars``, ``background_k``, ``max_turns`` (the budget the prompt announces),
-      ``max_action_chars``, ``reward`` (applied by ``gym.make``, not by this class),
+      ``max_action_chars``, ``max_tool_calls``, ``reward`` (applied by ``gym.make``, not by this class),
       ``render_mode``, ``parse``, ``repeat_notice`` and ``last_turn_notice``; see
       :class:`~hopgym.envs.options.EnvOptions` for their meaning and defaults. :attr:`options`
       holds them resolved (:meth:`~hopgym.envs.options.EnvOptions.resolved`).
@@ -152,7 +158,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
       refused without being recorded, and options are one :class:`EnvOptions`. The ``lenient``
       parse is the default (``parse="strict"`` keeps the earlier rules); ``format_issues``,
       ``truncated_turn`` and ``repeated_query`` in ``info``; the repeated-query and last-turn
-      notices (``repeat_notice``, ``last_turn_notice``).
+      notices (``repeat_notice``, ``last_turn_notice``). ``protocol="tools"`` (OpenAI-style tool
+      calls, ``max_tool_calls``, :attr:`tool_specs`); ``tags`` and ``r3`` unchanged.
     - All versions (``-v0`` and ``-v1`` ids), no change to rewards or termination:
       ``retrieval_error_kind`` and ``failed_searches`` in ``info``; a step after the end (undefined
       in Gymnasium) says only "the episode is over: call reset()." without the format hint.
@@ -290,6 +297,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
             self._supplied = None
             return self._after_end()
         self.turn += 1
+        if isinstance(self.protocol, ToolProtocol):
+            return self._step_tools(action)
         if prepared is not None and prepared[0] is action:
             text, parsed = prepared[1], prepared[2]
         else:
@@ -350,6 +359,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self._prepared = self._supplied = None
         if self.sample is None or self.done or self.turn >= self.options.max_turns:
             return None
+        if isinstance(self.protocol, ToolProtocol):
+            # Prefetch the turn's first call when it searches the current source; the step
+            # re-reads the turn (and uses the results only for the very same request).
+            turn = self._read_tools(action)
+            first = turn.calls[0].parsed.action if turn.calls and turn.error is None else None
+            if not isinstance(first, Search) or first.source not in (None, self.source):
+                return None
+            try:
+                return self._request(first.query, self.options.top_k)
+            except Exception:  # noqa: BLE001 - the step itself reports a failing retriever factory
+                return None
         text, parsed = self._read(action)
         self._prepared = (action, text, parsed)
         act = parsed.action
@@ -386,11 +406,138 @@ class MultiHopQAEnv(gym.Env[str, str]):
         )
 
     def render(self) -> str | None:
-        if self.render_mode == "ansi":
-            return "".join(
-                m["content"] if m["role"] == "user" else m["content"] + "\n" for m in self.transcript
+        if self.render_mode != "ansi":
+            return None
+        if isinstance(self.protocol, ToolProtocol):
+            out = []
+            for m in self.transcript:
+                if m["role"] == "assistant":
+                    out.append(self.protocol.assistant_text(m) + "\n")
+                else:
+                    out.append(self.protocol.observation_text([m]))
+            return "".join(out)
+        return "".join(m["content"] if m["role"] == "user" else m["content"] + "\n" for m in self.transcript)
+
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The env's tools as OpenAI function schemas (``search`` and ``answer``; ``search`` takes
+        a ``source`` enum when there are several sources), for ``apply_chat_template(tools=...)``
+        and OpenAI-compatible servers. Meant for the ``tools`` protocol; the same for any."""
+        return tool_specs({n: s.description for n, s in self.task.sources.items()})
+
+    # ------------------------------------------------------------------ tools protocol
+    def _read_tools(self, action: Any) -> ToolTurn:
+        if not isinstance(action, (str, Mapping, Think, Search, Route, Answer)):
+            shown = repr(action)[:60]
+            return ToolTurn(
+                "",
+                "",
+                error=f"a turn must be a string or a message dict, got {type(action).__name__} {shown}",
             )
-        return None
+        if isinstance(action, str) and not action.strip():
+            return ToolTurn("", "", error="empty turn")
+        if isinstance(action, Mapping):
+            try:
+                size = len(json.dumps(action, default=str))
+            except (TypeError, ValueError, RecursionError) as exc:
+                return ToolTurn("", "", error=f"the message is not JSON-serialisable ({type(exc).__name__})")
+        else:
+            size = len(action) if isinstance(action, str) else 0
+        limit = self.options.max_action_chars
+        if size > limit:
+            return ToolTurn("", "", error=f"turn too long ({size} > {limit} characters)")
+        assert isinstance(self.protocol, ToolProtocol)
+        return self.protocol.read(action, self.source_names, self.options.max_tool_calls)
+
+    def _step_tools(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """One turn of tool calls: each call runs in order and answers with one tool message;
+        ``info`` is the last call's, with every call's in ``info["calls"]``."""
+        assert isinstance(self.protocol, ToolProtocol)
+        opts, sources = self.options, tuple(self.task.sources)
+        turn = self._read_tools(action)
+        self._supplied, supplied = None, self._supplied
+        assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
+        if turn.calls and turn.error is None:
+            assistant["tool_calls"] = [c.message() for c in turn.calls]
+        self.transcript.append(assistant)
+        messages: list[dict[str, Any]] = []
+        infos: list[dict[str, Any]] = []
+        terminated = False
+        if turn.error is not None or not turn.calls:
+            parsed = ParsedTurn(
+                None if turn.error else Think(turn.think),
+                think=turn.think,
+                error=turn.error,
+                truncated=turn.truncated,
+            )
+            infos.append(self._blank_info(parsed))
+            if turn.error is not None:
+                messages.append(
+                    {"role": "user", "content": self.protocol.format_error(turn.error, self.turn, sources)}
+                )
+        else:
+            stop: str | None = None
+            for i, call in enumerate(turn.calls):
+                reply: dict[str, Any] = {"role": "tool", "name": call.name or "unknown"}
+                if call.id is not None:
+                    reply["tool_call_id"] = call.id
+                if stop is not None:
+                    messages.append({**reply, "content": f"Not run: {stop}."})
+                    continue
+                parsed = call.parsed
+                if i >= opts.max_tool_calls:
+                    n = len(turn.calls) + turn.dropped
+                    parsed = ParsedTurn(
+                        None,
+                        think=turn.think,
+                        error=f"too many tool calls in one turn ({n} > {opts.max_tool_calls}): "
+                        f"only the first {opts.max_tool_calls} ran",
+                    )
+                info = self._blank_info(parsed)
+                info["format_issues"] = list(turn.issues if i == 0 else ()) + list(parsed.issues)
+                act = parsed.action
+                infos.append(info)
+                if act is None:
+                    messages.append(
+                        {
+                            **reply,
+                            "content": self.protocol.format_error(
+                                parsed.error or "invalid call", self.turn, sources
+                            ),
+                        }
+                    )
+                    stop = "an earlier call of this turn failed"
+                elif isinstance(act, Answer):
+                    info["answer"] = act.text
+                    terminated = self.done = True
+                    stop = "the answer ended the episode"
+                else:
+                    assert isinstance(act, Search)
+                    if act.source is not None and act.source != self.source:
+                        self.source = act.source
+                        info.update(source=act.source, routed_to=act.source)
+                    if i == 0:
+                        self._supplied = supplied
+                    messages.append({**reply, "content": self._do_search(act.query, info)})
+                    self._supplied = None
+                info["searches"] = self.searches
+                info["searches_by_source"] = dict(self.searches_by_source)
+        if opts.last_turn_notice and not terminated and self.turn == opts.max_turns - 1:
+            if messages:
+                messages[-1] = {
+                    **messages[-1],
+                    "content": self.protocol.last_turn(messages[-1]["content"], self.turn),
+                }
+            else:
+                messages.append({"role": "user", "content": self.protocol.LAST_TURN})
+        self.transcript.extend(messages)
+        info = dict(infos[-1])
+        info["searches"] = self.searches
+        info["searches_by_source"] = dict(self.searches_by_source)
+        if turn.calls and turn.error is None:
+            info["calls"] = infos
+        info["tool_messages"] = messages
+        return self.protocol.observation_text(messages), 0.0, terminated, False, info
 
     # ------------------------------------------------------------------ helpers
     def _read(self, action: Any) -> tuple[str, ParsedTurn]:

@@ -34,6 +34,7 @@ from typing import Any, TypedDict
 
 from hopgym._kwargs import unknown_name_error
 from hopgym.envs.protocols import PARSE_MODES, PROTOCOLS, Protocol
+from hopgym.envs.tool_protocol import DEFAULT_MAX_TOOL_CALLS  # also registers the "tools" protocol
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 if sys.version_info >= (3, 11):
@@ -73,9 +74,10 @@ class EnvOptions:
     protocol: str | Protocol = _opt(
         "tags",
         "turn format: 'tags' (Search-R1 style <think>/<search>/<route>/<answer> tags) or "
-        "'r3' (R3-RAG's 'Step k:' format), or a Protocol instance",
-        cli="turn format: 'tags' (Search-R1 style <think>/<search>/<route>/<answer> tags) or "
-        "'r3' (R3-RAG's 'Step k:' format)",
+        "'r3' (R3-RAG's 'Step k:' format), or 'tools' (OpenAI-style search/answer function "
+        "calls, see hopgym.envs.tool_protocol), or a Protocol instance",
+        cli="turn format: 'tags' (Search-R1 style <think>/<search>/<route>/<answer> tags), "
+        "'r3' (R3-RAG's 'Step k:' format) or 'tools' (OpenAI-style search/answer function calls)",
     )
     top_k: int = _opt(3, "documents shown per search", low=1)
     dedup: bool = _opt(
@@ -100,6 +102,11 @@ class EnvOptions:
     )
     max_turns: int = _opt(8, "step budget: a TimeLimit truncates the episode after this many turns", low=1)
     max_action_chars: int = _opt(8192, "longer turns are invalid (the agent sees why)", low=1)
+    max_tool_calls: int = _opt(
+        DEFAULT_MAX_TOOL_CALLS,
+        "tools protocol: the calls one turn may make, run in order (one more is an error)",
+        low=1,
+    )
     reward: str | None = _opt(
         "default",
         "reward preset: default, em, f1, searchr1, r3rag or kunlun "
@@ -286,6 +293,7 @@ class EnvKwargs(TypedDict, total=False):
     background_k: int
     max_turns: int
     max_action_chars: int
+    max_tool_calls: int
     reward: str | None
     render_mode: str | None
     parse: str | None

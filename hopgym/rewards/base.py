@@ -9,6 +9,8 @@ Contract (it holds for any stack of these wrappers, in any order):
   ``reward == math.fsum(info["reward_terms"].values())``. Every wrapper writes all of its term names
   on every step (0.0 when a term does not apply), so vector envs and per-episode means see the same
   keys throughout;
+- a step whose ``info["calls"]`` lists several calls (a turn of the ``tools`` protocol) is scored
+  call by call: ``_step_terms`` sees each call's info, shaped like a one-action turn's;
 - a reward that an inner, non-hopgym wrapper added without a term is kept under ``"unattributed"``,
   so the sum still holds;
 - a wrapper decides everything from ``info`` and the gold sample ``env.unwrapped.sample`` and never
@@ -144,7 +146,10 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
                 f"this wrapper: {sorted(terms)}); pass name=... to use other names"
             )
         own = dict.fromkeys(self.term_names, 0.0)
-        self._add(own, self._step_terms(info))
+        # A turn of several tool calls (the ``tools`` protocol) is scored call by call, each
+        # call's info shaped like a tag turn's, so that N searches cost what N tag turns cost.
+        for call in info.get("calls") or (info,):
+            self._add(own, self._step_terms(call))
         forced = not (terminated or truncated) and self._ends_episode(info)
         budget = self._max_turns is not None and int(info.get("turn", 0)) >= self._max_turns
         if (terminated or truncated or forced or budget) and not self._ended:

@@ -34,6 +34,7 @@ NON_DEFAULT = {
     "background_k": 1,
     "max_turns": 5,
     "max_action_chars": 4000,
+    "max_tool_calls": 2,
     "reward": "f1",
     "render_mode": "ansi",
     "parse": "strict",

@@ -258,7 +258,8 @@ def test_issue_codes_are_declared_and_carry_details():
             for issue in proto.parse(text, SOURCES).issues:
                 assert issue.code in FORMAT_ISSUES and issue.detail
                 seen.add(issue.code)
-    assert seen == set(FORMAT_ISSUES)  # every declared code is produced by some case
+    # every declared code is produced by some case (the tools protocol's in test_tool_protocol.py)
+    assert seen == {c for c, d in FORMAT_ISSUES.items() if not d.endswith("(tools)")}
 
 
 @pytest.mark.parametrize("mode", PARSE_MODES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -13,6 +14,7 @@ import gymnasium as gym
 from hopgym.corpora.types import Hop, Passage, QASample
 from hopgym.envs import Answer, Route, Search, Think
 from hopgym.envs.spaces import FreeText
+from hopgym.envs.tool_protocol import fold_routes
 from hopgym.retrieval.sparse import BM25Retriever
 from hopgym.tasks.base import QATask, Source
 
@@ -398,6 +400,61 @@ ADVERSARIES: tuple[Policy, ...] = (
 ORACLE = Policy("oracle", _oracle)
 
 
+def _tc(name: str, **args: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>"
+
+
+def _all_in_one(env: gym.Env, s: QASample, answers: Sequence[str]) -> str:
+    """One turn: the oracle's searches (routes folded in) then answer calls."""
+    calls = [
+        _tc("search", query=a.query, **({"source": a.source} if a.source else {}))
+        for a in fold_routes(_searches(s))
+    ]
+    return "".join(calls + [_tc("answer", answer=a) for a in answers])
+
+
+#: Adversaries of the ``tools`` protocol (beside the shared ones, which it plays too).
+TOOL_ADVERSARIES: tuple[Policy, ...] = (
+    Policy("tools_all_in_one_turn", lambda env, s: [_all_in_one(env, s, [s.answer])]),
+    Policy(
+        "tools_two_answers_wrong_first",
+        lambda env, s: [_all_in_one(env, s, [distractors(env, s, 1)[0], s.answer])],
+    ),
+    Policy(
+        "tools_answer_in_think",
+        lambda env, s: [f"<think>{_tc('answer', answer=s.answer)}</think>"] * _budget(env),
+    ),
+    Policy(
+        "tools_plain_text_answer", lambda env, s: _searches(s) + [f"The answer is {s.answer}."] * _budget(env)
+    ),
+    Policy("tools_gold_in_query", lambda env, s: [_tc("search", query=s.answer)] * _budget(env)),
+    Policy(
+        "tools_search_spam_one_turn",
+        lambda env, s: ["".join(_tc("search", query=f"{s.answer} {i}") for i in range(50))] * _budget(env),
+    ),
+    Policy(
+        "tools_answer_number_type",
+        lambda env, s: (
+            _searches(s)
+            + ['<tool_call>{"name": "answer", "arguments": {"answer": ["' + s.answer + '"]}}</tool_call>']
+            * _budget(env)
+        ),
+    ),
+    Policy(
+        "tools_stuffed_answer",
+        lambda env, s: _searches(s) + [_tc("answer", answer=", ".join([*distractors(env, s), s.answer]))],
+    ),
+    Policy(
+        "tools_unknown_tool_then_answer",
+        lambda env, s: (
+            _searches(s) + [_tc("lookup", query="x") + _tc("answer", answer=s.answer)] * _budget(env)
+        ),
+    ),
+)
+#: Of those, the ones that may tie the oracle (the gold answer, honestly reached).
+TOOL_HONEST = {"tools_all_in_one_turn"}
+
+
 def play(env: gym.Env, policy: Policy, question_id: str) -> Episode:
     """Run ``policy`` on one question of ``env``."""
     state: dict[str, Any] = {}
@@ -406,13 +463,21 @@ def play(env: gym.Env, policy: Policy, question_id: str) -> Episode:
         if policy.name == "paste_documents":
             # search each hop, then answer with the text of everything retrieved
             plan = state.setdefault("plan", _searches(sample))
+            if env.unwrapped.protocol.name == "tools" and not state.get("folded"):
+                plan[:] = fold_routes(plan)
+                state["folded"] = True
             state.setdefault("seen", [])
             if info.get("documents"):
                 state["seen"].extend(d.text for d in info["documents"])
             if plan:
                 return plan.pop(0)
             return Answer(" ".join(state["seen"]) or obs)
-        plan = state.setdefault("plan", list(policy.build(env, sample)))
+        if "plan" not in state:
+            plan = list(policy.build(env, sample))
+            if env.unwrapped.protocol.name == "tools":  # no route tool: searches name the source
+                plan = fold_routes(plan)
+            state["plan"] = plan
+        plan = state["plan"]
         if plan:
             return plan.pop(0)
         return Think("out of plan")

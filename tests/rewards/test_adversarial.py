@@ -21,7 +21,17 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from reward_helpers import ADVERSARIES, ORACLE, SLOPPY, TINY_IDS, play, run, tiny
+from reward_helpers import (
+    ADVERSARIES,
+    ORACLE,
+    SLOPPY,
+    TINY_IDS,
+    TOOL_ADVERSARIES,
+    TOOL_HONEST,
+    play,
+    run,
+    tiny,
+)
 
 from hopgym.envs.protocols import PARSE_MODES
 from hopgym.rewards import PRESETS, preset
@@ -36,7 +46,11 @@ FORMAT_PAYING = {"searchr1", "r3rag"}
 
 def check(name: str, parse: str, qid: str, adv, ep, oracle) -> None:
     """The guarantee for one adversary episode against the oracle's."""
-    if adv.name in HONEST or (adv.name in SLOPPY_NAMES and (name not in FORMAT_PAYING or parse == "strict")):
+    if (
+        adv.name in HONEST
+        or adv.name in TOOL_HONEST
+        or (adv.name in SLOPPY_NAMES and (name not in FORMAT_PAYING or parse == "strict"))
+    ):
         assert ep.total <= oracle.total + 1e-9, (qid, adv, ep.terms, oracle.terms)
     else:
         assert ep.total < oracle.total - 1e-9, (qid, adv, ep.terms, oracle.terms)
@@ -92,14 +106,18 @@ def synthetic(name: str, judge, protocol: str = "tags", parse: str = "lenient") 
     return preset(env, name, judge=judge)
 
 
-SYNTHETIC_CASES = [(n, j, "tags") for n, j in VARIANTS] + [("default", None, "r3"), ("r3rag", None, "r3")]
+SYNTHETIC_CASES = (
+    [(n, j, "tags") for n, j in VARIANTS]
+    + [("default", None, "r3"), ("r3rag", None, "r3")]
+    + [(n, j, "tools") for n, j in VARIANTS]
+)
 
 
 @pytest.mark.parametrize("parse", PARSE_MODES)
 @pytest.mark.parametrize(
     ("name", "judge", "protocol"),
     SYNTHETIC_CASES,
-    ids=[f"{i}-tags" for i in VARIANT_IDS] + ["default-r3", "r3rag-r3"],
+    ids=[f"{i}-tags" for i in VARIANT_IDS] + ["default-r3", "r3rag-r3"] + [f"{i}-tools" for i in VARIANT_IDS],
 )
 def test_no_adversary_beats_the_oracle_in_the_synthetic_routing_world(name, judge, protocol, parse):
     env = synthetic(name, judge, protocol, parse)
@@ -109,7 +127,23 @@ def test_no_adversary_beats_the_oracle_in_the_synthetic_routing_world(name, judg
     for qid in ids:
         oracle = play(env, ORACLE, qid)
         assert oracle.terminated and oracle.terms["outcome"] > 0, (qid, oracle.terms)
-        for adv in ADVERSARIES:
+        for adv in ADVERSARIES + (TOOL_ADVERSARIES if protocol == "tools" else ()):
+            check(name, parse, qid, adv, play(env, adv, qid), oracle)
+
+
+@pytest.mark.parametrize("parse", PARSE_MODES)
+@pytest.mark.parametrize("sources", SOURCES, ids=["local", "routing"])
+@pytest.mark.parametrize(("name", "judge"), VARIANTS, ids=VARIANT_IDS)
+def test_no_adversary_beats_the_oracle_in_the_tools_protocol(name, judge, sources, parse):
+    # The tag adversaries' text turns are invalid calls here (no tool call): they must lose too;
+    # the structured ones are written as tool calls, and the tools protocol's own adversaries
+    # (all calls in one turn, two answers, a call inside <think>, 50 calls, ...) play as well.
+    env = make(name, judge, sources, parse, "tools")
+    for qid in TINY_IDS:
+        oracle = play(env, ORACLE, qid)
+        assert oracle.terminated and oracle.total > 0, (qid, oracle.terms)
+        assert oracle.infos[-1]["action_type"] == "answer"
+        for adv in ADVERSARIES + TOOL_ADVERSARIES:
             check(name, parse, qid, adv, play(env, adv, qid), oracle)
 
 

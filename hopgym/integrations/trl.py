@@ -1,0 +1,206 @@
+"""TRL's native environment training: :func:`environment_factory`, :func:`question_dataset`.
+
+``GRPOTrainer(environment_factory=...)`` (TRL >= 1.16, experimental there) makes one environment
+object per rollout, calls its ``reset(**row)`` (the returned text is appended to the prompt's
+last user message), exposes its public methods as tools (schemas built from their signatures and
+Google-style docstrings), runs the calls the model writes, and reads the episode's reward from
+``get_reward()``. :func:`environment_factory` returns such a factory for any hopgym env id: the
+tools are the env's ``search`` (with a ``source`` enum when the env has several sources) and
+``answer``; every call is one step of a ``protocol="tools"`` env built by ``gym.make``, so the
+reward is the one its reward preset composes (``reward=``, every preset and wrapper stack), with
+the terms of the last episode in :attr:`HopgymToolEnv.reward_terms`.
+
+A rollout that ends without an ``answer`` call (the model's last turn had no tool call, or TRL's
+length or tool-call limits cut it) is closed as the env would close it: one invalid turn (the
+model's last, which called no tool) and the end-of-episode terms of an unanswered episode.
+
+Nothing here imports TRL: the trainer calls these objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from hopgym.errors import InvalidOptionError
+from hopgym.rewards.base import RewardTermWrapper
+
+__all__ = ["HopgymToolEnv", "environment_factory", "question_dataset"]
+
+
+class HopgymToolEnv:
+    """One hopgym episode driven by TRL's tool-calling loop (see the module docstring).
+
+    Args:
+        env: a hopgym text env made with ``protocol="tools"`` (any wrappers).
+
+    Attributes:
+        env: the env.
+        reward: the episode's reward so far (the sum of its steps' rewards).
+        reward_terms: the episode's reward terms so far (name to summed value).
+        done: whether the episode has ended.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env
+        self.reward = 0.0
+        self.reward_terms: dict[str, float] = {}
+        self.done = False
+        self._info: dict[str, Any] = {}
+        self._started = False
+
+    def reset(self, question_id: str | None = None, **row: Any) -> str:
+        """Start an episode; returns the question prompt (appended to the prompt's user message).
+
+        Args:
+            question_id: the question to ask (a dataset column, see :func:`question_dataset`,
+                so that a GRPO group shares its question); ``None``: one drawn by the env.
+            **row: the dataset row's other columns (ignored).
+        """
+        options = {"question_id": question_id} if question_id is not None else None
+        obs, self._info = self.env.reset(options=options)
+        self.reward, self.reward_terms, self.done, self._started = 0.0, {}, False, True
+        return obs
+
+    def _step(self, action: Any) -> str:
+        if not self._started:
+            self.reset()
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.reward += float(reward)
+        for name, value in (info.get("reward_terms") or {}).items():
+            self.reward_terms[name] = self.reward_terms.get(name, 0.0) + float(value)
+        self._info = info
+        self.done = self.done or terminated or truncated
+        messages = info.get("tool_messages") or []
+        return "\n".join(m["content"] for m in messages) if messages else obs
+
+    def _call(self, name: str, **arguments: Any) -> str:
+        import json
+
+        call = {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        return self._step({"role": "assistant", "content": "", "tool_calls": [call]})
+
+    def search(self, query: str) -> str:
+        """Search the knowledge source for documents about the query.
+
+        Args:
+            query: The search query: a few keywords.
+
+        Returns:
+            The documents found, one per line.
+        """
+        return self._call("search", query=query)
+
+    def answer(self, answer: str) -> str:
+        """Give the final answer to the question; this ends the episode.
+
+        Args:
+            answer: The answer: a short span, no explanation.
+
+        Returns:
+            A confirmation.
+        """
+        self._call("answer", answer=answer)
+        return "Answer recorded."
+
+    def get_reward(self) -> float:
+        """The episode's reward, composed by the env's reward wrappers; closes an unfinished episode."""
+        if self._started and not self.done:
+            self._step("")  # the model's last turn called no tool: an invalid turn
+            if not self.done:
+                for name, value in _settle(self.env, self._info).items():
+                    self.reward += value
+                    self.reward_terms[name] = self.reward_terms.get(name, 0.0) + value
+                self.done = True
+        return self.reward
+
+
+def _settle(env: gym.Env, info: dict[str, Any]) -> dict[str, float]:
+    """The end-of-episode terms of an unanswered episode, from every reward wrapper not yet ended."""
+    out: dict[str, float] = {}
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, RewardTermWrapper) and not env._ended:
+            env._ended = True
+            for name, value in env._end_terms(info, False).items():
+                out[name] = out.get(name, 0.0) + float(value)
+        env = env.env
+    return out
+
+
+def _routing_class(sources: tuple[str, ...]) -> type[HopgymToolEnv]:
+    """A :class:`HopgymToolEnv` whose ``search`` takes a ``source`` (an enum of ``sources``)."""
+    choices = ", ".join(f'"{s}"' for s in sources)
+
+    def search(self, query: str, source: str = sources[0]) -> str:  # type: ignore[no-untyped-def]
+        return self._call("search", query=query, source=source)
+
+    search.__doc__ = f"""Search a knowledge source for documents about the query.
+
+        Args:
+            query: The search query: a few keywords.
+            source: Where to search (choices: [{choices}])
+
+        Returns:
+            The documents found, one per line.
+        """
+    return type(
+        "HopgymRoutingToolEnv", (HopgymToolEnv,), {"search": search, "__doc__": HopgymToolEnv.__doc__}
+    )
+
+
+def environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], HopgymToolEnv]:
+    """What ``GRPOTrainer(environment_factory=...)`` takes: a callable that makes one
+    :class:`HopgymToolEnv` per rollout, each over ``gym.make(env_id, protocol="tools", **env_kwargs)``.
+
+    Args:
+        env_id: a hopgym text env id (``"hopgym/Synthetic-v1"``, ...).
+        **env_kwargs: env options and the id's own arguments (``reward="searchr1"``,
+            ``sources=(...)``, ``max_turns``, ...); ``protocol`` is ``"tools"``.
+
+    Raises:
+        hopgym.errors.InvalidOptionError: a ``protocol`` other than ``"tools"``.
+
+    Example:
+        >>> make_env = environment_factory("hopgym/Tiny-v1", reward="em")
+        >>> env = make_env()
+        >>> "Question:" in env.reset(question_id="tiny-1")
+        True
+        >>> print(env.search("Qelvor Dynamics founded")[:60])
+        Doc 1 (Title: Qelvor Dynamics) Qelvor Dynamics is a shipbuil
+        >>> env.answer("1962"), env.get_reward(), env.reward_terms
+        ('Answer recorded.', 1.0, {'outcome': 1.0})
+    """
+    if env_kwargs.get("protocol", "tools") != "tools":
+        raise InvalidOptionError(
+            f"environment_factory speaks protocol='tools', got protocol={env_kwargs['protocol']!r}"
+        )
+    kwargs = {**env_kwargs, "protocol": "tools"}
+    probe = gym.make(env_id, **kwargs)
+    sources = tuple(getattr(probe.unwrapped, "source_names", ()))
+    probe.close()
+    cls = _routing_class(sources) if len(sources) > 1 else HopgymToolEnv
+
+    def make() -> HopgymToolEnv:
+        return cls(gym.make(env_id, **kwargs))
+
+    make.__name__ = f"environment_factory({env_id!r})"
+    return make
+
+
+def question_dataset(env_id: str, n: int | None = None, **env_kwargs: Any) -> Any:
+    """A ``datasets.Dataset`` with an empty user ``prompt`` and a ``question_id`` per row, for
+    ``GRPOTrainer(train_dataset=...)``: each GRPO group then shares its question (the env's
+    ``reset`` writes it into the prompt).
+
+    Args:
+        env_id: the env id (as for :func:`environment_factory`).
+        n: the number of questions (``None``: all of the env's).
+        **env_kwargs: the env's arguments.
+    """
+    from datasets import Dataset  # type: ignore[import-untyped]
+
+    env = gym.make(env_id, **{**env_kwargs, "protocol": "tools"})
+    ids = [s.id for s in env.unwrapped.task.samples][:n]  # type: ignore[attr-defined]
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}] for _ in ids], "question_id": ids})
