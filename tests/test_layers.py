@@ -49,6 +49,7 @@ FLOORS = {
     "hopgym.envs": 5,
     "hopgym.vector": 5,
     "hopgym.agents": 6,
+    "hopgym.integrations": 6,
     "hopgym.cli": 7,
     "hopgym.viewer": 7,
 }
