@@ -1,7 +1,8 @@
 """hopgym envs in verl: :class:`HopgymAgentLoop`, a verl agent loop registered as ``"hopgym_agent"``.
 
-**Untested**: verl 0.9.1 could not be installed and imported on the machine this was written on
-(see ``docs/integrations.md``); the loop follows verl's documented extension point for multi-turn
+**Untested**: verl 0.9.1 installed on the machine this was written on, but importing
+``verl.experimental.agent_loop`` failed on a dependency verl does not declare (``cachetools``; see
+``docs/integrations.md``); the loop follows verl's documented extension point for multi-turn
 rollouts (``verl.experimental.agent_loop``: subclass ``AgentLoopBase``, register it by name,
 implement ``async run(sampling_params, **kwargs) -> AgentLoopOutput``) and has not run against
 verl itself.
