@@ -1,0 +1,162 @@
+"""hopgym envs in SkyRL: :class:`HopgymTextEnv`, a ``skyrl_gym`` text env registered as ``"hopgym"``.
+
+``import hopgym.integrations.skyrl`` registers the id; then ``skyrl_gym.make("hopgym",
+env_config={"env_id": "hopgym/Synthetic-v1", "env_kwargs": {...}}, extras={"question_id": ...})``
+builds one episode's env, as SkyRL's generator does for each dataset row (``env_class: hopgym``;
+``environment.skyrl_gym.hopgym`` is the ``env_config``). :func:`dataset_rows` writes those rows.
+
+The contract is SkyRL's ``BaseTextEnv``: ``init(prompt)`` returns the first conversation and
+metadata; ``step(action)`` takes the model's text and returns ``observations`` (messages to
+append), ``reward``, ``done`` and ``metadata``. hopgym's env does the work: the first
+conversation is its prompt for the row's question, each observation is its reply (search results,
+or a corrective message for a malformed turn), the reward is its reward wrappers' (each step's
+sum of ``info["reward_terms"]``), and ``done`` is its ``terminated or truncated``.
+``get_metrics()`` reports the episode's reward terms, each on its own.
+
+Needs ``pip install 'hopgym[skyrl]'`` (``skyrl-gym``); without it, importing this module raises
+:class:`~hopgym.errors.DependencyNotInstalled`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hopgym._kwargs import unknown_name_error
+from hopgym.errors import InvalidOptionTypeError
+from hopgym.integrations._common import (
+    add_terms,
+    check_question,
+    make_env,
+    plain_info,
+    question_rows,
+    require,
+)
+
+_skyrl_gym = require("skyrl_gym", "skyrl")
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
+
+__all__ = ["HopgymTextEnv", "ENV_ID", "dataset_rows"]
+
+#: The id ``skyrl_gym.make`` knows the adapter by (SkyRL's ``env_class``).
+ENV_ID = "hopgym"
+
+_CONFIG_KEYS = ("env_id", "env_kwargs")
+
+
+def _as_dict(value: Any, what: str) -> dict[str, Any]:
+    # SkyRL hands configs over as omegaconf DictConfigs; anything with items() reads the same.
+    if value is None:
+        return {}
+    if isinstance(value, Mapping) or hasattr(value, "items"):
+        return dict(value.items())
+    raise InvalidOptionTypeError(f"{what} must be a mapping, got {type(value).__name__}")
+
+
+class HopgymTextEnv(BaseTextEnv):
+    """One hopgym episode behind SkyRL's ``BaseTextEnv`` contract.
+
+    Args:
+        env_config: ``env_id`` (default ``"hopgym/Synthetic-v1"``) and ``env_kwargs`` (hopgym env
+            options such as ``reward`` or ``max_turns``, and the factory's own, such as ``hops``).
+        extras: the dataset row's fields: ``question_id`` picks the question (otherwise ``seed``,
+            or the env's own random choice); other keys (SkyRL's ``data_source``...) are ignored.
+
+    Raises:
+        hopgym.errors.InvalidOptionTypeError: an unknown ``env_config`` key, env id or option.
+        hopgym.errors.InvalidOptionError: an option with a bad value.
+
+    Example:
+        >>> import skyrl_gym, hopgym.integrations.skyrl
+        >>> env = skyrl_gym.make("hopgym", env_config={"env_id": "hopgym/Tiny-v1"},
+        ...                      extras={"question_id": "tiny-1"})
+        >>> chat, _ = env.init([])
+        >>> out = env.step("<answer>1962</answer>")
+        >>> out["done"], out["reward"]
+        (True, 1.0)
+    """
+
+    def __init__(self, env_config: Any = None, extras: Any = None) -> None:
+        super().__init__()
+        config = _as_dict(env_config, "env_config")
+        for key in config:
+            if key not in _CONFIG_KEYS:
+                raise unknown_name_error(key, _CONFIG_KEYS, what="env_config key")
+        self.extras = _as_dict(extras, "extras")
+        self.env = make_env(
+            config.get("env_id", "hopgym/Synthetic-v1"), **_as_dict(config.get("env_kwargs"), "env_kwargs")
+        )
+        if "question_id" in self.extras:
+            check_question(self.env, self.extras["question_id"])
+        self.max_turns = int(self.env.unwrapped.max_turns)  # type: ignore[attr-defined]
+        self.reward_terms: dict[str, float] = {}
+        self._invalid = 0
+        self._answered = False
+
+    def init(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """Reset hopgym's env on the row's question; its prompt is the conversation.
+
+        The dataset's ``prompt`` is not used: hopgym's env writes the prompt (its protocol's
+        instructions, the question, background documents), as it does outside SkyRL.
+        """
+        options = {"question_id": self.extras["question_id"]} if "question_id" in self.extras else None
+        seed = self.extras.get("seed")
+        obs, info = self.env.reset(seed=None if seed is None else int(seed), options=options)
+        self.turns = 0
+        self.reward_terms = {}
+        self._invalid = 0
+        self._answered = False
+        return [{"role": "user", "content": obs}], {"question_id": info["question_id"]}
+
+    def step(self, action: Any) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        add_terms(self.reward_terms, info)
+        self._invalid += info.get("action_type") == "invalid"
+        self._answered = self._answered or info.get("action_type") == "answer"
+        done = bool(terminated or truncated)
+        observations = [{"role": "user", "content": obs}] if obs and not done else []
+        return BaseTextEnvStepOutput(
+            observations=observations, reward=float(reward), done=done, metadata=plain_info(info)
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """The episode's reward terms (``reward/<term>``), invalid turns, and whether it answered."""
+        metrics: dict[str, Any] = {f"reward/{k}": v for k, v in self.reward_terms.items()}
+        metrics.update(turns=self.turns, invalid_turns=self._invalid, answered=float(self._answered))
+        return metrics
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def dataset_rows(env_id: str = "hopgym/Synthetic-v1", **env_kwargs: Any) -> list[dict[str, Any]]:
+    """SkyRL dataset rows, one per question of the env: ``prompt``, ``env_class``, ``question_id``.
+
+    SkyRL's dataset format keeps ``prompt`` and ``env_class`` and passes the other columns to the
+    env as ``extras``. The prompt is hopgym's for that question (the env writes it again in
+    ``init``, so the two agree).
+
+    Example:
+        >>> rows = dataset_rows("hopgym/Tiny-v1")
+        >>> rows[0]["env_class"], rows[0]["question_id"]
+        ('hopgym', 'tiny-1')
+    """
+    env = make_env(env_id, **env_kwargs)
+    rows = []
+    for row in question_rows(env):
+        obs, _ = env.reset(options={"question_id": row["question_id"]})
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": obs}],
+                "env_class": ENV_ID,
+                "question_id": row["question_id"],
+                "answers": row["answers"],
+            }
+        )
+    env.close()
+    return rows
+
+
+if ENV_ID not in _skyrl_gym.registry:
+    _skyrl_gym.register(id=ENV_ID, entry_point=f"{__name__}:HopgymTextEnv")

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+skyrl_gym = pytest.importorskip("skyrl_gym")
+
+from episodes import oracle_turns, reference_episode  # noqa: E402
+
+from hopgym.errors import HopgymError, InvalidOptionError, InvalidOptionTypeError  # noqa: E402
+from hopgym.integrations.skyrl import ENV_ID, HopgymTextEnv, dataset_rows  # noqa: E402
+
+CONFIG = {"env_id": "hopgym/Tiny-v1", "env_kwargs": {"reward": "searchr1"}}
+
+
+def test_registered_and_made_through_skyrl_gym():
+    env = skyrl_gym.make(ENV_ID, env_config=CONFIG, extras={"question_id": "tiny-6"})
+    assert isinstance(env, HopgymTextEnv)
+    assert isinstance(env, skyrl_gym.envs.base_text_env.BaseTextEnv)
+    chat, meta = env.init([{"role": "user", "content": "ignored"}])
+    assert chat[0]["role"] == "user" and "Sefa Quill" in chat[0]["content"]
+    assert meta == {"question_id": "tiny-6"}
+
+
+def test_scripted_episode_matches_hopgym(tiny_sample):
+    env = skyrl_gym.make(ENV_ID, env_config=CONFIG, extras={"question_id": "tiny-6"})
+    env.init([])
+    turns = oracle_turns(tiny_sample)
+    rewards, observations = [], []
+    for turn in turns:
+        out = env.step(turn)
+        assert set(out) >= {"observations", "reward", "done", "metadata"}
+        rewards.append(out["reward"])
+        observations.append(out["observations"])
+        if out["done"]:
+            break
+    assert out["done"] and out["metadata"]["action_type"] == "answer"
+    total, terms, ref_obs = reference_episode("hopgym/Tiny-v1", "tiny-6", turns, reward="searchr1")
+    assert math.isclose(sum(rewards), total) and total > 0
+    metrics = env.get_metrics()
+    assert {f"reward/{k}": v for k, v in terms.items()} == {k: v for k, v in metrics.items() if "/" in k}
+    assert metrics["answered"] == 1.0 and metrics["turns"] == len(turns)
+    # the search results are hopgym's observations, as user messages; the final step appends none
+    assert [o[0]["content"] for o in observations[:-1]] == ref_obs[:-1]
+    assert observations[-1] == []
+
+
+@pytest.mark.parametrize(
+    "action", ["no tags", "", None, 42, "<search></search>", "<answer>a</answer><answer>b"]
+)
+def test_malformed_turns_get_hopgym_correction(action):
+    env = skyrl_gym.make(ENV_ID, env_config=CONFIG, extras={"question_id": "tiny-6"})
+    env.init([])
+    out = env.step(action)
+    if out["metadata"]["action_type"] == "invalid":
+        assert not out["done"]
+        assert "Invalid turn" in out["observations"][0]["content"]
+        assert out["metadata"]["invalid_action"]
+    assert env.get_metrics()["turns"] == 1
+
+
+def test_budget_ends_episode():
+    env = skyrl_gym.make(
+        ENV_ID, env_config={"env_id": "hopgym/Tiny-v1", "env_kwargs": {"max_turns": 2}}, extras={}
+    )
+    env.init([])
+    assert env.max_turns == 2
+    assert not env.step("<search>Sefa Quill</search>")["done"]
+    assert env.step("<search>Aldo Quill</search>")["done"]
+
+
+@pytest.mark.parametrize(
+    ("config", "extras", "error", "names"),
+    [
+        ({"env_id": "hopgym/Tinny-v1"}, {}, InvalidOptionTypeError, "hopgym/Tinny-v1"),
+        ({"env_id": "hopgym/Tiny-v1", "env_kwargs": {"top_kk": 2}}, {}, InvalidOptionTypeError, "top_kk"),
+        ({"env_id": "hopgym/Tiny-v1", "env_kwargs": {"top_k": 0}}, {}, InvalidOptionError, "top_k"),
+        ({"env_idd": "hopgym/Tiny-v1"}, {}, InvalidOptionTypeError, "env_idd"),
+        ({"env_id": "hopgym/Tiny-v1"}, {"question_id": "nope"}, InvalidOptionTypeError, "nope"),
+    ],
+)
+def test_bad_config_fails_at_construction(config, extras, error, names):
+    with pytest.raises(error, match=names) as info:
+        skyrl_gym.make(ENV_ID, env_config=config, extras=extras)
+    assert isinstance(info.value, HopgymError)
+
+
+def test_dataset_rows_agree_with_init():
+    rows = dataset_rows("hopgym/Tiny-v1")
+    assert len(rows) == 18 or len(rows) > 0
+    row = rows[0]
+    extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
+    env = skyrl_gym.make(row["env_class"], env_config={"env_id": "hopgym/Tiny-v1"}, extras=extras)
+    chat, _ = env.init(row["prompt"])
+    assert chat == row["prompt"]
