@@ -44,6 +44,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.rollout import (
     RolloutCollector,
     RolloutConfig,
@@ -389,6 +390,7 @@ def train_grpo(
     config: GRPORunConfig,
     callbacks: Sequence[Any] = (),
     on_trajectories: Callable[[list[Trajectory]], None] | None = None,
+    lora: LoRAConfig | None = None,
 ) -> GRPOResult:
     """GRPO on ``model`` over env episodes of ``question_ids``, with TRL's ``GRPOTrainer``.
 
@@ -400,6 +402,9 @@ def train_grpo(
         config: the run's settings (TRL's in ``config.trl``).
         callbacks: extra ``TrainerCallback`` objects.
         on_trajectories: hook called with every batch of trajectories.
+        lora: train a LoRA adapter instead of every weight (TRL's ``peft_config``); the trained
+            policy is then ``result.trainer.model``, a ``PeftModel`` over ``model``, and TRL's KL
+            reference (``beta > 0``) is the model with the adapter switched off.
 
     Returns:
         A :class:`GRPOResult`; ``<output_dir>/curves.png`` has the per-step curves (with
@@ -449,7 +454,8 @@ def train_grpo(
     # model built in memory has none, and a loaded one may have trained since. The reference is
     # the starting weights, saved for TRL to load (then the name is put back).
     name_or_path = getattr(model.config, "_name_or_path", "")
-    if args.beta > 0:
+    peft_config = lora.peft_config() if lora is not None else None
+    if args.beta > 0 and peft_config is None:
         model.save_pretrained(out / "kl_reference")
         model.config._name_or_path = str(out / "kl_reference")
     try:
@@ -461,6 +467,7 @@ def train_grpo(
             processing_class=tokenizer,
             rollout_func=rollout,
             callbacks=cbs,
+            peft_config=peft_config,
         )
     finally:
         model.config._name_or_path = name_or_path

@@ -43,6 +43,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.agents.lora import LoRAConfig, apply_lora
 from hopgym.agents.rollout import (
     RolloutCollector,
     RolloutConfig,
@@ -191,6 +192,7 @@ class RFTResult:
         seconds, cpu_seconds: wall-clock and process CPU seconds of the whole run.
         rollout_seconds: wall-clock seconds spent sampling.
         model_tokens: model tokens sampled.
+        model: the trained policy: the model given, or with ``lora`` a ``PeftModel`` over it.
     """
 
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -202,6 +204,7 @@ class RFTResult:
     cpu_seconds: float = 0.0
     rollout_seconds: float = 0.0
     model_tokens: int = 0
+    model: Any = None
 
 
 def _value(item: Any, name: str) -> float:
@@ -257,6 +260,7 @@ def train_rft(
     question_ids: Sequence[str],
     config: RFTRunConfig,
     on_trajectories: Callable[[list[Trajectory]], None] | None = None,
+    lora: LoRAConfig | None = None,
 ) -> RFTResult:
     """Rejection-sampling fine-tuning of ``model`` on env episodes of ``question_ids``.
 
@@ -267,6 +271,10 @@ def train_rft(
         question_ids: the training questions (ids of the env's task).
         config: the run's settings.
         on_trajectories: hook called with every round's sampled trajectories.
+        lora: train a LoRA adapter instead of every weight. The model is wrapped once, before
+            the first round (:func:`~hopgym.agents.lora.apply_lora`), since the one optimizer
+            that lives across rounds must hold the adapter's parameters; each round's
+            ``SFTTrainer`` then gets the ``PeftModel`` itself.
 
     Returns:
         An :class:`RFTResult`; ``<output_dir>/log.jsonl`` and ``curves.png`` hold the curves.
@@ -290,6 +298,7 @@ def train_rft(
     ref_model = None
     if config.track_kl:
         ref_model = frozen_copy(model)
+    model = apply_lora(model, lora)
     rollout_cfg = RolloutConfig(
         temperature=config.temperature,
         top_k=config.sample_top_k,
@@ -299,10 +308,12 @@ def train_rft(
         env_workers=config.env_workers,
     )
     collector = RolloutCollector(model, tokenizer, env_fn, rollout_cfg)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=0.0
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     questions = iter(_question_stream(question_ids, config.seed))
-    res = RFTResult()
+    res = RFTResult(model=model)
     for rnd in range(config.max_rounds):
         if config.time_limit_s is not None and now() - t_budget >= config.time_limit_s:
             break

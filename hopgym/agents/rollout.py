@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
+from hopgym.backends.transformers_backend import _cache_kwarg
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
@@ -677,14 +678,6 @@ def policy_stats(
                     total += math.exp(min(d, 50.0)) - d - 1.0
         out["kl_ref"] = total / n_tok
     return out
-
-
-def _cache_kwarg(model: Any) -> str:
-    """``cache`` (transformers >= 5.2x) or ``past_key_values`` (older): the KV-cache argument."""
-    import inspect
-
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def _torch() -> Any:

@@ -27,6 +27,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.rollout import encode_prompt
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match
@@ -338,6 +339,7 @@ def train_sft(
     config: SFTRunConfig,
     callbacks: Sequence[Any] = (),
     optimizers: tuple[Any, Any] | None = None,
+    lora: LoRAConfig | None = None,
 ) -> Any:
     """Train ``model`` on ``examples`` with TRL's ``SFTTrainer``; env tokens carry no loss.
 
@@ -349,6 +351,8 @@ def train_sft(
         callbacks: extra ``TrainerCallback`` objects.
         optimizers: ``(optimizer, lr_scheduler)`` to train with instead of new ones (a loop of
             short SFT rounds keeps its Adam state this way, as :mod:`hopgym.agents.rft` does).
+        lora: train a LoRA adapter instead of every weight (TRL's ``peft_config``); the trained
+            policy is then ``trainer.model``, a ``PeftModel`` over ``model``.
 
     Returns:
         The ``SFTTrainer`` after training (``trainer.state.log_history`` has the losses).
@@ -373,6 +377,7 @@ def train_sft(
         processing_class=tokenizer,
         callbacks=cbs,
         optimizers=optimizers or (None, None),
+        peft_config=lora.peft_config() if lora is not None else None,
     )
     trainer.train()
     return trainer

@@ -129,8 +129,13 @@ class PrefixCache:
 
 
 def _cache_kwarg(model: Any) -> str:
-    """``cache`` (transformers >= 5.2x) or ``past_key_values`` (older): the KV-cache argument."""
-    params = inspect.signature(model.forward).parameters
+    """``cache`` (transformers >= 5.2x) or ``past_key_values`` (older): the KV-cache argument.
+
+    A PEFT model's ``forward`` takes ``**kwargs`` and hands them to its base model, whose
+    signature decides.
+    """
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    params = inspect.signature(base.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 

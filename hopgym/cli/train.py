@@ -17,7 +17,9 @@ the
 teacher of SFT (:class:`~hopgym.cli.train_jobs.SFTDataConfig` and, with ``--teacher
 imperfect``, :class:`~hopgym.agents.teachers.TeacherConfig` as ``--teacher-*`` or ``--teacher-kw
 KEY=VALUE``) and, with ``--model tiny``, :class:`~hopgym.agents.tiny_lm.TinyLMConfig` as
-``--tiny-*`` or ``--tiny KEY=VALUE``. The summary is printed with rounded numbers; the output
+``--tiny-*`` or ``--tiny KEY=VALUE``; a LoRA adapter instead of full fine-tuning
+(:class:`~hopgym.agents.lora.LoRAConfig`: ``--lora-r``, ``--lora-alpha``, ``--lora-dropout``,
+``--lora-target-modules``). The summary is printed with rounded numbers; the output
 folder's ``hopgym_train.json`` keeps full precision.
 """
 
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hopgym.agents.grpo import GRPORunConfig
+from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.rft import RFTRunConfig
 from hopgym.agents.sft import SFTRunConfig
 from hopgym.agents.teachers import TeacherConfig
@@ -54,6 +57,7 @@ TINY = ConfigSpec(TinyLMConfig, prefix="tiny", kv_flag="--tiny", title="tiny mod
 TEACHER = ConfigSpec(
     TeacherConfig, prefix="teacher", kv_flag="--teacher-kw", title="imperfect teacher (--teacher imperfect)"
 )
+LORA = ConfigSpec(LoRAConfig, prefix="lora", title="LoRA (--lora-r > 0 trains an adapter only)")
 SFT_DATA = ConfigSpec(SFTDataConfig, title="teacher data")
 SFT_RUN = ConfigSpec(SFTRunConfig, aliases=RUN_ALIASES, title="SFT (SFTRunConfig; TRL's SFTConfig in --trl)")
 GRPO_RUN = ConfigSpec(
@@ -95,6 +99,17 @@ def _tiny(args: argparse.Namespace, train: TrainConfig) -> TinyLMConfig | None:
     return config_from_args(args, TINY)
 
 
+def _lora(args: argparse.Namespace) -> LoRAConfig | None:
+    lora = config_from_args(args, LORA)
+    if lora.enabled:
+        return lora
+    if changed(args, LORA):
+        raise CommandError(
+            f"{', '.join(changed(args, LORA))} describe a LoRA adapter: add --lora-r N (N > 0)"
+        )
+    return None
+
+
 def _train(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of the options, the env options given on their own in its ``kw``."""
     kw = env_kwargs(args, config_values(args, TRAIN)["kw"])
@@ -108,7 +123,7 @@ def _trainer(
 
     def from_args(args: argparse.Namespace) -> dict[str, Any]:
         train = _train(args)
-        return run(train, config_from_args(args, spec), tiny=_tiny(args, train))
+        return run(train, config_from_args(args, spec), tiny=_tiny(args, train), lora=_lora(args))
 
     return from_args
 
@@ -124,7 +139,7 @@ def _sft(args: argparse.Namespace) -> dict[str, Any]:
         raise CommandError(
             f"{', '.join(changed(args, TEACHER))} set the imperfect teacher's flaws: add --teacher imperfect"
         )
-    return run_sft(train, sft, data, teacher=teacher, tiny=_tiny(args, train))
+    return run_sft(train, sft, data, teacher=teacher, tiny=_tiny(args, train), lora=_lora(args))
 
 
 #: The subcommands of ``hopgym train``: one entry each.
@@ -133,14 +148,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "imitate a scripted teacher on the env's questions (TRL SFTTrainer)",
         "Supervised fine-tuning on teacher trajectories (the oracle, or an imperfect teacher), "
         "with the loss on the teacher's tokens only.",
-        (TRAIN, ENV_OPTIONS, SFT_DATA, SFT_RUN, TEACHER, TINY),
+        (TRAIN, ENV_OPTIONS, SFT_DATA, SFT_RUN, TEACHER, TINY, LORA),
         _sft,
     ),
     "grpo": Subcommand(
         "GRPO with the env's reward over multi-turn rollouts (TRL GRPOTrainer)",
         "GRPO over multi-turn env rollouts: the reward is the env's reward stack, retrieved "
         "tokens are masked out of the loss.",
-        (TRAIN, ENV_OPTIONS, GRPO_RUN, TINY),
+        (TRAIN, ENV_OPTIONS, GRPO_RUN, TINY, LORA),
         _trainer(run_grpo, GRPO_RUN),
     ),
     "rft": Subcommand(
@@ -148,7 +163,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "Rejection sampling: each round samples G episodes per question from the policy, keeps "
         "those the env's reward marks correct (or with a return >= --min-reward) and trains on "
         "them, retrieved tokens masked out of the loss.",
-        (TRAIN, ENV_OPTIONS, RFT_RUN, TINY),
+        (TRAIN, ENV_OPTIONS, RFT_RUN, TINY, LORA),
         _trainer(run_rft, RFT_RUN),
     ),
 }

@@ -40,6 +40,7 @@ from hopgym.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from hopgym.agents.grpo import GRPORunConfig
+    from hopgym.agents.lora import LoRAConfig
     from hopgym.agents.rft import RFTRunConfig
     from hopgym.agents.sft import SFTRunConfig
     from hopgym.agents.teachers import TeacherConfig
@@ -186,14 +187,30 @@ def _eval_em(
     return summarize(col.collect(qids, 1, seed=0))
 
 
-def _changed(before: list[Any], model: Any) -> int:
-    return sum(not bool((a == b.detach()).all()) for a, b in zip(before, model.parameters(), strict=True))
+def _snapshot(model: Any) -> list[tuple[Any, Any]]:
+    """Every parameter of ``model`` with a copy of its value (a LoRA wrap keeps the same tensors)."""
+    return [(p, p.detach().clone()) for p in model.parameters()]
 
 
-def _save(model: Any, tok: Any, out: Path, configs: dict[str, Any], summary: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
+def _changed(before: list[tuple[Any, Any]]) -> int:
+    return sum(not bool((p.detach() == old).all()) for p, old in before)
+
+
+def _train_summary(before: list[tuple[Any, Any]], policy: Any) -> dict[str, Any]:
+    """``changed_tensors`` (of the starting model's) and, for a LoRA policy, its parameter counts."""
+    from hopgym.agents.lora import is_peft_model, trainable_parameters
+
+    out: dict[str, Any] = {"changed_tensors": _changed(before)}
+    if is_peft_model(policy):
+        trainable, total = trainable_parameters(policy)
+        out["lora"] = {"trainable_params": trainable, "total_params": total}
+    return out
+
+
+def _save(policy: Any, tok: Any, out: Path, configs: dict[str, Any], summary: dict[str, Any]) -> None:
+    from hopgym.agents.lora import save_policy
+
+    save_policy(policy, tok, out)
     meta = {
         "configs": {name: dataclasses.asdict(cfg) for name, cfg in configs.items() if cfg is not None},
         "summary": summary,
@@ -208,6 +225,7 @@ def run_sft(
     *,
     teacher: TeacherConfig | None = None,
     tiny: TinyLMConfig | None = None,
+    lora: LoRAConfig | None = None,
 ) -> dict[str, Any]:
     """SFT on teacher trajectories (what ``hopgym train sft`` runs); returns a summary.
 
@@ -217,6 +235,8 @@ def run_sft(
         data: teacher, number of teacher episodes, evaluation turn length.
         teacher: the flaws of the imperfect teacher (``data.teacher == "imperfect"``).
         tiny: the architecture when ``train.model == "tiny"``.
+        lora: train a LoRA adapter instead of every weight (``output_dir`` gets the merged model
+            and ``adapter/``).
     """
     import numpy as np
 
@@ -245,9 +265,9 @@ def run_sft(
             return speak_tools(ImperfectTeacher(e, tcfg, seed=args.seed), e)
 
     examples = teacher_examples(env_fn, agent_fn, draw, tok, seed=args.seed)
-    before = [p.detach().clone() for p in model.parameters()]
+    before = _snapshot(model)
     start = time.perf_counter()
-    trainer = train_sft(model, tok, examples, sft)
+    trainer = train_sft(model, tok, examples, sft, lora=lora)
     seconds = time.perf_counter() - start
     summary: dict[str, Any] = {
         "command": "sft",
@@ -256,7 +276,7 @@ def run_sft(
         "steps": trainer.state.global_step,
         "seconds": round(seconds, 2),
         "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None),
-        "changed_tensors": _changed(before, model),
+        **_train_summary(before, trainer.model),
         "out": sft.output_dir,
     }
     if train.eval_split:
@@ -265,10 +285,10 @@ def run_sft(
             model, tok, eval_fn, _question_ids(eval_fn(), train.eval_n), data.max_new_tokens, args.max_length
         )
     _save(
-        model,
+        trainer.model,
         tok,
         Path(sft.output_dir),
-        {"train": train, "sft": sft, "data": data, "teacher": teacher, "tiny": tiny},
+        {"train": train, "sft": sft, "data": data, "teacher": teacher, "tiny": tiny, "lora": lora},
         summary,
     )
     return summary
@@ -303,7 +323,13 @@ def _on_policy_setup(
     return env_fn, model, tok, qids, summary, held_out
 
 
-def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *, tiny: TinyLMConfig | None = None) -> dict[str, Any]:
+def run_grpo(
+    train: TrainConfig,
+    grpo: GRPORunConfig,
+    *,
+    tiny: TinyLMConfig | None = None,
+    lora: LoRAConfig | None = None,
+) -> dict[str, Any]:
     """GRPO with the env's reward (what ``hopgym train grpo`` runs); returns a summary.
 
     Args:
@@ -311,6 +337,7 @@ def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *, tiny: TinyLMConfig | No
             default preset.
         grpo: the trainer's settings (``output_dir`` receives the model, log and curves).
         tiny: the architecture when ``train.model == "tiny"``.
+        lora: train a LoRA adapter instead of every weight.
     """
     from hopgym.agents.grpo import train_grpo
 
@@ -318,19 +345,31 @@ def run_grpo(train: TrainConfig, grpo: GRPORunConfig, *, tiny: TinyLMConfig | No
     env_fn, model, tok, qids, summary, held_out = _on_policy_setup(
         train, grpo, tiny, "grpo", args.seed, args.max_completion_length
     )
-    before = [p.detach().clone() for p in model.parameters()]
+    before = _snapshot(model)
     start = time.perf_counter()
-    run = train_grpo(model, tok, env_fn, qids, grpo)
+    run = train_grpo(model, tok, env_fn, qids, grpo, lora=lora)
     summary["seconds"] = round(time.perf_counter() - start, 2)
     summary["steps"] = run.trainer.state.global_step
-    summary["changed_tensors"] = _changed(before, model)
+    summary.update(_train_summary(before, run.trainer.model))
     summary["last_log"] = run.history[-1] if run.history else {}
     held_out("eval_after")
-    _save(model, tok, Path(grpo.output_dir), {"train": train, "grpo": grpo, "tiny": tiny}, summary)
+    _save(
+        run.trainer.model,
+        tok,
+        Path(grpo.output_dir),
+        {"train": train, "grpo": grpo, "tiny": tiny, "lora": lora},
+        summary,
+    )
     return summary
 
 
-def run_rft(train: TrainConfig, rft: RFTRunConfig, *, tiny: TinyLMConfig | None = None) -> dict[str, Any]:
+def run_rft(
+    train: TrainConfig,
+    rft: RFTRunConfig,
+    *,
+    tiny: TinyLMConfig | None = None,
+    lora: LoRAConfig | None = None,
+) -> dict[str, Any]:
     """Rejection-sampling fine-tuning (what ``hopgym train rft`` runs); returns a summary.
 
     Args:
@@ -338,14 +377,15 @@ def run_rft(train: TrainConfig, rft: RFTRunConfig, *, tiny: TinyLMConfig | None 
             (whose exact match decides what is kept unless ``rft.min_reward`` is set).
         rft: the run's settings (``output_dir`` receives the model, log and curves).
         tiny: the architecture when ``train.model == "tiny"``.
+        lora: train a LoRA adapter instead of every weight.
     """
     from hopgym.agents.rft import train_rft
 
     env_fn, model, tok, qids, summary, held_out = _on_policy_setup(
         train, rft, tiny, "rft", rft.seed, rft.max_completion_tokens
     )
-    before = [p.detach().clone() for p in model.parameters()]
-    res = train_rft(model, tok, env_fn, qids, rft)
+    before = _snapshot(model)
+    res = train_rft(model, tok, env_fn, qids, rft, lora=lora)
     summary.update(
         rounds=res.rounds,
         episodes=res.episodes,
@@ -354,8 +394,14 @@ def run_rft(train: TrainConfig, rft: RFTRunConfig, *, tiny: TinyLMConfig | None 
         seconds=round(res.seconds, 2),
         cpu_seconds=round(res.cpu_seconds, 2),
     )
-    summary["changed_tensors"] = _changed(before, model)
+    summary.update(_train_summary(before, res.model))
     summary["last_log"] = res.history[-1] if res.history else {}
     held_out("eval_after")
-    _save(model, tok, Path(rft.output_dir), {"train": train, "rft": rft, "tiny": tiny}, summary)
+    _save(
+        res.model,
+        tok,
+        Path(rft.output_dir),
+        {"train": train, "rft": rft, "tiny": tiny, "lora": lora},
+        summary,
+    )
     return summary

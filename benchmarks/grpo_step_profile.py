@@ -1,0 +1,245 @@
+"""Where a GRPO step's time goes, and sampled tokens/s of a group of 8 episodes batched vs one by one.
+
+    OMP_NUM_THREADS=1 python benchmarks/grpo_step_profile.py --json benchmarks/results/grpo_step_profile.json
+    OMP_NUM_THREADS=1 python benchmarks/grpo_step_profile.py --model runs/smollm2-135m-instruct
+
+1. **Profile**: ``--steps`` GRPO steps (:func:`hopgym.agents.grpo.train_grpo`, ``questions_per_step``
+   x ``num_generations`` episodes a step) on ``hopgym/Synthetic-v1`` (2-hop), with the methods
+   that make up a step timed in place: the collector's batched sampling (*generation*), the rest
+   of a model turn (decoding, the env's step and its batched searches, tokenising observations:
+   *env*), the rest of the rollout function (env resets, the KL-to-start log-probs of
+   ``track_kl``: *rollout other*), TRL's per-token log-prob passes outside the loss
+   (old/reference log-probs: *logprobs*), the loss forward (*loss forward*), ``backward``
+   (*backward*), and what is left of the step (optimizer, TRL's bookkeeping: *other*).
+2. **Throughput**: one question, 8 episodes sampled by :class:`~hopgym.agents.rollout.RolloutCollector`
+   as one batch (``batch_size=8``: every turn of the 8 in one forward pass per token, a KV cache
+   within the turn) against the same 8 episodes one at a time (``batch_size=1``); sampled model
+   tokens per wall second, and per CPU second.
+
+The default model is a small Llama built from a config (random weights: an untrained policy
+writes the longest turns, the costly case); ``--model DIR`` loads a transformers folder instead
+(SmolLM2-135M-Instruct converted by ``examples/smollm2_check.py``). Timings are of a shared
+machine: read the shares and the ratio, not the absolute seconds.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+
+import hopgym  # noqa: E402, F401
+
+ENV_KW = {"seed": 0, "n_entities": 300, "n_questions": 200, "hops": 2, "split": "train"}
+
+
+def env_fn(reward: str | None = "default") -> gym.Env:
+    return gym.make("hopgym/Synthetic-v1", reward=reward, **ENV_KW)
+
+
+def load(model: str, hidden: int, layers: int) -> tuple:
+    import torch
+
+    if model == "config":
+        from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts
+
+        env = env_fn(None)
+        tok = build_tokenizer(task_texts(env.unwrapped.task, ("tags",), env.unwrapped.max_turns))
+        cfg = TinyLMConfig(layers=layers, hidden=hidden, heads=max(1, hidden // 64), ffn=4 * hidden)
+        return build_model(cfg, tok, seed=0), tok
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), tok
+
+
+class Timers:
+    """Wall seconds per name, with nesting tracked so that inner time can be taken out of outer."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.nested: dict[tuple[str, str], float] = defaultdict(float)  # (outer, inner) -> s
+        self.stack: list[str] = []
+
+    def wrap(self, owner: object, name: str, key: str) -> None:
+        fn = getattr(owner, name)
+
+        @functools.wraps(fn)
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            self.stack.append(key)
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.stack.pop()
+                dt = time.perf_counter() - t
+                self.total[key] += dt
+                self.calls[key] += 1
+                for outer in set(self.stack):
+                    self.nested[outer, key] += dt
+
+        setattr(owner, name, timed)
+
+
+def profile(args: argparse.Namespace) -> dict:
+    from trl import GRPOTrainer
+
+    from hopgym.agents.grpo import EnvRolloutFunc, GRPORunConfig, train_grpo
+    from hopgym.agents.rollout import RolloutCollector
+
+    model, tok = load(args.model, args.hidden, args.layers)
+    timers = Timers()
+    timers.wrap(RolloutCollector, "_sample", "generation")
+    timers.wrap(RolloutCollector, "_model_turn", "model_turn")
+    timers.wrap(EnvRolloutFunc, "__call__", "rollout")
+    timers.wrap(GRPOTrainer, "_generate_and_score_completions", "generate_and_score")
+    timers.wrap(GRPOTrainer, "_get_per_token_logps_and_entropies", "logps")
+    timers.wrap(GRPOTrainer, "compute_loss", "loss")
+    timers.wrap(GRPOTrainer, "training_step", "step")
+    backward = {"s": 0.0}
+
+    qids = [s.id for s in env_fn(None).unwrapped.task.samples]
+    cfg = GRPORunConfig(
+        output_dir=args.scratch,
+        questions_per_step=args.questions,
+        max_new_tokens=args.max_new_tokens,
+        plot=False,
+        trl={
+            "max_steps": args.steps,
+            "num_generations": args.group,
+            "max_completion_length": 512,
+            "learning_rate": 1e-5,
+            "report_to": [],
+        },
+    )
+    # Time accelerator.backward of the trainer TRL builds (one per run).
+    orig_init = GRPOTrainer.__init__
+
+    def init(self, *a, **kw):
+        orig_init(self, *a, **kw)
+        inner = self.accelerator.backward
+
+        def timed(*b, **kwb):
+            t = time.perf_counter()
+            try:
+                return inner(*b, **kwb)
+            finally:
+                backward["s"] += time.perf_counter() - t
+
+        self.accelerator.backward = timed
+
+    GRPOTrainer.__init__ = init
+    episodes: list = []
+    t0 = time.perf_counter()
+    train_grpo(model, tok, env_fn, qids, cfg, on_trajectories=episodes.extend)
+    wall = time.perf_counter() - t0
+    T = timers.total
+    gen, turn, roll = T["generation"], T["model_turn"], T["rollout"]
+    # TRL's log-prob passes outside the loss (old / reference log-probs) run inside
+    # _generate_and_score_completions; the loss's own runs inside compute_loss.
+    old_ref = timers.nested["generate_and_score", "logps"]
+    shares = {
+        "generation": gen,
+        "env": turn - gen,
+        "rollout_other": roll - turn,
+        "logprobs_old_ref": old_ref,
+        "scoring_other": T["generate_and_score"] - roll - old_ref,
+        "loss_forward": T["loss"],
+        "backward": backward["s"],
+    }
+    shares["other"] = T["step"] - sum(shares.values())
+    step_total = T["step"]
+    return {
+        "steps": args.steps,
+        "episodes": len(episodes),
+        "model_tokens": sum(sum(t.mask) for t in episodes),
+        "step_s": round(step_total / args.steps, 3),
+        "train_wall_s": round(wall, 2),
+        "seconds": {k: round(v, 3) for k, v in shares.items()},
+        "share": {k: round(v / step_total, 3) for k, v in shares.items()},
+        "logps_calls_old_ref": timers.calls["logps"] - timers.calls["loss"],
+    }
+
+
+def throughput(args: argparse.Namespace) -> dict:
+    import torch
+
+    from hopgym.agents.rollout import RolloutCollector, RolloutConfig
+
+    model, tok = load(args.model, args.hidden, args.layers)
+    qid = env_fn(None).unwrapped.task.samples[0].id
+    rows = {}
+    for name, bs in (("batched_group_of_8", 8), ("one_at_a_time", 1)):
+        col = RolloutCollector(
+            model,
+            tok,
+            env_fn,
+            RolloutConfig(
+                temperature=1.0, max_new_tokens=args.max_new_tokens, max_completion_tokens=512, batch_size=bs
+            ),
+        )
+        col.collect([qid], group_size=1, seed=0)  # warm-up (env build, first forward)
+        wall, cpu = time.perf_counter(), time.process_time()
+        with torch.no_grad():
+            trajs = col.collect([qid], group_size=8, seed=1)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        tokens = sum(sum(t.mask) for t in trajs)
+        rows[name] = {
+            "episodes": len(trajs),
+            "model_tokens": tokens,
+            "turns": sum(t.steps for t in trajs),
+            "wall_s": round(wall, 3),
+            "tokens_per_s": round(tokens / wall, 1),
+            "tokens_per_cpu_s": round(tokens / cpu, 1),
+        }
+        col.close()
+    b, o = rows["batched_group_of_8"], rows["one_at_a_time"]
+    rows["speedup"] = round(b["tokens_per_s"] / o["tokens_per_s"], 2)
+    rows["speedup_cpu"] = round(b["tokens_per_cpu_s"] / o["tokens_per_cpu_s"], 2)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="config", help="A transformers causal LM folder, or config.")
+    p.add_argument("--hidden", type=int, default=256, help="Width of the config model.")
+    p.add_argument("--layers", type=int, default=4, help="Blocks of the config model.")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--questions", type=int, default=2, help="Questions per GRPO step.")
+    p.add_argument("--group", type=int, default=8, help="num_generations.")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--json", default=None)
+    p.add_argument("--scratch", default="/tmp/hopgym_grpo_profile")
+    p.add_argument("--skip-profile", action="store_true")
+    args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    result: dict = {
+        "model": Path(args.model).name if args.model != "config" else f"config {args.layers}x{args.hidden}"
+    }
+    result["threads"] = torch.get_num_threads()
+    result["throughput"] = throughput(args)
+    print("throughput:", json.dumps(result["throughput"], indent=1))
+    if not args.skip_profile:
+        result["profile"] = profile(args)
+        print("profile:", json.dumps(result["profile"], indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
