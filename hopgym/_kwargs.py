@@ -60,6 +60,10 @@ def parse_kwargs(items: Iterable[str], flag: str = "--kw") -> dict[str, Any]:
     return dict(parse_kwarg(item, flag) for item in items)
 
 
+#: How many known names an "unknown name" error lists (TRL's configs have ~200 fields).
+_SHOWN = 12
+
+
 def unknown_name_error(name: str, known: Iterable[str], what: str = "option") -> InvalidOptionTypeError:
     """An :class:`~hopgym.errors.InvalidOptionTypeError` for an unknown keyword, naming the closest.
 
@@ -73,4 +77,5 @@ def unknown_name_error(name: str, known: Iterable[str], what: str = "option") ->
     close = difflib.get_close_matches(str(name), names, n=1)
     if close:
         return InvalidOptionTypeError(f"unknown {what} {name!r} (did you mean {close[0]!r}?)")
-    return InvalidOptionTypeError(f"unknown {what} {name!r}; known: {', '.join(names)}")
+    shown = ", ".join(names[:_SHOWN]) + (f", ... ({len(names)} in all)" if len(names) > _SHOWN else "")
+    return InvalidOptionTypeError(f"unknown {what} {name!r}; known: {shown}")

@@ -228,14 +228,20 @@ class RetrieverSpec:
         None,
         "dense/hybrid: text put before each query ('query: ' for E5; None: from the model "
         "name, E5 'query: ', BGE its instruction, else none)",
+        cli="dense/hybrid: text put before each query ('query: ' for E5; left out: from the "
+        "model name, E5 'query: ', BGE its instruction, else nothing)",
     )
     passage_prefix: str | None = _setting(
-        None, "dense/hybrid: text put before each passage ('passage: ' for E5; None: from the model name)"
+        None,
+        "dense/hybrid: text put before each passage ('passage: ' for E5; None: from the model name)",
+        cli="dense/hybrid: text put before each passage ('passage: ' for E5; left out: from the model name)",
     )
     pooling: str | None = _setting(
         None,
         "dense/hybrid: token vectors to one vector: mean (E5's model card), cls or max (None: "
         "the model's own)",
+        cli="dense/hybrid: token vectors to one vector: mean (E5's model card), cls or max "
+        "(left out: the model's own)",
     )
     index_type: str = _setting("flat", "FAISS index for dense/hybrid: flat (exact), hnsw or ivf")
     index_backend: str = _setting(

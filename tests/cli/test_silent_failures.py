@@ -262,8 +262,8 @@ BAD: dict[tuple[str, ...], list[tuple[list[str], str]]] = {
     ("index", "info"): [(["{tmp}/none"], "no index")],
     ("index", "verify"): [(["{tmp}/none"], "no index")],
     ("serve",): [(["--index", "{tmp}/none"], "no index")],
-    ("train", "sft"): [(["--model", "m", "--max-steps", "0"], "must be >= 1")],
-    ("train", "grpo"): [(["--model", "m", "--max-steps", "0"], "must be >= 1")],
+    ("train", "sft"): [(["--model", "m", "--trl", "max_stepz=0"], "did you mean 'max_steps'")],
+    ("train", "grpo"): [(["--model", "m", "--trl", "max_stepz=0"], "did you mean 'max_steps'")],
     ("train", "rft"): [(["--model", "m", "--max-rounds", "0"], "must be >= 1")],
     ("bench-rl",): [(["--timesteps", "0"], "timesteps must be >= 1")],
 }
