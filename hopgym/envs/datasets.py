@@ -413,7 +413,7 @@ def _split_kwargs(dataset: str, path: Any, kwargs: dict[str, Any]) -> tuple[Task
             raise unknown_name_error(
                 key, ("dataset", "path", *TASK_ARGS, *RETRIEVER_SHORTHANDS, *OPTION_NAMES)
             )
-    options = EnvOptions.from_kwargs(option_kw)
+    options = EnvOptions.from_kwargs(option_kw).resolved()
     task_kw["retriever"] = RetrieverSpec.coerce(task_kw.get("retriever")).updated(**shorthand)
     return TaskSpec(dataset=dataset, path=path, **task_kw), options
 

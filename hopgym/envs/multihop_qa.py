@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.wrappers import TimeLimit
 
 from hopgym.corpora.types import Passage, QASample
 from hopgym.envs.actions import Answer, ParsedTurn, Route, Search, Think
 from hopgym.envs.options import RENDER_MODES, EnvKwargs, EnvOptions, Unpack
 from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
-from hopgym.errors import InvalidOptionTypeError
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
 from hopgym.rewards.scoring import query_key
 from hopgym.tasks.base import QATask
@@ -37,6 +39,25 @@ class SearchRequest:
     retriever: Retriever
     query: str
     k: int
+
+
+# Gymnasium's ``make`` wraps a ``TimeLimit`` around what the entry point returned, so a factory
+# never sees ``max_episode_steps``; the first moment the env can is a ``reset`` run through that
+# wrapper, which is this code object on the call stack.
+_TIME_LIMIT_RESET = TimeLimit.reset.__code__
+
+
+def _time_limit_above() -> TimeLimit | None:
+    """The Gymnasium ``TimeLimit`` whose ``reset`` is running this env's ``reset``, if any."""
+    frame = sys._getframe(2)
+    for _ in range(256):
+        if frame is None:
+            return None
+        if frame.f_code is _TIME_LIMIT_RESET:
+            limit = frame.f_locals.get("self")
+            return limit if isinstance(limit, TimeLimit) else None
+        frame = frame.f_back
+    return None
 
 
 def _option(name: str) -> property:
@@ -96,9 +117,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``{"index": i}``), the first source selected, no documents seen.
 
     ## Episode End
-    An answer terminates the episode. The step budget is truncation, applied by a ``TimeLimit`` of
-    ``max_turns`` steps that ``gym.make`` puts under the reward wrappers; ``terminated`` and
-    ``truncated`` are never both true.
+    An answer terminates the episode. The step budget, ``max_turns``, is the env's one step limit:
+    the step that uses the last turn without answering is truncated, so reward wrappers see it, and
+    ``terminated`` and ``truncated`` are never both true. It is the only budget: a Gymnasium
+    ``TimeLimit`` above the env (``gym.make(..., max_episode_steps=n)`` adds one) would be a second
+    whose truncation can fall on an answer, so ``reset`` through one raises
+    :class:`~hopgym.errors.InvalidOptionError` naming ``max_turns``.
 
     A ``step`` after the end (after an answer, or beyond ``max_turns``) without ``reset`` is
     refused the way a malformed turn is: it never raises, the agent sees "the episode is over: call
@@ -142,11 +166,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
     True
 
     ## Version History
-    - v0: initial release. Within v0 (undefined behaviour before): steps after the end are
-      refused without being recorded, and options are one :class:`EnvOptions`. The ``lenient``
-      parse is the default (``parse="strict"`` keeps the earlier rules); ``format_issues``,
-      ``truncated_turn`` and ``repeated_query`` in ``info``; the repeated-query and last-turn
-      notices (``repeat_notice``, ``last_turn_notice``).
+    - v1: turns are read leniently by default (``parse="lenient"``: the first complete action
+      block; flaws read past are ``info["format_issues"]``), ``truncated_turn`` and
+      ``repeated_query`` in ``info``, and the repeated-query and last-turn notices
+      (``repeat_notice``, ``last_turn_notice``). What an agent sees and is paid differs from v0,
+      so results on one version are not comparable with the other. In both versions (before
+      the first release): ``max_turns`` is the one step budget (a ``TimeLimit`` above the env is
+      refused), and an answer on the last turn is ``terminated`` only.
+    - v0: initial release (hopgym 0.1's turn handling: ``parse="strict"``, no notices). Steps
+      after the end are refused without being recorded.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
@@ -191,7 +219,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.shown = 0
         self.searches = 0
         self.searches_by_source = dict.fromkeys(self.task.sources, 0)
-        self.done = False
+        #: ``None`` while the episode runs; then ``"terminated"`` (answered) or ``"truncated"``
+        #: (the budget ran out).
+        self.ended: str | None = None
         self._retrievers: dict[str, Retriever] = {}
         self._queries: set[frozenset[str]] = set()
         self._prepared: tuple[Any, str, ParsedTurn] | None = None
@@ -235,6 +265,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
+        limit = _time_limit_above()
+        if limit is not None:
+            steps = limit.get_wrapper_attr("_max_episode_steps")
+            raise InvalidOptionError(
+                f"hopgym envs have one step budget, max_turns (here {self.max_turns}), which ends "
+                f"the episode by truncation; a TimeLimit of {steps} step(s) above it "
+                f"(gym.make(..., max_episode_steps={steps}) adds one) would be a second: pass "
+                f"max_turns={steps} instead"
+            )
         options = options or {}
         if "question_id" in options:
             index = self.task.index_of(str(options["question_id"]))
@@ -269,10 +308,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
         if self.sample is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         prepared, self._prepared = self._prepared, None
-        opts = self.options
-        if self.done or self.turn >= opts.max_turns:
+        if self.ended is not None:
             self._supplied = None
             return self._after_end()
+        opts = self.options
         self.turn += 1
         if prepared is not None and prepared[0] is action:
             text, parsed = prepared[1], prepared[2]
@@ -300,16 +339,20 @@ class MultiHopQAEnv(gym.Env[str, str]):
         else:
             assert isinstance(act, Answer)
             info["answer"] = act.text
-            terminated = self.done = True
+            terminated = True
             obs = ""
         self._supplied = None
-        if opts.last_turn_notice and not terminated and self.turn == opts.max_turns - 1:
+        # The one step budget, checked once: an answer on the last turn is a termination only.
+        truncated = not terminated and self.turn >= opts.max_turns
+        if terminated or truncated:
+            self.ended = "terminated" if terminated else "truncated"
+        elif opts.last_turn_notice and self.turn == opts.max_turns - 1:
             obs = self.protocol.last_turn(obs, self.turn)
         if obs:
             self.transcript.append({"role": "user", "content": obs})
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
-        return obs, 0.0, terminated, False, info
+        return obs, 0.0, terminated, truncated, info
 
     # ------------------------------------------------------------------ batched searches
     def prepare_step(self, action: Any) -> SearchRequest | None:
@@ -331,7 +374,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
             retriever).
         """
         self._prepared = self._supplied = None
-        if self.sample is None or self.done or self.turn >= self.options.max_turns:
+        if self.sample is None or self.ended is not None:
             return None
         text, parsed = self._read(action)
         self._prepared = (action, text, parsed)
@@ -357,7 +400,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         info = self._blank_info(ParsedTurn(None, error=error))
         info["searches"] = self.searches
         info["searches_by_source"] = dict(self.searches_by_source)
-        answered = self.done
+        answered = self.ended == "terminated"
         return (
             self.protocol.format_error(error, self.turn, tuple(self.task.sources)),
             0.0,

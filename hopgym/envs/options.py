@@ -56,10 +56,10 @@ def _opt(default: Any, help: str, *, low: int | None = None) -> Any:
 class EnvOptions:
     """The options of a text env; every field has one default, here.
 
-    ``reward`` and ``max_turns`` are applied by :func:`~hopgym.envs.registration.make_task_env`
-    (what ``gym.make`` calls): the reward preset on top and a ``TimeLimit`` of ``max_turns`` steps
-    under it. The bare :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv` announces ``max_turns`` in
-    its prompt and refuses turns beyond it; its own reward is always 0.
+    ``reward`` is applied by :func:`~hopgym.envs.registration.make_task_env` (what ``gym.make``
+    calls): the reward preset on top of the env. ``max_turns`` is the env's one step budget: the
+    :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv` announces it in its prompt, truncates the
+    episode when it is used up and refuses turns beyond it; its own reward is always 0.
 
     Raises:
         hopgym.errors.InvalidOptionError: a value of the wrong type or out of range; the message names the field, the
@@ -84,7 +84,12 @@ class EnvOptions:
         "documents retrieved for the raw question and shown in the prompt (KunLunBaizeRAG's RDRA; 0: none)",
         low=0,
     )
-    max_turns: int = _opt(8, "step budget: a TimeLimit truncates the episode after this many turns", low=1)
+    max_turns: int = _opt(
+        8,
+        "the one step budget: the episode is truncated after this many turns (hopgym envs take no "
+        "max_episode_steps)",
+        low=1,
+    )
     max_action_chars: int = _opt(8192, "longer turns are invalid (the agent sees why)", low=1)
     reward: str | None = _opt(
         "default",
@@ -221,6 +226,8 @@ class EnvOptions:
             >>> EnvOptions(last_turn_notice=False).resolved().repeat_notice
             True
         """
+        if self.parse is not None and self.repeat_notice is not None and self.last_turn_notice is not None:
+            return self  # resolved already: no copy, no second check
         from hopgym.rewards.presets import PAPER_PRESETS, preset_name
 
         paper = self.reward is not None and preset_name(self.reward) in PAPER_PRESETS

@@ -13,11 +13,10 @@ Contract (it holds for any stack of these wrappers, in any order):
   so the sum still holds;
 - a wrapper decides everything from ``info`` and the gold sample ``env.unwrapped.sample`` and never
   from the terms of other wrappers, so the total of an episode does not depend on the stacking
-  order. The episode end is ``terminated or truncated``, or the env's budget
-  (``info["turn"] >= max_turns``, for stacks put under the ``TimeLimit``), or a wrapper that
-  ends the episode (``FormatReward(terminate=True)``): such a wrapper settles the wrappers
-  *below* it through :meth:`RewardTermWrapper.force_end`, since they never see its
-  ``terminated``.
+  order. The episode end is ``terminated or truncated`` (the env truncates at its one step
+  budget, ``max_turns``), or a wrapper that ends the episode (``FormatReward(terminate=True)``):
+  such a wrapper settles the wrappers *below* it through :meth:`RewardTermWrapper.force_end`,
+  since they never see its ``terminated``.
 """
 
 from __future__ import annotations
@@ -100,7 +99,6 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             )
         self.term_names = tuple(names)
         self._ended = False
-        self._max_turns: int | None = None
 
     # ------------------------------------------------------------------ hooks
     def _on_reset(self, info: dict[str, Any]) -> None:
@@ -124,8 +122,6 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
     ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._ended = False
-        max_turns = info.get("max_turns")
-        self._max_turns = max_turns if isinstance(max_turns, int) and max_turns > 0 else None
         self._on_reset(info)
         return obs, info
 
@@ -146,8 +142,7 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         own = dict.fromkeys(self.term_names, 0.0)
         self._add(own, self._step_terms(info))
         forced = not (terminated or truncated) and self._ends_episode(info)
-        budget = self._max_turns is not None and int(info.get("turn", 0)) >= self._max_turns
-        if (terminated or truncated or forced or budget) and not self._ended:
+        if (terminated or truncated or forced) and not self._ended:
             self._ended = True
             self._add(own, self._end_terms(info, _answered(info)))
         if forced:
