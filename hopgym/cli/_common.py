@@ -125,7 +125,7 @@ def env_kwargs(args: argparse.Namespace, kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_env(env_id: str, kwargs: dict[str, Any]) -> Any:
-    """``gym.make(env_id, **kwargs)``; ``reward="none"`` is the bare env (``reward=None``).
+    """``gym.make(env_id, **kwargs)`` (``reward="none"`` is the bare env: see ``EnvOptions``).
 
     Raises:
         CommandError: the id is unknown or the env refused its arguments.
@@ -134,8 +134,6 @@ def make_env(env_id: str, kwargs: dict[str, Any]) -> Any:
 
     import hopgym  # noqa: F401 - registers the ids
 
-    if isinstance(kwargs.get("reward"), str) and kwargs["reward"].lower() == "none":
-        kwargs = {**kwargs, "reward": None}
     try:
         return gym.make(env_id, **kwargs)
     except (gym.error.Error, TypeError, ValueError) as exc:

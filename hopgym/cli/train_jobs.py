@@ -124,7 +124,7 @@ def _env_fn(train: TrainConfig, reward: str | None, split: str | None) -> Any:
     kwargs = dict(train.kw)
     if split is not None:
         kwargs["split"] = split
-    kwargs["reward"] = None if reward in (None, "none") else reward
+    kwargs["reward"] = reward  # "none" is the bare env (EnvOptions reads it)
 
     def make() -> Any:
         return gym.make(train.env, **kwargs)

@@ -414,7 +414,7 @@ def _split_kwargs(dataset: str, path: Any, kwargs: dict[str, Any]) -> tuple[Task
                 key, ("dataset", "path", *TASK_ARGS, *RETRIEVER_SHORTHANDS, *OPTION_NAMES)
             )
     options = EnvOptions.from_kwargs(option_kw).resolved()
-    task_kw["retriever"] = RetrieverSpec.coerce(task_kw.get("retriever")).updated(**shorthand)
+    task_kw["retriever"] = RetrieverSpec.coerce(task_kw.get("retriever"), **shorthand)
     return TaskSpec(dataset=dataset, path=path, **task_kw), options
 
 

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypedDict
 
 from hopgym._kwargs import unknown_name_error
-from hopgym.envs.protocols import PARSE_MODES, PROTOCOLS, Protocol
+from hopgym.envs.protocols import PROTOCOLS, Protocol, check_parse_mode
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
+from hopgym.rewards.presets import PRESETS, preset_name, presets_help
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -93,8 +94,8 @@ class EnvOptions:
     max_action_chars: int = _opt(8192, "longer turns are invalid (the agent sees why)", low=1)
     reward: str | None = _opt(
         "default",
-        "reward preset: default, em, f1, searchr1, r3rag or kunlun "
-        "(see hopgym.rewards.presets); None: the bare env, whose reward is 0",
+        f"reward preset: {presets_help()} (see hopgym.rewards.presets); None (or 'none'): the "
+        "bare env, whose reward is 0",
     )
     render_mode: str | None = _opt(None, "None, or 'ansi': render() returns the transcript")
     parse: str | None = _opt(
@@ -108,12 +109,12 @@ class EnvOptions:
         None,
         "after a search whose query repeats one of the episode (same words, any order), "
         "the observation says so and what it shows instead; None: on, except under the "
-        "searchr1, r3rag and kunlun reward presets, whose papers show no such text",
+        f"{presets_help(paper=True)} reward presets, whose papers show no such text",
     )
     last_turn_notice: bool | None = _opt(
         None,
         "when one turn is left, the observation asks for the answer now; None: on, except "
-        "under the searchr1, r3rag and kunlun reward presets",
+        f"under the {presets_help(paper=True)} reward presets",
     )
 
     def __post_init__(self) -> None:
@@ -140,8 +141,7 @@ class EnvOptions:
             raise InvalidOptionError(
                 f"render_mode must be None or one of {list(RENDER_MODES)}, got {self.render_mode!r}"
             )
-        if self.parse is not None and self.parse not in PARSE_MODES:
-            raise InvalidOptionError(f"parse must be None or one of {list(PARSE_MODES)}, got {self.parse!r}")
+        check_parse_mode(self.parse, optional=True)
         if isinstance(self.protocol, Protocol) and self.parse not in (None, self.protocol.parse_mode):
             raise InvalidOptionError(
                 f"parse={self.parse!r} contradicts the protocol instance "
@@ -151,19 +151,13 @@ class EnvOptions:
             value = getattr(self, name)
             if not (value is None or isinstance(value, bool)):
                 raise InvalidOptionError(f"{name} must be None, True or False, got {value!r}")
+        if isinstance(self.reward, str) and self.reward.strip().lower() == "none":
+            # The one place the word "none" means the bare env (a command line cannot pass None).
+            object.__setattr__(self, "reward", None)
         if self.reward is not None:
-            # Imported here: the presets module holds the names, and hopgym.rewards sits below
-            # hopgym.envs (it is already loaded by ``import hopgym``).
-            from hopgym.rewards.presets import PRESETS, preset_name
-
-            if not isinstance(self.reward, str):
-                raise InvalidOptionError(
-                    f"reward must be a preset name or None, got {self.reward!r}; "
-                    f"choose one of {list(PRESETS)}"
-                )
             try:
                 preset_name(self.reward)
-            except ValueError as exc:
+            except InvalidOptionError as exc:
                 raise InvalidOptionError(f"reward: {exc}") from None
 
     @classmethod
@@ -215,7 +209,7 @@ class EnvOptions:
 
         ``parse``: the protocol instance's mode, else ``"lenient"``. ``repeat_notice`` and
         ``last_turn_notice``: on, except under the reward presets of the papers
-        (:data:`~hopgym.rewards.presets.PAPER_PRESETS`), whose protocols show no such text. The
+        (:attr:`Preset.paper <hopgym.rewards.presets.Preset>`), whose protocols show no such text. The
         decision is made here, before the env is built, because a preset is a reward wrapper put
         on the finished env and must not change what the env says.
 
@@ -228,9 +222,7 @@ class EnvOptions:
         """
         if self.parse is not None and self.repeat_notice is not None and self.last_turn_notice is not None:
             return self  # resolved already: no copy, no second check
-        from hopgym.rewards.presets import PAPER_PRESETS, preset_name
-
-        paper = self.reward is not None and preset_name(self.reward) in PAPER_PRESETS
+        paper = self.reward is not None and PRESETS[preset_name(self.reward)].paper
         parse = self.parse
         if parse is None:
             parse = self.protocol.parse_mode if isinstance(self.protocol, Protocol) else "lenient"

@@ -19,7 +19,6 @@ import gymnasium as gym
 
 from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.envs.options import EnvKwargs, EnvOptions, Unpack
-from hopgym.retrieval.specs import RetrieverSpec
 from hopgym.tasks.base import QATask
 
 __all__ = ["make_task_env", "make_tiny", "make_synthetic"]
@@ -74,10 +73,9 @@ def make_tiny(
         **options: the env options (:class:`~hopgym.envs.options.EnvOptions`).
     """
     opts = EnvOptions.from_kwargs(options, also=_own_args(make_tiny)).resolved()
-    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
     from hopgym.tasks.tiny import tiny_task
 
-    return make_task_env(tiny_task(tuple(sources), retriever=spec), opts)
+    return make_task_env(tiny_task(tuple(sources), engine, retriever=retriever), opts)
 
 
 def make_synthetic(
@@ -111,7 +109,6 @@ def make_synthetic(
     (:class:`~hopgym.envs.options.EnvOptions`), checked before the world is built.
     """
     opts = EnvOptions.from_kwargs(options, also=_own_args(make_synthetic)).resolved()
-    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
     from hopgym.corpora.synthetic import KINDS, WorldConfig
     from hopgym.tasks.synthetic import build_task
 
@@ -129,4 +126,5 @@ def make_synthetic(
         web_noise=web_noise,
         test_fraction=test_fraction,
     )
-    return make_task_env(build_task(config, split=split, retriever=spec), opts)
+    # build_task checks the retriever before it builds the world.
+    return make_task_env(build_task(config, split=split, retriever=retriever, engine=engine), opts)

@@ -148,7 +148,7 @@ def build_task(
     config = WorldConfig() if config is None else config
     if not isinstance(config, WorldConfig):
         raise InvalidOptionTypeError(f"config must be a WorldConfig, got {type(config).__name__}")
-    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
+    spec = RetrieverSpec.coerce(retriever, engine=engine)
     if retriever_kind(spec.resolved_kind).remote:
         raise InvalidOptionError(
             f"retriever kind {spec.resolved_kind!r} searches a server's corpus, but a "

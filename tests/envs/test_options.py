@@ -133,7 +133,7 @@ BAD = [
     ("dedup", 1, "dedup must be True or False"),
     ("protocol", "xml", "protocol must be one of"),
     ("reward", "foo", "reward: unknown reward preset 'foo'"),
-    ("reward", 3, "reward must be a preset name or None"),
+    ("reward", 3, "reward: reward preset must be a name or None"),
     ("render_mode", "human", "render_mode must be None or one of"),
     ("parse", "loose", "parse must be None or one of"),
     ("repeat_notice", 1, "repeat_notice must be None, True or False"),
