@@ -32,11 +32,6 @@ class SyntheticTask(QATask):
     retriever_spec: RetrieverSpec = RetrieverSpec()
     split_name: str | None = None
 
-    @property
-    def engine(self) -> str:
-        """The BM25 engine of the spec (kept for code written against hopgym 0.1)."""
-        return self.retriever_spec.engine
-
     def __reduce__(self) -> tuple[Any, ...]:
         if self.config is None:
             raise InvalidOptionTypeError("a SyntheticTask pickles as its recipe: build it with build_task()")
