@@ -219,6 +219,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.shown = 0
         self.searches = 0
         self.searches_by_source = dict.fromkeys(self.task.sources, 0)
+        self._source_names = tuple(self.searches_by_source)
         #: ``None`` while the episode runs; then ``"terminated"`` (answered) or ``"truncated"``
         #: (the budget ran out).
         self.ended: str | None = None
@@ -243,7 +244,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
     @property
     def source_names(self) -> tuple[str, ...]:
         """The names of the task's sources, the default first."""
-        return tuple(self.task.sources)
+        return self._source_names
 
     def retrieval_cache_info(self) -> dict[str, Any]:
         """Each source's query-cache counters (``hits``, ``misses``, ``hit_rate``, sizes: a
@@ -322,9 +323,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         terminated = False
         act = parsed.action
         if act is None:
-            obs = self.protocol.format_error(
-                parsed.error or "invalid turn", self.turn, tuple(self.task.sources)
-            )
+            obs = self.protocol.format_error(parsed.error or "invalid turn", self.turn, self._source_names)
         elif isinstance(act, Think):
             obs = self.protocol.format_think(self.turn)
         elif isinstance(act, Route):
@@ -350,8 +349,6 @@ class MultiHopQAEnv(gym.Env[str, str]):
             obs = self.protocol.last_turn(obs, self.turn)
         if obs:
             self.transcript.append({"role": "user", "content": obs})
-        info["searches"] = self.searches
-        info["searches_by_source"] = dict(self.searches_by_source)
         return obs, 0.0, terminated, truncated, info
 
     # ------------------------------------------------------------------ batched searches
@@ -398,11 +395,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
         """The answer to a step after the end: corrective, repeats the end flags, records nothing."""
         error = "the episode is over: call reset()"
         info = self._blank_info(ParsedTurn(None, error=error))
-        info["searches"] = self.searches
-        info["searches_by_source"] = dict(self.searches_by_source)
         answered = self.ended == "terminated"
         return (
-            self.protocol.format_error(error, self.turn, tuple(self.task.sources)),
+            self.protocol.format_error(error, self.turn, self._source_names),
             0.0,
             answered,
             not answered,
@@ -418,10 +413,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
 
     # ------------------------------------------------------------------ helpers
     def _read(self, action: Any) -> tuple[str, ParsedTurn]:
-        if isinstance(action, (Think, Search, Route, Answer)):
-            text = self.protocol.render(action)
-        elif isinstance(action, str):
+        if isinstance(action, str):  # the usual case first
             text = action
+        elif isinstance(action, (Think, Search, Route, Answer)):
+            text = self.protocol.render(action)
         else:
             shown = repr(action)[:60]
             return shown, ParsedTurn(
@@ -432,14 +427,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
         limit = self.options.max_action_chars
         if len(text) > limit:
             return text[:limit], ParsedTurn(None, error=f"turn too long ({len(text)} > {limit} characters)")
-        return text, self.protocol.parse(text, self.source_names)
+        return text, self.protocol.parse(text, self._source_names)
 
     def _blank_info(self, parsed: ParsedTurn) -> dict[str, Any]:
+        """A step's ``info``; ``searches`` and ``searches_by_source`` are this step's counts,
+        so a step that searches updates them itself."""
         act = parsed.action
+        left = self.options.max_turns - self.turn
         return {
             "turn": self.turn,
-            "turns_left": max(self.options.max_turns - self.turn, 0),
-            "action_type": parsed.kind,
+            "turns_left": left if left > 0 else 0,
+            "action_type": "invalid" if act is None else act.kind,
             "invalid_action": parsed.error,
             "think": parsed.think or None,
             "query": act.query if isinstance(act, Search) else None,
@@ -451,9 +449,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "answer": None,
             "retrieval_error": None,
             "question_id": self.sample.id if self.sample else None,
-            "format_issues": list(parsed.issues),
+            "format_issues": list(parsed.issues) if parsed.issues else [],
             "truncated_turn": parsed.truncated,
             "repeated_query": False,
+            "searches": self.searches,
+            "searches_by_source": self.searches_by_source.copy(),
         }
 
     def _budget(self, k: int) -> int:
@@ -489,10 +489,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes an observation
             return [], [], f"{type(exc).__name__}: {exc}"
         raw = [p.doc_id for p in hits]
-        if self.dedup:
-            hits = [p for p in hits if p.doc_id not in self.seen_ids]
+        seen = self.seen_ids
+        if self.options.dedup:
+            hits = [p for p in hits if p.doc_id not in seen]
         docs = hits[:budget]
-        self.seen_ids.update(p.doc_id for p in docs)
+        seen.update([p.doc_id for p in docs])
         self.shown += len(docs)
         return docs, raw, None
 
@@ -502,15 +503,18 @@ class MultiHopQAEnv(gym.Env[str, str]):
     def _do_search(self, query: str, info: dict[str, Any]) -> str:
         self.searches += 1
         self.searches_by_source[self.source] += 1
+        info["searches"] = self.searches
+        info["searches_by_source"][self.source] += 1  # the step's own copy
+        opts = self.options
         key = query_key(query)
         repeated = info["repeated_query"] = key in self._queries
         self._queries.add(key)
-        note = self.protocol.repeat_note(self.dedup) if repeated and self.repeat_notice else ""
-        if self.max_docs is not None and self.shown >= self.max_docs:
+        note = self.protocol.repeat_note(opts.dedup) if repeated and opts.repeat_notice else ""
+        if opts.max_docs is not None and self.shown >= opts.max_docs:
             return self.protocol.format_notice(
-                f"Document limit reached ({self.max_docs} per episode): answer now.", self.turn
+                f"Document limit reached ({opts.max_docs} per episode): answer now.", self.turn
             )
-        docs, raw, error = self._search(query, self.top_k)
+        docs, raw, error = self._search(query, opts.top_k)
         info.update(
             retrieved_ids=raw, new_ids=[d.doc_id for d in docs], documents=docs, retrieval_error=error
         )
@@ -521,8 +525,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         if not docs:
             if note:
                 return self.protocol.format_notice(
-                    self.protocol.repeat_note(self.dedup, exhausted=True), self.turn
+                    self.protocol.repeat_note(opts.dedup, exhausted=True), self.turn
                 )
             what = "No new documents found" if raw else "No documents found"
             return self.protocol.format_notice(f"{what} for this query.", self.turn)
-        return self.protocol.format_documents(docs, self.doc_chars, self.turn, note=note)
+        return self.protocol.format_documents(docs, opts.doc_chars, self.turn, note=note)

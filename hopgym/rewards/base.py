@@ -127,20 +127,25 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
+        # One shallow copy of ``info`` and of the terms below: what the inner env returned is
+        # never changed, so an env that hands out the same dict twice stays correct.
         info = dict(info)
-        terms: dict[str, float] = dict(info.get(TERMS_KEY) or {})
+        inner = info.get(TERMS_KEY)
+        terms: dict[str, float] = dict(inner) if inner else {}
         # Keep any reward an inner wrapper added without a term, so the sum stays the reward.
-        rest = float(reward) - math.fsum(terms.values())
-        if not math.isclose(rest, 0.0, abs_tol=1e-12):
+        rest = float(reward) - math.fsum(terms.values()) if terms else float(reward)
+        if rest and not math.isclose(rest, 0.0, abs_tol=1e-12):
             terms[UNATTRIBUTED] = terms.get(UNATTRIBUTED, 0.0) + rest
-        clash = [n for n in self.term_names if n in terms]
-        if clash:
+        if terms and not terms.keys().isdisjoint(self.term_names):
+            clash = [n for n in self.term_names if n in terms]
             raise RewardTermError(
                 f"{type(self).__name__}: info['reward_terms'] already has {clash} (written below "
                 f"this wrapper: {sorted(terms)}); pass name=... to use other names"
             )
         own = dict.fromkeys(self.term_names, 0.0)
-        self._add(own, self._step_terms(info))
+        step_terms = self._step_terms(info)
+        if step_terms:
+            self._add(own, step_terms)
         forced = not (terminated or truncated) and self._ends_episode(info)
         if (terminated or truncated or forced) and not self._ended:
             self._ended = True
