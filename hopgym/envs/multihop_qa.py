@@ -41,16 +41,18 @@ class SearchRequest:
     k: int
 
 
-# Gymnasium's ``make`` wraps a ``TimeLimit`` around what the entry point returned, so a factory
-# never sees ``max_episode_steps``; the first moment the env can is a ``reset`` run through that
-# wrapper, which is this code object on the call stack.
+# ``gym.make(id, max_episode_steps=n)`` wraps a ``TimeLimit`` around what the entry point
+# returned and records ``n`` nowhere the env can read: the factory never receives it, and since
+# Gymnasium 1.0 ``make`` sets ``env.unwrapped.spec`` with ``max_episode_steps=None`` (only the
+# wrappers' ``env.spec`` carries ``n``). The first moment the env can see that wrapper is its first
+# ``reset`` run through it: the wrapper's ``reset`` (this code object) is then on the call stack.
 _TIME_LIMIT_RESET = TimeLimit.reset.__code__
 
 
 def _time_limit_above() -> TimeLimit | None:
     """The Gymnasium ``TimeLimit`` whose ``reset`` is running this env's ``reset``, if any."""
     frame = sys._getframe(2)
-    for _ in range(256):
+    for _ in range(64):  # a wrapper stack is a few frames per wrapper
         if frame is None:
             return None
         if frame.f_code is _TIME_LIMIT_RESET:
@@ -119,10 +121,13 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ## Episode End
     An answer terminates the episode. The step budget, ``max_turns``, is the env's one step limit:
     the step that uses the last turn without answering is truncated, so reward wrappers see it, and
-    ``terminated`` and ``truncated`` are never both true. It is the only budget: a Gymnasium
-    ``TimeLimit`` above the env (``gym.make(..., max_episode_steps=n)`` adds one) would be a second
-    whose truncation can fall on an answer, so ``reset`` through one raises
-    :class:`~hopgym.errors.InvalidOptionError` naming ``max_turns``.
+    ``terminated`` and ``truncated`` are never both true. It is the only budget: the registered
+    specs carry no ``max_episode_steps``, and a Gymnasium ``TimeLimit`` above the env
+    (``gym.make(..., max_episode_steps=n)`` adds one) is refused whatever ``n`` is: the env's
+    first ``reset`` through one raises :class:`~hopgym.errors.InvalidOptionError` that says to
+    pass ``max_turns=n`` instead. Even ``n == max_turns`` is refused: both budgets would end the
+    same step, so an answer on the last turn would come back ``terminated`` *and* ``truncated``,
+    and the reward wrappers under the ``TimeLimit`` would never see its truncation.
 
     A ``step`` after the end (after an answer, or beyond ``max_turns``) without ``reset`` is
     refused the way a malformed turn is: it never raises, the agent sees "the episode is over: call
@@ -196,6 +201,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.observation_space = FreeText(_OBS_MAX)
         self.sample: QASample | None = None
         self.transcript: list[dict[str, str]] = []
+        self._budget_checked = False
         self._reset_state()
 
     # The options, read-only: they are :attr:`options`, never a copy that could drift from it.
@@ -239,6 +245,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         state = self.__dict__.copy()
         state["_retrievers"] = {}
         state["_prepared"] = state["_supplied"] = None
+        state["_budget_checked"] = False  # a copy may be wrapped anew
         return state
 
     @property
@@ -266,15 +273,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        limit = _time_limit_above()
-        if limit is not None:
-            steps = limit.get_wrapper_attr("_max_episode_steps")
-            raise InvalidOptionError(
-                f"hopgym envs have one step budget, max_turns (here {self.max_turns}), which ends "
-                f"the episode by truncation; a TimeLimit of {steps} step(s) above it "
-                f"(gym.make(..., max_episode_steps={steps}) adds one) would be a second: pass "
-                f"max_turns={steps} instead"
-            )
+        if not self._budget_checked:  # once: the wrappers above an env do not change
+            limit = _time_limit_above()
+            if limit is not None:
+                steps = limit.get_wrapper_attr("_max_episode_steps")
+                raise InvalidOptionError(
+                    f"hopgym envs have one step budget, max_turns (here {self.max_turns}), which "
+                    f"ends the episode by truncation; a TimeLimit of {steps} step(s) above it "
+                    f"(gym.make(..., max_episode_steps={steps}) adds one) would be a second: pass "
+                    f"max_turns={steps} instead"
+                )
+            self._budget_checked = True
         options = options or {}
         if "question_id" in options:
             index = self.task.index_of(str(options["question_id"]))

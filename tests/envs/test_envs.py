@@ -64,6 +64,41 @@ def test_max_episode_steps_is_refused_for_max_turns():
     env = gym.make("hopgym/Tiny-v1", max_episode_steps=1)
     with pytest.raises(InvalidOptionError, match="max_turns=1"):
         env.reset(seed=0)
+    with pytest.raises(InvalidOptionError, match="max_turns=1"):  # every reset, not only the first
+        env.reset(seed=1)
+    # Gymnasium records the keyword on the wrappers' spec only: the env's own spec has no budget.
+    assert env.spec.max_episode_steps == 1 and env.unwrapped.spec.max_episode_steps is None
+    # The registered specs carry none, so gym.make adds no TimeLimit of its own.
+    assert all(gym.spec(i).max_episode_steps is None for i in gym.registry if i.startswith("hopgym/"))
+    assert gym.make("hopgym/Tiny-v1").reset(seed=0)[1]["max_turns"] == 8
+
+
+def test_max_episode_steps_equal_to_max_turns_is_refused_too():
+    # Both budgets would end the same step: an answer on the last turn would come back
+    # terminated and truncated together, so even max_episode_steps == max_turns is refused.
+    env = gym.make("hopgym/Tiny-v1", max_turns=2, max_episode_steps=2)
+    with pytest.raises(InvalidOptionError, match="max_turns=2 instead"):
+        env.reset(seed=0)
+    # The same env without the TimeLimit (max_episode_steps=-1 tells gym.make to add none).
+    env = gym.make("hopgym/Tiny-v1", max_turns=2, max_episode_steps=-1)
+    env.reset(seed=0)
+    env.step("<think>x</think>")
+    assert env.step("<answer>x</answer>")[2:4] == (True, False)
+
+
+def test_the_budget_check_runs_once_per_env():
+    env = gym.make("hopgym/Tiny-v1")
+    env.reset(seed=0)
+    assert env.unwrapped._budget_checked
+    # A TimeLimit put on later by hand is the user's own wrapper; the env is not asked again.
+    from gymnasium.wrappers import TimeLimit
+
+    limited = TimeLimit(env, max_episode_steps=3)
+    limited.reset(seed=0)
+    clone = pickle.loads(pickle.dumps(env.unwrapped))
+    assert not clone._budget_checked
+    with pytest.raises(InvalidOptionError, match="max_turns=3"):
+        TimeLimit(clone, max_episode_steps=3).reset(seed=0)
     env = gym.make("hopgym/Tiny-v1", max_turns=1)
     env.reset(seed=0)
     assert env.step("<answer>x</answer>")[2:4] == (True, False)
