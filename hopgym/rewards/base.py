@@ -4,7 +4,8 @@ Classes: :class:`RewardTermWrapper`, :class:`RewardTermError`, :class:`RewardArg
 
 Contract (it holds for any stack of these wrappers, in any order):
 
-- every step, each wrapper copies ``info["reward_terms"]`` (a dict name → float), adds its own
+- every step, each wrapper copies ``info["reward_terms"]`` (a dict name → float; ``info`` itself
+  is updated in place, as Gymnasium's wrappers do), adds its own
   terms under names nobody below it used (a clash raises :class:`RewardTermError`), and returns
   ``reward == math.fsum(info["reward_terms"].values())``. Every wrapper writes all of its term names
   on every step (0.0 when a term does not apply), so vector envs and per-episode means see the same
@@ -127,9 +128,8 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        # One shallow copy of ``info`` and of the terms below: what the inner env returned is
-        # never changed, so an env that hands out the same dict twice stays correct.
-        info = dict(info)
+        # ``info`` is updated in place, as Gymnasium's wrappers do (RecordEpisodeStatistics); the
+        # terms below are copied, so the dict an inner wrapper wrote is never changed.
         inner = info.get(TERMS_KEY)
         terms: dict[str, float] = dict(inner) if inner else {}
         # Keep any reward an inner wrapper added without a term, so the sum stays the reward.
