@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from types import FrameType
 from typing import Any
 
 import gymnasium as gym
@@ -51,7 +52,7 @@ _TIME_LIMIT_RESET = TimeLimit.reset.__code__
 
 def _time_limit_above() -> TimeLimit | None:
     """The Gymnasium ``TimeLimit`` whose ``reset`` is running this env's ``reset``, if any."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(64):  # a wrapper stack is a few frames per wrapper
         if frame is None:
             return None
