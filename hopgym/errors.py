@@ -10,8 +10,7 @@ Classes defined here (and re-exported where they were first defined):
 - :class:`InvalidOptionError` — an option, argument or setting has a bad value (also a
   ``ValueError``); :class:`InvalidOptionTypeError` — one has the wrong type (also a ``TypeError``).
 - :class:`DependencyNotInstalled` — an optional extra is missing (also Gymnasium's
-  ``gymnasium.error.DependencyNotInstalled`` and an ``ImportError``); also
-  :mod:`hopgym.retrieval`.
+  ``gymnasium.error.DependencyNotInstalled`` and an ``ImportError``); imported from here only.
 - :class:`HTTPError` — an HTTP request failed for good (:mod:`hopgym.httpclient`).
 - :class:`RetrievalError` — a retriever could not answer (:mod:`hopgym.retrieval`).
 - :class:`BackendError` — a language-model backend failed (:mod:`hopgym.backends`).

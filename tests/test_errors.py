@@ -69,11 +69,20 @@ def test_old_names_and_standard_bases_still_work(name, base):
     assert issubclass(cls, HopgymError) and issubclass(cls, base)
 
 
-def test_dependency_not_installed_is_one_class_everywhere():
-    from hopgym.errors import DependencyNotInstalled as from_corpora
-    from hopgym.errors import DependencyNotInstalled as from_retrieval
-
-    assert from_corpora is from_retrieval is DependencyNotInstalled is errors.DependencyNotInstalled
+def test_dependency_not_installed_is_defined_and_exported_once():
+    # One import path (hopgym keeps no shims before its first release): the class is defined in
+    # hopgym.errors and only hopgym.errors lists it in __all__ or a lazy-import map.
+    defined, exported = [], []
+    for name in _hopgym_modules():
+        module = importlib.import_module(name)
+        for obj in vars(module).values():
+            if inspect.isclass(obj) and obj.__name__ == "DependencyNotInstalled" and obj.__module__ == name:
+                defined.append(name)
+        lazy = getattr(module, "_LAZY", {})
+        if "DependencyNotInstalled" in getattr(module, "__all__", ()) or "DependencyNotInstalled" in lazy:
+            exported.append(name)
+    assert defined == exported == ["hopgym.errors"]
+    assert DependencyNotInstalled is errors.DependencyNotInstalled
     err = DependencyNotInstalled.for_extra("faiss", "dense")
     assert isinstance(err, gymnasium.error.DependencyNotInstalled)
     assert isinstance(err, ImportError) and "hopgym[dense]" in str(err)

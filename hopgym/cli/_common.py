@@ -176,7 +176,7 @@ def add_env_arguments(parser: argparse.ArgumentParser, cls: type = EnvConfig, ti
 
 def env_kwargs(args: argparse.Namespace, kw: dict[str, Any], flag: str = "--kw") -> dict[str, Any]:
     """``gym.make`` keyword arguments: ``kw`` (the ``flag`` items) plus the env options given on
-    their own; ``reward="none"`` from either is the bare env (``reward=None``).
+    their own (``reward="none"`` is the bare env: :class:`~hopgym.envs.options.EnvOptions` reads it).
 
     Raises:
         CommandError: an option given both ways (the message names both spellings).
@@ -185,7 +185,7 @@ def env_kwargs(args: argparse.Namespace, kw: dict[str, Any], flag: str = "--kw")
         >>> from hopgym.cli import build_parser
         >>> args = build_parser().parse_args(["play", "--max-turns", "3", "--reward", "none"])
         >>> env_kwargs(args, {"hops": 2})
-        {'hops': 2, 'max_turns': 3, 'reward': None}
+        {'hops': 2, 'max_turns': 3, 'reward': 'none'}
         >>> env_kwargs(args, {"max_turns": 4})
         Traceback (most recent call last):
         ...
@@ -197,10 +197,7 @@ def env_kwargs(args: argparse.Namespace, kw: dict[str, Any], flag: str = "--kw")
             f"{flag} {name}={kw[name]!r} and {ENV_OPTIONS.option(name)} {_word(given[name])} "
             f"both set {name}: give it once"
         )
-    out = {**kw, **given}
-    if isinstance(out.get("reward"), str) and out["reward"].lower() == "none":
-        out["reward"] = None
-    return out
+    return {**kw, **given}
 
 
 def _word(value: Any) -> str:
@@ -211,7 +208,8 @@ def _word(value: Any) -> str:
 
 
 def make_env(env_id: str, kwargs: dict[str, Any]) -> Any:
-    """``gym.make(env_id, **kwargs)`` (``kwargs`` from :func:`env_kwargs`).
+    """``gym.make(env_id, **kwargs)`` (``kwargs`` from :func:`env_kwargs`; ``reward="none"`` is the
+    bare env: see ``EnvOptions``).
 
     Raises:
         CommandError: the id is unknown or the env refused its arguments.

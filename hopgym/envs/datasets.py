@@ -66,11 +66,6 @@ __all__ = [
     "load_task",
     "clear_task_cache",
     "make_dataset_env",
-    "make_hotpotqa",
-    "make_2wiki",
-    "make_musique",
-    "make_bamboogle",
-    "make_multihopqa",
 ]
 
 _CACHE: OrderedDict[TaskSpec, QATask] = OrderedDict()
@@ -413,8 +408,8 @@ def _split_kwargs(dataset: str, path: Any, kwargs: dict[str, Any]) -> tuple[Task
             raise unknown_name_error(
                 key, ("dataset", "path", *TASK_ARGS, *RETRIEVER_SHORTHANDS, *OPTION_NAMES)
             )
-    options = EnvOptions.from_kwargs(option_kw)
-    task_kw["retriever"] = RetrieverSpec.coerce(task_kw.get("retriever")).updated(**shorthand)
+    options = EnvOptions.from_kwargs(option_kw).resolved()
+    task_kw["retriever"] = RetrieverSpec.coerce(task_kw.get("retriever"), **shorthand)
     return TaskSpec(dataset=dataset, path=path, **task_kw), options
 
 
@@ -439,38 +434,3 @@ def make_dataset_env(
 
     spec, options = _split_kwargs(dataset, path, dict(kwargs))
     return make_task_env(load_task(spec), options)
-
-
-def make_hotpotqa(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """HotpotQA as an env (``hopgym/HotpotQA-v1``): ``make_dataset_env("hotpotqa", ...)``."""
-    return make_dataset_env("hotpotqa", path, **kwargs)
-
-
-def make_2wiki(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """2WikiMultihopQA as an env (``hopgym/2WikiMultiHopQA-v1``): ``make_dataset_env("2wiki", ...)``."""
-    return make_dataset_env("2wiki", path, **kwargs)
-
-
-def make_musique(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """MuSiQue (answerable) as an env (``hopgym/MuSiQue-v1``): ``make_dataset_env("musique", ...)``."""
-    return make_dataset_env("musique", path, **kwargs)
-
-
-def make_bamboogle(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """Bamboogle as an env (``hopgym/Bamboogle-v1``): ``make_dataset_env("bamboogle", ...)``.
-
-    Bamboogle has questions and answers only, so search needs ``corpus=`` (e.g. wiki-18),
-    ``index=`` (a saved index; its corpus is read from its manifest) or a server URL as
-    ``retriever``.
-    """
-    return make_dataset_env("bamboogle", path, **kwargs)
-
-
-def make_multihopqa(path: str | os.PathLike[str] | None = None, **kwargs: Unpack[DatasetKwargs]) -> gym.Env:
-    """Any supported QA file as an env (``hopgym/MultiHopQA-v1``): ``make_dataset_env("auto", ...)``.
-
-    The layout is detected from the first record: a FlashRAG QA jsonl (``{id, question,
-    golden_answers}``, needs ``corpus``/``index``/a server like Bamboogle), or a HotpotQA, 2Wiki
-    or MuSiQue file.
-    """
-    return make_dataset_env("auto", path, **kwargs)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from types import FrameType
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.wrappers import TimeLimit
 
 from hopgym.corpora.types import Passage, QASample
 from hopgym.envs.actions import Answer, ParsedTurn, Route, Search, Think
@@ -15,7 +18,7 @@ from hopgym.envs.options import RENDER_MODES, EnvKwargs, EnvOptions, Unpack
 from hopgym.envs.protocols import get_protocol
 from hopgym.envs.spaces import FreeText
 from hopgym.envs.tool_protocol import ToolProtocol, ToolTurn, tool_specs
-from hopgym.errors import InvalidOptionTypeError
+from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.failures import failure_kind
 from hopgym.rewards.scoring import query_key
@@ -40,6 +43,27 @@ class SearchRequest:
     retriever: Retriever
     query: str
     k: int
+
+
+# ``gym.make(id, max_episode_steps=n)`` wraps a ``TimeLimit`` around what the entry point
+# returned and records ``n`` nowhere the env can read: the factory never receives it, and since
+# Gymnasium 1.0 ``make`` sets ``env.unwrapped.spec`` with ``max_episode_steps=None`` (only the
+# wrappers' ``env.spec`` carries ``n``). The first moment the env can see that wrapper is its first
+# ``reset`` run through it: the wrapper's ``reset`` (this code object) is then on the call stack.
+_TIME_LIMIT_RESET = TimeLimit.reset.__code__
+
+
+def _time_limit_above() -> TimeLimit | None:
+    """The Gymnasium ``TimeLimit`` whose ``reset`` is running this env's ``reset``, if any."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(64):  # a wrapper stack is a few frames per wrapper
+        if frame is None:
+            return None
+        if frame.f_code is _TIME_LIMIT_RESET:
+            limit = frame.f_locals.get("self")
+            return limit if isinstance(limit, TimeLimit) else None
+        frame = frame.f_back
+    return None
 
 
 def _option(name: str) -> property:
@@ -103,9 +127,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
     ``{"index": i}``), the first source selected, no documents seen.
 
     ## Episode End
-    An answer terminates the episode. The step budget is truncation, applied by a ``TimeLimit`` of
-    ``max_turns`` steps that ``gym.make`` puts under the reward wrappers; ``terminated`` and
-    ``truncated`` are never both true.
+    An answer terminates the episode. The step budget, ``max_turns``, is the env's one step limit:
+    the step that uses the last turn without answering is truncated, so reward wrappers see it, and
+    ``terminated`` and ``truncated`` are never both true. It is the only budget: the registered
+    specs carry no ``max_episode_steps``, and a Gymnasium ``TimeLimit`` above the env
+    (``gym.make(..., max_episode_steps=n)`` adds one) is refused whatever ``n`` is: the env's
+    first ``reset`` through one raises :class:`~hopgym.errors.InvalidOptionError` that says to
+    pass ``max_turns=n`` instead. Even ``n == max_turns`` is refused: both budgets would end the
+    same step, so an answer on the last turn would come back ``terminated`` *and* ``truncated``,
+    and the reward wrappers under the ``TimeLimit`` would never see its truncation.
 
     A ``step`` after the end (after an answer, or beyond ``max_turns``) without ``reset`` is
     refused the way a malformed turn is: it never raises, the agent sees "the episode is over: call
@@ -154,15 +184,20 @@ class MultiHopQAEnv(gym.Env[str, str]):
     True
 
     ## Version History
-    - v0: initial release. Within v0 (undefined behaviour before): steps after the end are
-      refused without being recorded, and options are one :class:`EnvOptions`. The ``lenient``
-      parse is the default (``parse="strict"`` keeps the earlier rules); ``format_issues``,
-      ``truncated_turn`` and ``repeated_query`` in ``info``; the repeated-query and last-turn
-      notices (``repeat_notice``, ``last_turn_notice``). ``protocol="tools"`` (OpenAI-style tool
-      calls, ``max_tool_calls``, :attr:`tool_specs`); ``tags`` and ``r3`` unchanged.
-    - All versions (``-v0`` and ``-v1`` ids), no change to rewards or termination:
-      ``retrieval_error_kind`` and ``failed_searches`` in ``info``; a step after the end (undefined
-      in Gymnasium) says only "the episode is over: call reset()." without the format hint.
+    - v1: turns are read leniently by default (``parse="lenient"``: the first complete action
+      block; flaws read past are ``info["format_issues"]``), ``truncated_turn`` and
+      ``repeated_query`` in ``info``, and the repeated-query and last-turn notices
+      (``repeat_notice``, ``last_turn_notice``). What an agent sees and is paid differs from v0,
+      so results on one version are not comparable with the other. In both versions (before
+      the first release): ``max_turns`` is the one step budget (a ``TimeLimit`` above the env is
+      refused), and an answer on the last turn is ``terminated`` only.
+    - v0: initial release (hopgym 0.1's turn handling: ``parse="strict"``, no notices). Steps
+      after the end are refused without being recorded.
+    - In both versions (before the first release, no change to rewards or termination):
+      ``protocol="tools"`` (OpenAI-style tool calls, ``max_tool_calls``, :attr:`tool_specs`;
+      ``tags`` and ``r3`` unchanged); ``retrieval_error_kind`` and ``failed_searches`` in
+      ``info``; a step after the end says only "the episode is over: call reset()." without the
+      format hint.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
@@ -184,6 +219,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.observation_space = FreeText(_OBS_MAX)
         self.sample: QASample | None = None
         self.transcript: list[dict[str, str]] = []
+        self._budget_checked = False
         self._reset_state()
 
     # The options, read-only: they are :attr:`options`, never a copy that could drift from it.
@@ -209,7 +245,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self.searches_by_source = dict.fromkeys(self.task.sources, 0)
         #: Searches (background ones included) whose retriever failed, in this episode.
         self.failed_searches = 0
-        self.done = False
+        self._source_names = tuple(self.searches_by_source)
+        #: ``None`` while the episode runs; then ``"terminated"`` (answered) or ``"truncated"``
+        #: (the budget ran out).
+        self.ended: str | None = None
         self._retrievers: dict[str, Retriever] = {}
         self._queries: set[frozenset[str]] = set()
         self._prepared: tuple[Any, str, ParsedTurn] | None = None
@@ -226,12 +265,13 @@ class MultiHopQAEnv(gym.Env[str, str]):
         state = self.__dict__.copy()
         state["_retrievers"] = {}
         state["_prepared"] = state["_supplied"] = None
+        state["_budget_checked"] = False  # a copy may be wrapped anew
         return state
 
     @property
     def source_names(self) -> tuple[str, ...]:
         """The names of the task's sources, the default first."""
-        return tuple(self.task.sources)
+        return self._source_names
 
     def retrieval_cache_info(self) -> dict[str, Any]:
         """Each source's query-cache counters (``hits``, ``misses``, ``hit_rate``, sizes: a
@@ -253,6 +293,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
+        if not self._budget_checked:  # once: the wrappers above an env do not change
+            limit = _time_limit_above()
+            if limit is not None:
+                steps = limit.get_wrapper_attr("_max_episode_steps")
+                raise InvalidOptionError(
+                    f"hopgym envs have one step budget, max_turns (here {self.max_turns}), which "
+                    f"ends the episode by truncation; a TimeLimit of {steps} step(s) above it "
+                    f"(gym.make(..., max_episode_steps={steps}) adds one) would be a second: pass "
+                    f"max_turns={steps} instead"
+                )
+            self._budget_checked = True
         options = options or {}
         if "question_id" in options:
             index = self.task.index_of(str(options["question_id"]))
@@ -292,10 +343,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
         if self.sample is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         prepared, self._prepared = self._prepared, None
-        opts = self.options
-        if self.done or self.turn >= opts.max_turns:
+        if self.ended is not None:
             self._supplied = None
             return self._after_end()
+        opts = self.options
         self.turn += 1
         if isinstance(self.protocol, ToolProtocol):
             return self._step_tools(action)
@@ -308,9 +359,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         terminated = False
         act = parsed.action
         if act is None:
-            obs = self.protocol.format_error(
-                parsed.error or "invalid turn", self.turn, tuple(self.task.sources)
-            )
+            obs = self.protocol.format_error(parsed.error or "invalid turn", self.turn, self._source_names)
         elif isinstance(act, Think):
             obs = self.protocol.format_think(self.turn)
         elif isinstance(act, Route):
@@ -325,17 +374,19 @@ class MultiHopQAEnv(gym.Env[str, str]):
         else:
             assert isinstance(act, Answer)
             info["answer"] = act.text
-            terminated = self.done = True
+            terminated = True
             obs = ""
         self._supplied = None
-        if opts.last_turn_notice and not terminated and self.turn == opts.max_turns - 1:
+        # The one step budget, checked once: an answer on the last turn is a termination only.
+        truncated = not terminated and self.turn >= opts.max_turns
+        if terminated or truncated:
+            self.ended = "terminated" if terminated else "truncated"
+        elif opts.last_turn_notice and self.turn == opts.max_turns - 1:
             obs = self.protocol.last_turn(obs, self.turn)
         if obs:
             self.transcript.append({"role": "user", "content": obs})
-        info["searches"] = self.searches
-        info["searches_by_source"] = dict(self.searches_by_source)
         info["failed_searches"] = self.failed_searches
-        return obs, 0.0, terminated, False, info
+        return obs, 0.0, terminated, truncated, info
 
     # ------------------------------------------------------------------ batched searches
     def prepare_step(self, action: Any) -> SearchRequest | None:
@@ -357,7 +408,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
             retriever).
         """
         self._prepared = self._supplied = None
-        if self.sample is None or self.done or self.turn >= self.options.max_turns:
+        if self.sample is None or self.ended is not None:
             return None
         if isinstance(self.protocol, ToolProtocol):
             # Prefetch the turn's first call when it searches the current source; the step
@@ -392,10 +443,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         """The answer to a step after the end: corrective, repeats the end flags, records nothing."""
         error = "the episode is over: call reset()"
         info = self._blank_info(ParsedTurn(None, error=error))
-        info["searches"] = self.searches
-        info["searches_by_source"] = dict(self.searches_by_source)
         info["failed_searches"] = self.failed_searches
-        answered = self.done
+        answered = self.ended == "terminated"
         return (
             # A notice, not format_error: its "Write <think>…" hint is for turns to fix, and none is.
             self.protocol.format_notice(error + ".", self.turn),
@@ -509,7 +558,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
                     stop = "an earlier call of this turn failed"
                 elif isinstance(act, Answer):
                     info["answer"] = act.text
-                    terminated = self.done = True
+                    terminated = True
                     stop = "the answer ended the episode"
                 else:
                     assert isinstance(act, Search)
@@ -522,7 +571,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
                     self._supplied = None
                 info["searches"] = self.searches
                 info["searches_by_source"] = dict(self.searches_by_source)
-        if opts.last_turn_notice and not terminated and self.turn == opts.max_turns - 1:
+        # The one step budget, as for a tag turn: an answer on the last turn is a termination only.
+        truncated = not terminated and self.turn >= opts.max_turns
+        if terminated or truncated:
+            self.ended = "terminated" if terminated else "truncated"
+        elif opts.last_turn_notice and self.turn == opts.max_turns - 1:
             if messages:
                 messages[-1] = {
                     **messages[-1],
@@ -537,14 +590,15 @@ class MultiHopQAEnv(gym.Env[str, str]):
         if turn.calls and turn.error is None:
             info["calls"] = infos
         info["tool_messages"] = messages
-        return self.protocol.observation_text(messages), 0.0, terminated, False, info
+        info["failed_searches"] = self.failed_searches
+        return self.protocol.observation_text(messages), 0.0, terminated, truncated, info
 
     # ------------------------------------------------------------------ helpers
     def _read(self, action: Any) -> tuple[str, ParsedTurn]:
-        if isinstance(action, (Think, Search, Route, Answer)):
-            text = self.protocol.render(action)
-        elif isinstance(action, str):
+        if isinstance(action, str):  # the usual case first
             text = action
+        elif isinstance(action, (Think, Search, Route, Answer)):
+            text = self.protocol.render(action)
         else:
             shown = repr(action)[:60]
             return shown, ParsedTurn(
@@ -555,14 +609,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
         limit = self.options.max_action_chars
         if len(text) > limit:
             return text[:limit], ParsedTurn(None, error=f"turn too long ({len(text)} > {limit} characters)")
-        return text, self.protocol.parse(text, self.source_names)
+        return text, self.protocol.parse(text, self._source_names)
 
     def _blank_info(self, parsed: ParsedTurn) -> dict[str, Any]:
+        """A step's ``info``; ``searches`` and ``searches_by_source`` are this step's counts,
+        so a step that searches updates them itself."""
         act = parsed.action
+        left = self.options.max_turns - self.turn
         return {
             "turn": self.turn,
-            "turns_left": max(self.options.max_turns - self.turn, 0),
-            "action_type": parsed.kind,
+            "turns_left": left if left > 0 else 0,
+            "action_type": "invalid" if act is None else act.kind,
             "invalid_action": parsed.error,
             "think": parsed.think or None,
             "query": act.query if isinstance(act, Search) else None,
@@ -575,9 +632,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "retrieval_error": None,
             "retrieval_error_kind": None,
             "question_id": self.sample.id if self.sample else None,
-            "format_issues": list(parsed.issues),
+            "format_issues": list(parsed.issues) if parsed.issues else [],
             "truncated_turn": parsed.truncated,
             "repeated_query": False,
+            "searches": self.searches,
+            "searches_by_source": self.searches_by_source.copy(),
         }
 
     def _budget(self, k: int) -> int:
@@ -614,10 +673,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
             self.failed_searches += 1
             return [], [], f"{type(exc).__name__}: {exc}", failure_kind(exc)
         raw = [p.doc_id for p in hits]
-        if self.dedup:
-            hits = [p for p in hits if p.doc_id not in self.seen_ids]
+        seen = self.seen_ids
+        if self.options.dedup:
+            hits = [p for p in hits if p.doc_id not in seen]
         docs = hits[:budget]
-        self.seen_ids.update(p.doc_id for p in docs)
+        seen.update([p.doc_id for p in docs])
         self.shown += len(docs)
         return docs, raw, None, None
 
@@ -627,15 +687,18 @@ class MultiHopQAEnv(gym.Env[str, str]):
     def _do_search(self, query: str, info: dict[str, Any]) -> str:
         self.searches += 1
         self.searches_by_source[self.source] += 1
+        info["searches"] = self.searches
+        info["searches_by_source"][self.source] += 1  # the step's own copy
+        opts = self.options
         key = query_key(query)
         repeated = info["repeated_query"] = key in self._queries
         self._queries.add(key)
-        note = self.protocol.repeat_note(self.dedup) if repeated and self.repeat_notice else ""
-        if self.max_docs is not None and self.shown >= self.max_docs:
+        note = self.protocol.repeat_note(opts.dedup) if repeated and opts.repeat_notice else ""
+        if opts.max_docs is not None and self.shown >= opts.max_docs:
             return self.protocol.format_notice(
-                f"Document limit reached ({self.max_docs} per episode): answer now.", self.turn
+                f"Document limit reached ({opts.max_docs} per episode): answer now.", self.turn
             )
-        docs, raw, error, kind = self._search(query, self.top_k)
+        docs, raw, error, kind = self._search(query, opts.top_k)
         info.update(
             retrieved_ids=raw,
             new_ids=[d.doc_id for d in docs],
@@ -650,8 +713,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         if not docs:
             if note:
                 return self.protocol.format_notice(
-                    self.protocol.repeat_note(self.dedup, exhausted=True), self.turn
+                    self.protocol.repeat_note(opts.dedup, exhausted=True), self.turn
                 )
             what = "No new documents found" if raw else "No documents found"
             return self.protocol.format_notice(f"{what} for this query.", self.turn)
-        return self.protocol.format_documents(docs, self.doc_chars, self.turn, note=note)
+        return self.protocol.format_documents(docs, opts.doc_chars, self.turn, note=note)

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypedDict
 
 from hopgym._kwargs import unknown_name_error
-from hopgym.envs.protocols import PARSE_MODES, PROTOCOLS, Protocol
+from hopgym.envs.protocols import PROTOCOLS, Protocol, check_parse_mode
 from hopgym.envs.tool_protocol import DEFAULT_MAX_TOOL_CALLS  # also registers the "tools" protocol
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
+from hopgym.rewards.presets import PRESETS, preset_name, presets_help
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -61,10 +62,10 @@ def _opt(default: Any, help: str, *, low: int | None = None, cli: str | None = N
 class EnvOptions:
     """The options of a text env; every field has one default, here.
 
-    ``reward`` and ``max_turns`` are applied by :func:`~hopgym.envs.registration.make_task_env`
-    (what ``gym.make`` calls): the reward preset on top and a ``TimeLimit`` of ``max_turns`` steps
-    under it. The bare :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv` announces ``max_turns`` in
-    its prompt and refuses turns beyond it; its own reward is always 0.
+    ``reward`` is applied by :func:`~hopgym.envs.registration.make_task_env` (what ``gym.make``
+    calls): the reward preset on top of the env. ``max_turns`` is the env's one step budget: the
+    :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv` announces it in its prompt, truncates the
+    episode when it is used up and refuses turns beyond it; its own reward is always 0.
 
     Raises:
         hopgym.errors.InvalidOptionError: a value of the wrong type or out of range; the message names the
@@ -100,7 +101,12 @@ class EnvOptions:
         "documents retrieved for the raw question and shown in the prompt (KunLunBaizeRAG's RDRA; 0: none)",
         low=0,
     )
-    max_turns: int = _opt(8, "step budget: a TimeLimit truncates the episode after this many turns", low=1)
+    max_turns: int = _opt(
+        8,
+        "the one step budget: the episode is truncated after this many turns (hopgym envs take no "
+        "max_episode_steps)",
+        low=1,
+    )
     max_action_chars: int = _opt(8192, "longer turns are invalid (the agent sees why)", low=1)
     max_tool_calls: int = _opt(
         DEFAULT_MAX_TOOL_CALLS,
@@ -109,10 +115,10 @@ class EnvOptions:
     )
     reward: str | None = _opt(
         "default",
-        "reward preset: default, em, f1, searchr1, r3rag or kunlun "
-        "(see hopgym.rewards.presets); None: the bare env, whose reward is 0",
-        cli="reward preset: default, em, f1, searchr1, r3rag or kunlun "
-        "(see hopgym.rewards.presets); none: the bare env, whose reward is 0",
+        f"reward preset: {presets_help()} (see hopgym.rewards.presets); None (or 'none'): the "
+        "bare env, whose reward is 0",
+        cli=f"reward preset: {presets_help()} (see hopgym.rewards.presets); none: the bare env, "
+        "whose reward is 0",
     )
     render_mode: str | None = _opt(None, "None, or 'ansi': render() returns the transcript")
     parse: str | None = _opt(
@@ -129,17 +135,17 @@ class EnvOptions:
         None,
         "after a search whose query repeats one of the episode (same words, any order), "
         "the observation says so and what it shows instead; None: on, except under the "
-        "searchr1, r3rag and kunlun reward presets, whose papers show no such text",
+        f"{presets_help(paper=True)} reward presets, whose papers show no such text",
         cli="after a search whose query repeats one of the episode (same words, any order), "
         "the observation says so and what it shows instead; left out: on, except under the "
-        "searchr1, r3rag and kunlun reward presets, whose papers show no such text",
+        f"{presets_help(paper=True)} reward presets, whose papers show no such text",
     )
     last_turn_notice: bool | None = _opt(
         None,
         "when one turn is left, the observation asks for the answer now; None: on, except "
-        "under the searchr1, r3rag and kunlun reward presets",
+        f"under the {presets_help(paper=True)} reward presets",
         cli="when one turn is left, the observation asks for the answer now; left out: on, "
-        "except under the searchr1, r3rag and kunlun reward presets",
+        f"except under the {presets_help(paper=True)} reward presets",
     )
 
     def __post_init__(self) -> None:
@@ -166,8 +172,7 @@ class EnvOptions:
             raise InvalidOptionError(
                 f"render_mode must be None or one of {list(RENDER_MODES)}, got {self.render_mode!r}"
             )
-        if self.parse is not None and self.parse not in PARSE_MODES:
-            raise InvalidOptionError(f"parse must be None or one of {list(PARSE_MODES)}, got {self.parse!r}")
+        check_parse_mode(self.parse, optional=True)
         if isinstance(self.protocol, Protocol) and self.parse not in (None, self.protocol.parse_mode):
             raise InvalidOptionError(
                 f"parse={self.parse!r} contradicts the protocol instance "
@@ -177,19 +182,13 @@ class EnvOptions:
             value = getattr(self, name)
             if not (value is None or isinstance(value, bool)):
                 raise InvalidOptionError(f"{name} must be None, True or False, got {value!r}")
+        if isinstance(self.reward, str) and self.reward.strip().lower() == "none":
+            # The one place the word "none" means the bare env (a command line cannot pass None).
+            object.__setattr__(self, "reward", None)
         if self.reward is not None:
-            # Imported here: the presets module holds the names, and hopgym.rewards sits below
-            # hopgym.envs (it is already loaded by ``import hopgym``).
-            from hopgym.rewards.presets import PRESETS, preset_name
-
-            if not isinstance(self.reward, str):
-                raise InvalidOptionError(
-                    f"reward must be a preset name or None, got {self.reward!r}; "
-                    f"choose one of {list(PRESETS)}"
-                )
             try:
                 preset_name(self.reward)
-            except ValueError as exc:
+            except InvalidOptionError as exc:
                 raise InvalidOptionError(f"reward: {exc}") from None
 
     @classmethod
@@ -241,7 +240,7 @@ class EnvOptions:
 
         ``parse``: the protocol instance's mode, else ``"lenient"``. ``repeat_notice`` and
         ``last_turn_notice``: on, except under the reward presets of the papers
-        (:data:`~hopgym.rewards.presets.PAPER_PRESETS`), whose protocols show no such text. The
+        (:attr:`Preset.paper <hopgym.rewards.presets.Preset>`), whose protocols show no such text. The
         decision is made here, before the env is built, because a preset is a reward wrapper put
         on the finished env and must not change what the env says.
 
@@ -252,9 +251,9 @@ class EnvOptions:
             >>> EnvOptions(last_turn_notice=False).resolved().repeat_notice
             True
         """
-        from hopgym.rewards.presets import PAPER_PRESETS, preset_name
-
-        paper = self.reward is not None and preset_name(self.reward) in PAPER_PRESETS
+        if self.parse is not None and self.repeat_notice is not None and self.last_turn_notice is not None:
+            return self  # resolved already: no copy, no second check
+        paper = self.reward is not None and PRESETS[preset_name(self.reward)].paper
         parse = self.parse
         if parse is None:
             parse = self.protocol.parse_mode if isinstance(self.protocol, Protocol) else "lenient"

@@ -35,10 +35,35 @@ from hopgym.corpora.types import Passage
 from hopgym.envs.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think
 from hopgym.errors import InvalidOptionError
 
-__all__ = ["Protocol", "TagsProtocol", "R3Protocol", "get_protocol", "PROTOCOLS", "PARSE_MODES"]
+__all__ = [
+    "Protocol",
+    "TagsProtocol",
+    "R3Protocol",
+    "get_protocol",
+    "check_parse_mode",
+    "PROTOCOLS",
+    "PARSE_MODES",
+]
 
 #: How turns are read: ``"lenient"`` (default; flaws become format issues) or ``"strict"``.
 PARSE_MODES: tuple[str, ...] = ("lenient", "strict")
+
+
+def check_parse_mode(parse: object, *, optional: bool = False) -> None:
+    """Refuse anything but a parse mode (``optional``: ``None`` too), in one wording.
+
+    Raises:
+        hopgym.errors.InvalidOptionError: not one of :data:`PARSE_MODES`.
+
+    Example:
+        >>> check_parse_mode("loose")
+        Traceback (most recent call last):
+            ...
+        hopgym.errors.InvalidOptionError: parse must be one of ['lenient', 'strict'], got 'loose'
+    """
+    if parse not in PARSE_MODES and not (optional and parse is None):
+        allowed = f"None or one of {list(PARSE_MODES)}" if optional else f"one of {list(PARSE_MODES)}"
+        raise InvalidOptionError(f"parse must be {allowed}, got {parse!r}")
 
 
 class Protocol:
@@ -56,8 +81,7 @@ class Protocol:
     stop: tuple[str, ...] = ()
 
     def __init__(self, parse: str = "lenient") -> None:
-        if parse not in PARSE_MODES:
-            raise InvalidOptionError(f"parse must be one of {list(PARSE_MODES)}, got {parse!r}")
+        check_parse_mode(parse)
         self.parse_mode = parse
 
     def __repr__(self) -> str:

@@ -3,14 +3,14 @@
 
 ``gym.make("hopgym/<Name>-v0", reward=..., max_turns=..., ...)`` calls one of these. Each takes
 the env options through one type, :class:`~hopgym.envs.options.EnvOptions` (as keyword arguments
-typed by :class:`~hopgym.envs.options.EnvKwargs`), checks them *before* building a world or an
-index, builds the bare :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv`, puts the step budget on it
-with ``TimeLimit`` and the reward preset on top, so that reward wrappers see the truncation at the
-budget (R3-RAG scales process rewards by whether an answer came before the step cap).
+typed by :class:`~hopgym.envs.options.EnvKwargs`), checks and resolves them once, *before*
+building a world or an index, builds the bare :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv`
+(which applies the one step budget, ``max_turns``, itself) and puts the reward preset on top.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -19,8 +19,6 @@ import gymnasium as gym
 
 from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.envs.options import EnvKwargs, EnvOptions, Unpack
-from hopgym.envs.wrappers import StepBudget
-from hopgym.retrieval.specs import RetrieverSpec
 from hopgym.tasks.base import QATask
 
 __all__ = ["make_task_env", "make_tiny", "make_synthetic"]
@@ -31,7 +29,7 @@ def make_task_env(
     options: EnvOptions | Mapping[str, Any] | None = None,
     **kwargs: Unpack[EnvKwargs],
 ) -> gym.Env:
-    """``preset(StepBudget(MultiHopQAEnv(task, options), options.max_turns), options.reward)``.
+    """``preset(MultiHopQAEnv(task, options), options.reward)``.
 
     Args:
         task: questions and sources.
@@ -39,9 +37,8 @@ def make_task_env(
             the defaults); keyword arguments override single fields.
         **kwargs: single :class:`EnvOptions` fields, overriding ``options``.
     """
-    opts = EnvOptions.from_kwargs(kwargs, base=options)
+    opts = EnvOptions.from_kwargs(kwargs, base=options).resolved()
     env: gym.Env = MultiHopQAEnv(task, opts)
-    env = StepBudget(env, max_episode_steps=opts.max_turns)
     if opts.reward is not None:
         from hopgym.rewards.presets import preset
 
@@ -49,6 +46,7 @@ def make_task_env(
     return env
 
 
+@functools.cache
 def _own_args(factory: Any) -> tuple[str, ...]:
     """A factory's own keyword names (suggested, with the options, for a misspelt keyword)."""
     return tuple(
@@ -75,11 +73,10 @@ def make_tiny(
         engine: shorthand for the BM25 engine, ``bm25s`` or ``rank_bm25``.
         **options: the env options (:class:`~hopgym.envs.options.EnvOptions`).
     """
-    opts = EnvOptions.from_kwargs(options, also=_own_args(make_tiny))
-    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
+    opts = EnvOptions.from_kwargs(options, also=_own_args(make_tiny)).resolved()
     from hopgym.tasks.tiny import tiny_task
 
-    return make_task_env(tiny_task(tuple(sources), retriever=spec), opts)
+    return make_task_env(tiny_task(tuple(sources), engine, retriever=retriever), opts)
 
 
 def make_synthetic(
@@ -112,8 +109,7 @@ def make_synthetic(
     engine. The world and its indexes are built once per process and shared. ``**options`` are the env options
     (:class:`~hopgym.envs.options.EnvOptions`), checked before the world is built.
     """
-    opts = EnvOptions.from_kwargs(options, also=_own_args(make_synthetic))
-    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
+    opts = EnvOptions.from_kwargs(options, also=_own_args(make_synthetic)).resolved()
     from hopgym.corpora.synthetic import KINDS, WorldConfig
     from hopgym.tasks.synthetic import build_task
 
@@ -131,4 +127,5 @@ def make_synthetic(
         web_noise=web_noise,
         test_fraction=test_fraction,
     )
-    return make_task_env(build_task(config, split=split, retriever=spec), opts)
+    # build_task checks the retriever before it builds the world.
+    return make_task_env(build_task(config, split=split, retriever=retriever, engine=engine), opts)

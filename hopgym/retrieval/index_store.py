@@ -405,7 +405,7 @@ def _kind(retriever: Any) -> str:
 
 
 def build_retriever(passages: Sequence[Passage], kind: Any = "bm25", **settings: Any) -> Retriever:
-    """A retriever over ``passages``: ``make_retriever(RetrieverSpec.coerce(kind).updated(**settings),
+    """A retriever over ``passages``: ``make_retriever(RetrieverSpec.coerce(kind, **settings),
     passages)``.
 
     Args:
@@ -416,7 +416,7 @@ def build_retriever(passages: Sequence[Passage], kind: Any = "bm25", **settings:
             ``index_type``, ``engine``, ``rrf_k``, ``batch_size``, ``show_progress``, ``threads``,
             ...); ``None`` leaves a field at the spec's value.
     """
-    spec = RetrieverSpec.coerce(kind).updated(**settings)
+    spec = RetrieverSpec.coerce(kind, **settings)
     if spec.kind is None:
         spec = replace(spec, kind="bm25")
     return make_retriever(spec, passages)
@@ -562,7 +562,7 @@ def build_index(
         >>> m.retriever, m.num_passages
         ('bm25', 2)
     """
-    spec = RetrieverSpec.coerce(retriever).updated(**settings)
+    spec = RetrieverSpec.coerce(retriever, **settings)
     if spec.kind is None:
         spec = replace(spec, kind="bm25")
     if spec.kind not in persistable_kinds():

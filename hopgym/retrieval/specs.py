@@ -401,11 +401,13 @@ class RetrieverSpec:
         return self.urls[0] if self.urls else None
 
     @classmethod
-    def coerce(cls, value: Any) -> RetrieverSpec:
-        """A spec from what users pass as ``retriever=``.
+    def coerce(cls, value: Any, **shorthands: Any) -> RetrieverSpec:
+        """A spec from what users pass as ``retriever=``, with keyword shorthands on top.
 
         ``None`` (the defaults), a kind name, an ``http(s)://`` URL (kind ``http``), a list of
         URLs, a dict of fields (``"url"`` is read as ``urls``), or a spec (returned as is).
+        ``shorthands`` (an env's ``engine=``, ``model=``, … given beside ``retriever=``) are
+        applied by :meth:`updated`: ``None`` leaves a setting as it is.
 
         Raises:
             hopgym.errors.InvalidOptionTypeError: a dict key that is no field (the closest field is
@@ -421,7 +423,14 @@ class RetrieverSpec:
             Traceback (most recent call last):
                 ...
             hopgym.errors.InvalidOptionTypeError: unknown retriever setting 'modle' (did you mean 'model'?)
+            >>> RetrieverSpec.coerce("bm25", engine="rank_bm25").engine
+            'rank_bm25'
         """
+        spec = cls._of(value)
+        return spec.updated(**shorthands) if shorthands else spec
+
+    @classmethod
+    def _of(cls, value: Any) -> RetrieverSpec:
         if value is None:
             return cls()
         if isinstance(value, RetrieverSpec):

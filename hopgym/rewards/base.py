@@ -4,7 +4,8 @@ Classes: :class:`RewardTermWrapper`, :class:`RewardTermError`, :class:`RewardArg
 
 Contract (it holds for any stack of these wrappers, in any order):
 
-- every step, each wrapper copies ``info["reward_terms"]`` (a dict name → float), adds its own
+- every step, each wrapper copies ``info["reward_terms"]`` (a dict name → float; ``info`` itself
+  is updated in place, as Gymnasium's wrappers do), adds its own
   terms under names nobody below it used (a clash raises :class:`RewardTermError`), and returns
   ``reward == math.fsum(info["reward_terms"].values())``. Every wrapper writes all of its term names
   on every step (0.0 when a term does not apply), so vector envs and per-episode means see the same
@@ -15,11 +16,10 @@ Contract (it holds for any stack of these wrappers, in any order):
   so the sum still holds;
 - a wrapper decides everything from ``info`` and the gold sample ``env.unwrapped.sample`` and never
   from the terms of other wrappers, so the total of an episode does not depend on the stacking
-  order. The episode end is ``terminated or truncated``, or the env's budget
-  (``info["turn"] >= max_turns``, for stacks put under the ``TimeLimit``), or a wrapper that
-  ends the episode (``FormatReward(terminate=True)``): such a wrapper settles the wrappers
-  *below* it through :meth:`RewardTermWrapper.force_end`, since they never see its
-  ``terminated``.
+  order. The episode end is ``terminated or truncated`` (the env truncates at its one step
+  budget, ``max_turns``), or a wrapper that ends the episode (``FormatReward(terminate=True)``):
+  such a wrapper settles the wrappers *below* it through :meth:`RewardTermWrapper.force_end`,
+  since they never see its ``terminated``.
 """
 
 from __future__ import annotations
@@ -102,7 +102,6 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             )
         self.term_names = tuple(names)
         self._ended = False
-        self._max_turns: int | None = None
 
     # ------------------------------------------------------------------ hooks
     def _on_reset(self, info: dict[str, Any]) -> None:
@@ -126,21 +125,21 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
     ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._ended = False
-        max_turns = info.get("max_turns")
-        self._max_turns = max_turns if isinstance(max_turns, int) and max_turns > 0 else None
         self._on_reset(info)
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        info = dict(info)
-        terms: dict[str, float] = dict(info.get(TERMS_KEY) or {})
+        # ``info`` is updated in place, as Gymnasium's wrappers do (RecordEpisodeStatistics); the
+        # terms below are copied, so the dict an inner wrapper wrote is never changed.
+        inner = info.get(TERMS_KEY)
+        terms: dict[str, float] = dict(inner) if inner else {}
         # Keep any reward an inner wrapper added without a term, so the sum stays the reward.
-        rest = float(reward) - math.fsum(terms.values())
-        if not math.isclose(rest, 0.0, abs_tol=1e-12):
+        rest = float(reward) - math.fsum(terms.values()) if terms else float(reward)
+        if rest and not math.isclose(rest, 0.0, abs_tol=1e-12):
             terms[UNATTRIBUTED] = terms.get(UNATTRIBUTED, 0.0) + rest
-        clash = [n for n in self.term_names if n in terms]
-        if clash:
+        if terms and not terms.keys().isdisjoint(self.term_names):
+            clash = [n for n in self.term_names if n in terms]
             raise RewardTermError(
                 f"{type(self).__name__}: info['reward_terms'] already has {clash} (written below "
                 f"this wrapper: {sorted(terms)}); pass name=... to use other names"
@@ -149,10 +148,11 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         # A turn of several tool calls (the ``tools`` protocol) is scored call by call, each
         # call's info shaped like a tag turn's, so that N searches cost what N tag turns cost.
         for call in info.get("calls") or (info,):
-            self._add(own, self._step_terms(call))
+            step_terms = self._step_terms(call)
+            if step_terms:
+                self._add(own, step_terms)
         forced = not (terminated or truncated) and self._ends_episode(info)
-        budget = self._max_turns is not None and int(info.get("turn", 0)) >= self._max_turns
-        if (terminated or truncated or forced or budget) and not self._ended:
+        if (terminated or truncated or forced) and not self._ended:
             self._ended = True
             self._add(own, self._end_terms(info, _answered(info)))
         if forced:

@@ -421,23 +421,6 @@ class PromptJudge:
         return self._score_many([relevance_prompt(q, r, s, d) for q, r, s, d in items], parse_relevance)
 
 
-_UNSET: Any = object()
-
-
-def _renamed(old: str, old_value: Any, new: str, new_value: Any, default: Any) -> Any:
-    """The value of a renamed argument: the old name still works, with a DeprecationWarning."""
-    if old_value is _UNSET:
-        return new_value
-    warnings.warn(
-        f"OpenAIJudge({old}=) is deprecated and will be removed in hopgym 0.3: use {new}=",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    if new_value != default:
-        raise InvalidOptionError(f"pass {new}= only ({old}= is its deprecated name)")
-    return old_value
-
-
 class OpenAIJudge(PromptJudge):
     """A :class:`PromptJudge` on an OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp,
     OpenAI, ...), through :class:`~hopgym.backends.OpenAIBackend`.
@@ -464,8 +447,6 @@ class OpenAIJudge(PromptJudge):
         temperature: sampling temperature (0 for reproducible verdicts).
         max_tokens: reply length; verdicts are one word or one number.
         headers: extra HTTP headers.
-        max_retries: deprecated name of ``retries`` (removed in 0.3).
-        retry_backoff: deprecated name of ``backoff`` (removed in 0.3).
 
     Example:
         >>> judge = OpenAIJudge("http://localhost:8000/v1", "qwen2.5-7b-instruct", on_error=0.0)
@@ -473,9 +454,9 @@ class OpenAIJudge(PromptJudge):
         'http://localhost:8000/v1/chat/completions'
 
     Change logs:
-        0.2: runs on :class:`~hopgym.backends.OpenAIBackend`; ``max_retries``/``retry_backoff``
-        renamed ``retries``/``backoff``; ``max_backoff`` added; ``Retry-After`` honoured; 409
-        and 425 are no longer retried.
+        0.2: runs on :class:`~hopgym.backends.OpenAIBackend`; ``retries``/``backoff`` (once
+        ``max_retries``/``retry_backoff``, no aliases kept); ``max_backoff`` added;
+        ``Retry-After`` honoured; 409 and 425 are no longer retried.
     """
 
     def __init__(
@@ -494,16 +475,8 @@ class OpenAIJudge(PromptJudge):
         temperature: float = 0.0,
         max_tokens: int = 16,
         headers: Mapping[str, str] | None = None,
-        max_retries: int = _UNSET,
-        retry_backoff: float = _UNSET,
     ) -> None:
-        if max_retries is not _UNSET and (
-            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
-        ):
-            raise InvalidOptionError(f"max_retries (now retries=) must be an int >= 0, got {max_retries!r}")
         self._check(on_error, cache_size, max_workers)
-        retries = _renamed("max_retries", max_retries, "retries", retries, 2)
-        backoff = _renamed("retry_backoff", retry_backoff, "backoff", backoff, 0.5)
         backend = OpenAIBackend(
             base_url,
             model,
@@ -535,20 +508,6 @@ class OpenAIJudge(PromptJudge):
     backoff = property(lambda self: self.backend.backoff, doc="The first nominal wait (seconds).")
     temperature = property(lambda self: self.params.temperature, doc="Sampling temperature.")
     max_tokens = property(lambda self: self.params.max_new_tokens, doc="Reply length.")
-
-    @property
-    def max_retries(self) -> int:
-        """Deprecated name of :attr:`retries` (removed in 0.3)."""
-        warnings.warn("OpenAIJudge.max_retries is deprecated: use .retries", DeprecationWarning, stacklevel=2)
-        return self.retries
-
-    @property
-    def retry_backoff(self) -> float:
-        """Deprecated name of :attr:`backoff` (removed in 0.3)."""
-        warnings.warn(
-            "OpenAIJudge.retry_backoff is deprecated: use .backoff", DeprecationWarning, stacklevel=2
-        )
-        return self.backoff
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIJudge({self.base_url!r}, {self.model!r}, on_error={self.on_error!r})"

@@ -1,6 +1,8 @@
 """Reward presets: the stacks of the papers, selectable by name.
 
-Functions: :func:`preset`, :func:`preset_name`. Constants: :data:`PRESETS`, :data:`PAPER_PRESETS`.
+Functions: :func:`preset`, :func:`preset_name`, :func:`register_preset`, :func:`presets_help`.
+Registry: :data:`PRESETS` (name → :class:`Preset`, in registration order), from which
+the ``reward`` option's help and which presets are the papers' are derived.
 
 ``gym.make("hopgym/<Name>-v0", reward=NAME)`` and ``hopgym eval --reward NAME`` use these; the
 envs' factories put the presets *outside* the ``TimeLimit``, so they see the budget's truncation.
@@ -31,6 +33,9 @@ cost something only in the presets whose papers pay for format: ``searchr1`` wit
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import gymnasium as gym
 
 from hopgym.errors import InvalidOptionError
@@ -40,15 +45,14 @@ from hopgym.rewards.format_reward import FormatReward
 from hopgym.rewards.judges import Judge
 from hopgym.rewards.process_reward import RelevanceReward
 
-__all__ = ["preset", "preset_name", "PRESETS", "PAPER_PRESETS"]
-
-#: The preset names, in the order the README lists them.
-PRESETS: tuple[str, ...] = ("default", "em", "f1", "searchr1", "r3rag", "kunlun")
-#: The presets that reproduce a paper. Under them the env leaves out the text those papers' protocols
-#: do not have (the repeated-query and last-turn notices; see ``EnvOptions.resolved``).
-PAPER_PRESETS: tuple[str, ...] = ("searchr1", "r3rag", "kunlun")
-
-_ALIASES = {"search_r1": "searchr1", "r3_rag": "r3rag", "kunlunbaizerag": "kunlun"}
+__all__ = [
+    "preset",
+    "preset_name",
+    "register_preset",
+    "presets_help",
+    "Preset",
+    "PRESETS",
+]
 
 #: R3-RAG's outcome-dependent scaling of process rewards: correct, wrong, no answer.
 R3_SCALING = (1.6, 0.8, 0.9)
@@ -60,17 +64,91 @@ R3_ISSUE_PENALTY = 0.1
 KUNLUN_COST_BUDGET = 0.5
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A registered reward preset.
+
+    Attributes:
+        name: the canonical name (lower case).
+        build: ``build(env, judge)`` returns ``env`` wrapped in the stack (``judge`` may be
+            ``None``; presets without a judge ignore it).
+        paper: whether the preset reproduces a paper; under it the env leaves out the text that
+            paper's protocol does not have (the repeated-query and last-turn notices; see
+            ``EnvOptions.resolved``).
+        aliases: other spellings that mean this preset.
+    """
+
+    name: str
+    build: Callable[[gym.Env, Judge | None], gym.Env]
+    paper: bool = False
+    aliases: tuple[str, ...] = ()
+
+
+#: The registry: canonical name → :class:`Preset`, in registration order (the order help lists).
+PRESETS: dict[str, Preset] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+def register_preset(
+    name: str,
+    build: Callable[[gym.Env, Judge | None], gym.Env],
+    *,
+    paper: bool = False,
+    aliases: tuple[str, ...] = (),
+) -> Preset:
+    """Register a reward preset under ``name`` (see :class:`Preset`).
+
+    Raises:
+        hopgym.errors.InvalidOptionError: a name or alias that is empty, not an identifier, or taken.
+
+    Example:
+        >>> from hopgym.rewards.answer_reward import OutcomeReward
+        >>> entry = register_preset("f1_half", lambda env, judge: OutcomeReward(env, "f1", weight=0.5))
+        >>> preset_name("F1-half")
+        'f1_half'
+        >>> del PRESETS["f1_half"]
+    """
+    key = _key(name)
+    names = (key, *(_key(a) for a in aliases))
+    for n in names:
+        if not n.isidentifier() or n in PRESETS or n in _ALIASES:
+            raise InvalidOptionError(f"cannot register reward preset {n!r}: empty, not a name, or taken")
+    entry = Preset(key, build, paper, tuple(names[1:]))
+    PRESETS[key] = entry
+    _ALIASES.update(dict.fromkeys(entry.aliases, key))
+    return entry
+
+
+def presets_help(*, paper: bool = False) -> str:
+    """The registered names as help text (``paper``: only the papers' presets).
+
+    Example:
+        >>> presets_help(paper=True)
+        'searchr1, r3rag or kunlun'
+    """
+    names = [n for n, p in PRESETS.items() if p.paper or not paper]
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def preset_name(name: str) -> str:
     """The canonical name of a preset (``"search-r1"`` is ``"searchr1"``).
 
     Raises:
-        hopgym.errors.InvalidOptionError: for an unknown name; the message lists the names.
+        hopgym.errors.InvalidOptionError: not a name, or an unknown one; the message lists the names.
 
     Example:
         >>> preset_name("Search-R1")
         'searchr1'
     """
-    key = name.strip().lower().replace("-", "_")
+    if not isinstance(name, str):
+        raise InvalidOptionError(
+            f"reward preset must be a name or None, got {name!r}; choose one of {list(PRESETS)}"
+        )
+    key = _key(name)
     key = _ALIASES.get(key, key)
     if key not in PRESETS:
         raise InvalidOptionError(
@@ -80,22 +158,13 @@ def preset_name(name: str) -> str:
     return key
 
 
-def _max_turns(env: gym.Env) -> int:
-    turns = getattr(env.unwrapped, "max_turns", None)
-    if isinstance(turns, int) and turns > 0:
-        return turns
-    spec = getattr(env, "spec", None)
-    steps = getattr(spec, "max_episode_steps", None)
-    return steps if isinstance(steps, int) and steps > 0 else 8
-
-
 def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym.Env:
     """Wrap ``env`` in the reward stack called ``name``.
 
     Args:
-        env: a hopgym env (bare or under its ``TimeLimit``).
-        name: one of :data:`PRESETS` (``"search-r1"``, ``"r3-rag"`` also work), or ``None`` to
-            return ``env`` unchanged.
+        env: a hopgym env.
+        name: a registered preset (:data:`PRESETS`; ``"search-r1"``, ``"r3-rag"`` also work), or
+            ``None`` to return ``env`` unchanged.
         judge: for ``r3rag``: judged relevance and the answer judge (without one, relevance is
             gold support found, and correctness is string matching only). Ignored by the others.
 
@@ -111,34 +180,45 @@ def preset(env: gym.Env, name: str | None, *, judge: Judge | None = None) -> gym
     """
     if name is None:
         return env
-    if not isinstance(name, str):
-        raise InvalidOptionError(
-            f"reward preset must be a name or None, got {name!r}; choose one of {list(PRESETS)}"
-        )
-    key = preset_name(name)
-    if key in ("default", "em"):
-        return OutcomeReward(env, "em")
-    if key == "f1":
-        return OutcomeReward(env, "f1")
-    if key == "searchr1":
-        return FormatReward(OutcomeReward(env, "em"), penalty=0.0, bonus=0.2)
-    if key == "r3rag":
-        check = AnswerCheck("cover_em", judge)
-        env = OutcomeReward(env, "cover_em", weight=2.0, judge=judge)
-        env = RelevanceReward(
-            env,
-            "judge" if judge is not None else "gold",
-            weight=1.0,
-            judge=judge,
-            scaling=R3_SCALING,
-            answer_check=check,
-        )
-        return FormatReward(env, penalty=0.9, terminate=True, issue_penalty=R3_ISSUE_PENALTY)
-    assert key == "kunlun"
-    sources = getattr(getattr(env.unwrapped, "task", None), "sources", None) or {}
+    return PRESETS[preset_name(name)].build(env, judge)
+
+
+def _r3rag(env: gym.Env, judge: Judge | None) -> gym.Env:
+    check = AnswerCheck("cover_em", judge)
+    env = OutcomeReward(env, "cover_em", weight=2.0, judge=judge)
+    env = RelevanceReward(
+        env,
+        "judge" if judge is not None else "gold",
+        weight=1.0,
+        judge=judge,
+        scaling=R3_SCALING,
+        answer_check=check,
+    )
+    return FormatReward(env, penalty=0.9, terminate=True, issue_penalty=R3_ISSUE_PENALTY)
+
+
+def _kunlun(env: gym.Env, judge: Judge | None) -> gym.Env:
+    base = env.unwrapped
+    turns = getattr(base, "max_turns", None)
+    if not isinstance(turns, int) or turns < 1:
+        raise InvalidOptionError(f"the kunlun preset needs a hopgym env (with max_turns), got {base!r}")
+    sources = getattr(getattr(base, "task", None), "sources", None) or {}
     unit = max((1.0 + s.cost for s in sources.values()), default=1.0)
-    scale = KUNLUN_COST_BUDGET / (max(_max_turns(env) - 1, 1) * unit)
+    scale = KUNLUN_COST_BUDGET / (max(turns - 1, 1) * unit)
     env = OutcomeReward(env, "em")
     env = FormatReward(env, penalty=0.1)
     env = SearchCostReward(env, weight=scale, per_search=1.0)
     return RedundancyReward(env, query_penalty=0.1)
+
+
+register_preset("default", lambda env, judge: OutcomeReward(env, "em"))
+register_preset("em", lambda env, judge: OutcomeReward(env, "em"))
+register_preset("f1", lambda env, judge: OutcomeReward(env, "f1"))
+register_preset(
+    "searchr1",
+    lambda env, judge: FormatReward(OutcomeReward(env, "em"), penalty=0.0, bonus=0.2),
+    paper=True,
+    aliases=("search_r1",),
+)
+register_preset("r3rag", _r3rag, paper=True, aliases=("r3_rag",))
+register_preset("kunlun", _kunlun, paper=True, aliases=("kunlunbaizerag",))

@@ -51,7 +51,8 @@ Metric = Literal["em", "f1", "cover_em"]
 #: The string metrics :func:`answer_score` knows.
 METRICS: tuple[str, ...] = ("em", "f1", "cover_em")
 
-_PUNCT = frozenset(string.punctuation)
+# Punctuation, deleted by str.translate in one C loop.
+_DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _YES_NO = frozenset({"yes", "no", "noanswer"})
 
@@ -82,8 +83,7 @@ def normalize_answer(text: str) -> str:
         >>> normalize_answer("U.S.A.")
         'usa'
     """
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
+    text = text.lower().translate(_DROP_PUNCT)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 

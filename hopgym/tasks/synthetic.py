@@ -32,11 +32,6 @@ class SyntheticTask(QATask):
     retriever_spec: RetrieverSpec = RetrieverSpec()
     split_name: str | None = None
 
-    @property
-    def engine(self) -> str:
-        """The BM25 engine of the spec (kept for code written against hopgym 0.1)."""
-        return self.retriever_spec.engine
-
     def __reduce__(self) -> tuple[Any, ...]:
         if self.config is None:
             raise InvalidOptionTypeError("a SyntheticTask pickles as its recipe: build it with build_task()")
@@ -148,7 +143,7 @@ def build_task(
     config = WorldConfig() if config is None else config
     if not isinstance(config, WorldConfig):
         raise InvalidOptionTypeError(f"config must be a WorldConfig, got {type(config).__name__}")
-    spec = RetrieverSpec.coerce(retriever).updated(engine=engine)
+    spec = RetrieverSpec.coerce(retriever, engine=engine)
     if retriever_kind(spec.resolved_kind).remote:
         raise InvalidOptionError(
             f"retriever kind {spec.resolved_kind!r} searches a server's corpus, but a "

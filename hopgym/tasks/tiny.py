@@ -149,7 +149,7 @@ def tiny_task(
         >>> sorted(task.sources), len(task.samples)
         (['local', 'web'], 6)
     """
-    return _tiny_task(tuple(sources), RetrieverSpec.coerce(retriever).updated(engine=engine))
+    return _tiny_task(tuple(sources), RetrieverSpec.coerce(retriever, engine=engine))
 
 
 @lru_cache(maxsize=8)

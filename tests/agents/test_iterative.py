@@ -3,7 +3,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from gymnasium.wrappers import TimeLimit
 
 from hopgym.agents.evaluation import evaluate, run_episode
 from hopgym.agents.iterative import IterativeAgent, Side, extract, parse_question
@@ -20,7 +19,7 @@ ALL = WorldConfig(n_entities=1500, n_questions=400, hops=(1, 2, 3, 4), seed=5)
 
 
 def make_env(cfg: WorldConfig, max_turns: int = 8):
-    return TimeLimit(MultiHopQAEnv(build_task(cfg), max_turns=max_turns), max_turns)
+    return MultiHopQAEnv(build_task(cfg), max_turns=max_turns)
 
 
 def lookups(plan) -> int:

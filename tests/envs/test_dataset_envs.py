@@ -279,14 +279,15 @@ def test_task_spec_is_built_by_keyword_and_checked():
             TaskSpec(**kwargs)
 
 
-def test_old_factory_names_still_work():
+def test_dataset_ids_share_one_entry_point():
+    # One factory (make_dataset_env) serves every dataset id; no per-dataset wrappers.
     from hopgym.envs import datasets
 
-    env = datasets.make_2wiki(WIKI2, top_k=2, reward=None)
+    env = datasets.make_dataset_env("2wiki", WIKI2, top_k=2, reward=None)
     assert env.unwrapped.task is gym.make("hopgym/2WikiMultiHopQA-v1", path=WIKI2).unwrapped.task
     assert env.unwrapped.top_k == 2
-    for name in ("make_hotpotqa", "make_musique", "make_bamboogle", "make_multihopqa"):
-        assert callable(getattr(datasets, name))
+    for name in ("make_hotpotqa", "make_2wiki", "make_musique", "make_bamboogle", "make_multihopqa"):
+        assert not hasattr(datasets, name)
 
 
 def test_a_loaded_index_takes_the_specs_cache_bounds(tmp_path):

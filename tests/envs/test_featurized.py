@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
-import hopgym  # noqa: F401 - registers the ids
+import hopgym
 from hopgym.envs.actions import Answer, Route, Search
 from hopgym.envs.featurized import (
     SLOT_FEATURES,
@@ -60,13 +60,11 @@ def test_is_a_wrapper_of_the_text_env():
         assert made.get_wrapper_attr("max_turns") == made.unwrapped.max_turns == 6
         assert made.has_wrapper_attr("transcript")
         assert made.get_wrapper_attr("max_candidates") == 8  # the wrapper's own
-    # The copies FeaturizedEnv used to keep still answer, with a warning, for one release.
+    # No copies of the text env's attributes on the wrapper (hopgym keeps no shims before its first
+    # release): they are read from env.unwrapped or through get_wrapper_attr.
     for name in ("task", "sample", "transcript", "max_turns", "top_k"):
-        with pytest.warns(DeprecationWarning, match=f"env.unwrapped.{name}"):
-            assert getattr(env, name) is getattr(base, name)
-    with pytest.warns(DeprecationWarning, match="DEFAULT_REWARD"):
-        from hopgym.envs.featurized import DEFAULT_REWARD
-    assert DEFAULT_REWARD == "default"
+        assert not hasattr(env, name) and env.get_wrapper_attr(name) is getattr(base, name)
+    assert not hasattr(hopgym.envs.featurized, "DEFAULT_REWARD")
     # The spec records the wrapper's arguments (RecordConstructorArgs).
     kwargs = {w.name: w.kwargs for w in made.spec.additional_wrappers}["FeaturizedEnv"]
     assert kwargs == {"max_candidates": 8, "hash_dim": 64, "embedder": None, "render_mode": None}

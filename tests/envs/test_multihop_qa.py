@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from gymnasium.wrappers import TimeLimit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -211,7 +210,7 @@ ACTION_TEXT = st.one_of(
     parse=st.sampled_from(["lenient", "strict"]),
 )
 def test_any_input_never_raises(actions, protocol, parse):
-    env = TimeLimit(make(sources=("local", "web"), protocol=protocol, parse=parse), 8)
+    env = make(sources=("local", "web"), protocol=protocol, parse=parse)
     env.reset(seed=0)
     for action in actions:
         obs, reward, term, trunc, info = env.step(action)

@@ -100,8 +100,7 @@ def test_every_id_takes_every_option(env_id):
     assert text_env.unwrapped.options == EnvOptions(**NON_DEFAULT)
     base = text_env.unwrapped
     assert isinstance(base.protocol, R3Protocol) and base.top_k == 2 and base.max_turns == 5
-    # The budget and the reward preset are applied around the bare env.
-    assert text_env.get_wrapper_attr("_max_episode_steps") == NON_DEFAULT["max_turns"]
+    # The env applies the budget itself; the reward preset is applied around it.
     assert reward_terms_of(text_env) == ["outcome"]
     assert text_env.get_wrapper_attr("metric") == "f1"
     obs, info = env.reset(seed=0)
@@ -135,7 +134,7 @@ BAD = [
     ("dedup", 1, "dedup must be True or False"),
     ("protocol", "xml", "protocol must be one of"),
     ("reward", "foo", "reward: unknown reward preset 'foo'"),
-    ("reward", 3, "reward must be a preset name or None"),
+    ("reward", 3, "reward: reward preset must be a name or None"),
     ("render_mode", "human", "render_mode must be None or one of"),
     ("parse", "loose", "parse must be None or one of"),
     ("repeat_notice", 1, "repeat_notice must be None, True or False"),

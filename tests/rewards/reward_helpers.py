@@ -98,8 +98,8 @@ class ScriptedInfoEnv(gym.Env[str, str]):
     """A tiny fake env that replays a script of step infos (the env's info contract).
 
     An ``answer`` info terminates unless ``answer_ends=False`` (for multi-answer tests); the last
-    info of the script truncates if nothing else ended the episode. ``max_turns`` is reported at
-    reset like ``MultiHopQAEnv`` does.
+    info of the script, or the ``max_turns``-th step, truncates if nothing else ended the episode,
+    as ``MultiHopQAEnv``'s one step budget does; ``max_turns`` is reported at reset as it does.
     """
 
     metadata = {"render_modes": []}
@@ -141,7 +141,8 @@ class ScriptedInfoEnv(gym.Env[str, str]):
         self.i += 1
         info["turn"] = self.i
         terminated = info["action_type"] == "answer" and self.answer_ends
-        truncated = not terminated and self.i >= len(self.script)
+        budget = len(self.script) if self.max_turns is None else min(self.max_turns, len(self.script))
+        truncated = not terminated and self.i >= budget
         return "obs", 0.0, terminated, truncated, info
 
 

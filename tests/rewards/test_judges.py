@@ -362,18 +362,12 @@ def test_openai_judge_gives_up_after_retries_and_raises(stub):
         judge.judge_answer("Where?", "Cardell", ["Cardell"])
 
 
-def test_openai_judge_old_retry_names_still_work_with_a_warning(stub):
-    stub.statuses = [503]
-    with pytest.warns(DeprecationWarning, match=r"max_retries=\) is deprecated"):
-        judge = OpenAIJudge(stub.url, "m", max_retries=1, backoff=0.0)
-    assert judge.retries == 1 and judge.judge_answer("Where?", "Cardell", ["Cardell"]) == 1.0
-    assert len(stub.requests) == 2
-    with pytest.warns(DeprecationWarning, match="retry_backoff"):
-        assert OpenAIJudge(stub.url, "m", retry_backoff=0.25).backoff == 0.25
-    with pytest.warns(DeprecationWarning, match="use .retries"):
-        assert judge.max_retries == 1
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="pass retries= only"):
-        OpenAIJudge(stub.url, "m", max_retries=1, retries=3)
+def test_openai_judge_takes_no_old_argument_names():
+    # hopgym keeps no shims before its first release: max_retries/retry_backoff are gone.
+    for old in ("max_retries", "retry_backoff"):
+        with pytest.raises(TypeError, match=old):
+            OpenAIJudge("http://127.0.0.1:1/v1", "m", **{old: 1})
+        assert not hasattr(OpenAIJudge, old)
 
 
 def test_openai_judge_honours_retry_after(stub, monkeypatch):
@@ -444,7 +438,6 @@ def test_openai_judge_pickles_and_deepcopies_with_its_cache(stub):
         ({"on_error": 2.0}, "on_error"),
         ({"timeout": 0}, "timeout"),
         ({"retries": -1}, "retries"),
-        ({"max_retries": -1}, "max_retries"),
         ({"max_workers": 0}, "max_workers"),
         ({"cache_size": -1}, "cache_size"),
     ],

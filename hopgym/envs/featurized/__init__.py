@@ -39,9 +39,6 @@ Modules: :mod:`.spans` (reading documents), :mod:`.evidence` (candidates and cha
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
 from hopgym.corpora.questions import CONCEPTS, QuestionInfo, read_question
 from hopgym.envs.featurized.env import FeaturizedEnv, make_featurized
 from hopgym.envs.featurized.evidence import Candidate
@@ -59,18 +56,3 @@ __all__ = [
     "SLOT_FEATURES",
     "CONCEPTS",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "DEFAULT_REWARD":
-        # make_featurized no longer declares its own reward default: it is the text env's.
-        warnings.warn(
-            "hopgym.envs.featurized.DEFAULT_REWARD is deprecated and will be removed in "
-            "hopgym 0.3: the reward default is the env options' (EnvOptions().reward)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from hopgym.envs.options import EnvOptions
-
-        return EnvOptions().reward
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,21 +29,6 @@ __all__ = ["FeaturizedEnv", "make_featurized"]
 
 _MAX_CANDIDATES = 8  # the default K of FeaturizedEnv and make_featurized
 _HASH_DIM = 64  # the default hash_dim of both
-# Attributes of the text env that FeaturizedEnv used to copy; read them from ``env.unwrapped``.
-_MOVED = ("task", "sample", "transcript", "max_turns", "top_k")
-
-
-def _moved(name: str) -> property:
-    def get(self: FeaturizedEnv) -> Any:
-        warnings.warn(
-            f"FeaturizedEnv.{name} is deprecated and will be removed in hopgym 0.3: "
-            f"use env.unwrapped.{name} (the text env's)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(self.unwrapped, name)
-
-    return property(get, doc=f"Deprecated: ``env.unwrapped.{name}``.")
 
 
 class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.RecordConstructorArgs):
@@ -100,17 +84,11 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
     'MultiHopQAEnv'
 
     ## Version History
-    - v0: initial release. Observations, masks and rewards are unchanged since it became a
-      ``gym.Wrapper``; ``env.task``, ``env.sample``, ``env.transcript``, ``env.max_turns`` and
-      ``env.top_k`` are deprecated (read them from ``env.unwrapped``).
+    - v0: initial release. The text env's attributes (``task``, ``sample``, ``transcript``,
+      ``max_turns``, ``top_k``) are read from ``env.unwrapped``.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
-    task = _moved("task")
-    sample = _moved("sample")
-    transcript = _moved("transcript")
-    max_turns = _moved("max_turns")
-    top_k = _moved("top_k")
 
     def __init__(
         self,
@@ -168,19 +146,6 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
     def render_mode(self) -> str | None:
         """This wrapper's render mode (``"ansi"`` or ``None``), not the text env's."""
         return self._render_mode
-
-    def get_wrapper_attr(self, name: str) -> Any:
-        """As ``gym.Wrapper``'s, except that the deprecated copies of the text env's attributes
-        are looked up in the text env (without a warning)."""
-        if name in _MOVED:
-            return self.env.get_wrapper_attr(name)
-        return super().get_wrapper_attr(name)
-
-    def has_wrapper_attr(self, name: str) -> bool:
-        """As ``gym.Wrapper``'s (see :meth:`get_wrapper_attr`)."""
-        if name in _MOVED:
-            return self.env.has_wrapper_attr(name)
-        return super().has_wrapper_attr(name)
 
     # ------------------------------------------------------------------ layout
     def slot(self, kind: str, index: int = 0) -> int:
@@ -462,8 +427,8 @@ def make_featurized(
             :meth:`FeaturizedEnv.render` show the candidate actions.
 
     Raises:
-        hopgym.errors.InvalidOptionError: a bad option, or an option given in ``base_kwargs`` (pass it as a
-            keyword).
+        hopgym.errors.InvalidOptionError: a bad option, or an option given in ``base_kwargs`` (pass it
+            as a keyword).
         hopgym.errors.InvalidOptionTypeError: an unknown keyword (the message suggests the closest known one).
 
     Example:

@@ -38,7 +38,6 @@ import signal
 import socket
 import threading
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -373,7 +372,7 @@ class RetrievalServer:
         retriever: any :class:`~hopgym.retrieval.base.Retriever` (BM25, dense, hybrid...).
         config: the options (defaults: :class:`ServeConfig`'s).
         **options: :class:`ServeConfig` fields that replace ``config``'s (``port=0``: any free
-            port, see :attr:`url`). ``default_topk`` is the old name of ``topk``.
+            port, see :attr:`url`).
 
     The socket is bound on construction (so :attr:`url` is known); :meth:`start` serves in a
     background thread, :meth:`serve_forever` in this one.
@@ -390,9 +389,6 @@ class RetrievalServer:
 
     def __init__(self, retriever: Retriever, config: ServeConfig | None = None, **options: Any) -> None:
         require_serve_extra()
-        if "default_topk" in options:
-            warnings.warn("RetrievalServer(default_topk=) is now topk=", DeprecationWarning, stacklevel=2)
-            options["topk"] = options.pop("default_topk")
         cfg = config or ServeConfig()
         self.config = cfg.updated(**options) if options else cfg
         self.retriever = retriever
