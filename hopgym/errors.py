@@ -22,7 +22,8 @@ Defined beside the code that raises them, on the same root: ``IndexStoreError``,
 ``StaleIndexError``, ``ForeignIndexError`` (:mod:`hopgym.retrieval.index_store`),
 ``DeviceUnavailableError`` (:mod:`hopgym.retrieval.devices`),
 ``DatasetFormatError``, ``DatasetUnavailableError`` (:mod:`hopgym.corpora.datasets`),
-``TrajectoryFormatError`` (:mod:`hopgym.agents.trajectories`), ``WorkerError``
+``TrajectoryFormatError`` (:mod:`hopgym.agents.trajectories`), ``TokenMismatchError``
+(:mod:`hopgym.agents.chat_tokens`), ``WorkerError``
 (:mod:`hopgym.envs.ray_vector`).
 
 This module is on the lowest floor: it imports nothing from hopgym.

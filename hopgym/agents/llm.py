@@ -31,7 +31,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +68,10 @@ from hopgym.backends import (
     complete,
     merge_reasoning,
 )
+from hopgym.envs.conversation import Conversation
 from hopgym.envs.protocols import Protocol as TurnProtocol
 from hopgym.envs.protocols import get_protocol
+from hopgym.envs.tool_protocol import ToolProtocol, tool_specs
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 if TYPE_CHECKING:
@@ -176,6 +178,15 @@ class LLMAgent:
             before the conversation as prior messages; continuation mode appends them to the
             system prompt as text. A question that appears in an example raises ``ValueError``
             when it is asked.
+        tools: ``protocol="tools"``: the env's tool schemas (``env.unwrapped.tool_specs``;
+            default: ``search(query)`` and ``answer(answer)``). A backend that takes ``tools=``
+            (:class:`OpenAIBackend`) gets the messages and the tools, and a reply's
+            ``tool_calls`` come back as the turn: the assistant message itself, which the env
+            reads. A local backend gets the conversation rendered with the model's chat template
+            and the tools (:class:`~hopgym.envs.conversation.Conversation`); the history keeps
+            the model's own text, so each prompt extends the last and the backend's prefix cache
+            reuses it. Tool results are tool messages (``info["tool_messages"]``). Answer forcing
+            adds the last-turn notice unless the env's already did.
 
     A turn that ends inside an open action tag — cut at ``max_new_tokens``, or ended by the
     model without its closing tag — gets the closing tag (``<answer>Oslo`` becomes
@@ -214,6 +225,7 @@ class LLMAgent:
         force_answer: str = "last",
         closed_book: bool = False,
         few_shot: Sequence[Sequence[Message]] = (),
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         if mode not in MODES:
             raise InvalidOptionError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -244,6 +256,15 @@ class LLMAgent:
                 "use_chat_template=True; use mode='continuation' for raw text"
             )
         self.mode = mode
+        #: ``protocol="tools"``: the env's tool schemas (``env.unwrapped.tool_specs``).
+        self.tools: list[dict[str, Any]] | None = None
+        if self.protocol.name == "tools":
+            if closed_book:
+                raise InvalidOptionError("the closed-book baseline answers in text: use protocol='tags'")
+            if few_shot:
+                raise InvalidOptionError("few_shot is not supported with protocol='tools' yet")
+            self.tools = [dict(t) for t in (tools if tools is not None else tool_specs(["local"]))]
+            self._check_tools_backend(backend)
         self.few_shot = [list(example) for example in few_shot]
         for example in self.few_shot:
             if not example or example[-1].get("role") != "assistant":
@@ -259,6 +280,18 @@ class LLMAgent:
         self._turns_left: list[int | None] = [None]
         #: How the last turn of each conversation was made (see the class docstring).
         self.turn_info: list[dict[str, Any]] = [{}]
+
+    @staticmethod
+    def _check_tools_backend(backend: Any) -> None:
+        if getattr(backend, "supports_tools", False):
+            return
+        tok = getattr(backend, "tokenizer", None)
+        if tok is None or not getattr(tok, "chat_template", None):
+            raise InvalidOptionError(
+                "protocol='tools' renders the conversation with the model's chat template and the "
+                "env's tools: the backend needs a tokenizer with a chat template (a local model), "
+                "or must send tools= itself (OpenAIBackend)"
+            )
 
     # -------------------------------------------------------------- conversation
     @property
@@ -304,7 +337,10 @@ class LLMAgent:
             conv[:] = [{"role": "user", "content": observation}]
             self._turns_left[slot] = info.get("max_turns")
         else:
-            if observation:
+            if self.tools is not None and info.get("tool_messages") is not None:
+                # Tool results come back as tool messages (a corrective as a user message).
+                conv.extend(dict(m) for m in info["tool_messages"])
+            elif observation:
                 conv.append({"role": "user", "content": observation})
             self._turns_left[slot] = info.get("turns_left")
 
@@ -327,8 +363,24 @@ class LLMAgent:
         head = "Worked examples:\n\n" + self._examples_text
         return f"{self.system_prompt}\n\n{head}" if self.system_prompt else head
 
+    def _tools_request(self, slot: int) -> Prompt:
+        """``protocol="tools"``: the messages for a server that takes ``tools=``, else the
+        conversation rendered with the model's chat template and the tools (the history keeps
+        the model's own text, so each prompt extends the last one and a local backend's prefix
+        cache reuses it)."""
+        msgs = [dict(m) for m in self._slot(slot)]
+        if self._forced(slot) and msgs and ToolProtocol.LAST_TURN not in (msgs[-1].get("content") or ""):
+            msgs.append({"role": "user", "content": ToolProtocol.LAST_TURN})
+        system = self.system_prompt or None
+        if getattr(self.backend, "supports_tools", False):
+            return ([{"role": "system", "content": system}] if system else []) + msgs
+        conv = Conversation(msgs, self.tools or (), system)
+        return conv.render(self.backend.tokenizer, add_generation_prompt=True)
+
     def _request(self, slot: int) -> tuple[Prompt, str]:
         """What to send the backend for ``slot``, and the prefilled text the reply continues."""
+        if self.tools is not None:
+            return self._tools_request(slot), ""
         conv = self._slot(slot)
         forced = self._forced(slot)
         if self.mode == "chat":
@@ -361,11 +413,15 @@ class LLMAgent:
         seed = None if self._rng is None else int(self._rng.integers(2**31 - 1))
         return replace(self.sampling, seed=seed)
 
-    def _turns(self, slots: list[int]) -> list[str]:
+    def _turns(self, slots: list[int]) -> list[Any]:
         """Generate one turn for each slot with one backend call; record and return them."""
         requests = [self._request(i) for i in slots]
-        results = complete(self.backend, [r for r, _ in requests], self._params())
-        texts = []
+        prompts = [r for r, _ in requests]
+        if self.tools is not None and getattr(self.backend, "supports_tools", False):
+            results = self.backend.complete(prompts, self._params(), tools=self.tools)
+        else:
+            results = complete(self.backend, prompts, self._params())
+        texts: list[Any] = []
         for slot, (_, prefix), res in zip(slots, requests, results, strict=True):
             text = merge_reasoning(
                 cut_at_stop(res.text, self.stop),
@@ -386,13 +442,24 @@ class LLMAgent:
                 "completion_tokens": res.completion_tokens,
                 "token_ids": res.token_ids,
             }
+            if res.tool_calls:
+                # The server's structured message: the env reads its tool_calls as they are.
+                message: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": closed,
+                    "tool_calls": [dict(c) for c in res.tool_calls],
+                }
+                self.transcripts[slot].append(message)
+                texts.append(dict(message))
+                continue
             self.transcripts[slot].append({"role": "assistant", "content": closed})
             texts.append(closed)
         return texts
 
     # -------------------------------------------------------------- acting
-    def act(self, observation: str, info: dict[str, Any]) -> str:
-        """Read an observation and return the model's next turn as text."""
+    def act(self, observation: str, info: dict[str, Any]) -> str | dict[str, Any]:
+        """Read an observation and return the model's next turn: its text, or (``tools``
+        protocol, a server that returned ``tool_calls``) the assistant message with them."""
         self.observe(observation, info, 0)
         return self._turns([0])[0]
 
@@ -402,7 +469,7 @@ class LLMAgent:
         infos: Sequence[dict[str, Any]] | dict[str, Any],
         *,
         active: Sequence[bool] | None = None,
-    ) -> list[str]:
+    ) -> list[Any]:
         """One turn for each of ``n`` envs (a vector env's sub-envs) with one generate call.
 
         Args:
@@ -422,7 +489,7 @@ class LLMAgent:
         rows = [i for i in range(n) if mask[i]]
         for i in rows:
             self.observe(observations[i], per_env[i], i)
-        out = [""] * n
+        out: list[Any] = [""] * n
         for i, text in zip(rows, self._turns(rows) if rows else [], strict=True):
             out[i] = text
         return out
@@ -502,6 +569,7 @@ def make_llm_agent(
     closed_book: bool = False,
     force_answer: str = "last",
     few_shot: Sequence[Sequence[Message]] = (),
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> LLMAgent:
     """An :class:`LLMAgent` for ``model`` on a named backend (the CLI's ``--agent llm``, and
     ``--agent llm-direct`` with ``closed_book=True``).
@@ -513,7 +581,7 @@ def make_llm_agent(
         protocol: the env's protocol.
         base_url: the server's API root, required for ``openai``.
         temperature, max_new_tokens, seed, top_p: sampling.
-        mode, system_prompt, closed_book, force_answer, few_shot: see :class:`LLMAgent`.
+        mode, system_prompt, closed_book, force_answer, few_shot, tools: see :class:`LLMAgent`.
         api_key: for ``openai``.
         device, dtype: for ``transformers``.
 
@@ -544,4 +612,5 @@ def make_llm_agent(
         closed_book=closed_book,
         force_answer=force_answer,
         few_shot=few_shot,
+        tools=tools,
     )

@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -44,6 +45,8 @@ import gymnasium as gym
 from hopgym.backends.transformers_backend import _cache_kwarg
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "RolloutConfig",
@@ -85,6 +88,14 @@ class RolloutConfig:
         default=True,
         metadata={"help": "Wrap the first observation in the tokenizer's chat template (if it has one)."},
     )
+    on_token_mismatch: str = field(
+        default="warn",
+        metadata={
+            "help": "protocol='tools': when the ids built turn by turn differ from the chat "
+            "template's rendering of the whole episode, 'warn' (log it, count it in "
+            "token_mismatch_rate, keep the trajectory) or 'raise' (TokenMismatchError)."
+        },
+    )
     env_workers: int = field(
         default=0,
         metadata={
@@ -109,6 +120,10 @@ class RolloutConfig:
         ):
             raise InvalidOptionError(
                 f"env_workers must be an int >= 0 (0: envs in this process), got {self.env_workers!r}"
+            )
+        if self.on_token_mismatch not in ("warn", "raise"):
+            raise InvalidOptionError(
+                f"on_token_mismatch must be 'warn' or 'raise', got {self.on_token_mismatch!r}"
             )
         if self.max_completion_tokens < self.max_new_tokens:
             raise InvalidOptionError(
@@ -142,6 +157,9 @@ class Trajectory:
         em, f1: against the gold answers.
         searches, invalid, steps: counts over the episode.
         terminated, truncated: how it ended (``truncated`` also when the token budget ran out).
+        token_mismatch: ``protocol="tools"`` only: ``None``, or where the ids built turn by turn
+            differ from the chat template's rendering of the whole episode (see
+            :class:`~hopgym.agents.chat_tokens.ChatTokens`).
     """
 
     question_id: str
@@ -162,6 +180,7 @@ class Trajectory:
     steps: int = 0
     terminated: bool = False
     truncated: bool = False
+    token_mismatch: str | None = None
 
     def _append(self, kind: str, ids: Sequence[int], logps: Sequence[float] | None) -> None:
         if not ids:  # an observation cut to nothing by the token budget: no span
@@ -272,6 +291,8 @@ class _Episode:
         self.traj = traj
         self.done = False
         self.terms: dict[str, float] = defaultdict(float)
+        #: ``protocol="tools"``: the episode as a chat, built turn by turn (ChatTokens).
+        self.chat: Any = None
 
 
 class RolloutCollector:
@@ -311,6 +332,8 @@ class RolloutCollector:
         self.config = config or RolloutConfig()
         self._vector: Any = None
         self._stop_cache: dict[tuple[str, ...], tuple[set[int], tuple[str, ...]]] = {}
+        #: Trajectories whose ids differ from the chat template's rendering (``protocol="tools"``).
+        self.token_mismatches = 0
 
     # ------------------------------------------------------------------ public
     def collect(
@@ -375,12 +398,21 @@ class RolloutCollector:
         seeds = [None if seed is None or i >= len(rows) else seed + offset + i for i in range(n)]
         obs, _ = venv.reset(seed=seeds, options=[{"question_id": q} for q in rows] + [None] * (n - len(rows)))
         samples = venv.get_attr("sample")
+        tools = getattr(venv.get_attr("protocol")[0], "name", None) == "tools"
+        specs = venv.get_attr("tool_specs") if tools else None
         episodes: list[_Episode] = []
         for i, qid in enumerate(rows):
-            prompt = encode_prompt(self.tokenizer, obs[i], self.config.chat_template)
-            episodes.append(
-                _Episode(i, samples[i].answers, Trajectory(question_id=str(qid), prompt_ids=prompt))
-            )
+            chat = None
+            if tools:
+                from hopgym.agents.chat_tokens import ChatTokens
+
+                chat = ChatTokens(self.tokenizer, specs[i], obs[i])
+                prompt = list(chat.ids)
+            else:
+                prompt = encode_prompt(self.tokenizer, obs[i], self.config.chat_template)
+            ep = _Episode(i, samples[i].answers, Trajectory(question_id=str(qid), prompt_ids=prompt))
+            ep.chat = chat
+            episodes.append(ep)
         while True:
             active = [e for e in episodes if not e.done]
             if not active:
@@ -406,6 +438,8 @@ class RolloutCollector:
         for ep, turn_ids, turn_logps in zip(active, ids, logps, strict=True):
             ep.traj._append("model", turn_ids, turn_logps)
             text = self.tokenizer.decode(turn_ids, skip_special_tokens=True)
+            if ep.chat is not None:
+                ep.chat.model_turn(text, turn_ids)
             for s in stop_strings:
                 # A stop string that opens the env's next segment (r3's "\nThe retrieval
                 # documents:") is not part of the action; one that closes it (</search>) is.
@@ -432,9 +466,14 @@ class RolloutCollector:
         if info.get("answer") is not None:
             traj.answer = info["answer"]
         out_of_tokens = False
-        if obs and not (terminated or truncated):
+        room = self.config.max_completion_tokens - len(traj.completion_ids)
+        if ep.chat is not None and not (terminated or truncated):
+            # The template's text between this turn and the next one's header (tool results).
+            obs_ids = ep.chat.env_turn(info.get("tool_messages") or [], budget=max(room - 1, 0))
+            out_of_tokens = ep.chat.limit is not None
+            traj._append("env", obs_ids, None)
+        elif obs and not (terminated or truncated):
             obs_ids = self.tokenizer.encode(obs, add_special_tokens=False)
-            room = self.config.max_completion_tokens - len(traj.completion_ids)
             if len(obs_ids) > room - 1:
                 obs_ids, out_of_tokens = obs_ids[: max(room - 1, 0)], True
             traj._append("env", obs_ids, None)
@@ -452,10 +491,27 @@ class RolloutCollector:
                 and len(traj.completion_ids) < self.config.max_completion_tokens
             ):
                 traj._append("env", [eos], None)
+                if ep.chat is not None:
+                    ep.chat.end([eos])
             traj.reward_terms = dict(ep.terms)
+            if ep.chat is not None:
+                self._check_tokens(ep)
             if traj.answer is not None:
                 traj.em = exact_match(traj.answer, ep.golds)
                 traj.f1 = token_f1(traj.answer, ep.golds)
+
+    def _check_tokens(self, ep: _Episode) -> None:
+        """Compare the trajectory with the chat template's rendering of the whole episode."""
+        from hopgym.agents.chat_tokens import TokenMismatchError
+
+        mismatch = ep.chat.check()
+        if mismatch is None:
+            return
+        ep.traj.token_mismatch = mismatch
+        self.token_mismatches += 1
+        if self.config.on_token_mismatch == "raise":
+            raise TokenMismatchError(f"question {ep.traj.question_id}: {mismatch}")
+        _log.warning("rollout of question %s: %s", ep.traj.question_id, mismatch)
 
     def _sample(
         self,
@@ -575,6 +631,8 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "model_tokens": sum(sum(t.mask) for t in trajectories) / n,
         "completion_tokens": sum(len(t.completion_ids) for t in trajectories) / n,
     }
+    if any(t.token_mismatch is not None for t in trajectories):
+        out["token_mismatch_rate"] = sum(t.token_mismatch is not None for t in trajectories) / n
     names = sorted({k for t in trajectories for k in t.reward_terms})
     for name in names:
         out[f"reward_terms/{name}"] = sum(t.reward_terms.get(name, 0.0) for t in trajectories) / n

@@ -19,6 +19,7 @@ spliced *inside* an assistant turn.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +43,11 @@ __all__ = [
     "EntityRenamer",
 ]
 
+#: What :func:`teacher_examples` does with a ``tools`` example whose ids differ from the template's.
+MISMATCH_ACTIONS = ("warn", "drop", "raise")
+
+_log = logging.getLogger(__name__)
+
 #: Clocks a time limit can be measured with.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "process": time.process_time}
 
@@ -64,8 +70,17 @@ def teacher_examples(
     seed: int = 0,
     chat_template: bool = True,
     eos_after_turn: bool | None = None,
+    on_mismatch: str = "warn",
 ) -> list[dict[str, Any]]:
     """Run the teacher once per question id and return tokenised SFT examples.
+
+    Under the ``tools`` protocol an example is built through the chat template, turn by turn
+    (:class:`~hopgym.agents.chat_tokens.ChatTokens`): the prompt is the template's rendering of
+    the question with the env's tools, each teacher turn is the template's rendering of the env's
+    assistant message (its ``tool_calls`` in the template's own call format; a template without
+    tool support gets the default tools block and hermes ``<tool_call>`` text) up to and including
+    the end-of-turn token (trained), and the tool results between turns are the template's text
+    (not trained). The ids are checked against the template's rendering of the whole episode.
 
     Args:
         env_fn: builds the env (any reward preset; rewards are recorded, not used).
@@ -77,12 +92,22 @@ def teacher_examples(
         chat_template: as in :class:`~hopgym.agents.rollout.RolloutConfig`.
         eos_after_turn: end every teacher turn with EOS (trained). Default: only when some
             protocol stop string is not a single token (``r3``), so the student learns where a
-            turn ends; under ``tags`` the closing tag ends the turn.
+            turn ends; under ``tags`` the closing tag ends the turn. (``tools``: always, as the
+            template ends a turn.)
+        on_mismatch: ``tools`` only: ``"warn"`` (log it and keep the example, with its
+            ``token_mismatch``), ``"drop"`` (log it and leave the example out) or ``"raise"``
+            (:class:`~hopgym.agents.chat_tokens.TokenMismatchError`) when the ids built turn by
+            turn differ from the template's rendering of the whole episode.
 
     Returns:
         Dicts with ``input_ids``, ``completion_mask`` (1 = teacher token, trained),
-        ``messages`` (the episode as chat messages), ``question_id``, ``em``, ``reward``.
+        ``messages`` (the episode as chat messages), ``question_id``, ``em``, ``reward``
+        (``tools``: also ``token_mismatch``, ``None`` or the first difference).
     """
+    if on_mismatch not in MISMATCH_ACTIONS:
+        raise InvalidOptionError(
+            f"on_mismatch must be one of {', '.join(MISMATCH_ACTIONS)}, got {on_mismatch!r}"
+        )
     from hopgym.agents.rollout import stop_token_ids
 
     env = env_fn()
@@ -96,6 +121,11 @@ def teacher_examples(
     for i, qid in enumerate(question_ids):
         agent.reset()
         obs, info = env.reset(seed=seed + i, options={"question_id": qid})
+        if getattr(proto, "name", None) == "tools":
+            example = _tool_example(env, agent, obs, info, tokenizer, str(qid), on_mismatch)
+            if example["token_mismatch"] is None or on_mismatch == "warn":
+                out.append(example)
+            continue
         ids = encode_prompt(tokenizer, obs, chat_template)
         mask = [0] * len(ids)
         messages = [{"role": "user", "content": obs}]
@@ -134,6 +164,48 @@ def teacher_examples(
             }
         )
     return out
+
+
+def _tool_example(
+    env: gym.Env, agent: Any, obs: str, info: dict[str, Any], tokenizer: Any, qid: str, on_mismatch: str
+) -> dict[str, Any]:
+    """One teacher episode under the ``tools`` protocol, tokenised through the chat template."""
+    from hopgym.agents.chat_tokens import ChatTokens, TokenMismatchError
+
+    base = env.unwrapped
+    chat = ChatTokens(tokenizer, base.tool_specs, obs)
+    done, answer, ret = False, None, 0.0
+    while not done:
+        action = agent.act(obs, info)
+        obs, reward, terminated, truncated, info = env.step(action)
+        ret += float(reward)
+        done = terminated or truncated
+        answer = info.get("answer") if info.get("answer") is not None else answer
+        env_messages = list(info.get("tool_messages") or [])
+        turn = dict(base.transcript[-1 - len(env_messages)])
+        turn["content"] = (turn.get("content") or "").strip()
+        chat.model_turn(turn)
+        if not done:
+            chat.env_turn(env_messages)
+    mismatch = chat.check()
+    if mismatch is not None:
+        if on_mismatch == "raise":
+            raise TokenMismatchError(f"question {qid}: {mismatch}")
+        _log.warning("SFT example of question %s: %s", qid, mismatch)
+    mask = [0] * len(chat.ids)
+    for kind, start, end, _ in chat.spans:
+        if kind == "model":
+            mask[start:end] = [1] * (end - start)
+    golds = list(base.sample.answers)
+    return {
+        "input_ids": list(chat.ids),
+        "completion_mask": mask,
+        "messages": chat.conversation.messages,
+        "question_id": qid,
+        "reward": ret,
+        "em": exact_match(answer, golds) if answer is not None else 0.0,
+        "token_mismatch": mismatch,
+    }
 
 
 _WORD = re.compile(r"[A-Za-z0-9]+")

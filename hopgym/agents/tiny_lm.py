@@ -180,7 +180,13 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"), max_turn
                 texts.append(proto.render(Answer(ans, think="all hops resolved")))
         for turn in range(1, max_turns + 1):
             for src, desc in descriptions.items():
-                texts.append(proto.render(Route(src, think=f"the answer lives in {src}")))
+                # Under ``tools`` a route is a search's source (there is no route tool).
+                route = (
+                    Search(src, think=f"the answer lives in {src}", source=src)
+                    if name == "tools"
+                    else Route(src, think=f"the answer lives in {src}")
+                )
+                texts.append(proto.render(route))
                 texts.append(
                     proto.format_notice(f"Searches now go to {src}" + (f" ({desc})." if desc else "."), turn)
                 )
@@ -197,6 +203,16 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"), max_turn
             texts += [proto.repeat_note(dedup) for dedup in (True, False)]
             texts.append(proto.last_turn(proto.format_think(turn), turn))
         texts.append(proto.render(Think("thinking")))
+        if name == "tools":  # what the chat template shows: the tools block and tool results
+            import json
+
+            from hopgym.envs.conversation import DEFAULT_TOOLS_BLOCK
+            from hopgym.envs.tool_protocol import tool_specs
+
+            specs = tool_specs(descriptions)
+            texts.append(DEFAULT_TOOLS_BLOCK.format(tools="\n".join(json.dumps(t) for t in specs)))
+            texts.append(proto.observation_text([{"role": "tool", "content": "x"}]))
+            texts.append(proto.LAST_TURN)
         for p in passages:
             if p is not None:
                 texts.append(proto.format_documents([p], None, 1))

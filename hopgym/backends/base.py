@@ -106,6 +106,9 @@ class Completion:
         completion_tokens: tokens generated, if known.
         token_ids: the generated token ids (before the text was cut at a stop string), when the
             backend has them (local models).
+        tool_calls: the calls a server returned in the assistant message (``tools=`` sent), as
+            OpenAI ``tool_calls`` entries (``{"id", "type": "function", "function": {"name",
+            "arguments": "<json>"}}``), or ``None``.
 
     Example:
         >>> Completion("<answer>Oslo", finish_reason="length").truncated
@@ -119,6 +122,7 @@ class Completion:
     cached_tokens: int | None = None
     completion_tokens: int | None = None
     token_ids: tuple[int, ...] | None = None
+    tool_calls: tuple[dict[str, Any], ...] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -167,7 +171,7 @@ def complete(backend: Any, prompts: Sequence[Prompt], params: SamplingParams) ->
         ...         return [p.upper() for p in prompts]
         >>> complete(Echo(), ["a"], SamplingParams())
         [Completion(text='A', finish_reason=None, reasoning=None, prompt_tokens=None, \
-cached_tokens=None, completion_tokens=None, token_ids=None)]
+cached_tokens=None, completion_tokens=None, token_ids=None, tool_calls=None)]
     """
     prompts = list(prompts)
     method = getattr(backend, "complete", None)

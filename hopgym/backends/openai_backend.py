@@ -79,6 +79,8 @@ class OpenAIBackend:
     """
 
     supports_chat = True
+    #: :meth:`complete` sends ``tools=`` and returns the reply's ``tool_calls``.
+    supports_tools = True
 
     def __init__(
         self,
@@ -151,7 +153,9 @@ class OpenAIBackend:
             hint = " Check that the server is up, or raise timeout=/retries=." if exc.transient else ""
             raise BackendError(f"{exc}.{hint}") from exc
 
-    def _one(self, prompt: Prompt, params: SamplingParams, seed: int | None) -> Completion:
+    def _one(
+        self, prompt: Prompt, params: SamplingParams, seed: int | None, tools: list[Any] | None = None
+    ) -> Completion:
         payload: dict[str, Any] = {
             "model": self.model,
             "max_tokens": params.max_new_tokens,
@@ -163,8 +167,12 @@ class OpenAIBackend:
         if params.stop:
             payload["stop"] = list(params.stop)
         chat = not isinstance(prompt, str)
+        if tools and not chat:
+            raise InvalidOptionError("tools= needs a chat prompt (messages), not raw text")
         if chat:
             payload["messages"] = list(prompt)
+            if tools:
+                payload["tools"] = list(tools)
             if prompt and prompt[-1].get("role") == "assistant":
                 if not self.supports_prefill:
                     raise InvalidOptionError(
@@ -191,6 +199,9 @@ class OpenAIBackend:
             (message[f] for f in REASONING_FIELDS if isinstance(message.get(f), str) and message[f]), None
         )
         finish = choice.get("finish_reason")
+        calls = _tool_calls(message.get("tool_calls")) if chat else None
+        if finish == "tool_calls":  # the model ended its turn with calls
+            finish = "stop"
         if finish == "stop" and params.stop:
             text = close_open_tag(text, params.stop)
         usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
@@ -203,19 +214,51 @@ class OpenAIBackend:
             prompt_tokens=usage.get("prompt_tokens"),
             cached_tokens=cached,
             completion_tokens=usage.get("completion_tokens"),
+            tool_calls=calls,
         )
 
-    def complete(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
+    def complete(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Completion]:
         """One :class:`~hopgym.backends.base.Completion` per prompt (finish reason, reasoning
-        and the server's token counts); requests run ``max_concurrency`` at a time."""
+        and the server's token counts); requests run ``max_concurrency`` at a time.
+
+        Args:
+            prompts: raw texts or chat message lists.
+            params: sampling.
+            tools: OpenAI tool schemas, sent as ``tools=`` with chat prompts; the reply's
+                ``tool_calls`` come back in :attr:`Completion.tool_calls
+                <hopgym.backends.base.Completion.tool_calls>` (arguments as JSON strings).
+        """
         prompts = list(prompts)
+        spec = [dict(t) for t in tools] if tools else None
         seeds = [None if params.seed is None else params.seed + i for i in range(len(prompts))]
         if len(prompts) <= 1 or self.max_concurrency == 1:
-            return [self._one(p, params, s) for p, s in zip(prompts, seeds, strict=True)]
+            return [self._one(p, params, s, spec) for p, s in zip(prompts, seeds, strict=True)]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
-            jobs = [pool.submit(self._one, p, params, s) for p, s in zip(prompts, seeds, strict=True)]
+            jobs = [pool.submit(self._one, p, params, s, spec) for p, s in zip(prompts, seeds, strict=True)]
             return [job.result() for job in jobs]
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]:
         """The texts of :meth:`complete`, with returned reasoning put back as ``<think>…</think>``."""
         return [merge_reasoning(c.text, c.reasoning, c.truncated) for c in self.complete(prompts, params)]
+
+
+def _tool_calls(raw: Any) -> tuple[dict[str, Any], ...] | None:
+    """A reply's ``tool_calls`` as OpenAI entries with JSON-string arguments (servers differ: some
+    return the arguments as an object), or ``None`` when there are none. Entries that are not
+    calls are kept as they are: the env reports them."""
+    if not isinstance(raw, list) or not raw:
+        return None
+    out = []
+    for call in raw:
+        if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+            fn = dict(call["function"])
+            if not isinstance(fn.get("arguments"), str):
+                fn["arguments"] = json.dumps(fn.get("arguments") or {}, ensure_ascii=False)
+            call = {**call, "type": call.get("type") or "function", "function": fn}
+        out.append(dict(call) if isinstance(call, Mapping) else call)
+    return tuple(out)

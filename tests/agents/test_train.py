@@ -767,3 +767,27 @@ def test_grpo_example_smoke_preset_and_merge(tmp_path: Path, capsys, monkeypatch
     with pytest.raises(SystemExit, match="settings differ"):
         example.main(["--merge", str(tmp_path / "s0.json"), str(tmp_path / "s2.json")])
     capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_cli_train_sft_grpo_rft_with_tool_calls(tmp_path: Path, capsys):
+    """``--protocol tools``: SFT on the oracle's tool-call episodes through the chat template, then
+    GRPO and RFT rollouts built turn by turn, their token mismatches counted in the logs."""
+    sft_out = tmp_path / "sft"
+    common = ["--env", "hopgym/Tiny-v1", "--protocol", "tools", "--split", "none"]
+    sft = ["train", "sft", *common, "--model", "tiny", *TINY_ARGS[:-1], "max_positions=1024"]
+    sft += ["--out", str(sft_out), "--steps", "2", "--batch-size", "2", "--max-length", "900"]
+    assert main(sft) == 0
+    summary = json.loads((sft_out / "hopgym_train.json").read_text())["summary"]
+    assert summary["teacher_em"] == 1.0 and summary["changed_tensors"] > 0
+    rollout = ["--model", str(sft_out), "--steps", "1", "--questions-per-step", "2", "--group-size", "2"]
+    rollout += ["--max-length", "900", "--max-new-tokens", "8"]
+    assert main(["train", "grpo", *common, *rollout, "--out", str(tmp_path / "grpo"), "--lr", "1e-2"]) == 0
+    logs = (tmp_path / "grpo" / "log.jsonl").read_text()
+    assert "env/invalid_rate" in logs
+    assert (
+        main(["train", "rft", *common, *rollout, "--out", str(tmp_path / "rft"), "--min-reward", "-1"]) == 0
+    )
+    summary = json.loads((tmp_path / "rft" / "hopgym_train.json").read_text())["summary"]
+    assert summary["optimizer_steps"] > 0
+    capsys.readouterr()

@@ -41,8 +41,8 @@ TURN = "<think>hm</think><search>Acme founder</search>"
 STOPS = ("</search>", "</route>", "</answer>")
 
 
-def build_bigram_model(out: Path) -> None:
-    """Save a tokenizer and a Qwen2 model that always writes :data:`TURN` after the template."""
+def build_bigram_model(out: Path, turn: str = TURN, extra: tuple[str, ...] | list[str] = ()) -> None:
+    """Save a tokenizer and a Qwen2 model that always writes ``turn`` after the template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -60,9 +60,9 @@ def build_bigram_model(out: Path) -> None:
         ["Who founded Acme? Search for the Acme founder.", "hm", "user assistant system"] * 3, trainer
     )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>")
-    fast.add_tokens(["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>"])
+    fast.add_tokens(["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>", *extra])
     fast.chat_template = CHATML
-    chain = fast.encode(TURN, add_special_tokens=False)
+    chain = fast.encode(turn, add_special_tokens=False)
     newline = fast.encode("\n", add_special_tokens=False)[-1]
     assert len(set(chain)) == len(chain) and newline not in chain
     vocab = len(fast)
@@ -111,11 +111,14 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``transformers serve`` on the bigram model; yields (base URL, model path, log path)."""
+    yield from _serve(tmp_path_factory.mktemp("serve"), build_bigram_model)
+
+
+def _serve(root: Path, build):
     from hopgym.httpclient import HTTPClient, HTTPError
 
-    root = tmp_path_factory.mktemp("serve")
     model_dir = root / "bigram"
-    build_bigram_model(model_dir)
+    build(model_dir)
     log = root / "server.log"
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -218,3 +221,41 @@ def test_raw_completions_cut_at_the_limit_are_closed(server):
     assert text.startswith(head) and text.endswith("</search>") and "Acme".startswith(query)
     assert agent.turn_info[0]["closed"] == "</search>"
     assert env.step(text)[4]["query"] == query
+
+
+CALL = '{"name": "search", "arguments": {"query": "Acme founder"}}'
+TOOL_TURN = f"<think>hm</think><tool_call>{CALL}</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def tool_server(tmp_path_factory):
+    """``transformers serve`` on a bigram model that writes a hermes tool call (:data:`TOOL_TURN`);
+    the call's JSON is one added token, so the chain has no repeated token."""
+    root = tmp_path_factory.mktemp("serve_tools")
+    yield from _serve(
+        root, lambda out: build_bigram_model(out, turn=TOOL_TURN, extra=["<tool_call>", "</tool_call>", CALL])
+    )
+
+
+def test_tools_are_sent_and_tool_calls_reach_the_env(tool_server):
+    url, model, _ = tool_server
+    env = gym.make("hopgym/Tiny-v1", reward=None, max_turns=3, protocol="tools")
+    agent = LLMAgent(
+        OpenAIBackend(url, model, timeout=60, retries=0),
+        protocol="tools",
+        tools=env.unwrapped.tool_specs,
+        sampling=SamplingParams(max_new_tokens=20),
+        force_answer="never",
+    )
+    obs, info = env.reset(options={"index": 0})
+    for _ in range(2):
+        action = agent.act(obs, info)
+        # The server parsed the call out of the text: a structured assistant message.
+        assert isinstance(action, dict) and len(action["tool_calls"]) == 1
+        assert action["content"] == "<think>hm</think>"
+        obs, _, _, _, info = env.step(action)
+        assert info["action_type"] == "search" and info["query"] == "Acme founder"
+        assert info["think"] == "hm"
+        assert info["tool_messages"][0]["tool_call_id"] == action["tool_calls"][0]["id"]
+    # The second request carried the history as OpenAI messages: the call and its result.
+    assert [m["role"] for m in agent.transcript] == ["user", "assistant", "tool", "assistant"]
