@@ -1,4 +1,4 @@
-"""The MkDocs hooks (``docs_hooks/``): the results tables, the CLI reference and the nav."""
+"""The MkDocs hooks (``docs_hooks/``): the results tables, and the CLI reference."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _hook(name: str):
     return module
 
 
-cli_reference, nav, results = _hook("cli_reference"), _hook("nav"), _hook("results")
+cli_reference, results = _hook("cli_reference"), _hook("results")
 
 
 def _markers() -> list[str]:
@@ -63,19 +63,3 @@ def test_cli_reference_covers_every_command_and_subcommand():
     page = cli_reference.on_page_markdown("# CLI\n\n" + cli_reference.MARKER)
     assert "## `hopgym eval`" in page and re.search(r"--max-turns", page)
 
-
-def test_nav_adds_the_pages_it_lacks(tmp_path):
-    for name, title in [
-        ("index.md", "Home"),
-        ("environments.md", "Envs"),
-        ("envs-versions.md", "Versions"),
-        ("x.md", "X"),
-    ]:
-        (tmp_path / name).write_text(f"# {title}\n")
-    completed = nav.complete([{"Home": "index.md"}, {"Envs": "environments.md"}], tmp_path)
-    assert completed == [
-        {"Home": "index.md"},
-        {"Envs": "environments.md"},
-        {"Versions": "envs-versions.md"},
-        {"More": [{"X": "x.md"}]},
-    ]
