@@ -15,7 +15,6 @@ import math
 import threading
 
 import gymnasium as gym
-
 import pytest
 
 vf = pytest.importorskip("verifiers.v1")
