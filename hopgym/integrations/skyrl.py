@@ -136,7 +136,7 @@ class HopgymTextEnv(BaseTextEnv):
         self._answered = False
         return [{"role": "user", "content": obs}], {"question_id": info["question_id"]}
 
-    def _stepped(self, result: tuple[Any, float, bool, bool, dict[str, Any]]) -> BaseTextEnvStepOutput:
+    def _stepped(self, result: tuple[Any, Any, bool, bool, dict[str, Any]]) -> BaseTextEnvStepOutput:
         obs, reward, terminated, truncated, info = result
         add_terms(self.reward_terms, info)
         self._invalid += info.get("action_type") == "invalid"
