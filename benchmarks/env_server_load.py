@@ -152,11 +152,13 @@ def health(base: str) -> dict[str, Any]:
         return json.loads(resp.read())
 
 
-def start_server(env_id: str, max_sessions: int, workers: int) -> tuple[subprocess.Popen, str]:
+def start_server(
+    env_id: str, max_sessions: int, workers: int, step_batch: int
+) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable, "-m", "hopgym.cli", "serve-env", "--env", env_id, "--port", "0",
-        "--max-sessions", str(max_sessions), "--workers", str(workers),
+        "--max-sessions", str(max_sessions), "--workers", str(workers), "--step-batch", str(step_batch),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
@@ -188,13 +190,14 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--workers", type=int, default=8, help="the server's --workers")
+    parser.add_argument("--step-batch", type=int, default=16, help="the server's --step-batch")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "env_server_load.json"))
     args = parser.parse_args()
 
     base = in_process(args.env, args.episodes)
     rows = [row("in-process", base, None)]
     plans = [oracle_actions(gym.make(args.env), i) for i in range(args.episodes)]
-    proc, url = start_server(args.env, max(args.concurrency) + 1, args.workers)
+    proc, url = start_server(args.env, max(args.concurrency) + 1, args.workers, args.step_batch)
     try:
         asyncio.run(over_server(url, plans[:8], 4))  # warm up: the first env, the first connections
         for c in args.concurrency:
@@ -214,6 +217,7 @@ def main() -> None:
         "env": args.env,
         "episodes": args.episodes,
         "workers": args.workers,
+        "step_batch": args.step_batch,
         "cpus": os.cpu_count(),
         "rows": rows,
         "killed_client_leaked_sessions": leaked,

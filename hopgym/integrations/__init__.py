@@ -13,8 +13,8 @@ Modules (each imports its framework lazily, on first use, and raises
   built-in id (``pip install 'hopgym[gem]'``).
 - :mod:`hopgym.integrations.openenv`: hopgym envs as an OpenEnv-compatible service
   (``hopgym serve-env``) and a typed OpenEnv client for it (``pip install 'hopgym[openenv]'``).
-- :mod:`hopgym.integrations.verl`: a verl agent loop (``pip install 'hopgym[verl]'``; not run in
-  hopgym's tests: verl does not import without its GPU stack).
+- :mod:`hopgym.integrations.verl`: a verl agent loop (``pip install 'hopgym[verl]'``; verl is not
+  in ``all``: its tests run where verl imports, on CPU too).
 
 hopgym owns the env, the reward and the data; an adapter only translates one API into another.
 Importing this package imports no framework.

@@ -19,8 +19,40 @@ from typing import Any
 
 import gymnasium as gym
 
+try:  # orjson (the openenv extra) writes and reads the wire's JSON several times faster than json
+    import orjson
+
+    _ORJSON_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+
+    def _default(value: Any) -> Any:
+        # What orjson cannot write itself, written as :func:`jsonable` writes it.
+        if isinstance(value, (set, frozenset)):
+            return sorted(jsonable(v) for v in value)
+        if hasattr(value, "item") and not isinstance(value, type):  # numpy scalars
+            return jsonable(value.item())
+        return jsonable(value)
+
+    def dumps(payload: Any) -> str:
+        """``payload`` as JSON text: ``json.dumps(jsonable(payload), ensure_ascii=False)``."""
+        return orjson.dumps(payload, default=_default, option=_ORJSON_OPTS).decode()
+
+    def loads(text: str | bytes) -> Any:
+        """JSON text as Python values (raises ``ValueError`` on bad JSON)."""
+        return orjson.loads(text)
+
+except ImportError:  # pragma: no cover - the openenv extra installs orjson
+
+    def dumps(payload: Any) -> str:
+        """``payload`` as JSON text: ``json.dumps(jsonable(payload), ensure_ascii=False)``."""
+        return json.dumps(jsonable(payload), ensure_ascii=False)
+
+    def loads(text: str | bytes) -> Any:
+        """JSON text as Python values (raises ``ValueError`` on bad JSON)."""
+        return json.loads(text)
+
+
 from hopgym.corpora.types import Passage
-from hopgym.envs.async_pool import AsyncEnv
+from hopgym.envs.async_pool import AsyncEnv, StepBatcher
 from hopgym.envs.options import EnvOptions
 from hopgym.errors import HopgymError, InvalidOptionError, InvalidOptionTypeError
 
@@ -32,6 +64,8 @@ __all__ = [
     "Session",
     "Sessions",
     "jsonable",
+    "dumps",
+    "loads",
     "schemas",
     "serve_websocket",
 ]
@@ -84,6 +118,15 @@ class EnvServerConfig:
         True, "Let reset choose env options for its session (reset data env_options)."
     )
     workers: int = _opt(8, "Threads that run the envs' steps (at most this many steps at once).", min=1)
+    step_batch: int = _opt(
+        16,
+        "Most steps of different sessions run one after another in one worker-thread hop (the "
+        "steps that arrive together share hops); 1: a hop per step (for slow, I/O-bound envs).",
+        min=1,
+    )
+    ws_compression: bool = _opt(
+        False, "Accept WebSocket permessage-deflate (costs CPU on both ends for small messages)."
+    )
     shutdown_timeout: float = _opt(
         10.0, "Seconds a graceful shutdown waits for steps in flight before cutting them.", min=0
     )
@@ -119,7 +162,14 @@ class EnvServerConfig:
     @property
     def limits(self) -> dict[str, Any]:
         """The limits ``GET /health`` reports."""
-        names = ("max_sessions", "session_timeout", "max_action_bytes", "workers", "session_options")
+        names = (
+            "max_sessions",
+            "session_timeout",
+            "max_action_bytes",
+            "workers",
+            "step_batch",
+            "session_options",
+        )
         return {name: getattr(self, name) for name in names}
 
 
@@ -290,6 +340,7 @@ class Sessions:
         self.metrics = Metrics()
         self.sessions: dict[str, Session] = {}
         self.executor = ThreadPoolExecutor(config.workers, thread_name_prefix="hopgym-env-server")
+        self.batcher = StepBatcher(self.executor, config.step_batch)
         self._reaper: asyncio.Task[None] | None = None
         self.started = time.time()
         self._make({}).close()  # fail now, naming the bad id or option, not at the first client
@@ -437,7 +488,7 @@ class Sessions:
                 env = await loop.run_in_executor(self.executor, self._make, env_options)
                 if session.env is not None:
                     await session.env.close()
-                session.env, session.env_kwargs = AsyncEnv(env, self.executor), env_options
+                session.env, session.env_kwargs = AsyncEnv(env, self.executor, self.batcher), env_options
             try:
                 obs, info = await session.env.reset(seed=seed, options=options)
             except (HopgymError, KeyError, IndexError, ValueError) as exc:
@@ -449,7 +500,8 @@ class Sessions:
         session.step_count, session.done, session.reset_done, session.reward_total = 0, False, True, 0.0
         self.metrics.resets.inc()
         self.metrics.counts["resets"] += 1
-        observation = {"text": obs, "terminated": False, "truncated": False, "info": jsonable(info)}
+        # info goes out as it is: :func:`dumps` writes it as jsonable() would, in one pass.
+        observation = {"text": obs, "terminated": False, "truncated": False, "info": info}
         return {"observation": observation, "reward": None, "done": False}
 
     async def step(self, session: Session, action: Any) -> dict[str, Any]:
@@ -480,7 +532,7 @@ class Sessions:
             "text": obs,
             "terminated": bool(terminated),
             "truncated": bool(truncated),
-            "info": jsonable(info),
+            "info": info,
         }
         return {"observation": observation, "reward": float(reward), "done": done}
 
@@ -526,7 +578,7 @@ class _quiet:
 
 async def _send_quietly(websocket: Any, payload: dict[str, Any]) -> bool:
     try:
-        await websocket.send_text(json.dumps(payload, ensure_ascii=False))
+        await websocket.send_text(dumps(payload))
         return True
     except Exception:  # noqa: BLE001 - the client went away
         return False
@@ -563,8 +615,8 @@ async def serve_websocket(sessions: Sessions, websocket: Any) -> None:
                 if len(raw) > limit and len(raw.encode("utf-8")) > limit:
                     raise _too_large(len(raw.encode("utf-8")), limit)
                 try:
-                    message = json.loads(raw)
-                except json.JSONDecodeError as exc:
+                    message = loads(raw)
+                except ValueError as exc:  # json's and orjson's decode errors are ValueErrors
                     raise EnvServerError(400, "INVALID_JSON", f"Invalid JSON: {exc}") from None
                 kind = message.get("type") if isinstance(message, dict) else None
                 data = message.get("data") if isinstance(message, dict) else None

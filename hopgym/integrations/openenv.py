@@ -98,15 +98,15 @@ def build_app(sessions: Sessions) -> Any:
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import Response
     from starlette.routing import Route, WebSocketRoute
 
-    from hopgym.integrations._env_sessions import CONTENT_TYPE, schemas, serve_websocket
+    from hopgym.integrations._env_sessions import CONTENT_TYPE, dumps, schemas, serve_websocket
 
     cfg = sessions.config
 
     def reply(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
-        return JSONResponse(payload, status_code=status, headers=headers)
+        return Response(dumps(payload), status_code=status, headers=headers, media_type="application/json")
 
     def refuse(err: EnvServerError) -> Response:
         sessions.metrics.error(err.code)
@@ -313,6 +313,7 @@ class EnvServer:
                 host=cfg.host,
                 port=cfg.port,
                 ws="websockets-sansio",
+                ws_per_message_deflate=cfg.ws_compression,
                 # Messages up to 4x the limit reach the app, which answers 413 and keeps the
                 # session; larger ones are cut by the protocol (close 1009).
                 ws_max_size=4 * cfg.max_action_bytes + 65536,

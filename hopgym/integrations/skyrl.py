@@ -13,16 +13,27 @@ or a corrective message for a malformed turn), the reward is its reward wrappers
 sum of ``info["reward_terms"]``), and ``done`` is its ``terminated or truncated``.
 ``get_metrics()`` reports the episode's reward terms, each on its own.
 
+Event loops: skyrl-gym 0.4.0's contract is synchronous, and SkyRL's generator runs ``env.step``
+in its env-worker threads when ``generator.max_env_workers > 0`` (on its event loop otherwise).
+For async generators (SkyRL's async path; a generator that awaits coroutine functions, as
+``SkyRLGymGenerator`` subclasses do for async envs), :meth:`HopgymTextEnv.init_async` and
+:meth:`HopgymTextEnv.step_async` are the same calls awaited: hopgym's ``reset``/``step`` run in a
+worker thread (:class:`hopgym.envs.async_pool.AsyncEnv`, one pool shared by every env of the
+process), never on the loop.
+
 Needs ``pip install 'hopgym[skyrl]'`` (``skyrl-gym``); without it, importing this module raises
 :class:`~hopgym.errors.DependencyNotInstalled`.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hopgym._kwargs import unknown_name_error
+from hopgym.envs.async_pool import AsyncEnv
 from hopgym.errors import InvalidOptionTypeError
 from hopgym.integrations._common import (
     add_terms,
@@ -42,6 +53,20 @@ __all__ = ["HopgymTextEnv", "ENV_ID", "dataset_rows"]
 ENV_ID = "hopgym"
 
 _CONFIG_KEYS = ("env_id", "env_kwargs")
+
+#: Most hopgym steps of the async face running at once (in worker threads; the rest wait).
+MAX_ASYNC_WORKERS = 32
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _shared_executor() -> ThreadPoolExecutor:
+    # One pool for the process: SkyRL makes an env per trajectory, a thread each would be wasteful.
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(MAX_ASYNC_WORKERS, thread_name_prefix="hopgym-skyrl")
+        return _executor
 
 
 def _as_dict(value: Any, what: str) -> dict[str, Any]:
@@ -92,25 +117,27 @@ class HopgymTextEnv(BaseTextEnv):
         self.reward_terms: dict[str, float] = {}
         self._invalid = 0
         self._answered = False
+        self._async: AsyncEnv | None = None
 
-    def init(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
-        """Reset hopgym's env on the row's question; its prompt is the conversation.
+    def _aenv(self) -> AsyncEnv:
+        if self._async is None:
+            self._async = AsyncEnv(self.env, _shared_executor())
+        return self._async
 
-        The dataset's ``prompt`` is not used: hopgym's env writes the prompt (its protocol's
-        instructions, the question, background documents), as it does outside SkyRL.
-        """
+    def _reset_args(self) -> dict[str, Any]:
         options = {"question_id": self.extras["question_id"]} if "question_id" in self.extras else None
         seed = self.extras.get("seed")
-        obs, info = self.env.reset(seed=None if seed is None else int(seed), options=options)
+        return {"seed": None if seed is None else int(seed), "options": options}
+
+    def _started(self, info: Mapping[str, Any], obs: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
         self.turns = 0
         self.reward_terms = {}
         self._invalid = 0
         self._answered = False
         return [{"role": "user", "content": obs}], {"question_id": info["question_id"]}
 
-    def step(self, action: Any) -> BaseTextEnvStepOutput:
-        self.turns += 1
-        obs, reward, terminated, truncated, info = self.env.step(action)
+    def _stepped(self, result: tuple[Any, Any, bool, bool, dict[str, Any]]) -> BaseTextEnvStepOutput:
+        obs, reward, terminated, truncated, info = result
         add_terms(self.reward_terms, info)
         self._invalid += info.get("action_type") == "invalid"
         self._answered = self._answered or info.get("action_type") == "answer"
@@ -119,6 +146,30 @@ class HopgymTextEnv(BaseTextEnv):
         return BaseTextEnvStepOutput(
             observations=observations, reward=float(reward), done=done, metadata=plain_info(info)
         )
+
+    def init(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """Reset hopgym's env on the row's question; its prompt is the conversation.
+
+        The dataset's ``prompt`` is not used: hopgym's env writes the prompt (its protocol's
+        instructions, the question, background documents), as it does outside SkyRL.
+        """
+        obs, info = self.env.reset(**self._reset_args())
+        return self._started(info, obs)
+
+    def step(self, action: Any) -> BaseTextEnvStepOutput:
+        """One turn: hopgym's ``env.step(action)`` as SkyRL's step output."""
+        self.turns += 1
+        return self._stepped(self.env.step(action))
+
+    async def init_async(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """:meth:`init` awaited: hopgym's ``reset`` runs in a worker thread, off the event loop."""
+        obs, info = await self._aenv().reset(**self._reset_args())
+        return self._started(info, obs)
+
+    async def step_async(self, action: Any) -> BaseTextEnvStepOutput:
+        """:meth:`step` awaited: hopgym's ``step`` runs in a worker thread, off the event loop."""
+        self.turns += 1
+        return self._stepped(await self._aenv().step(action))
 
     def get_metrics(self) -> dict[str, Any]:
         """The episode's reward terms (``reward/<term>``), invalid turns, and whether it answered."""

@@ -7,8 +7,20 @@ observation (search results, or the corrective message for a malformed turn) goe
 next user turn, and the exchange ends when hopgym's env ends the episode. The score is hopgym's
 composed reward, each reward term recorded as its own reward (weight 1), so that verifiers'
 total equals hopgym's episode reward and every term is reported beside it; ``turns``,
-``invalid_turns`` and ``answered`` are metrics. Turns use the tags protocol (hopgym's default;
-any ``protocol=`` option is passed on to the env).
+``invalid_turns`` and ``answered`` are metrics.
+
+Protocols: with ``protocol="tags"`` (hopgym's default) or ``"r3"`` a turn is the model's reply
+text. With ``protocol="tools"`` the env's tools (``env.unwrapped.tool_specs``: ``search``,
+``answer``) are exposed as :attr:`HopgymEnv.tool_specs` and on every task
+(``task.data.tools``, and the task's system prompt lists them in the hermes ``<tools>`` block that
+chat templates write, so a chat harness without tool servers still shows them to the model); a
+turn is the model's assistant message, its structured ``tool_calls`` passed through to hopgym's
+env as they are (or its text, for calls written in the text), and the next user turn is hopgym's
+tool responses.
+
+Episodes do not block the event loop: every ``reset``/``step`` of hopgym's env runs in a worker
+thread (:class:`hopgym.envs.async_pool.AsyncEnv`), so many concurrent episodes of one
+``HopgymEnv`` interleave on verifiers' loop.
 
 The module is a verifiers plugin in its own right: once it is imported, a run config naming the
 taskset id ``"hopgym"`` loads the same classes (with ``env_id`` and ``env_kwargs`` as the
@@ -23,12 +35,15 @@ Needs ``pip install 'hopgym[verifiers]'``; without it, importing this module rai
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import gymnasium as gym
 
+from hopgym.envs.async_pool import AsyncEnv
 from hopgym.integrations._common import add_terms, make_env, question_rows, require
 
 require("verifiers.v1", "verifiers")
@@ -50,10 +65,12 @@ class HopgymTasksetConfig(vf.TasksetConfig):
 
 
 class HopgymData(vf.TaskData):
-    """One question: its id (the env resets on it) and gold answers (never shown to the model)."""
+    """One question: its id (the env resets on it), gold answers (never shown to the model) and,
+    with ``protocol="tools"``, the env's tools as OpenAI function schemas."""
 
     question_id: str
     answers: list[str] = []
+    tools: list[dict[str, Any]] = []
 
 
 class HopgymTask(vf.Task[HopgymData, vf.State, vf.TaskConfig]):
@@ -73,13 +90,72 @@ class HopgymTaskset(vf.Taskset[HopgymTask, HopgymTasksetConfig]):
         # Built now, so that a bad id or option fails where the environment is built.
         self.env = make_env(config.env_id, **config.env_kwargs)
 
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The env's tools (OpenAI function schemas) with ``protocol="tools"``; ``[]`` otherwise."""
+        return uses_tools(self.env)
+
     def load(self) -> Iterator[HopgymTask]:
+        tools = self.tool_specs
+        system = tools_system_prompt(tools) if tools else None
         for row in question_rows(self.env):
             obs, _ = self.env.reset(options={"question_id": row["question_id"]})
             data = HopgymData(
-                name=row["question_id"], prompt=obs, question_id=row["question_id"], answers=row["answers"]
+                name=row["question_id"],
+                prompt=obs,
+                system_prompt=system,
+                question_id=row["question_id"],
+                answers=row["answers"],
+                tools=tools,
             )
             yield HopgymTask(data, self.config.task)
+
+
+def uses_tools(env: gym.Env) -> list[dict[str, Any]]:
+    """``env.unwrapped.tool_specs`` when ``env`` plays the tools protocol, else ``[]``."""
+    inner = env.unwrapped
+    if getattr(inner.options, "protocol", None) != "tools":  # type: ignore[attr-defined]
+        return []
+    return list(inner.tool_specs)  # type: ignore[attr-defined]
+
+
+def tools_system_prompt(tools: list[dict[str, Any]]) -> str:
+    """The tools as the hermes system block chat templates write (Qwen, SmolLM3, Hermes)."""
+    listed = "\n".join(json.dumps(t) for t in tools)
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{listed}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+        '"arguments": <args-json-object>}\n</tool_call>'
+    )
+
+
+def turn_action(segment: Any, tools: bool) -> Any:
+    """What hopgym's env steps on for one verifiers segment.
+
+    The reply text; with the tools protocol, the last assistant message with its structured
+    ``tool_calls`` (OpenAI's wire form, which hopgym's tools protocol reads) when it has any.
+    """
+    if tools:
+        for message in reversed(segment.messages):
+            if isinstance(message, vf.AssistantMessage):
+                if message.tool_calls:
+                    return {
+                        "role": "assistant",
+                        "content": message.content or "",
+                        "tool_calls": [
+                            {
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": call.arguments},
+                            }
+                            for call in message.tool_calls
+                        ],
+                    }
+                break
+    return segment.last_reply
 
 
 class HopgymEnvConfig(vf.EnvConfig):
@@ -91,16 +167,26 @@ class HopgymEnvConfig(vf.EnvConfig):
 class HopgymEnv(vf.Env[HopgymEnvConfig]):
     """Plays one hopgym episode per verifiers episode (see the module docstring)."""
 
+    #: Most hopgym steps running at once in worker threads (the rest wait, off the loop).
+    MAX_WORKERS = 32
+
     def __init__(self, config: HopgymEnvConfig) -> None:
         super().__init__(config)
-        # Concurrent episodes each take an env of their own; finished ones go back here.
-        self._free: list[gym.Env] = [self.taskset.env]  # type: ignore[attr-defined]
+        # Concurrent episodes each take an env of their own; finished ones go back here. The
+        # taskset's env stays the taskset's (``load`` resets it on the caller's thread).
+        self._free: list[AsyncEnv] = []
+        self._executor = ThreadPoolExecutor(self.MAX_WORKERS, thread_name_prefix="hopgym-verifiers")
 
-    def _env(self) -> gym.Env:
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The env's tools (OpenAI function schemas) with ``protocol="tools"``; ``[]`` otherwise."""
+        return self.taskset.tool_specs  # type: ignore[attr-defined,no-any-return]
+
+    def _env(self) -> AsyncEnv:
         if self._free:
             return self._free.pop()
         cfg = self.taskset.config
-        return make_env(cfg.env_id, **cfg.env_kwargs)  # type: ignore[attr-defined]
+        return AsyncEnv(make_env(cfg.env_id, **cfg.env_kwargs), self._executor)  # type: ignore[attr-defined]
 
     async def run(self, task: Any, agents: Any) -> None:
         env = self._env()
@@ -110,23 +196,34 @@ class HopgymEnv(vf.Env[HopgymEnvConfig]):
             self._free.append(env)
 
 
-async def play(env: gym.Env, question_id: str, interaction_cm: Any) -> dict[str, float]:
+async def play(env: AsyncEnv | gym.Env, question_id: str, interaction_cm: Any) -> dict[str, float]:
     """One episode of ``env`` on ``question_id`` against a verifiers interaction, scored on its trace.
 
     Each of hopgym's reward terms, summed over the episode, is recorded on the trace as a reward
     of weight 1 (so verifiers' total is hopgym's reward); turns, invalid turns and whether it
     answered are recorded as metrics.
 
+    The env's ``reset`` and ``step`` run in a worker thread (a plain ``gym.Env`` is wrapped in an
+    :class:`~hopgym.envs.async_pool.AsyncEnv` of its own for the episode), never on the loop.
+
     Returns:
         the episode's reward terms by name.
     """
-    env.reset(options={"question_id": question_id})
+    if isinstance(env, AsyncEnv):
+        return await _play(env, question_id, interaction_cm)
+    with ThreadPoolExecutor(1, thread_name_prefix="hopgym-verifiers") as own:
+        return await _play(AsyncEnv(env, own), question_id, interaction_cm)
+
+
+async def _play(env: AsyncEnv, question_id: str, interaction_cm: Any) -> dict[str, float]:
+    tools = bool(uses_tools(env.env))
+    await env.reset(options={"question_id": question_id})
     terms: dict[str, float] = {}
     turns = invalid = answered = 0
     async with interaction_cm as interaction:
         segment = await interaction.turn()  # the task's prompt is hopgym's: the model speaks first
         while not segment.terminated:
-            obs, _, terminated, truncated, info = env.step(segment.last_reply)
+            obs, _, terminated, truncated, info = await env.step(turn_action(segment, tools))
             add_terms(terms, info)
             turns += 1
             invalid += info.get("action_type") == "invalid"

@@ -1,20 +1,25 @@
 """hopgym envs in verl: :class:`HopgymAgentLoop`, a verl agent loop registered as ``"hopgym_agent"``.
 
-**Untested**: verl 0.9.1 installed on the machine this was written on, but importing
-``verl.experimental.agent_loop`` failed on a dependency verl does not declare (``cachetools``; see
-``docs/integrations.md``); the loop follows verl's documented extension point for multi-turn
-rollouts (``verl.experimental.agent_loop``: subclass ``AgentLoopBase``, register it by name,
-implement ``async run(sampling_params, **kwargs) -> AgentLoopOutput``) and has not run against
-verl itself.
+verl's extension point for multi-turn rollouts (``verl.experimental.agent_loop``): subclass
+``AgentLoopBase``, register it by name, implement ``async run(sampling_params, **kwargs) ->
+AgentLoopOutput``. Checked against verl 0.9.1 (``AgentLoopBase``, its Continuous Token helpers
+``ct_build_initial_tokens`` / ``ct_merge_assistant_token`` / ``ct_merge_context_msg``,
+``AgentLoopOutput``, ``TokenOutput``) and run in a test with a fake server manager; verl 0.9.1
+imports only with ``cachetools``, ``uvicorn`` and ``fastapi`` installed beside it (it does not
+declare them), which the ``verl`` extra adds.
 
 Use: ``import hopgym.integrations.verl`` in the trainer process (or list the module in verl's
 agent-loop config), set ``actor_rollout_ref.rollout.agent.default_agent_loop=hopgym_agent`` (or a
 dataset column ``agent_name: hopgym_agent``) and give each row
 ``extra_info={"env_id": ..., "env_kwargs": {...}, "question_id": ...}``. Each rollout resets
 hopgym's env on the row's question, chats with the policy through verl's server manager,
-steps hopgym's env with each reply, appends its observation (masked out of the loss:
-``response_mask`` 0) and stops when hopgym's env ends the episode; ``reward_score`` is hopgym's
-episode reward and ``metrics`` its reward terms.
+steps hopgym's env with each reply, appends its observation as a user message (masked out of the
+loss: ``response_mask`` 0) and stops when hopgym's env ends the episode or the response reaches
+``rollout.response_length``; ``reward_score`` is hopgym's episode reward, ``extra_fields`` holds
+its reward terms and per-turn rewards (``turn_scores``). With ``protocol="tools"`` the env's tool
+schemas go to the chat template (``tools=``) and the model's tool calls, written in its text, are
+hopgym's turns. hopgym's ``reset``/``step`` run in worker threads
+(:class:`~hopgym.envs.async_pool.AsyncEnv`), never on verl's event loop.
 
 Needs ``pip install 'hopgym[verl]'``; without it, importing this module raises
 :class:`~hopgym.errors.DependencyNotInstalled`.
@@ -22,9 +27,12 @@ Needs ``pip install 'hopgym[verl]'``; without it, importing this module raises
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from uuid import uuid4
 
+from hopgym.envs.async_pool import AsyncEnv
 from hopgym.integrations._common import add_terms, check_question, make_env, require
 
 require("verl", "verl")
@@ -39,56 +47,68 @@ __all__ = ["HopgymAgentLoop", "AGENT_NAME"]
 #: The name verl's agent-loop registry knows the loop by.
 AGENT_NAME = "hopgym_agent"
 
+#: hopgym's steps for every rollout of the process run in this pool (at most 32 at once).
+_EXECUTOR = ThreadPoolExecutor(32, thread_name_prefix="hopgym-verl")
+
+
+def _build(extra: dict[str, Any]) -> tuple[AsyncEnv, dict[str, Any] | None]:
+    env = make_env(extra.get("env_id", "hopgym/Synthetic-v1"), **dict(extra.get("env_kwargs") or {}))
+    options = {"question_id": check_question(env, extra["question_id"])} if "question_id" in extra else None
+    return AsyncEnv(env, _EXECUTOR), options
+
 
 @register(AGENT_NAME)
 class HopgymAgentLoop(AgentLoopBase):
-    """One hopgym episode per verl rollout (see the module docstring; untested against verl)."""
+    """One hopgym episode per verl rollout (see the module docstring)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """Play one episode of the row's env (``kwargs["extra_info"]``) with the policy.
+
+        Raises:
+            hopgym.errors.InvalidOptionTypeError: an unknown env id, option or question id.
+            hopgym.errors.InvalidOptionError: an option with a bad value.
+        """
         extra = dict(kwargs.get("extra_info") or {})
-        env = make_env(extra.get("env_id", "hopgym/Synthetic-v1"), **dict(extra.get("env_kwargs") or {}))
-        options = (
-            {"question_id": check_question(env, extra["question_id"])} if "question_id" in extra else None
-        )
-        obs, _ = env.reset(options=options)
-        messages = [{"role": "user", "content": obs}]
-        prompt_ids = await self.loop.run_in_executor(
-            None,
-            lambda: self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True),
-        )
-        response_ids: list[int] = []
-        response_mask: list[int] = []
-        terms: dict[str, float] = {}
-        total, turns, request_id = 0.0, 0, uuid4().hex
-        while True:
-            output = await self.server_manager.generate(
-                request_id=request_id, prompt_ids=prompt_ids + response_ids, sampling_params=sampling_params
-            )
-            reply_ids = list(getattr(output, "token_ids", output))
-            response_ids += reply_ids
-            response_mask += [1] * len(reply_ids)
-            reply = self.tokenizer.decode(reply_ids, skip_special_tokens=True)
-            obs, reward, terminated, truncated, info = env.step(reply)
-            total += float(reward)
-            add_terms(terms, info)
-            turns += 1
-            if (
-                terminated
-                or truncated
-                or len(response_ids) >= self.config.actor_rollout_ref.rollout.response_length
-            ):
-                break
-            obs_ids = self.tokenizer.encode(obs, add_special_tokens=False)
-            response_ids += obs_ids
-            response_mask += [0] * len(obs_ids)  # hopgym's text is not the policy's: no loss on it
-        limit = self.config.actor_rollout_ref.rollout.response_length
-        env.close()
+        env, options = await asyncio.get_running_loop().run_in_executor(_EXECUTOR, _build, extra)
+        inner = env.unwrapped
+        tools = list(inner.tool_specs) if inner.options.protocol == "tools" else None  # type: ignore[attr-defined]
+        limit = self.rollout_config.response_length
+        try:
+            obs, _ = await env.reset(options=options)
+            messages: list[dict[str, Any]] = [{"role": "user", "content": obs}]
+            ids = await self.ct_build_initial_tokens(messages, tools=tools)
+            mask: list[int] = []
+            terms: dict[str, float] = {}
+            turn_scores: list[float] = []
+            request_id = uuid4().hex
+            while True:
+                output = await self.server_manager.generate(
+                    request_id=request_id, prompt_ids=ids, sampling_params=sampling_params
+                )
+                merged, mask, _ = await self.ct_merge_assistant_token(ids, output.token_ids, mask)
+                ids = merged.token_ids
+                reply = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+                messages.append({"role": "assistant", "content": reply})
+                obs, reward, terminated, truncated, info = await env.step(reply)
+                turn_scores.append(float(reward))
+                add_terms(terms, info)
+                if terminated or truncated or len(mask) >= limit:
+                    break
+                previous = list(messages)
+                messages.append({"role": "user", "content": obs})  # hopgym's text: no loss on it
+                merged, mask, _ = await self.ct_merge_context_msg(previous, messages, ids, mask, tools=tools)
+                ids = merged.token_ids
+                if len(mask) >= limit:
+                    break
+        finally:
+            await env.close()
+        response_ids = ids[len(ids) - len(mask) :] if mask else []
         return AgentLoopOutput(
-            prompt_ids=prompt_ids,
+            prompt_ids=ids[: len(ids) - len(mask)],
             response_ids=response_ids[:limit],
-            response_mask=response_mask[:limit],
-            num_turns=2 * turns + 1,
-            reward_score=total,
+            response_mask=mask[:limit],
+            num_turns=len(messages),
+            reward_score=sum(turn_scores),
             metrics={},
-            extra_fields={"reward_terms": terms},
+            extra_fields={"reward_terms": terms, "turn_scores": turn_scores, "tool_rewards": []},
         )

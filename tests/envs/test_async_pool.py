@@ -9,7 +9,7 @@ import pytest
 
 import hopgym  # noqa: F401 - registers the ids
 from hopgym.agents.scripted import OracleAgent
-from hopgym.envs.async_pool import AsyncEnv, AsyncEnvPool
+from hopgym.envs.async_pool import AsyncEnv, AsyncEnvPool, StepBatcher
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 ENV_ID = "hopgym/Synthetic-v1"
@@ -67,6 +67,55 @@ def test_64_concurrent_async_episodes_equal_sequential_stepping():
     assert any(r > 0 for _, rewards in got for r in rewards)  # the oracle earns rewards
     # The episodes really interleaved on the loop (not one after the other).
     assert len(set(order[:EPISODES])) > 1
+
+
+@pytest.mark.parametrize("max_batch", [1, 5, 64])
+def test_batched_steps_equal_sequential_stepping(max_batch):
+    """Steps of many envs sharing worker hops (StepBatcher) give the sequential episodes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected = [_sequential(seed) for seed in range(EPISODES)]
+    order: list[int] = []
+    hops: list[int] = []
+
+    async def run() -> list:
+        with ThreadPoolExecutor(4) as pool:
+            batcher = StepBatcher(pool, max_batch)
+            flush = batcher._flush
+
+            def counting_flush() -> None:
+                hops.append(len(batcher._pending))
+                flush()
+
+            batcher._flush = counting_flush  # type: ignore[method-assign]
+            envs = [AsyncEnv(gym.make(ENV_ID), pool, batcher) for _ in range(EPISODES)]
+            return await asyncio.gather(*(_episode(env, i, order) for i, env in enumerate(envs)))
+
+    assert asyncio.run(run()) == expected
+    assert max(hops) > 1  # steps of different envs arrived together and shared a flush
+
+
+def test_a_batched_step_that_raises_fails_only_its_caller():
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Broken(gym.Wrapper):
+        def step(self, action):
+            raise RuntimeError("boom")
+
+    async def run() -> tuple:
+        with ThreadPoolExecutor(2) as pool:
+            batcher = StepBatcher(pool, 8)
+            good = AsyncEnv(gym.make("hopgym/Tiny-v1"), pool, batcher)
+            bad = AsyncEnv(Broken(gym.make("hopgym/Tiny-v1")), pool, batcher)
+            await asyncio.gather(good.reset(seed=0), bad.reset(seed=0))
+            return await asyncio.gather(
+                good.step("<answer>x</answer>"), bad.step("x"), return_exceptions=True
+            )
+
+    ok, err = asyncio.run(run())
+    assert ok[2] is True and isinstance(err, RuntimeError) and "boom" in str(err)
+    with pytest.raises(InvalidOptionError, match="max_batch"):
+        StepBatcher(None, 0)  # type: ignore[arg-type]
 
 
 def test_the_loop_stays_free_while_a_step_runs():

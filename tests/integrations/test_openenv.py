@@ -243,3 +243,28 @@ def test_serve_env_command_stops_gracefully_on_sigterm():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_wire_json_equals_jsonable():
+    """The server writes ``info`` with :func:`dumps` (orjson when installed): the same JSON as
+    ``json.dumps(jsonable(info))``, Passage objects, tuples, sets and NaN included."""
+    import math as _math
+
+    import numpy as np
+
+    from hopgym.corpora.types import Passage
+    from hopgym.integrations._env_sessions import dumps, jsonable, loads
+
+    env = gym.make(ENV_ID)
+    env.reset(seed=3)
+    _, _, _, _, info = env.step("<search>anything</search>")
+    extra = {
+        1: ("a", "b"),
+        "s": {"y", "x"},
+        "nan": _math.nan,
+        "np": np.float64(0.5),
+        "p": [Passage("d", "T", "text")],
+        "obj": object,
+    }
+    for value in (info, extra):
+        assert loads(dumps(value)) == json.loads(json.dumps(jsonable(value)))

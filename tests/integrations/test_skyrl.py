@@ -94,3 +94,59 @@ def test_dataset_rows_agree_with_init():
     env = skyrl_gym.make(row["env_class"], env_config={"env_id": "hopgym/Tiny-v1"}, extras=extras)
     chat, _ = env.init(row["prompt"])
     assert chat == row["prompt"]
+
+
+def _script(i, sample):
+    if i % 4 == 0:
+        return oracle_turns(sample)
+    return ["no tags", f"<search>Quill {i}</search>", None, f"<answer>{i}</answer>"]
+
+
+def test_64_concurrent_async_episodes_match_sequential_stepping(tiny_sample):
+    """64 episodes on one event loop through init_async/step_async: the same transcripts,
+    rewards and metrics as the same episodes stepped one at a time, and no step on the loop."""
+    import asyncio
+    import threading
+
+    qids = ["tiny-6" if i % 4 == 0 else f"tiny-{1 + i % 6}" for i in range(64)]
+
+    def make(i):
+        return skyrl_gym.make(ENV_ID, env_config=CONFIG, extras={"question_id": qids[i]})
+
+    def sequential(i):
+        env = make(i)
+        chat, _ = env.init([])
+        outs = []
+        for turn in _script(i, tiny_sample):
+            outs.append(env.step(turn))
+            if outs[-1]["done"]:
+                break
+        return chat, outs, env.get_metrics()
+
+    expected = [sequential(i) for i in range(64)]
+    stepped_on: set[int] = set()
+
+    async def episode(i):
+        env = make(i)
+        step = env.env.step
+
+        def spy(action):
+            stepped_on.add(threading.get_ident())
+            return step(action)
+
+        env.env.step = spy
+        chat, _ = await env.init_async([])
+        outs = []
+        for turn in _script(i, tiny_sample):
+            outs.append(await env.step_async(turn))
+            if outs[-1]["done"]:
+                break
+        return chat, outs, env.get_metrics()
+
+    async def together():
+        return threading.get_ident(), await asyncio.gather(*(episode(i) for i in range(64)))
+
+    loop_thread, got = asyncio.run(together())
+    assert got == expected
+    assert sum(m["answered"] for _, _, m in got) == 64 and any(m["reward/outcome"] > 0 for _, _, m in got)
+    assert stepped_on and loop_thread not in stepped_on

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
+import threading
 
+import gymnasium as gym
 import pytest
 
 vf = pytest.importorskip("verifiers.v1")
@@ -43,7 +46,17 @@ class ScriptedPlayer:
                     player.sent.append(message)
                 if not player.replies:
                     return vf.Segment(messages=[], terminated=True)
-                return vf.Segment(messages=[], root_reply=player.replies.pop(0))
+                reply = player.replies.pop(0)
+                if isinstance(reply, dict):  # an assistant message with structured tool calls
+                    calls = [
+                        vf.ToolCall(
+                            id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"]
+                        )
+                        for c in reply["tool_calls"]
+                    ]
+                    message = vf.AssistantMessage(content=reply.get("content"), tool_calls=calls)
+                    return vf.Segment(messages=[message])
+                return vf.Segment(messages=[], root_reply=reply)
 
         yield _Interaction()
 
@@ -112,3 +125,113 @@ def test_bad_env_fails_at_construction(env_id, kwargs, error, names):
     with pytest.raises(error, match=names) as info:
         load_environment(env_id, **kwargs)
     assert isinstance(info.value, HopgymError)
+
+
+def tool_turns(sample) -> list[dict]:
+    """The gold decomposition as assistant messages with OpenAI tool calls."""
+
+    def call(i, name, **args):
+        fn = {"name": name, "arguments": json.dumps(args)}
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": f"c{i}", "type": "function", "function": fn}],
+        }
+
+    turns = [call(i, "search", query=hop.query) for i, hop in enumerate(sample.decomposition)]
+    return [*turns, call(len(turns), "answer", answer=sample.answers[0])]
+
+
+@pytest.fixture(scope="module")
+def tools_env():
+    return load_environment("hopgym/Tiny-v1", reward="searchr1", protocol="tools")
+
+
+def test_tools_protocol_exposes_the_envs_tools(tools_env, env):
+    specs = gym.make("hopgym/Tiny-v1", protocol="tools").unwrapped.tool_specs
+    assert tools_env.tool_specs == specs and [s["function"]["name"] for s in specs] == ["search", "answer"]
+    task = _task(tools_env, "tiny-6")
+    assert task.data.tools == specs
+    assert "<tools>" in task.data.system_prompt and '"name": "search"' in task.data.system_prompt
+    # the tags protocol has no tools
+    assert env.tool_specs == [] and _task(env, "tiny-6").data.tools == []
+    assert _task(env, "tiny-6").data.system_prompt is None
+
+
+def test_tools_protocol_passes_tool_calls_through(tools_env, tiny_sample):
+    turns = tool_turns(tiny_sample)
+    player = ScriptedPlayer(turns)
+    asyncio.run(tools_env.run(_task(tools_env, "tiny-6"), Agents(player)))
+    total, terms, observations = reference_episode(
+        "hopgym/Tiny-v1", "tiny-6", turns, reward="searchr1", protocol="tools"
+    )
+    assert {k: r.score for k, r in player.trace.rewards.items()} == terms
+    assert math.isclose(player.trace.reward, total) and total > 0
+    assert player.trace.metrics == {"turns": len(turns), "invalid_turns": 0, "answered": 1}
+    assert player.sent[1:] == observations[:-1]
+    assert all("<tool_response>" in m for m in player.sent[1:])
+
+
+def test_tools_protocol_reads_calls_written_as_text_and_corrects_bad_ones(tools_env, tiny_sample):
+    answer = tiny_sample.answers[0]
+    replies = [
+        '<tool_call>{"name": "serch", "arguments": {"query": "x"}}</tool_call>',  # unknown tool
+        f'<tool_call>{{"name": "answer", "arguments": {{"answer": "{answer}"}}}}</tool_call>',
+    ]
+    player = ScriptedPlayer(replies)
+    asyncio.run(tools_env.run(_task(tools_env, "tiny-6"), Agents(player)))
+    total, terms, observations = reference_episode(
+        "hopgym/Tiny-v1", "tiny-6", replies, reward="searchr1", protocol="tools"
+    )
+    assert "serch" in player.sent[1] and player.sent[1:] == observations[:-1]
+    assert math.isclose(player.trace.reward, total)
+    assert player.trace.metrics == {"turns": 2, "invalid_turns": 1, "answered": 1}
+
+
+def test_64_concurrent_episodes_match_sequential_ones_off_the_loop(tiny_sample):
+    """64 episodes on one event loop: the same transcripts and rewards as one at a time, and no
+    hopgym step runs on the loop's thread."""
+    venv = load_environment("hopgym/Tiny-v1", reward="searchr1")
+    tasks = list(venv.taskset.load())
+    scripts = [
+        oracle_turns(tiny_sample)
+        if i % 3 == 0
+        else ["no tags", f"<search>q{i}</search>", "<answer>x</answer>"]
+        for i in range(64)
+    ]
+
+    def players():
+        return [ScriptedPlayer(s) for s in scripts]
+
+    sequential = players()
+    for i, p in enumerate(sequential):
+        asyncio.run(venv.run(tasks[0 if i % 3 == 0 else i % len(tasks)], Agents(p)))
+
+    loop_thread, stepped_on = [], set()
+    real_play = venv._env
+
+    def spying_env():
+        aenv = real_play()
+        step = aenv.env.step
+
+        def spy(action):
+            stepped_on.add(threading.get_ident())
+            return step(action)
+
+        aenv.env.step = spy
+        return aenv
+
+    async def together():
+        loop_thread.append(threading.get_ident())
+        group = players()
+        await asyncio.gather(
+            *(venv.run(tasks[0 if i % 3 == 0 else i % len(tasks)], Agents(p)) for i, p in enumerate(group))
+        )
+        return group
+
+    venv._env = spying_env
+    concurrent = asyncio.run(together())
+    assert [p.sent for p in concurrent] == [p.sent for p in sequential]
+    assert [p.trace.metrics for p in concurrent] == [p.trace.metrics for p in sequential]
+    assert [p.trace.reward for p in concurrent] == [p.trace.reward for p in sequential]
+    assert stepped_on and loop_thread[0] not in stepped_on

@@ -1,10 +1,37 @@
+"""The verl agent loop against verl itself (skipped where verl does not import).
+
+verl is not in hopgym's ``all`` extra (its torch/Ray stack); run these with an environment that has
+``hopgym[verl]``, e.g. ``python3 -m venv /tmp/verlvenv2 && /tmp/verlvenv2/bin/pip install
+"verl==0.9.1" cachetools uvicorn fastapi gymnasium bm25s rank-bm25 rich xxhash pytest`` and
+``PYTHONPATH=. /tmp/verlvenv2/bin/python -m pytest tests/integrations/test_verl.py``. The policy
+is a fake server manager that replays scripted replies through a tiny offline tokenizer.
+"""
+
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import math
+import sys
+from pathlib import Path
 
 import pytest
 
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, HopgymError
+
+
+def _verl_error() -> str | None:
+    if importlib.util.find_spec("verl") is None:
+        return "verl is not installed (pip install 'hopgym[verl]')"
+    try:
+        import verl.experimental.agent_loop.agent_loop  # noqa: F401
+    except Exception as exc:  # verl's own import chain: any failure means no verl here
+        return f"verl does not import: {type(exc).__name__}: {exc}"
+    return None
+
+
+VERL_ERROR = _verl_error()
+needs_verl = pytest.mark.skipif(VERL_ERROR is not None, reason=str(VERL_ERROR))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl is installed")
@@ -15,7 +42,6 @@ def test_missing_verl_names_the_extra():
 
 def test_integrations_package_imports_no_framework():
     import subprocess
-    import sys
 
     code = (
         "import sys, hopgym.integrations; "
@@ -23,3 +49,112 @@ def test_integrations_package_imports_no_framework():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class FakeServer:
+    """verl's server manager: ``generate`` returns the next scripted reply as a ``TokenOutput``."""
+
+    def __init__(self, tokenizer, replies):
+        self.tokenizer, self.replies, self.prompts = tokenizer, list(replies), []
+
+    async def generate(self, *, request_id, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.prompts.append(list(prompt_ids))
+        ids = self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False)
+        return TokenOutput(token_ids=ids + [self.tokenizer.eos_token_id])
+
+
+def play(tokenizer, server, extra, response_length=2048):
+    """One ``run`` of the agent loop, built inside the event loop as verl's worker builds it."""
+
+    async def go():
+        loop = make_loop(tokenizer, server, response_length)
+        return await loop.run({"temperature": 1.0}, extra_info=extra)
+
+    return asyncio.run(go())
+
+
+def make_loop(tokenizer, server, response_length):
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+
+    from hopgym.integrations.verl import HopgymAgentLoop
+
+    config = OmegaConf.create(
+        {"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": response_length}}}
+    )
+    return HopgymAgentLoop(
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=object,
+        data_config=DictConfigWrap(OmegaConf.create({})),
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
+    from tiny_llm import build_tokenizer
+
+    return build_tokenizer()
+
+
+@needs_verl
+def test_registered_in_verls_registry():
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, _agent_loop_registry
+
+    from hopgym.integrations.verl import AGENT_NAME, HopgymAgentLoop
+
+    assert _agent_loop_registry[AGENT_NAME] == {"_target_": "hopgym.integrations.verl.HopgymAgentLoop"}
+    assert issubclass(HopgymAgentLoop, AgentLoopBase)
+
+
+@needs_verl
+def test_scripted_episode_matches_hopgym(tokenizer, tiny_sample):
+    from episodes import oracle_turns, reference_episode
+
+    turns = ["no tags", *oracle_turns(tiny_sample)]
+    server = FakeServer(tokenizer, turns)
+    extra = {"env_id": "hopgym/Tiny-v1", "env_kwargs": {"reward": "searchr1"}, "question_id": "tiny-6"}
+    out = play(tokenizer, server, extra)
+    total, terms, observations = reference_episode("hopgym/Tiny-v1", "tiny-6", turns, reward="searchr1")
+    assert math.isclose(out.reward_score, total) and total > 0
+    assert out.extra_fields["reward_terms"] == terms
+    assert len(out.extra_fields["turn_scores"]) == len(turns)
+    assert len(out.response_ids) == len(out.response_mask) and out.num_turns == 2 * len(turns)
+    # the policy's tokens carry loss, hopgym's observations (between them) do not
+    assert out.response_mask[0] == 1 and 0 in out.response_mask and out.response_mask[-1] == 1
+    env_text = tokenizer.decode(
+        [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0]
+    )
+    assert "Invalid turn" in env_text and "<information>" in env_text
+    policy_text = tokenizer.decode(
+        [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 1]
+    )
+    assert "no tags" in policy_text and tiny_sample.answers[0] in policy_text
+    assert "Question:" in tokenizer.decode(out.prompt_ids)
+    assert server.prompts[0] == out.prompt_ids
+
+
+@needs_verl
+def test_response_length_cuts_the_episode(tokenizer):
+    server = FakeServer(tokenizer, ["<search>Sefa Quill</search>"] * 8)
+    out = play(tokenizer, server, {"env_id": "hopgym/Tiny-v1", "question_id": "tiny-6"}, response_length=40)
+    assert len(out.response_ids) <= 40 and len(server.prompts) < 8
+
+
+@needs_verl
+@pytest.mark.parametrize(
+    ("extra", "names"),
+    [
+        ({"env_id": "hopgym/Tinny-v1"}, "hopgym/Tinny-v1"),
+        ({"env_id": "hopgym/Tiny-v1", "env_kwargs": {"top_kk": 2}}, "top_kk"),
+        ({"env_id": "hopgym/Tiny-v1", "question_id": "nope"}, "nope"),
+    ],
+)
+def test_bad_row_fails_with_hopgyms_error(tokenizer, extra, names):
+    with pytest.raises(HopgymError, match=names):
+        play(tokenizer, FakeServer(tokenizer, []), extra)
