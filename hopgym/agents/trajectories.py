@@ -48,7 +48,16 @@ Every further line is one episode:
   kept only for turns that showed no documents: the documents' text is in ``documents``),
   ``reward_terms`` (this step's non-zero terms), ``format_issues`` (the codes of the flaws the
   lenient parse read past, such as ``unclosed_think``), ``truncated_turn`` and ``repeated_query``
-  (``true``); keys that do not apply are left out;
+  (``true``), ``calls`` (below); keys that do not apply are left out;
+- ``calls``, in a turn of the ``tools`` protocol whose calls were read: one object per call, in
+  order, with ``name``, ``arguments`` (an object, or the text as written when it is not JSON),
+  ``action_type`` (search, answer, invalid, or ``not run`` after a call that failed or answered)
+  and, where they apply, ``id``, ``query``, ``source``, ``route``, ``answer``, ``invalid_action``,
+  ``new_ids``, ``skipped_ids``, ``retrieval_error``, ``retrieval_error_kind``, ``format_issues``,
+  ``repeated_query`` and ``result`` (the text of its tool message, kept when it showed no
+  documents). The turn's ``new_ids`` and ``skipped_ids`` are then every call's, its
+  ``observation`` only what came outside the tool results (a corrective, the last-turn notice),
+  and its other keys the last call's;
 - ``background_ids``: documents shown in the prompt (``background_k``), when there are any;
 - ``documents``: ``{doc_id: {"title": ..., "text": ...}}`` for every document shown and every
   supporting document the task can look up; texts longer than ``doc_text_chars`` are cut and end
@@ -78,7 +87,7 @@ import gymnasium as gym
 
 from hopgym._version import __version__
 from hopgym.envs.options import AUTO_OPTIONS, EnvOptions
-from hopgym.envs.tool_protocol import ToolProtocol
+from hopgym.envs.tool_protocol import ToolProtocol, step_calls
 from hopgym.errors import HopgymError, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
@@ -147,6 +156,7 @@ _TURN_KEYS: dict[str, Any] = {
     "format_issues": [],
     "truncated_turn": False,
     "repeated_query": False,
+    "calls": [],
 }
 # What a record needs for its metrics; a line without them is not an episode.
 _REQUIRED = ("question_id", "em", "f1", "steps", "searches", "invalid", "prediction")
@@ -306,19 +316,32 @@ class EpisodeRecorder:
         for name, value in step_terms.items():
             self.terms[name] += float(value)
         kind = info.get("action_type")
-        if kind == "search":
-            self.searches += 1
-            self.by_source[info.get("source", "?")] += 1
-        elif kind == "invalid":
+        if kind == "invalid":
             self.invalid += 1
-        self._failure(info)
+        # A tools-protocol turn runs several calls: each call's info says what it searched and
+        # showed (the step's own info is the last call's).
+        parts: Sequence[Mapping[str, Any]] = info.get("calls") or (info,)
+        seen_before = set(self.seen)
+        new_ids: list[str] = []
+        shown: list[tuple[list[str], set[str]]] = []  # per part: its new ids, the ids seen before it
+        for part in parts:
+            if part.get("action_type") == "search":
+                self.searches += 1
+                self.by_source[part.get("source", "?")] += 1
+            self._failure(part)
+            ids = list(part.get("new_ids") or ())
+            shown.append((ids, set(self.seen)))
+            self._show(ids, part.get("documents") or (), self.steps)
+            new_ids += [d for d in ids if d not in new_ids]
         if info.get("answer") is not None:
             self.answer = info["answer"]
-        new_ids = list(info.get("new_ids") or ())
-        seen_before = set(self.seen)
-        self._show(new_ids, info.get("documents") or (), self.steps)
         if self.record_turns:
-            self.turns.append(self._turn(obs, float(reward), kind, info, new_ids, seen_before, step_terms))
+            turn = self._turn(obs, float(reward), kind, info, new_ids, seen_before, step_terms)
+            if info.get("calls") is not None:
+                for key in ("skipped_ids", "observation"):  # the calls' own, below
+                    turn.pop(key, None)
+                turn.update(self._calls(info, shown))
+            self.turns.append(turn)
         if terminated or truncated:
             self.end = (
                 "answer" if info.get("answer") is not None else "terminated" if terminated else "budget"
@@ -364,6 +387,50 @@ class EpisodeRecorder:
         }
         turn.update((k, v) for k, v in optional.items() if v)
         return turn
+
+    def _calls(self, info: Mapping[str, Any], shown: Sequence[tuple[list[str], set[str]]]) -> dict[str, Any]:
+        """A tools-protocol turn's ``calls`` (each call, what it did and its result), its
+        ``skipped_ids`` (every call's) and its ``observation`` (only what came outside the tool
+        results: a corrective or a notice)."""
+        last = next(m for m in reversed(self.env.unwrapped.transcript) if m["role"] == "assistant")
+        calls, skipped = [], []
+        for i, call in enumerate(step_calls(last, info)):
+            part = call["info"]  # None: not run (an earlier call failed or answered)
+            ids, before = shown[i] if part is not None else ([], set())
+            record: dict[str, Any] = {
+                "name": call["name"],
+                "arguments": call["arguments"],
+                "action_type": "not run" if part is None else part.get("action_type"),
+            }
+            if part is not None:
+                kind = part.get("action_type")
+                skip = self._skipped(part.get("retrieved_ids") or (), ids, before)
+                skipped += [d for d in skip if d not in skipped]
+                optional = {
+                    "id": call["id"],
+                    "query": part.get("query"),
+                    "source": part.get("source") if kind == "search" else None,
+                    "route": part.get("routed_to"),
+                    "answer": part.get("answer"),
+                    "invalid_action": part.get("invalid_action"),
+                    "new_ids": ids,
+                    "skipped_ids": skip,
+                    "retrieval_error": part.get("retrieval_error"),
+                    "retrieval_error_kind": part.get("retrieval_error_kind"),
+                    "format_issues": [i[0] for i in part.get("format_issues") or ()],
+                    "repeated_query": bool(part.get("repeated_query")),
+                }
+            else:
+                optional = {"id": call["id"]}
+            # The result's text is kept when it showed no documents (theirs are in ``documents``).
+            optional["result"] = call["result"] if call["result"] and not ids else None
+            record.update((k, v) for k, v in optional.items() if v)
+            calls.append(record)
+        notes = "".join(
+            m["content"] + "\n" for m in info.get("tool_messages") or () if m.get("role") != "tool"
+        )
+        out: dict[str, Any] = {"calls": calls, "skipped_ids": skipped, "observation": notes or None}
+        return {k: v for k, v in out.items() if v}
 
     @staticmethod
     def _skipped(ranked: Sequence[str], shown: list[str], seen_before: set[str]) -> list[str]:
@@ -666,6 +733,7 @@ def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[
         **_TURN_KEYS,
         "skipped_ids": [],
         "reward_terms": {},
+        "calls": [],
         "action": text,
         "action_type": kind,
         "reward": float(old.get("reward") or 0.0),

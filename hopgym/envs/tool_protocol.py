@@ -1,7 +1,8 @@
 """The ``tools`` protocol: OpenAI-style function calls (``search``, ``answer``) as actions.
 
 Classes: :class:`ToolProtocol`, :class:`ToolCall` (one call as read), :class:`ToolTurn` (one
-assistant turn as read). Functions: :func:`tool_specs`, :func:`fold_routes`. Constants: :data:`TOOL_NAMES`,
+assistant turn as read). Functions: :func:`tool_specs`, :func:`fold_routes`, :func:`step_calls` (a
+step's calls beside their results, for the views of a run). Constants: :data:`TOOL_NAMES`,
 :data:`DEFAULT_MAX_TOOL_CALLS`.
 
 A turn is free text (reasoning, optionally in ``<think>…</think>``) and one or more calls of the
@@ -42,6 +43,7 @@ __all__ = [
     "ToolTurn",
     "tool_specs",
     "fold_routes",
+    "step_calls",
     "TOOL_NAMES",
     "DEFAULT_MAX_TOOL_CALLS",
 ]
@@ -500,6 +502,60 @@ def fold_routes(actions: Iterable[Any]) -> list[Any]:
             act = Search(act.query, act.think or pending.think, source=pending.source)
         pending = None if isinstance(act, Search) else pending
         out.append(act)
+    return out
+
+
+def step_calls(assistant: Mapping[str, Any], info: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The calls of one ``tools`` step, each beside what came of it (what a view of a run shows).
+
+    Args:
+        assistant: the step's assistant message (the last assistant message of the env's
+            ``transcript``).
+        info: the step's ``info`` (its ``calls`` and ``tool_messages``).
+
+    Returns:
+        One dict per call of the message, in order: ``name``, ``arguments`` (a dict when they
+        are a JSON object, else as written), ``id`` (or ``None``), ``info`` (the call's info;
+        ``None`` for a call not run because an earlier one failed or answered) and ``result``
+        (the text of its tool message; ``None`` for an answer, which gets none).
+
+    Example:
+        >>> import gymnasium as gym, hopgym
+        >>> env = gym.make("hopgym/Tiny-v1", protocol="tools")
+        >>> _ = env.reset(seed=0)
+        >>> two = '<tool_call>{"name": "search", "arguments": {"query": "Lorn"}}</tool_call>'
+        >>> two += '<tool_call>{"name": "answer", "arguments": {"answer": "Oslo"}}</tool_call>'
+        >>> *_, info = env.step(two)
+        >>> calls = step_calls(env.unwrapped.transcript[-2], info)
+        >>> [(c["name"], c["arguments"], c["info"]["action_type"]) for c in calls]
+        [('search', {'query': 'Lorn'}, 'search'), ('answer', {'answer': 'Oslo'}, 'answer')]
+        >>> calls[0]["result"].startswith("Doc 1 (Title: "), calls[1]["result"]
+        (True, None)
+    """
+    ran = list(info.get("calls") or ())
+    replies = iter([m for m in info.get("tool_messages") or () if m.get("role") == "tool"])
+    out = []
+    for i, call in enumerate(assistant.get("tool_calls") or ()):
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass  # shown as written: the call's error says what is wrong with it
+        call_info = ran[i] if i < len(ran) else None
+        # Every call gets a tool message but an answer that ran (it ends the episode).
+        answered = call_info is not None and call_info.get("answer") is not None
+        reply = None if answered else next(replies, None)
+        out.append(
+            {
+                "name": fn.get("name") or "",
+                "arguments": args,
+                "id": call.get("id"),
+                "info": call_info,
+                "result": None if reply is None else reply.get("content"),
+            }
+        )
     return out
 
 

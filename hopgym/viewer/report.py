@@ -172,6 +172,14 @@ def _episode_data(ep: Mapping[str, Any], index: int, docs: _DocTable) -> dict[st
         turn = {k: t[k] for k in _TURN_FIELDS if t.get(k) not in (None, [], {})}
         turn["reward"] = t["reward"]
         turn["docs"] = [docs.ref(d, known.get(d)) for d in t["new_ids"]]
+        if t.get("calls"):  # a tools-protocol turn: each call beside its result
+            turn["calls"] = [
+                {
+                    **{k: v for k, v in c.items() if k != "new_ids"},
+                    "docs": [docs.ref(d, known.get(d)) for d in c.get("new_ids") or ()],
+                }
+                for c in t["calls"]
+            ]
         turns.append(turn)
     out["turns"] = turns
     return out

@@ -8,12 +8,14 @@ install.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from tools_runs import many_calls_run, tools_eval_run
 from viewer_helpers import (
     INSTALL_HINT,
     PAYLOAD,
@@ -269,3 +271,74 @@ def test_reports_of_hopgym_0_1_runs_open(page, tmp_path):
     assert titles[0] == "Rikesu Foods Partners" and len(titles) == 9
     assert "not recorded" in p.inner_text("#ep-detail .reader")
     assert not page.errors
+
+
+def _calls_shown(turn) -> list[dict]:
+    """Each call box of a turn as the page shows it: signature, badge, gold and other documents."""
+    return turn.locator(".call").evaluate_all(
+        """els => els.map(c => ({
+            sig: c.querySelector('.call-sig').textContent,
+            type: c.querySelector('.b-type').textContent,
+            gold: Array.from(c.querySelectorAll('.doc.gold')).map(d => d.dataset.docId),
+            other: Array.from(c.querySelectorAll('.doc:not(.gold)')).map(d => d.dataset.docId),
+            text: c.textContent}))""",
+    )
+
+
+def test_tool_call_turns_show_each_call_and_its_result(page, tmp_path, screens):
+    # A real `hopgym eval --protocol tools` run: one call a turn, each with its documents.
+    run = tools_eval_run(tmp_path)
+    _, episodes = read_jsonl(run)
+    p = page.open(write_report(run))
+    p.click("button[data-tab=episodes]")
+    target = max(episodes, key=lambda e: len(e["turns"]))
+    p.fill("#f-text", target["question_id"])
+    p.wait_for_selector('#shown-count[data-shown="1"]')
+    p.click("#ep-list .ep-row")
+    gold = set(target["supporting_ids"])
+    turns = p.locator("#ep-detail .turns > .turn")
+    assert turns.count() == len(target["turns"])
+    for n, t in enumerate(target["turns"]):
+        (shown,) = _calls_shown(turns.nth(n))
+        (call,) = t["calls"]
+        args = ", ".join(f"{k}={json.dumps(v)}" for k, v in call["arguments"].items())
+        assert shown["sig"] == f"{call['name']}({args})" and shown["type"] == call["action_type"]
+        ids = call.get("new_ids", [])
+        assert shown["gold"] == [d for d in ids if d in gold] and shown["other"] == [
+            d for d in ids if d not in gold
+        ]
+    assert not page.errors
+
+    # One episode whose turns hold several calls: a tool error, calls not run, ids, a repeat.
+    _, (ep,) = read_jsonl(many_calls_run(tmp_path))
+    p = page.open(write_report(tmp_path / "many_calls.jsonl"))
+    p.click("button[data-tab=episodes]")
+    p.click("#ep-list .ep-row")
+    turns = p.locator("#ep-detail .turns > .turn")
+    first, second = turns.nth(0), turns.nth(1)
+    assert first.locator(".turn-head .b-type").text_content() == "4 tool calls"
+    calls = _calls_shown(first)
+    titles = [ep["documents"][d]["title"] for d in ep["supporting_ids"]]
+    assert [c["sig"] for c in calls] == [f'search(query="{t}")' for t in titles] + [
+        "serch()",
+        'answer(answer="x")',
+    ]
+    assert [c["type"] for c in calls] == ["search", "search", "invalid", "not run"]
+    gold = set(ep["supporting_ids"])
+    for c, rec in zip(calls, ep["turns"][0]["calls"], strict=True):
+        ids = rec.get("new_ids", [])
+        assert c["gold"] == [d for d in ids if d in gold] and c["other"] == [d for d in ids if d not in gold]
+    assert sorted(d for c in calls for d in c["gold"]) == sorted(gold)
+    assert "Tool error: unknown tool 'serch'" in calls[2]["text"]
+    assert "Not run: an earlier call of this turn failed." in calls[3]["text"]
+    calls = _calls_shown(second)
+    assert [c["sig"] for c in calls] == [
+        f'search(query="{titles[0]}")',
+        f'answer(answer="{ep["answers"][0]}")',
+        'search({"query": )',
+    ]
+    assert "id c1" in calls[0]["text"] and "You already searched for this" in calls[0]["text"]
+    assert f"Answer: {ep['answers'][0]} (ends the episode)" in calls[1]["text"]
+    assert "Not run: the answer ended the episode." in calls[2]["text"]
+    page.shot(screens / "tool-calls.png")
+    assert not page.errors and not page.dialogs

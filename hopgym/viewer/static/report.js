@@ -72,7 +72,10 @@
     if (s === undefined) {
       const parts = [ep.question_id, ep.question, ep.prediction || "", ep.answers.join(" "),
         ep.kind || "", label(ep.hops)];
-      ep.turns.forEach(function (t) { parts.push(t.query || "", t.answer || "", t.think || "", t.route || ""); });
+      ep.turns.forEach(function (t) {
+        parts.push(t.query || "", t.answer || "", t.think || "", t.route || "");
+        (t.calls || []).forEach(function (c) { parts.push(c.name, c.query || "", c.answer || ""); });
+      });
       s = haystacks[r][ep.index] = parts.join("\n").toLowerCase();
     }
     return s;
@@ -259,6 +262,51 @@
     });
   }
 
+  // A tool call as written: name(key=value, …), the values as JSON; arguments that are not an
+  // object (malformed JSON) are shown as they came.
+  function signature(c) {
+    const a = c.arguments;
+    let args;
+    if (a !== null && typeof a === "object" && !Array.isArray(a)) {
+      args = Object.keys(a).map(function (k) { return k + "=" + JSON.stringify(a[k]); }).join(", ");
+    } else {
+      args = typeof a === "string" ? a : JSON.stringify(a === undefined ? null : a);
+    }
+    return (c.name || "(no name)") + "(" + args + ")";
+  }
+
+  function skippedNote(ids) {
+    if (!ids || !ids.length) return null;
+    return h("div", { class: "skipped" }, ids.length + " already-seen document" +
+      (ids.length > 1 ? "s" : "") + " skipped (de-duplication): " + ids.join(", "));
+  }
+
+  // One call of a tools-protocol turn and its result: the documents it showed (gold marked), an
+  // answer, a tool error, or the tool message's text.
+  function toolCall(c, k, n, gold, firstShown) {
+    const type = c.action_type || "invalid";
+    const box = h("div", { class: "call c-" + cls(type), "data-call": k + 1 },
+      h("div", { class: "call-head" }, h("span", { class: "call-no" }, "Call " + (k + 1)),
+        h("span", { class: "badge b-type " + cls(type) }, type),
+        h("code", { class: "call-sig" }, signature(c)),
+        c.id ? h("span", { class: "muted call-id" }, "id " + c.id) : null,
+        c.source && c.name === "search" ? h("span", { class: "muted" }, "in " + c.source) : null));
+    const res = h("div", { class: "call-result" });
+    if (type === "answer") res.appendChild(h("div", { class: "act" }, h("b", null, "Answer: "), c.answer || "", h("span", { class: "muted" }, " (ends the episode)")));
+    if (type === "invalid") res.appendChild(h("div", { class: "act invalid-reason" }, h("b", null, "Tool error: "), c.invalid_action || "unknown reason"));
+    if (c.retrieval_error) res.appendChild(h("div", { class: "act invalid-reason" }, "Retrieval error: " + c.retrieval_error));
+    if (c.docs && c.docs.length) {
+      res.appendChild(h("div", { class: "docs" }, c.docs.map(function (i) {
+        const id = DOCS[i][0], at = firstShown[id];
+        return docCard(i, { gold: gold.has(id), repeat: at !== undefined && at < n + 1 ? String(at) : null });
+      })));
+    }
+    add(res, skippedNote(c.skipped_ids));
+    if (type !== "invalid" && c.result && c.result.trim()) res.appendChild(h("div", { class: "obs" }, c.result.trim()));
+    if (res.firstChild) box.appendChild(res);
+    return box;
+  }
+
   function timeline(ep, run) {
     const gold = new Set((ep.support_docs || []).map(function (i) { return DOCS[i][0]; }));
     const firstShown = {};
@@ -294,11 +342,20 @@
     ep.turns.forEach(function (t, n) {
       const type = t.action_type || "invalid";
       const li = h("li", { class: "turn t-" + type, "data-turn": n + 1 });
+      const calls = t.calls && t.calls.length ? t.calls : null;
       li.appendChild(h("div", { class: "turn-head" }, h("span", { class: "turn-no" }, "Turn " + (n + 1)),
-        h("span", { class: "badge b-type " + type }, type),
-        t.source ? h("span", { class: "muted" }, "in " + t.source) : null,
+        calls ? h("span", { class: "badge b-type tools" }, plural(calls.length, "tool call"))
+          : h("span", { class: "badge b-type " + type }, type),
+        t.source && !calls ? h("span", { class: "muted" }, "in " + t.source) : null,
         h("span", { class: "reward" }, "reward " + signed(t.reward || 0)), terms(t.reward_terms)));
       if (t.think) li.appendChild(h("div", { class: "think" }, t.think));
+      if (calls) {
+        li.appendChild(h("div", { class: "calls" }, calls.map(function (c, k) { return toolCall(c, k, n, gold, firstShown); })));
+        if (t.observation && t.observation.trim()) li.appendChild(h("div", { class: "obs" }, t.observation.trim()));
+        if (t.action) li.appendChild(h("details", { class: "raw" }, h("summary", null, "raw turn"), h("pre", null, t.action)));
+        ol.appendChild(li);
+        return;
+      }
       if (type === "search") li.appendChild(h("div", { class: "act" }, h("b", null, "Search: "), h("code", null, t.query || "")));
       if (type === "route") li.appendChild(h("div", { class: "act" }, h("b", null, "Route → "), h("code", null, t.route || "")));
       if (type === "answer") li.appendChild(h("div", { class: "act" }, h("b", null, "Answer: "), t.answer || ""));
@@ -310,10 +367,7 @@
           return docCard(i, { gold: gold.has(id), repeat: at !== undefined && at < n + 1 ? String(at) : null });
         })));
       }
-      if (t.skipped_ids && t.skipped_ids.length) {
-        li.appendChild(h("div", { class: "skipped" }, t.skipped_ids.length + " already-seen document" +
-          (t.skipped_ids.length > 1 ? "s" : "") + " skipped (de-duplication): " + t.skipped_ids.join(", ")));
-      }
+      add(li, skippedNote(t.skipped_ids));
       if (t.observation && t.observation.trim()) li.appendChild(h("div", { class: "obs" }, t.observation.trim()));
       if (t.action) {
         const raw = h("details", { class: "raw", open: type === "invalid" }, h("summary", null, "raw turn"), h("pre", null, t.action));
