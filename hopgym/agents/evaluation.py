@@ -30,14 +30,18 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from hopgym.agents.scripted import Agent
 from hopgym.agents.trajectories import EpisodeRecorder, TrajectoryWriter, trajectory_header
+from hopgym.envs.multihop_qa import qa_env
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
+
+if TYPE_CHECKING:
+    from hopgym.envs.vector import BatchVectorEnvBase, StepResult
 
 __all__ = ["evaluate", "run_episode", "aggregate", "make_vector_env"]
 
@@ -176,7 +180,7 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_NO_EPISODES = {
+_NO_EPISODES: dict[str, Any] = {
     "em": None,
     "f1": None,
     "support_recall": None,
@@ -200,7 +204,7 @@ _NO_EPISODES = {
 # ------------------------------------------------------------------------------ vector envs
 def make_vector_env(
     env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None
-) -> gym.vector.VectorEnv:
+) -> BatchVectorEnvBase:
     """The vector env that batched evaluation acts through (the one place that chooses it).
 
     :class:`~hopgym.envs.vector.BatchedSearchVectorEnv` (one ``search_batch`` call per
@@ -241,7 +245,7 @@ class _Recorded(gym.Wrapper):
         self.recorder.start(info, seed=seed)
         return obs, {**info, _EPISODE_KEY: episode}
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.recorder.step(obs, reward, terminated, truncated, info)
         if terminated or truncated:
@@ -294,7 +298,7 @@ def _run_vector(
     per: list[dict[str, Any]] = [{} for _ in range(n)]
     errors = 0
 
-    def start(venv: gym.vector.VectorEnv, slots: list[int]) -> None:
+    def start(venv: BatchVectorEnvBase, slots: list[int]) -> None:
         seeds: list[int | None] = [None] * n
         options: list[dict[str, Any] | None] = [None] * n
         for i in slots:
@@ -318,7 +322,7 @@ def _run_vector(
             actions = agent.act_batch(obs, per, active=active)
             idx = [i for i in range(n) if active[i]]
             results = venv.step_subset(idx, [actions[i] for i in idx])
-            restart = []
+            restart: list[int] = []
             for i, (o, _, terminated, truncated, info) in zip(idx, results, strict=True):
                 obs[i], per[i] = o, info
                 extras[i].step(info, _turn_info(agent, i))
@@ -333,7 +337,9 @@ def _run_vector(
                             f"{errors} episodes lost to failed env workers; the "
                             f"last: {info.get('worker_error')}"
                         )
-                    queue.insert(0, running[i])
+                    lost = running[i]
+                    assert lost is not None  # idx holds the running sub-envs only
+                    queue.insert(0, lost)
                 running[i] = None
                 if len(restart) < len(queue):
                     restart.append(i)
@@ -443,7 +449,7 @@ def evaluate(
         def env_fn() -> gym.Env:
             return gym.make(spec)
 
-    n = len(first.unwrapped.task.samples)
+    n = len(qa_env(first).task.samples)
     order = np.random.default_rng(seed).permutation(n)
     results: list[dict[str, Any]] = []
     start = time.perf_counter()

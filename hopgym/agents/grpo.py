@@ -56,6 +56,7 @@ from hopgym.agents.rollout import (
     summarize,
 )
 from hopgym.agents.sft import TimeLimitCallback, check_time_limit
+from hopgym.envs.multihop_qa import qa_env
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
 __all__ = [
@@ -221,7 +222,7 @@ class EnvReward:
         completions: Sequence[Any],
         env_reward: Sequence[float] | None = None,
         **kwargs: Any,
-    ) -> list[float]:
+    ) -> list[float | None]:  # TRL's reward_func type; hopgym always has a reward
         if env_reward is None:
             raise InvalidOptionError("env_reward is missing: use EnvRolloutFunc as the rollout_func")
         return [float(r) for r in env_reward]
@@ -300,7 +301,7 @@ def make_curve_callback(path: str | Path) -> Any:
         from transformers import TrainerCallback
     except ImportError as exc:
         raise DependencyNotInstalled.for_extra("transformers", "train") from exc
-    path = Path(path)
+    log = Path(path)
 
     class _Curve(TrainerCallback):
         def __init__(self) -> None:
@@ -313,8 +314,8 @@ def make_curve_callback(path: str | Path) -> Any:
                     **{k: v for k, v in logs.items() if isinstance(v, (int, float))},
                 }
                 self.history.append(row)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("a") as fh:
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with log.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
 
     return _Curve()
@@ -488,7 +489,7 @@ def _prepare_vllm(
     whole multi-turn trajectory here).
     """
     env = env_fn()
-    stop_ids, stop_strings = stop_token_ids(tokenizer, getattr(env.unwrapped.protocol, "stop", ()))
+    stop_ids, stop_strings = stop_token_ids(tokenizer, getattr(qa_env(env).protocol, "stop", ()))
     env.close()
     gen: dict[str, Any] = {
         "max_tokens": config.max_new_tokens,

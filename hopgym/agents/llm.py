@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -69,6 +69,7 @@ from hopgym.backends import (
     merge_reasoning,
 )
 from hopgym.envs.conversation import Conversation
+from hopgym.envs.multihop_qa import qa_env
 from hopgym.envs.protocols import Protocol as TurnProtocol
 from hopgym.envs.protocols import get_protocol
 from hopgym.envs.tool_protocol import ToolProtocol, tool_specs
@@ -375,7 +376,9 @@ class LLMAgent:
         if getattr(self.backend, "supports_tools", False):
             return ([{"role": "system", "content": system}] if system else []) + msgs
         conv = Conversation(msgs, self.tools or (), system)
-        return conv.render(self.backend.tokenizer, add_generation_prompt=True)
+        # A backend without tool support is a local one: it renders with its own tokenizer, which
+        # the Backend protocol does not declare.
+        return conv.render(cast(Any, self.backend).tokenizer, add_generation_prompt=True)
 
     def _request(self, slot: int) -> tuple[Prompt, str]:
         """What to send the backend for ``slot``, and the prefilled text the reply continues."""
@@ -418,7 +421,8 @@ class LLMAgent:
         requests = [self._request(i) for i in slots]
         prompts = [r for r, _ in requests]
         if self.tools is not None and getattr(self.backend, "supports_tools", False):
-            results = self.backend.complete(prompts, self._params(), tools=self.tools)
+            # supports_tools: a backend whose complete() takes the tool schemas (not in Backend).
+            results = cast(Any, self.backend).complete(prompts, self._params(), tools=self.tools)
         else:
             results = complete(self.backend, prompts, self._params())
         texts: list[Any] = []
@@ -526,7 +530,8 @@ def few_shot_examples(
     if not isinstance(n, int) or n < 1:
         raise InvalidOptionError(f"n must be an int >= 1, got {n!r}")
     teacher = (agent_fn or OracleAgent)(env)
-    count = len(env.unwrapped.task.samples)
+    base = qa_env(env)
+    count = len(base.task.samples)
     out: list[list[Message]] = []
     for k, index in enumerate(np.random.default_rng(seed).permutation(count)):
         teacher.reset()
@@ -536,10 +541,10 @@ def few_shot_examples(
             obs, _, terminated, truncated, info = env.step(teacher.act(obs, info))
             done = terminated or truncated
             answer = info.get("answer") or answer
-        sample = env.unwrapped.sample
+        sample = base.current_sample
         if answer is None or not exact_match(answer, list(sample.answers)):
             continue
-        transcript = [dict(m) for m in env.unwrapped.transcript]
+        transcript = [dict(m) for m in base.transcript]
         if closed_book:
             transcript = [{"role": "user", "content": closed_book_prompt(sample.question)}, transcript[-1]]
         out.append(transcript)

@@ -97,7 +97,8 @@ class LoRAConfig:
         return LoraConfig(
             task_type="CAUSAL_LM",
             r=self.r,
-            lora_alpha=self.alpha if self.alpha is not None else 2 * self.r,
+            # peft declares an int but only divides by it (scaling = alpha / r); hopgym allows a float.
+            lora_alpha=self.alpha if self.alpha is not None else 2 * self.r,  # type: ignore[arg-type]
             lora_dropout=self.dropout,
             target_modules=targets,
             bias="none",

@@ -15,11 +15,12 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 
+from hopgym.corpora.types import QASample
 from hopgym.envs.actions import Action, Answer, Route, Search, Think
 from hopgym.errors import InvalidOptionError
 
@@ -34,6 +35,9 @@ __all__ = [
     "agent_names",
     "AgentFactory",
     "AGENTS",
+    "GoldView",
+    "gold_view",
+    "gold_sample",
 ]
 
 
@@ -44,6 +48,40 @@ class Agent(Protocol):
     def reset(self) -> None: ...
 
     def act(self, observation: str, info: dict[str, Any]) -> str | Action: ...
+
+
+class GoldView(Protocol):
+    """What the scripted agents read of ``env.unwrapped``: a
+    :class:`~hopgym.envs.multihop_qa.MultiHopQAEnv`, or any object with these attributes (a view
+    of a sub-env that lives in another process, read through the vector env's ``get_attr``)."""
+
+    @property
+    def sample(self) -> QASample | None:
+        """The episode's question, ``None`` before the first ``reset``."""
+        ...
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        """The names of the task's sources, the default first."""
+        ...
+
+
+def gold_view(env: gym.Env) -> GoldView:
+    """``env.unwrapped`` as a :class:`GoldView`; duck-typed, not checked, so that the agents also
+    act through views of sub-envs in other processes."""
+    return cast(GoldView, env.unwrapped)
+
+
+def gold_sample(env: gym.Env) -> QASample:
+    """The gold sample of ``env``'s episode (:class:`GoldView` ``.sample``).
+
+    Raises:
+        gymnasium.error.ResetNeeded: the env has no episode yet.
+    """
+    sample = gold_view(env).sample
+    if sample is None:
+        raise gym.error.ResetNeeded("call reset() before acting: the env has no question yet")
+    return sample
 
 
 _CAPS = re.compile(r"\b[A-Z][\w'-]*(?:\s+(?:of|the|de|von|at)?\s*[A-Z][\w'-]*)*")
@@ -176,7 +214,7 @@ class OracleAgent:
         self.seen, self.attempted = set(), set()
 
     def _next(self, info: dict[str, Any]) -> Action:
-        sample = self.env.unwrapped.sample
+        sample = gold_sample(self.env)
         source = info.get("source")
         for i, hop in enumerate(sample.decomposition):
             if hop.doc_id and hop.doc_id in self.seen:

@@ -30,6 +30,7 @@ import gymnasium as gym
 
 from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.rollout import encode_prompt
+from hopgym.envs.multihop_qa import qa_env
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match
 
@@ -112,7 +113,7 @@ def teacher_examples(
 
     env = env_fn()
     agent = agent_fn(env)
-    proto = env.unwrapped.protocol
+    proto = qa_env(env).protocol
     if eos_after_turn is None:
         _, multi = stop_token_ids(tokenizer, getattr(proto, "stop", ()))
         eos_after_turn = bool(multi)
@@ -152,7 +153,7 @@ def teacher_examples(
         if eos is not None and ids[-1] != eos:
             ids.append(eos)
             mask.append(0)
-        golds = list(env.unwrapped.sample.answers)
+        golds = list(qa_env(env).current_sample.answers)
         out.append(
             {
                 "input_ids": ids,
@@ -172,7 +173,7 @@ def _tool_example(
     """One teacher episode under the ``tools`` protocol, tokenised through the chat template."""
     from hopgym.agents.chat_tokens import ChatTokens, TokenMismatchError
 
-    base = env.unwrapped
+    base = qa_env(env)
     chat = ChatTokens(tokenizer, base.tool_specs, obs)
     done, answer, ret = False, None, 0.0
     while not done:
@@ -196,7 +197,7 @@ def _tool_example(
     for kind, start, end, _ in chat.spans:
         if kind == "model":
             mask[start:end] = [1] * (end - start)
-    golds = list(base.sample.answers)
+    golds = list(base.current_sample.answers)
     return {
         "input_ids": list(chat.ids),
         "completion_mask": mask,

@@ -34,7 +34,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hopgym.envs.actions import Action, Answer, Route, Search
+from hopgym.agents.scripted import gold_sample, gold_view
+from hopgym.envs.actions import Action, Answer, Route, Search, Think
 from hopgym.errors import InvalidOptionError
 
 __all__ = ["TeacherConfig", "ImperfectTeacher"]
@@ -115,8 +116,8 @@ class ImperfectTeacher:
             if u < cfg.early_answer + cfg.wrong_answer
             else "good"
         )
-        sample = self.env.unwrapped.sample
-        sources = tuple(info.get("sources") or self.env.unwrapped.source_names)
+        sample = gold_sample(self.env)
+        sources = tuple(info.get("sources") or gold_view(self.env).source_names)
         current = info.get("source", sources[0])
         hops = list(sample.decomposition)
         if self.mode == "early" and len(hops) > 1:
@@ -140,7 +141,7 @@ class ImperfectTeacher:
         self.started = True
 
     def _answer(self) -> Answer:
-        sample = self.env.unwrapped.sample
+        sample = gold_sample(self.env)
         if self.mode == "early" and len(sample.decomposition) > 1:
             return Answer(self.hops[-1].answer, think="all hops resolved")
         gold_ok = all(h.doc_id in self.seen for h in sample.decomposition if h.doc_id)
@@ -156,7 +157,7 @@ class ImperfectTeacher:
 
     def act(self, observation: str, info: dict[str, Any]) -> Action:
         action = self._act(info)
-        if not self.config.think and getattr(action, "think", ""):
+        if not self.config.think and not isinstance(action, Think) and action.think:
             action = type(action)(getattr(action, action.__slots__[0]))  # same action, no think
         return action
 

@@ -207,7 +207,9 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"), max_turn
             import json
 
             from hopgym.envs.conversation import DEFAULT_TOOLS_BLOCK
-            from hopgym.envs.tool_protocol import tool_specs
+            from hopgym.envs.tool_protocol import ToolProtocol, tool_specs
+
+            assert isinstance(proto, ToolProtocol)  # get_protocol("tools")
 
             specs = tool_specs(descriptions)
             texts.append(DEFAULT_TOOLS_BLOCK.format(tools="\n".join(json.dumps(t) for t in specs)))
@@ -284,16 +286,14 @@ def build_model(config: TinyLMConfig, tokenizer: Any, *, seed: int = 0) -> Any:
         eos_token_id=tokenizer.eos_token_id,
         rope_theta=config.rope_theta,
     )
-    if config.arch == "llama":
-        cfg = transformers.LlamaConfig(**common)
-        cls = transformers.LlamaForCausalLM
-    else:
-        cfg = transformers.Qwen2Config(**common)
-        cls = transformers.Qwen2ForCausalLM
+    model: transformers.PreTrainedModel
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        model = cls(cfg)
+        if config.arch == "llama":
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+        else:
+            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
     finally:
         torch.random.set_rng_state(state)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

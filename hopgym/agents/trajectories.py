@@ -81,11 +81,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, SupportsFloat
 
 import gymnasium as gym
 
 from hopgym._version import __version__
+from hopgym.envs.actions import Answer
+from hopgym.envs.multihop_qa import qa_env
 from hopgym.envs.options import AUTO_OPTIONS, EnvOptions
 from hopgym.envs.tool_protocol import ToolProtocol, step_calls
 from hopgym.errors import HopgymError, InvalidOptionError
@@ -272,7 +274,7 @@ class EpisodeRecorder:
 
     def start(self, info: Mapping[str, Any], seed: int | None = None) -> None:
         """Begin an episode, given ``reset``'s ``info`` and the seed passed to it."""
-        self.sample = self.env.unwrapped.sample
+        self.sample = qa_env(self.env).current_sample
         self.seed = seed
         self.seen: dict[str, int] = {}  # doc id -> turn first shown (0: the prompt)
         self.docs: dict[str, dict[str, str]] = {}
@@ -307,7 +309,7 @@ class EpisodeRecorder:
                 )
 
     def step(
-        self, obs: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+        self, obs: str, reward: SupportsFloat, terminated: bool, truncated: bool, info: Mapping[str, Any]
     ) -> None:
         """Record one step: pass what ``env.step`` returned."""
         self.steps += 1
@@ -357,7 +359,7 @@ class EpisodeRecorder:
         seen_before: set[str],
         step_terms: Mapping[str, float],
     ) -> dict[str, Any]:
-        transcript = self.env.unwrapped.transcript
+        transcript = qa_env(self.env).transcript
         last = next((m for m in reversed(transcript) if m["role"] == "assistant"), None)
         # A tools-protocol turn keeps its calls beside the content: the action is both, as text.
         action = (
@@ -473,7 +475,7 @@ class EpisodeRecorder:
             "end": self.end,
         }
         if self.record_turns:
-            lookup = getattr(self.env.unwrapped.task, "documents", None) or {}
+            lookup = getattr(qa_env(self.env).task, "documents", None) or {}
             for doc_id in support:
                 if doc_id not in self.docs and doc_id in lookup:
                     doc = lookup[doc_id]
@@ -748,7 +750,7 @@ def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[
             act = parsed.action
             turn["query"] = getattr(act, "query", None)
             turn["route"] = getattr(act, "source", None)
-            turn["answer"] = act.text if kind == "answer" and act is not None else None
+            turn["answer"] = act.text if isinstance(act, Answer) and kind == "answer" else None
             break
     obs = old.get("observation") or ""
     shown = _docs_from_observation(obs, turn["new_ids"]) if turn["new_ids"] else {}

@@ -128,6 +128,11 @@ class PrefixCache:
             self.tokens -= len(old.ids)
 
 
+def _load_tokenizer(tf: Any, name: str, **kwargs: Any) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained``, typed: transformers' stubs return a union with ``str``."""
+    return tf.AutoTokenizer.from_pretrained(name, **kwargs)
+
+
 def _cache_kwarg(model: Any) -> str:
     """``cache`` (transformers >= 5.2x) or ``past_key_values`` (older): the KV-cache argument.
 
@@ -220,7 +225,7 @@ class TransformersBackend:
             loaded = tf.AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **extra)
             loaded.to(target)
             if tokenizer is None:
-                tokenizer = tf.AutoTokenizer.from_pretrained(path, **extra)
+                tokenizer = _load_tokenizer(tf, path, **extra)
             self.model = loaded
         else:
             if tokenizer is None:
@@ -228,11 +233,12 @@ class TransformersBackend:
             if dev is not None:
                 model.to(torch.device(dev))
             if dtype != "auto":
-                model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+                # transformers' stubs type the decorated PreTrainedModel.to without its self.
+                model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)  # type: ignore[arg-type]
             self.model = model
         if isinstance(tokenizer, str):
-            tokenizer = tf.AutoTokenizer.from_pretrained(tokenizer)
-        self.tokenizer = tokenizer
+            tokenizer = _load_tokenizer(tf, tokenizer)
+        self.tokenizer: PreTrainedTokenizerBase = tokenizer
         self.model.eval()
         self.device = next(self.model.parameters()).device
         self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))

@@ -37,14 +37,12 @@ from typing import Any, TypeVar
 
 import gymnasium as gym
 
+from hopgym.envs.vector import StepResult
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
 __all__ = ["AsyncEnv", "AsyncEnvPool", "StepBatcher", "StepResult"]
 
 _T = TypeVar("_T")
-
-#: What ``step`` returns: ``(observation, reward, terminated, truncated, info)``.
-StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
 
 
 class StepBatcher:

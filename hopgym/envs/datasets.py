@@ -305,10 +305,14 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
         if index_store.index_exists(spec.index) or index_store.holds_index_files(spec.index):
             # An unnamed kind or model means: whatever the saved index holds. A directory of
             # index files without a manifest is refused there, unless rebuild=True.
-            placed = {"device": r.device, "index_backend": r.index_backend}
             try:
                 loaded = index_store.load_index(
-                    spec.index, passages=ds.passages or None, retriever=r.kind, model=r.model, **placed
+                    spec.index,
+                    passages=ds.passages or None,
+                    retriever=r.kind,
+                    model=r.model,
+                    device=r.device,
+                    index_backend=r.index_backend,
                 )
                 if hasattr(loaded, "configure_cache"):  # the spec's cache bounds, as if built
                     loaded.configure_cache(*r.cache_bounds())

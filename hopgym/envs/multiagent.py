@@ -30,6 +30,7 @@ from gymnasium import spaces
 
 from hopgym.envs.actions import Think
 from hopgym.envs.featurized import FeaturizedEnv, make_featurized
+from hopgym.envs.multihop_qa import qa_env
 from hopgym.envs.spaces import FreeText
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
@@ -88,7 +89,7 @@ class MultiHopTeamEnv(ParallelEnv):
         (['answerer_0', 'searcher_0'], Discrete(5))
     """
 
-    metadata = {"name": "hopgym_team_v0", "render_modes": ["ansi"], "is_parallelizable": True}
+    metadata: dict[str, Any] = {"name": "hopgym_team_v0", "render_modes": ["ansi"], "is_parallelizable": True}
 
     def __init__(
         self,
@@ -118,7 +119,7 @@ class MultiHopTeamEnv(ParallelEnv):
         self.cores = [make_featurized(**kwargs) for _ in range(n_cores)]
         core = self.cores[0]
         #: The step budget of each trajectory (the text env's ``max_turns``).
-        self.max_turns = int(core.unwrapped.max_turns)
+        self.max_turns = int(qa_env(core).max_turns)
         self.search_budget = self.max_turns if search_budget is None else search_budget
         self.k, self.s = core.max_candidates, len(core.sources)
         if mode == "cooperative":
@@ -189,7 +190,7 @@ class MultiHopTeamEnv(ParallelEnv):
         return f"{text}\n{role}\nActions:\n{actions}\n"[:_TEXT_MAX]
 
     def _last_text(self, core: FeaturizedEnv) -> str:
-        msgs = core.unwrapped.transcript
+        msgs = qa_env(core).transcript
         return msgs[-1]["content"] if msgs and msgs[-1]["role"] == "user" else ""
 
     def _info(self, agent: str, info: dict[str, Any]) -> dict[str, Any]:
@@ -222,7 +223,7 @@ class MultiHopTeamEnv(ParallelEnv):
         for agent in self.agents:
             core = self._core_of[agent]
             c_obs, c_info = results[self.cores.index(core)]
-            obs[agent] = self._observe(agent, c_obs, core.unwrapped.transcript[0]["content"])
+            obs[agent] = self._observe(agent, c_obs, qa_env(core).transcript[0]["content"])
             infos[agent] = self._info(agent, c_info)
         return obs, infos
 
@@ -265,6 +266,7 @@ class MultiHopTeamEnv(ParallelEnv):
 
         k = self.k
         agents = list(self.agents)
+        assert self._np_random is not None  # made by reset(), which every step follows
         order = [agents[i] for i in self._np_random.permutation(len(agents))]
         out: dict[str, tuple[Any, ...]] = {}
         for agent in order:
@@ -282,7 +284,7 @@ class MultiHopTeamEnv(ParallelEnv):
         for agent in agents:
             info = out[agent][4]
             answer = info.get("answer")
-            golds = list(self._core_of[agent].unwrapped.sample.answers)
+            golds = list(qa_env(self._core_of[agent]).current_sample.answers)
             if answer is not None and exact_match(answer, golds):
                 correct.append(agent)
         self.winners = list(correct)
@@ -310,7 +312,7 @@ class MultiHopTeamEnv(ParallelEnv):
                 head
                 + "".join(
                     m["content"] if m["role"] == "user" else m["content"] + "\n"
-                    for m in core.unwrapped.transcript
+                    for m in qa_env(core).transcript
                 )
             )
         return "\n".join(parts)

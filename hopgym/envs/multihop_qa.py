@@ -24,7 +24,7 @@ from hopgym.retrieval.failures import failure_kind
 from hopgym.rewards.scoring import query_key
 from hopgym.tasks.base import QATask
 
-__all__ = ["MultiHopQAEnv", "SearchRequest"]
+__all__ = ["MultiHopQAEnv", "SearchRequest", "qa_env"]
 
 _OBS_MAX = 1 << 22
 
@@ -267,6 +267,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
         state["_prepared"] = state["_supplied"] = None
         state["_budget_checked"] = False  # a copy may be wrapped anew
         return state
+
+    @property
+    def current_sample(self) -> QASample:
+        """The episode's question (:attr:`sample`, never ``None``), for code that runs after ``reset``.
+
+        Raises:
+            gymnasium.error.ResetNeeded: no episode was started yet.
+        """
+        if self.sample is None:
+            raise gym.error.ResetNeeded("call reset() before reading the episode's sample")
+        return self.sample
 
     @property
     def source_names(self) -> tuple[str, ...]:
@@ -718,3 +729,34 @@ class MultiHopQAEnv(gym.Env[str, str]):
             what = "No new documents found" if raw else "No documents found"
             return self.protocol.format_notice(f"{what} for this query.", self.turn)
         return self.protocol.format_documents(docs, opts.doc_chars, self.turn, note=note)
+
+
+def qa_env(env: gym.Env[Any, Any]) -> MultiHopQAEnv:
+    """The :class:`MultiHopQAEnv` under ``env``'s wrappers (``env.unwrapped``), typed as one.
+
+    Code that reads the text env's own attributes (``sample``, ``task``, ``transcript``,
+    ``protocol``...) goes through this rather than through ``env.unwrapped``, which Gymnasium
+    types as a plain ``Env``.
+
+    Args:
+        env: a hopgym text env, wrapped or not (a :class:`~hopgym.envs.featurized.FeaturizedEnv`
+            too: its ``unwrapped`` is the text env).
+
+    Returns:
+        ``env.unwrapped``.
+
+    Raises:
+        hopgym.errors.InvalidOptionTypeError: ``env.unwrapped`` is not a :class:`MultiHopQAEnv`.
+
+    Example:
+        >>> import gymnasium as gym, hopgym
+        >>> env = gym.make("hopgym/Tiny-v1")
+        >>> qa_env(env) is env.unwrapped, qa_env(env).max_turns
+        (True, 8)
+    """
+    base = env.unwrapped
+    if not isinstance(base, MultiHopQAEnv):
+        raise InvalidOptionTypeError(
+            f"a hopgym text env is needed (env.unwrapped a MultiHopQAEnv), got {type(base).__name__}"
+        )
+    return base

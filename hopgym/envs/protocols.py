@@ -484,7 +484,7 @@ class TagsProtocol(Protocol):
 
     # ------------------------------------------------------------------ writing
     def render(self, action: Action) -> str:
-        think = f"<think>{action.think}</think>" if getattr(action, "think", "") else ""
+        think = f"<think>{action.think}</think>" if not isinstance(action, Think) and action.think else ""
         if isinstance(action, Think):
             return f"<think>{action.text}</think>"
         if isinstance(action, Search):

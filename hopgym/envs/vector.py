@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -78,8 +78,9 @@ __all__ = [
     "StepResult",
 ]
 
-#: One sub-env's step: ``(observation, reward, terminated, truncated, info)``.
-StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
+#: One sub-env's step: ``(observation, reward, terminated, truncated, info)``, typed as
+#: Gymnasium's ``Env.step`` returns it.
+StepResult = tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
 #: One sub-env's reset: ``(observation, info)``.
 ResetResult = tuple[Any, dict[str, Any]]
 
@@ -524,7 +525,7 @@ class BatchVectorEnvBase(VectorEnv):
             self._env_obs[i] = obs
             self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
         infos = self._merge_infos([(i, info) for i, (_, info) in zip(chosen, results, strict=True)])
-        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
+        self._gather_observations()
         return self._observations_out(), infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -567,7 +568,7 @@ class BatchVectorEnvBase(VectorEnv):
             self._env_obs[i] = obs
             entries.append((i, info))
         infos = self._merge_infos(entries)
-        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
+        self._gather_observations()
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
         return (
             self._observations_out(),
@@ -575,6 +576,16 @@ class BatchVectorEnvBase(VectorEnv):
             np.copy(self._terminations),
             np.copy(self._truncations),
             infos,
+        )
+
+    def _gather_observations(self) -> None:
+        """Batch the sub-envs' observations into :attr:`_observations`, as SyncVectorEnv does."""
+        self._observations = concatenate(
+            self.single_observation_space,
+            self._env_obs,
+            # None for a custom space (FreeText): Gymnasium's concatenate takes it at run time (it
+            # makes a tuple) but declares only the buffers of its own spaces.
+            self._observations,  # type: ignore[arg-type]
         )
 
     def _observations_out(self) -> Any:
@@ -639,13 +650,15 @@ class BatchVectorEnvBase(VectorEnv):
             raise InvalidOptionError(f"values has {len(values)} entries for {self.num_envs} sub-envs")
         self._backend_set_attr(name, list(values))
 
+    # Per-sub-env tuples, as Gymnasium's SyncVectorEnv has them, where VectorEnv declares one seed and
+    # one settable generator: the same override Gymnasium makes.
     @property
-    def np_random_seed(self) -> tuple[int, ...]:
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]  # see above
         """Each sub-env's ``np_random_seed``."""
         return self.get_attr("np_random_seed")
 
-    @property
-    def np_random(self) -> tuple[np.random.Generator, ...]:
+    @property  # type: ignore[misc]  # read-only here, as in SyncVectorEnv
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]  # see above
         """Each sub-env's ``np_random``."""
         return self.get_attr("np_random")
 

@@ -320,7 +320,8 @@ class EnvServer:
                 lifespan="on",
                 log_config=None,
                 access_log=cfg.verbose,
-                timeout_graceful_shutdown=cfg.shutdown_timeout,
+                # uvicorn's stub says int; it hands the value to asyncio.wait_for, which takes a float.
+                timeout_graceful_shutdown=cfg.shutdown_timeout,  # type: ignore[arg-type]
                 server_header=False,
             )
         )

@@ -312,7 +312,8 @@ class SentenceTransformerEmbedder:
                 try:  # sentence-transformers 5.x; older ones keep them in .models
                     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
                 except ImportError:
-                    from sentence_transformers.models import Pooling, Transformer
+                    # the same classes, at their older address
+                    from sentence_transformers.models import Pooling, Transformer  # type: ignore[no-redef]
 
                 encoder = Transformer(path)
                 width = (

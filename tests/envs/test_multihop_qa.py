@@ -373,3 +373,32 @@ def test_vector_envs(vector_cls):
 
 def test_corpus_passages_are_unique():
     assert len({p.doc_id for p in TINY_PASSAGES}) == len(TINY_PASSAGES)
+
+
+def test_qa_env_reaches_the_text_env_through_wrappers_and_refuses_another_env():
+    from hopgym.envs.multihop_qa import qa_env
+    from hopgym.errors import InvalidOptionTypeError
+
+    env = gym.make("hopgym/Tiny-v1")
+    assert qa_env(env) is env.unwrapped
+    with pytest.raises(gym.error.ResetNeeded):
+        _ = qa_env(env).current_sample
+    env.reset(seed=0, options={"question_id": TINY_SAMPLES[0].id})
+    assert qa_env(env).current_sample.id == TINY_SAMPLES[0].id
+    with pytest.raises(InvalidOptionTypeError, match="MultiHopQAEnv"):
+        qa_env(gym.make("CartPole-v1"))
+
+
+def test_scripted_agents_read_the_gold_sample_duck_typed():
+    """The scripted agents also act through views of sub-envs in other processes: no isinstance."""
+    from types import SimpleNamespace
+
+    from hopgym.agents.scripted import OracleAgent, gold_sample
+
+    view = SimpleNamespace(sample=None, source_names=("local",))
+    view.unwrapped = view
+    with pytest.raises(gym.error.ResetNeeded):
+        gold_sample(view)
+    view.sample = TINY_SAMPLES[0]
+    assert gold_sample(view) is TINY_SAMPLES[0]
+    assert isinstance(OracleAgent(view).act("", {"source": "local"}), (Search, Route, Answer))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +22,7 @@ from hopgym.envs.featurized.features import (
     slot_features,
 )
 from hopgym.envs.featurized.spans import doc_words
+from hopgym.envs.multihop_qa import MultiHopQAEnv, qa_env
 from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions, Unpack
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 
@@ -100,7 +101,7 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         render_mode: str | None = None,
     ) -> None:
         base = env.unwrapped
-        if not all(hasattr(base, a) for a in ("task", "source_names", "max_turns", "top_k")):
+        if not isinstance(base, MultiHopQAEnv):
             raise InvalidOptionTypeError(
                 f"FeaturizedEnv wraps a hopgym text env (gym.make('hopgym/…')), got {type(base).__name__}"
             )
@@ -134,6 +135,7 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         dim = 2 * hash_dim + self.n_global + k * len(SLOT_FEATURES) + 2 * self._emb_dim
         low = np.zeros(dim, dtype=np.float32)
         low[dim - 2 * self._emb_dim :] = -1.0
+        self._dim = dim
         self.observation_space = spaces.Box(low=low, high=np.ones(dim, dtype=np.float32), dtype=np.float32)
         self.action_space = spaces.Discrete(self.n_actions)
         self._low = low
@@ -142,8 +144,9 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         self._mask = np.zeros(self.n_actions, dtype=bool)
         self._mask[0] = True
 
+    # Read-only and the wrapper's own, where gym.Env declares a plain attribute.
     @property
-    def render_mode(self) -> str | None:
+    def render_mode(self) -> str | None:  # type: ignore[override]  # see above
         """This wrapper's render mode (``"ansi"`` or ``None``), not the text env's."""
         return self._render_mode
 
@@ -250,8 +253,8 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
 
     def _features(self) -> np.ndarray:
         """The observation: the blocks described in :mod:`~hopgym.envs.featurized.features`."""
-        h, p, base = self.hash_dim, self.progress, self.unwrapped
-        out = np.zeros(self.observation_space.shape, dtype=np.float32)
+        h, p, base = self.hash_dim, self.progress, qa_env(self)
+        out = np.zeros(self._dim, dtype=np.float32)
         out[self._q_hash] = 1.0
         idx = [h + hash_index(w, h, self._hash_cache) for doc in p.last_docs for w in doc_words(doc.contents)]
         if idx:
@@ -386,7 +389,9 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         """
         if hop_key is not None:
             self.progress.queried_keys.add(hop_key)
-        _, reward, terminated, truncated, info = self.env.step(action)
+        # The wrapped env takes text actions: gym.Wrapper types self.env with this wrapper's own
+        # (index) action type instead of the inner one.
+        _, reward, terminated, truncated, info = cast("gym.Env[str, Any]", self.env).step(action)
         info = dict(info)
         info["featurized_action"] = description or (action if isinstance(action, str) else repr(action))
         self._read_step(info)
@@ -397,7 +402,7 @@ class FeaturizedEnv(gym.Wrapper[np.ndarray, np.int64, str, Any], gym.utils.Recor
         if self.render_mode != "ansi":
             return None
         text = "".join(
-            m["content"] if m["role"] == "user" else m["content"] + "\n" for m in self.unwrapped.transcript
+            m["content"] if m["role"] == "user" else m["content"] + "\n" for m in qa_env(self).transcript
         )
         lines = [f"  [{i}] {d}" for i, d in enumerate(self.describe_actions()) if d]
         return text + "Actions:\n" + "\n".join(lines) + "\n"
