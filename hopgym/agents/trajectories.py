@@ -394,7 +394,7 @@ class EpisodeRecorder:
         """A tools-protocol turn's ``calls`` (each call, what it did and its result), its
         ``skipped_ids`` (every call's) and its ``observation`` (only what came outside the tool
         results: a corrective or a notice)."""
-        last = next(m for m in reversed(self.env.unwrapped.transcript) if m["role"] == "assistant")
+        last = next(m for m in reversed(qa_env(self.env).transcript) if m["role"] == "assistant")
         calls, skipped = [], []
         for i, call in enumerate(step_calls(last, info)):
             part = call["info"]  # None: not run (an earlier call failed or answered)
