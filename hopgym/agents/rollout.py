@@ -631,7 +631,7 @@ class RolloutCollector:
                     **{cache_kw: past if past is not None else DynamicCache()},
                 )
                 logits = res.logits[:, -1, :].float()
-                cache = res.past_key_values
+                cache = _output_cache(res)
                 last_pos = pos[:, -1]
                 while not all(finished):
                     tok, lp = self._pick(logits, gen)
@@ -668,7 +668,7 @@ class RolloutCollector:
                         **{cache_kw: cache},
                     )
                     logits = res.logits[:, -1, :].float()
-                    cache = res.past_key_values
+                    cache = _output_cache(res)
         finally:
             model.train(was_training)
         if turn_cache is not None:
@@ -825,6 +825,13 @@ def policy_stats(
                     total += math.exp(min(d, 50.0)) - d - 1.0
         out["kl_ref"] = total / n_tok
     return out
+
+
+def _output_cache(res: Any) -> Any:
+    """The KV cache a forward pass returned: ``cache`` (transformers >= 5.2x), else
+    ``past_key_values`` (reading that one on a newer output logs a deprecation)."""
+    cache = getattr(res, "cache", None)
+    return cache if cache is not None else getattr(res, "past_key_values", None)
 
 
 def _torch() -> Any:
