@@ -371,7 +371,8 @@ class RolloutCollector:
             sampling settings apply then (``config`` still sets the token budgets).
 
     The model's own text is never re-tokenised: each model turn's sampled ids go into the
-    trajectory as they are; only observations are tokenised.
+    trajectory as they are; only observations are tokenised. Each episode's KV cache is kept from
+    one turn to the next (``config.keep_cache``), so a turn prefills only its new tokens.
     """
 
     def __init__(
@@ -458,7 +459,7 @@ class RolloutCollector:
         obs, _ = venv.reset(seed=seeds, options=[{"question_id": q} for q in rows] + [None] * (n - len(rows)))
         samples = venv.get_attr("sample")
         tools = getattr(venv.get_attr("protocol")[0], "name", None) == "tools"
-        specs = venv.get_attr("tool_specs") if tools else None
+        specs: Any = venv.get_attr("tool_specs") if tools else None
         episodes: list[_Episode] = []
         for i, qid in enumerate(rows):
             chat = None
