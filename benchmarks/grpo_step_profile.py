@@ -12,9 +12,12 @@
    (old/reference log-probs: *logprobs*), the loss forward (*loss forward*), ``backward``
    (*backward*), and what is left of the step (optimizer, TRL's bookkeeping: *other*).
 2. **Throughput**: one question, 8 episodes sampled by :class:`~hopgym.agents.rollout.RolloutCollector`
-   as one batch (``batch_size=8``: every turn of the 8 in one forward pass per token, a KV cache
-   within the turn) against the same 8 episodes one at a time (``batch_size=1``); sampled model
-   tokens per wall second, and per CPU second.
+   as one batch (``batch_size=8``: every turn of the 8 in one forward pass per token) against the
+   same 8 episodes one at a time (``batch_size=1``), each both ways: with each episode's KV cache
+   kept from one turn to the next (``keep_cache=True``, the default: a turn prefills only the new
+   observation) and with the whole context prefilled at every turn (``keep_cache=False``, the
+   collector before the cache was kept). Sampled model tokens per wall second, and per CPU
+   second. The same seed gives the same episodes both ways.
 
 The default model is a small Llama built from a config (random weights: an untrained policy
 writes the longest turns, the costly case); ``--model DIR`` loads a transformers folder instead
@@ -182,13 +185,23 @@ def throughput(args: argparse.Namespace) -> dict:
     model, tok = load(args.model, args.hidden, args.layers)
     qid = env_fn(None).unwrapped.task.samples[0].id
     rows = {}
-    for name, bs in (("batched_group_of_8", 8), ("one_at_a_time", 1)):
+    runs = (
+        ("batched_group_of_8", 8, True),
+        ("batched_group_of_8_full_prefill", 8, False),
+        ("one_at_a_time", 1, True),
+        ("one_at_a_time_full_prefill", 1, False),
+    )
+    for name, bs, keep in runs:
         col = RolloutCollector(
             model,
             tok,
             env_fn,
             RolloutConfig(
-                temperature=1.0, max_new_tokens=args.max_new_tokens, max_completion_tokens=512, batch_size=bs
+                temperature=1.0,
+                max_new_tokens=args.max_new_tokens,
+                max_completion_tokens=512,
+                batch_size=bs,
+                keep_cache=keep,
             ),
         )
         col.collect([qid], group_size=1, seed=0)  # warm-up (env build, first forward)
@@ -206,9 +219,21 @@ def throughput(args: argparse.Namespace) -> dict:
             "tokens_per_cpu_s": round(tokens / cpu, 1),
         }
         col.close()
-    b, o = rows["batched_group_of_8"], rows["one_at_a_time"]
-    rows["speedup"] = round(b["tokens_per_s"] / o["tokens_per_s"], 2)
-    rows["speedup_cpu"] = round(b["tokens_per_cpu_s"] / o["tokens_per_cpu_s"], 2)
+
+    def ratio(a: str, b: str, key: str) -> float:
+        return round(rows[a][key] / rows[b][key], 2)
+
+    # Batched with kept caches against: one at a time with kept caches (the same code, one row),
+    # one at a time with full prefills (the baseline of the run before the cache was kept), and
+    # batched with full prefills (what keeping the cache adds).
+    for suffix, key in (("", "tokens_per_s"), ("_cpu", "tokens_per_cpu_s")):
+        rows["speedup" + suffix] = ratio("batched_group_of_8", "one_at_a_time", key)
+        rows["speedup_vs_full_prefill_one_at_a_time" + suffix] = ratio(
+            "batched_group_of_8", "one_at_a_time_full_prefill", key
+        )
+        rows["kept_cache_gain_batched" + suffix] = ratio(
+            "batched_group_of_8", "batched_group_of_8_full_prefill", key
+        )
     return rows
 
 

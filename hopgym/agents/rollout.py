@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
-from hopgym.backends.transformers_backend import _cache_kwarg
+from hopgym.backends.transformers_backend import _cache_kwarg, _full_attention_only
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
@@ -87,6 +87,15 @@ class RolloutConfig:
     chat_template: bool = field(
         default=True,
         metadata={"help": "Wrap the first observation in the tokenizer's chat template (if it has one)."},
+    )
+    keep_cache: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep each episode's KV cache from one model turn to the next, so that a turn "
+            "prefills only the tokens added since the last one (the env's observation); False "
+            "prefills the whole context every turn. Models whose cache is not plain full "
+            "attention (sliding windows, linear attention) always prefill the whole context."
+        },
     )
     on_token_mismatch: str = field(
         default="warn",
@@ -295,6 +304,56 @@ class _Episode:
         self.chat: Any = None
 
 
+class _TurnCache:
+    """The KV states of a batch's episodes between their model turns (``RolloutConfig.keep_cache``).
+
+    Row ``r`` of :attr:`cache` holds the KV states of :attr:`ids` ``[r]``, a prefix of episode
+    :attr:`keys` ``[r]``'s context (prompt and completion so far): every token but the last one
+    the model sampled, which was never fed. Its states sit at the positions where :attr:`mask`
+    ``[r]`` is 1; the other positions are padding (between one turn's new tokens and the earlier
+    ones, and after a row stopped while others were still sampling).
+    """
+
+    def __init__(self) -> None:
+        self.cache: Any = None
+        self.mask: Any = None
+        self.keys: list[int] = []
+        self.ids: list[list[int]] = []
+
+    def take(self, keys: Sequence[int], contexts: Sequence[list[int]]) -> tuple[Any, Any, list[int]]:
+        """``(cache, mask, held)`` for the episodes ``keys`` in this order: their rows, with each
+        row's states moved to the right end (padding on the left only), and how many tokens of
+        each context are held. A context that does not continue its held ids gets none held."""
+        if self.cache is None:
+            return None, None, [0] * len(keys)
+        torch = _torch()
+        where = {k: r for r, k in enumerate(self.keys)}
+        rows, held = [], []
+        for key, ctx in zip(keys, contexts, strict=True):
+            r = where.get(key)
+            ok = r is not None and len(self.ids[r]) < len(ctx) and ctx[: len(self.ids[r])] == self.ids[r]
+            rows.append(0 if r is None else r)
+            held.append(len(self.ids[r]) if ok and r is not None else 0)
+        device = self.mask.device
+        index_rows = torch.tensor(rows, dtype=torch.long, device=device)
+        mask = self.mask.index_select(0, index_rows)
+        mask[torch.tensor([h == 0 for h in held], device=device)] = 0
+        width = max(held)
+        if width == 0:
+            return None, None, held
+        # A stable sort of the 0/1 mask lists each row's padding first and its states after, in
+        # order; the last ``width`` of those positions are the row's states, right-aligned.
+        index = torch.sort(mask, dim=1, stable=True).indices[:, mask.shape[1] - width :]
+        for layer in self.cache.layers:
+            gather = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+            layer.keys = layer.keys.index_select(0, index_rows).gather(2, gather)
+            layer.values = layer.values.index_select(0, index_rows).gather(2, gather)
+        return self.cache, mask.gather(1, index), held
+
+    def store(self, keys: Sequence[int], cache: Any, mask: Any, ids: list[list[int]]) -> None:
+        self.keys, self.cache, self.mask, self.ids = list(keys), cache, mask, ids
+
+
 class RolloutCollector:
     """Runs G episodes per question through an env with a causal LM and returns token trajectories.
 
@@ -312,7 +371,8 @@ class RolloutCollector:
             sampling settings apply then (``config`` still sets the token budgets).
 
     The model's own text is never re-tokenised: each model turn's sampled ids go into the
-    trajectory as they are; only observations are tokenised.
+    trajectory as they are; only observations are tokenised. Each episode's KV cache is kept from
+    one turn to the next (``config.keep_cache``), so a turn prefills only its new tokens.
     """
 
     def __init__(
@@ -399,7 +459,7 @@ class RolloutCollector:
         obs, _ = venv.reset(seed=seeds, options=[{"question_id": q} for q in rows] + [None] * (n - len(rows)))
         samples = venv.get_attr("sample")
         tools = getattr(venv.get_attr("protocol")[0], "name", None) == "tools"
-        specs = venv.get_attr("tool_specs") if tools else None
+        specs: Any = venv.get_attr("tool_specs") if tools else None
         episodes: list[_Episode] = []
         for i, qid in enumerate(rows):
             chat = None
@@ -413,14 +473,16 @@ class RolloutCollector:
             ep = _Episode(i, samples[i].answers, Trajectory(question_id=str(qid), prompt_ids=prompt))
             ep.chat = chat
             episodes.append(ep)
+        keep = self.config.keep_cache and self.engine is None and _full_attention_only(self.model)
+        turn_cache = _TurnCache() if keep else None
         while True:
             active = [e for e in episodes if not e.done]
             if not active:
                 break
-            self._model_turn(active, gen)
+            self._model_turn(active, gen, turn_cache)
         return [e.traj for e in episodes]
 
-    def _model_turn(self, active: list[_Episode], gen: Any) -> None:
+    def _model_turn(self, active: list[_Episode], gen: Any, turn_cache: _TurnCache | None = None) -> None:
         cfg = self.config
         # One token of the completion budget stays free for the closing eos.
         budgets = [
@@ -433,7 +495,8 @@ class RolloutCollector:
             ids, logps = self.engine.sample(contexts, budgets)
             ids, logps = _cut_at_stops(ids, logps, stop_ids)
         else:
-            ids, logps = self._sample(contexts, budgets, stop_ids, stop_strings, gen)
+            keys = [e.index for e in active]
+            ids, logps = self._sample(contexts, budgets, stop_ids, stop_strings, gen, turn_cache, keys)
         texts = []
         for ep, turn_ids, turn_logps in zip(active, ids, logps, strict=True):
             ep.traj._append("model", turn_ids, turn_logps)
@@ -520,21 +583,37 @@ class RolloutCollector:
         stop_ids: set[int],
         stop_strings: tuple[str, ...],
         gen: Any,
+        turn_cache: _TurnCache | None = None,
+        keys: Sequence[int] | None = None,
     ) -> tuple[list[list[int]], list[list[float]]]:
-        """Batched sampling of one turn per context, with a KV cache; returns ids and log-probs."""
+        """Batched sampling of one turn per context, with a KV cache; returns ids and log-probs.
+
+        With ``turn_cache`` (and ``keys``, the episodes of the contexts), each context's held KV
+        states are reused, only the tokens after them are prefilled, and the states after this
+        turn are held for the next one.
+        """
         torch = _torch()
         model = self.model
         device = next(model.parameters()).device
         pad = self.tokenizer.pad_token_id
         n = len(contexts)
-        width = max(len(c) for c in contexts)
+        past, attn, held = None, None, [0] * n
+        if turn_cache is not None:
+            assert keys is not None
+            past, attn, held = turn_cache.take(keys, contexts)
+        new = [c[h:] for c, h in zip(contexts, held, strict=True)]
+        width = max(len(c) for c in new)
         input_ids = torch.full((n, width), pad, dtype=torch.long)
-        attn = torch.zeros((n, width), dtype=torch.long)
-        for i, c in enumerate(contexts):
+        new_attn = torch.zeros((n, width), dtype=torch.long)
+        for i, c in enumerate(new):
+            # Left padding, so that the new tokens line up on the right; with held states, the
+            # padding sits between them and the new tokens and is masked out.
             input_ids[i, width - len(c) :] = torch.tensor(c, dtype=torch.long)
-            attn[i, width - len(c) :] = 1
-        input_ids, attn = input_ids.to(device), attn.to(device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            new_attn[i, width - len(c) :] = 1
+        input_ids, new_attn = input_ids.to(device), new_attn.to(device)
+        attn = new_attn if attn is None else torch.cat([attn, new_attn], dim=1)
+        # Positions count the real tokens before each one, so they run on across the padding.
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, -width:]
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lp: list[list[float]] = [[] for _ in range(n)]
         finished = [b <= 0 for b in budgets]
@@ -550,10 +629,10 @@ class RolloutCollector:
                     attention_mask=attn,
                     position_ids=pos,
                     use_cache=True,
-                    **{cache_kw: DynamicCache()},
+                    **{cache_kw: past if past is not None else DynamicCache()},
                 )
                 logits = res.logits[:, -1, :].float()
-                cache = res.past_key_values
+                cache = _output_cache(res)
                 last_pos = pos[:, -1]
                 while not all(finished):
                     tok, lp = self._pick(logits, gen)
@@ -574,7 +653,13 @@ class RolloutCollector:
                     feed = torch.tensor(
                         [t if not f else pad for t, f in zip(tok_l, finished, strict=True)], device=device
                     )
-                    attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype, device=device)], dim=1)
+                    if turn_cache is None:
+                        column = torch.ones((n, 1), dtype=attn.dtype, device=device)
+                    else:  # a stopped row's padding is kept out of its held states
+                        column = torch.tensor(
+                            [[int(not f)] for f in finished], dtype=attn.dtype, device=device
+                        )
+                    attn = torch.cat([attn, column], dim=1)
                     last_pos = last_pos + 1
                     res = model(
                         input_ids=feed[:, None],
@@ -584,9 +669,14 @@ class RolloutCollector:
                         **{cache_kw: cache},
                     )
                     logits = res.logits[:, -1, :].float()
-                    cache = res.past_key_values
+                    cache = _output_cache(res)
         finally:
             model.train(was_training)
+        if turn_cache is not None:
+            assert keys is not None
+            # Every sampled token but the last one was fed: the last one starts the next prefill.
+            held_ids = [c + o[:-1] for c, o in zip(contexts, out_ids, strict=True)]
+            turn_cache.store(keys, cache, attn, held_ids)
         return out_ids, out_lp
 
     def _pick(self, logits: Any, gen: Any) -> tuple[Any, Any]:
@@ -736,6 +826,13 @@ def policy_stats(
                     total += math.exp(min(d, 50.0)) - d - 1.0
         out["kl_ref"] = total / n_tok
     return out
+
+
+def _output_cache(res: Any) -> Any:
+    """The KV cache a forward pass returned: ``cache`` (transformers >= 5.2x), else
+    ``past_key_values`` (reading that one on a newer output logs a deprecation)."""
+    cache = getattr(res, "cache", None)
+    return cache if cache is not None else getattr(res, "past_key_values", None)
 
 
 def _torch() -> Any:

@@ -277,3 +277,67 @@ def test_env_workers_is_checked():
     for bad in (-1, True, 1.5):
         with pytest.raises(ValueError, match="env_workers"):
             RolloutConfig(env_workers=bad)
+
+
+class Counting:
+    """Counts the input tokens (padding included) of every forward pass of a model."""
+
+    def __init__(self, model) -> None:
+        self.tokens = 0
+        self.handle = model.register_forward_pre_hook(self.hook, with_kwargs=True)
+
+    def hook(self, module, args, kwargs) -> None:
+        self.tokens += kwargs["input_ids"].numel()
+
+
+@pytest.mark.parametrize(
+    ("protocol", "temperature"), [("tags", 0.0), ("tags", 1.0), ("r3", 0.0), ("r3", 1.0)]
+)
+def test_kept_cache_gives_the_trajectories_of_a_full_prefill(tok, qids, protocol, temperature):
+    # Two layers, so that a held state feeds the next layer's keys; batches of 4 over 12 episodes
+    # (each batch keeps its own cache), and a token budget that cuts some episodes.
+    model = build_model(TinyLMConfig(layers=2, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=1)
+    runs, fed = {}, {}
+    for keep in (False, True):
+        cfg = RolloutConfig(
+            temperature=temperature,
+            max_new_tokens=10,
+            max_completion_tokens=200,
+            batch_size=4,
+            keep_cache=keep,
+        )
+        col = RolloutCollector(model, tok, lambda: gym.make("hopgym/Tiny-v1", protocol=protocol), cfg)
+        count = Counting(model)
+        try:
+            runs[keep] = col.collect(qids[:4], group_size=3, seed=7)
+        finally:
+            count.handle.remove()
+            col.close()
+        fed[keep] = count.tokens
+    full, kept = runs[False], runs[True]
+    assert sum(t.steps for t in kept) > len(kept)  # multi-turn episodes
+    assert [t.prompt_ids for t in kept] == [t.prompt_ids for t in full]
+    assert [t.completion_ids for t in kept] == [t.completion_ids for t in full]
+    assert [t.mask for t in kept] == [t.mask for t in full]
+    assert [t.spans for t in kept] == [t.spans for t in full]
+    assert [t.turns for t in kept] == [t.turns for t in full]
+    assert [t.reward for t in kept] == [t.reward for t in full]
+    for a, b in zip(kept, full, strict=True):
+        check_layout(a, tok)
+        # The same log-probs, up to float rounding (the states are summed in another order).
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    # Only the new tokens of each turn were prefilled.
+    assert fed[True] < 0.6 * fed[False]
+
+
+def test_kept_cache_is_not_used_without_a_plain_cache(tok, qids):
+    # ScriptedLM has no config: its cache cannot be cut and stacked, so every turn is prefilled
+    # from the start (the fake counts a turn at each prefill of more than one token).
+    ids = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    turn1 = [*ids("<search> Sefa Quill father"), ids("</search>")[0]]
+    turn2 = [*ids("<answer> Emery Quill"), ids("</answer>")[0]]
+    lm = ScriptedLM(len(tok), [turn1, turn2])
+    col = RolloutCollector(lm, tok, lambda: make_env("default"), RolloutConfig(temperature=0.0))
+    assert col.config.keep_cache
+    (t,) = col.collect(["tiny-6"], 1, seed=0)
+    assert [i for i, m in zip(t.completion_ids, t.mask, strict=True) if m] == turn1 + turn2
