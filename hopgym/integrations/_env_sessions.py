@@ -55,6 +55,7 @@ from hopgym.corpora.types import Passage
 from hopgym.envs.async_pool import AsyncEnv, StepBatcher
 from hopgym.envs.options import EnvOptions
 from hopgym.errors import HopgymError, InvalidOptionError, InvalidOptionTypeError
+from hopgym.integrations._common import make_env
 
 __all__ = [
     "CONTENT_TYPE",
@@ -347,10 +348,8 @@ class Sessions:
 
     # ------------------------------------------------------------------ envs
     def _make(self, env_options: dict[str, Any]) -> gym.Env[Any, Any]:
-        import hopgym  # noqa: F401 - registers the ids
-
-        try:
-            return gym.make(self.config.env, **{**self.config.kw, **env_options})
+        try:  # make_env refuses an id that is not a hopgym text env (CartPole-v1), naming it
+            return make_env(self.config.env, **{**self.config.kw, **env_options})
         except HopgymError:
             raise
         except (gym.error.Error, TypeError, ValueError) as exc:

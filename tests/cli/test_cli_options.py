@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hopgym.agents.grpo import GRPORunConfig
+from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.sft import SFTRunConfig
 from hopgym.agents.teachers import TeacherConfig
 from hopgym.agents.tiny_lm import TinyLMConfig
@@ -479,6 +480,7 @@ def test_configs_used_by_train_are_the_agents_own():
         EnvOptions,
         GRPORunConfig,
         TinyLMConfig,
+        LoRAConfig,
     ]
     assert TeacherConfig in [s.cls for s in SUBCOMMANDS["sft"].specs]
 
@@ -493,7 +495,7 @@ def test_env_options_are_options_and_only_those_given_reach_the_env():
         "hops": 3,
         "top_k": 2,
         "dedup": False,
-        "reward": None,
+        "reward": "none",  # EnvOptions reads the word: the bare env
         "protocol": "r3",
     }
     # Not given: not passed, so an id's registered options (max_turns=6 ...) stay in force.
@@ -529,7 +531,7 @@ def test_train_takes_the_env_options_into_its_env_kwargs():
         "--kw", "hops=2", "--sample-top-k", "5",
     )  # fmt: skip
     train = _train(args)
-    assert train.kw == {"hops": 2, "max_turns": 3, "top_k": 2, "reward": None}
+    assert train.kw == {"hops": 2, "max_turns": 3, "top_k": 2, "reward": "none"}
     # --top-k is documents per search everywhere; sampling's top-k is --sample-top-k.
     assert config_from_args(args, GRPORunConfig).trl == {"top_k": 5}
     with pytest.raises(ValueError, match="split"):

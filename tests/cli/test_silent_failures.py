@@ -262,6 +262,11 @@ BAD: dict[tuple[str, ...], list[tuple[list[str], str]]] = {
     ("index", "info"): [(["{tmp}/none"], "no index")],
     ("index", "verify"): [(["{tmp}/none"], "no index")],
     ("serve",): [(["--index", "{tmp}/none"], "no index")],
+    ("serve-env",): [
+        (["--env", "CartPole-v1"], "unknown env id 'CartPole-v1'"),
+        (["--max-sessions", "0"], "max_sessions must be >= 1"),
+        (["--kw", "top_k=0"], "top_k must be an int >= 1"),
+    ],
     ("train", "sft"): [(["--model", "m", "--trl", "max_stepz=0"], "did you mean 'max_steps'")],
     ("train", "grpo"): [(["--model", "m", "--trl", "max_stepz=0"], "did you mean 'max_steps'")],
     ("train", "rft"): [(["--model", "m", "--max-rounds", "0"], "must be >= 1")],

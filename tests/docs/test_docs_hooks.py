@@ -62,4 +62,3 @@ def test_cli_reference_covers_every_command_and_subcommand():
     assert {"hopgym index build", "hopgym train grpo", "hopgym train sft"} <= set(progs)
     page = cli_reference.on_page_markdown("# CLI\n\n" + cli_reference.MARKER)
     assert "## `hopgym eval`" in page and re.search(r"--max-turns", page)
-

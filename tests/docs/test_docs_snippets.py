@@ -174,11 +174,15 @@ NOT_RUN = [
     "env-server.md: not run: needs a model and a GPU",
     "env-server.md: not run: needs a running server",
     "eval-suites.md: not run: reads the sample files laid out above",
+    "integrations.md: not run: needs verl's trainer and GPUs",
+    "integrations.md: not run: verifiers' harness installs its program at run time",
     "llm-agents.md: not run: downloads a model from the Hugging Face hub",
     "rewards.md: not run: needs a model and a dataset",
     "serving-resilience.md: not run: needs Ray and a second server",
     "serving-resilience.md: not run: needs two servers running",
     "serving-resilience.md: not run: needs two servers running",
+    "tool-calls.md: not run: downloads a model from the Hugging Face hub",
+    "tool-calls.md: not run: needs an OpenAI-compatible server",
 ]
 
 
