@@ -121,12 +121,13 @@ class Args:
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # SmolLM2-135M-Instruct on 2 CPU cores, at most 30 minutes (see docs/training.md).
+    # SmolLM2-135M-Instruct on 2 CPU cores: about 27 minutes, estimated from a timed run of each
+    # phase (benchmarks/results/grpo_smollm2_timing.json; docs/training.md).
     "cpu-quick": dict(
         sft_steps=12,
         sft_batch=4,
         sft_lr=1e-4,
-        grpo_steps=6,
+        grpo_steps=5,
         questions_per_step=2,
         group_size=4,
         grpo_lr=1e-5,
@@ -200,6 +201,7 @@ def run(a: Args, log: Any = print) -> dict[str, Any]:
         res[name] = summarize(col.collect(test_q, 1, seed=0))
         res[f"em_{name}"] = res[name]["em"]
         res[f"{name}_eval_cpu_seconds"] = time.process_time() - c0
+        res[f"{name}_eval_seconds"] = time.perf_counter() - t0
         log(
             f"[{name}] held-out EM {res[name]['em']:.3f} on {len(test_q)} questions (searches "
             f"{res[name]['searches_per_episode']:.2f}; eval {time.perf_counter() - t0:.0f} s)"
@@ -249,7 +251,7 @@ def run(a: Args, log: Any = print) -> dict[str, Any]:
 
     # --- GRPO with the env's reward
     if "grpo" in a.methods:
-        c0 = time.process_time()
+        c0, t0 = time.process_time(), time.perf_counter()
         grpo = train_grpo(
             model,
             tok,
@@ -276,6 +278,7 @@ def run(a: Args, log: Any = print) -> dict[str, Any]:
         res["grpo_budget"] = {
             "steps": grpo.trainer.state.global_step,
             "episodes": grpo.rollout.episodes,
+            "seconds": time.perf_counter() - t0,
             "rollout_seconds": grpo.rollout.seconds,
             "cpu_seconds": time.process_time() - c0,
         }

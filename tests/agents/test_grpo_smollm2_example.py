@@ -67,7 +67,7 @@ def test_smoke_preset_end_to_end_on_a_saved_model(example, tmp_path: Path, capsy
 
 
 def test_settings_are_checked(example):
-    assert example.make_args("cpu-quick", {}).episodes == 6 * 2 * 4
+    assert example.make_args("cpu-quick", {}).episodes == 5 * 2 * 4
     assert example.make_args("smoke", {"env_kw.hops": 3}).env_kw["hops"] == 3
     with pytest.raises(SystemExit, match="unknown setting"):
         example.make_args("smoke", {"grpo_lrr": 1.0})
