@@ -119,7 +119,8 @@ def test_http_sessions_and_corrective_observations(server):
     status, first = http("POST", f"{server.url}/reset", {"seed": 1, "episode_id": "e1"})
     assert status == 200 and "Question:" in first["observation"]["text"] and first["done"] is False
     sid = first["session_id"]
-    for bad in ({"message": 5}, {}, {"mesage": "typo"}, "just text", [1, 2]):
+    typo = {"mesage": "typo"}  # codespell:ignore mesage
+    for bad in ({"message": 5}, {}, typo, "just text", [1, 2]):
         status, res = http("POST", f"{server.url}/step", {"session_id": sid, "action": bad})
         assert status == 200, res
         assert res["observation"]["info"]["action_type"] == "invalid"
