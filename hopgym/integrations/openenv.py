@@ -43,7 +43,7 @@ Routes:
 ``reset`` takes OpenEnv's ``seed`` and ``episode_id`` and hopgym's ``options``
 (``{"question_id": ...}`` or ``{"index": i}``) and, unless the server forbids it, ``env_options``:
 :class:`~hopgym.envs.options.EnvOptions` fields (``top_k``, ``max_turns``, ``reward``, ...) for
-this session's env, over the server's.
+the session's own env, over the server's.
 
 Limits (each an :class:`EnvServerConfig` field; HTTP status, or the WebSocket error's
 ``status``): more than ``max_sessions`` sessions ``429`` (``code`` ``CAPACITY_REACHED``);
