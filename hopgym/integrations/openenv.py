@@ -60,12 +60,11 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import threading
-import time
 from collections.abc import AsyncIterator
 from functools import lru_cache
 from typing import Any
 
+from hopgym._uvicorn import UvicornServer, raise_open_files_limit
 from hopgym.errors import DependencyNotInstalled
 from hopgym.integrations._env_sessions import EnvServerConfig, EnvServerError, Sessions, _too_large
 
@@ -259,7 +258,7 @@ def build_app(sessions: Sessions) -> Any:
     )
 
 
-class EnvServer:
+class EnvServer(UvicornServer):
     """Serve a hopgym env id to OpenEnv clients (uvicorn): in a background thread (:meth:`start`,
     for tests, notebooks and scripts) or in this one until SIGTERM (:meth:`serve_forever`).
 
@@ -283,105 +282,41 @@ class EnvServer:
 
     def __init__(self, config: EnvServerConfig | None = None, **options: Any) -> None:
         _require()
-        from hopgym.retrieval.serving.app import _bind
-
         cfg = config or EnvServerConfig()
         self.config = cfg.updated(**options) if options else cfg
         self.sessions = Sessions(self.config)
         self.app = build_app(self.sessions)
-        self._sock = _bind(self.config.host, self.config.port, 2048)
-        self.host, self.port = self._sock.getsockname()[:2]
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        super().__init__(self.config.host, self.config.port, 2048, self.config.shutdown_timeout)
 
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the server (the real port when ``port=0``)."""
-        host = self.host if ":" not in str(self.host) else f"[{self.host}]"
-        return f"http://{host}:{self.port}"
+    what = "env server"
 
-    def _new_server(self) -> Any:
+    def uvicorn_config(self) -> Any:
+        """The ``uvicorn.Config`` of one run: WebSocket settings and the graceful-shutdown bound."""
         import uvicorn
 
-        if self._server is not None:
-            raise RuntimeError("the server is already running")
         cfg = self.config
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                self.app,
-                host=cfg.host,
-                port=cfg.port,
-                ws="websockets-sansio",
-                ws_per_message_deflate=cfg.ws_compression,
-                # Messages up to 4x the limit reach the app, which answers 413 and keeps the
-                # session; larger ones are cut by the protocol (close 1009).
-                ws_max_size=4 * cfg.max_action_bytes + 65536,
-                lifespan="on",
-                log_config=None,
-                access_log=cfg.verbose,
-                # uvicorn's stub says int; it hands the value to asyncio.wait_for, which takes a float.
-                timeout_graceful_shutdown=cfg.shutdown_timeout,  # type: ignore[arg-type]
-                server_header=False,
-            )
+        return uvicorn.Config(
+            self.app,
+            host=cfg.host,
+            port=cfg.port,
+            ws="websockets-sansio",
+            ws_per_message_deflate=cfg.ws_compression,
+            # Messages up to 4x the limit reach the app, which answers 413 and keeps the
+            # session; larger ones are cut by the protocol (close 1009).
+            ws_max_size=4 * cfg.max_action_bytes + 65536,
+            lifespan="on",
+            log_config=None,
+            access_log=cfg.verbose,
+            # uvicorn's stub says int; it hands the value to asyncio.wait_for, which takes a float.
+            timeout_graceful_shutdown=cfg.shutdown_timeout,  # type: ignore[arg-type]
+            server_header=False,
         )
-        return self._server
-
-    def start(self, timeout: float = 60.0) -> EnvServer:
-        """Serve in a background thread; returns ``self`` once it accepts requests (use it as a
-        context manager to stop)."""
-        server = self._new_server()
-
-        def run() -> None:
-            try:
-                server.run(sockets=[self._sock])
-            except BaseException as exc:  # noqa: BLE001 - reported by start()
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="hopgym-env-server", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the env server did not start: {self._error!r}")
-            time.sleep(0.005)
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve in this thread until SIGINT or SIGTERM, then shut down gracefully."""
-        from hopgym.retrieval.serving.app import _signals_end_quietly
-
-        server = self._new_server()
-        with _signals_end_quietly():
-            server.run(sockets=[self._sock])
-        self._server = None
-        self._sock.close()
-
-    def stop(self, timeout: float | None = None) -> None:
-        """Stop: refuse new connections, close the WebSockets, finish the steps in flight, close
-        every session's env."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout if timeout is not None else self.config.shutdown_timeout + 10)
-            self._thread = None
-        self._server = None
-        self._sock.close()
-
-    def __enter__(self) -> EnvServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def serve_env(config: EnvServerConfig | None = None, **options: Any) -> None:
     """Serve ``config.env`` until SIGINT or SIGTERM (``hopgym serve-env``)."""
-    from hopgym.retrieval.serving.app import _raise_open_files_limit
-
     srv = EnvServer(config, **options)
-    _raise_open_files_limit()
+    raise_open_files_limit()
     if srv.config.verbose:
         import logging
 

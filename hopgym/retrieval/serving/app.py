@@ -34,13 +34,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
-import socket
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from hopgym._uvicorn import UvicornServer
 from hopgym.errors import DependencyNotInstalled
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.serving.batching import Batcher, cache_stats
@@ -351,22 +349,11 @@ def _uvicorn_config(app: Any, cfg: ServeConfig, metrics: ServerMetrics) -> Any:
     )
 
 
-def _bind(host: str, port: int, backlog: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(backlog)
-    sock.setblocking(False)
-    return sock
-
-
-class RetrievalServer:
+class RetrievalServer(UvicornServer):
     """Serve a retriever over HTTP, Search-R1 style, batching concurrent requests (uvicorn).
+
+    Started with :meth:`start` (a background thread) or :meth:`serve_forever`, stopped with
+    :meth:`stop` (:class:`~hopgym._uvicorn.UvicornServer`).
 
     Args:
         retriever: any :class:`~hopgym.retrieval.base.Retriever` (BM25, dense, hybrid...).
@@ -387,6 +374,8 @@ class RetrievalServer:
         ['b']
     """
 
+    what = "retrieval server"
+
     def __init__(self, retriever: Retriever, config: ServeConfig | None = None, **options: Any) -> None:
         require_serve_extra()
         cfg = config or ServeConfig()
@@ -405,11 +394,9 @@ class RetrievalServer:
                 await self.batcher.stop()
 
         self.app = build_app(self.batcher, self.config, self.metrics, self._info, lifespan)
-        self._sock = _bind(self.config.host, self.config.port, self.config.backlog)
-        self.host, self.port = self._sock.getsockname()[:2]
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        super().__init__(
+            self.config.host, self.config.port, self.config.backlog, self.config.shutdown_timeout
+        )
 
     def _info(self) -> dict[str, Any]:
         return {
@@ -421,12 +408,6 @@ class RetrievalServer:
         }
 
     @property
-    def url(self) -> str:
-        """``http://host:port`` of the server (the real port when ``port=0``)."""
-        host = self.host if ":" not in str(self.host) else f"[{self.host}]"
-        return f"http://{host}:{self.port}"
-
-    @property
     def stats(self) -> dict[str, int]:
         """Running totals: requests, queries, batches, errors, largest batch."""
         return self.metrics.snapshot()
@@ -436,87 +417,9 @@ class RetrievalServer:
         """Open client connections."""
         return 0 if self._server is None else len(self._server.server_state.connections)
 
-    def _new_server(self) -> Any:
-        import uvicorn
-
-        if self._server is not None:
-            raise RuntimeError("the server is already running")
-        self._server = uvicorn.Server(_uvicorn_config(self.app, self.config, self.metrics))
-        return self._server
-
-    def start(self, timeout: float = 30.0) -> RetrievalServer:
-        """Serve in a background thread; returns ``self`` once it accepts requests (use it as a
-        context manager to stop)."""
-        server = self._new_server()
-
-        def run() -> None:
-            try:
-                server.run(sockets=[self._sock])
-            except BaseException as exc:  # noqa: BLE001 - reported by start()
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="hopgym-retrieval-server", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the retrieval server did not start: {self._error!r}")
-            time.sleep(0.005)
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve in this thread until SIGINT or SIGTERM, then shut down gracefully (exits
-        normally: the signal is not raised again)."""
-        server = self._new_server()
-        with _signals_end_quietly():
-            server.run(sockets=[self._sock])
-        self._server = None
-        self._sock.close()
-
-    def stop(self, timeout: float | None = None) -> None:
-        """Stop serving: stop accepting, close idle connections, answer in-flight requests (for
-        at most ``shutdown_timeout`` seconds), then close the socket."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout if timeout is not None else self.config.shutdown_timeout + 10)
-            self._thread = None
-        self._server = None
-        self._sock.close()
-
-    def __enter__(self) -> RetrievalServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-@contextlib.contextmanager
-def _signals_end_quietly() -> Iterator[None]:
-    """Uvicorn re-raises the SIGINT/SIGTERM it handled once it has shut down; with these
-    handlers in place that re-raise does nothing, so the process exits 0 after a clean stop."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-
-
-def _raise_open_files_limit() -> None:
-    """Lift the soft limit of open files to the hard one: every client connection is a file."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):  # pragma: no cover - Windows, containers
-        pass
+    def uvicorn_config(self) -> Any:
+        """The ``uvicorn.Config`` of one run: limits, timeouts and the guarded HTTP protocol."""
+        return _uvicorn_config(self.app, self.config, self.metrics)
 
 
 def load_served_index(cfg: ServeConfig) -> tuple[Retriever, Any]:

@@ -7,10 +7,10 @@ import os
 import sys
 from typing import Any
 
+from hopgym._uvicorn import raise_open_files_limit
 from hopgym.errors import InvalidOptionError
 from hopgym.retrieval.serving.app import (
     RetrievalServer,
-    _raise_open_files_limit,
     load_served_index,
     require_serve_extra,
 )
@@ -44,7 +44,7 @@ def serve_index(
         return
     require_serve_extra()
     retriever, manifest = load_served_index(cfg)
-    _raise_open_files_limit()
+    raise_open_files_limit()
     if cfg.verbose:
         import logging
 
