@@ -524,7 +524,8 @@ class RolloutCollector:
         for name, value in (info.get("reward_terms") or {}).items():
             ep.terms[name] += float(value)
         kind = info.get("action_type")
-        traj.searches += kind == "search"
+        # A tool-call turn may search several times: each call's info is in info["calls"].
+        traj.searches += sum(c.get("action_type") == "search" for c in info.get("calls") or (info,))
         traj.invalid += kind == "invalid"
         if info.get("answer") is not None:
             traj.answer = info["answer"]

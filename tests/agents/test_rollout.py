@@ -341,3 +341,25 @@ def test_kept_cache_is_not_used_without_a_plain_cache(tok, qids):
     assert col.config.keep_cache
     (t,) = col.collect(["tiny-6"], 1, seed=0)
     assert [i for i, m in zip(t.completion_ids, t.mask, strict=True) if m] == turn1 + turn2
+
+
+def test_a_tool_call_turn_counts_every_search_it_made():
+    # A tools-protocol turn may run several calls; info["calls"] holds each call's info, and
+    # every search among them counts (a turn of one action counts itself, as before).
+    from types import SimpleNamespace
+
+    from hopgym.agents.rollout import RolloutCollector, Trajectory, _Episode
+
+    collector = object.__new__(RolloutCollector)
+    collector.config = SimpleNamespace(max_completion_tokens=64)
+    collector.tokenizer = SimpleNamespace(
+        eos_token_id=None, encode=lambda text, add_special_tokens=False: [1] * len(text.split())
+    )
+    ep = _Episode(0, ["x"], Trajectory("q", [1]))
+    calls = [{"action_type": "search"}, {"action_type": "search"}, {"action_type": "invalid"}]
+    collector._env_step(
+        ep, "turn", ("two results", 0.0, False, False, {"action_type": "invalid", "calls": calls})
+    )
+    assert (ep.traj.searches, ep.traj.invalid) == (2, 1)
+    collector._env_step(ep, "turn", ("a result", 0.0, False, False, {"action_type": "search"}))
+    assert (ep.traj.searches, ep.traj.steps) == (3, 2)
