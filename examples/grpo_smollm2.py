@@ -32,7 +32,8 @@ Run (two CPU threads)::
         --model runs/smollm2-135m-instruct --json runs/grpo_smollm2/result.json
 
 ``--set KEY=VALUE`` overrides any field of :class:`Args` (``--set grpo_lr=1e-5 group_size=8``,
-``--set sft_steps=0`` starts GRPO from ``--model`` as it is: an SFT checkpoint made earlier).
+``--set sft_steps=0`` starts GRPO from ``--model`` as it is: an SFT checkpoint made earlier, such as
+the ``<out>/sft/checkpoint`` every run with SFT steps saves).
 ``--methods grpo rft continue_sft`` adds the baselines. ``--preset smoke`` runs the whole script in
 seconds on a tiny model (``--model tiny``, built from a config, or any small folder). Output: the
 JSON (``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric, budgets in seconds and
@@ -246,6 +247,9 @@ def run(a: Args, log: Any = print) -> dict[str, Any]:
     # --- SFT cold start on the oracle's train-split episodes
     if a.sft_steps:
         sft("sft", a.sft_steps, oracle_data(a.sft_steps * a.sft_batch, 0))
+        # the checkpoint other runs start from: --model OUT/sft/checkpoint --set sft_steps=0
+        model.save_pretrained(out / "sft" / "checkpoint")
+        tok.save_pretrained(out / "sft" / "checkpoint")
     evaluate("sft")
     sft_state = copy.deepcopy(model.state_dict())
 
