@@ -44,6 +44,8 @@ __all__ = [
     "run_suite",
     "suite_table",
     "compare_settings",
+    "agent_settings",
+    "AGENT_SETTINGS",
     "read_results",
     "set_metrics",
     "pass_at_k",
@@ -503,20 +505,45 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: Settings that describe the agent of a row, not the protocol every row is measured under: rows
+#: that differ in them are compared (a greedy model beside a sampled one, a scripted agent beside
+#: an LLM), and :func:`agent_settings` lists them under the table.
+AGENT_SETTINGS = ("sampling",)
+
+
 def compare_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """One line per setting that differs between two results' ``settings`` (empty: comparable).
+    """One line per protocol setting that differs between two results' ``settings`` (empty:
+    comparable). The agent's own settings (:data:`AGENT_SETTINGS`) are not compared.
 
     Example:
         >>> compare_settings({"settings": {"retriever": {"top_k": 3}, "max_turns": 4}},
         ...                  {"settings": {"retriever": {"top_k": 5}, "max_turns": 4}})
         ['retriever.top_k: 3 != 5']
+        >>> compare_settings({"settings": {"sampling": {"temperature": 0.0}}},
+        ...                  {"settings": {"sampling": {"temperature": 1.0}}})
+        []
     """
-    fa, fb = _flat(a.get("settings", {})), _flat(b.get("settings", {}))
+    protocol = [{k: v for k, v in r.get("settings", {}).items() if k not in AGENT_SETTINGS} for r in (a, b)]
+    fa, fb = _flat(protocol[0]), _flat(protocol[1])
     return [
         f"{key}: {fa.get(key, '(absent)')} != {fb.get(key, '(absent)')}"
         for key in sorted(set(fa) | set(fb))
         if fa.get(key, "(absent)") != fb.get(key, "(absent)")
     ]
+
+
+def agent_settings(results: Sequence[Mapping[str, Any]]) -> str:
+    """One line per row: its agent and its own settings (:data:`AGENT_SETTINGS`).
+
+    Example:
+        >>> print(agent_settings([{"agent": "oracle", "settings": {"sampling": {"temperature": 0.0}}}]))
+        - oracle: sampling.temperature=0.0
+    """
+    lines = []
+    for r in results:
+        own = _flat({k: r.get("settings", {}).get(k) for k in AGENT_SETTINGS})
+        lines.append(f"- {r['agent']}: " + ", ".join(f"{k}={v}" for k, v in own.items()))
+    return "\n".join(lines)
 
 
 def _cell(value: Any) -> str:

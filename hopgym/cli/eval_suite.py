@@ -94,7 +94,7 @@ SUITE_SPEC = ConfigSpec(SuiteConfig, title="suite")
 
 
 def _compare(paths: list[str], markdown: str | None) -> int:
-    from hopgym.agents.suites import compare_settings, read_results, suite_table
+    from hopgym.agents.suites import agent_settings, compare_settings, read_results, suite_table
 
     results = [read_results(p) for p in paths]
     lines = []
@@ -106,6 +106,7 @@ def _compare(paths: list[str], markdown: str | None) -> int:
             + "\n".join(lines)
         )
     tables = "\n\n".join(suite_table(results, m) for m in results[0]["metrics"])
+    tables += "\n\nEach row's agent settings:\n" + agent_settings(results)
     print(tables)
     if markdown:
         Path(markdown).write_text(tables + "\n", encoding="utf-8")

@@ -5,6 +5,7 @@ each set), bad layouts, and the settings guard of ``--compare``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -242,6 +243,25 @@ def test_cli_suite_and_compare_guard(data, tmp_path, capsys):
         main(["eval", "--suite", "searchr1", "--compare", a, c])
     assert "max_turns: 4 != 2" in str(exc.value.code)
     assert compare_settings(read_results(a), read_results(c)) == ["max_turns: 4 != 2"]
+
+
+def test_compare_puts_rows_with_different_agent_settings_side_by_side(data, tmp_path, capsys):
+    """Sampling describes a row's agent, not the protocol: a greedy row and a sampled one compare,
+    and the table lists each row's own settings."""
+    corpus = str(tmp_path / "corpus.jsonl")
+    base = ["eval", "--suite", "searchr1", "--data", str(data), "--corpus", corpus, "--retriever", "bm25"]
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert main([*base, "--agent", "oracle", "--json", a]) == 0
+    assert main([*base, "--agent", "direct", "--json", b]) == 0
+    sampled = read_results(b)
+    sampled["settings"]["sampling"] = {"temperature": 1.0, "max_new_tokens": 64}
+    Path(b).write_text(json.dumps(sampled))
+    capsys.readouterr()
+    assert main(["eval", "--suite", "searchr1", "--compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "| oracle |" in out and "| direct |" in out
+    assert "- oracle: sampling.temperature=0.0" in out
+    assert "- direct: sampling.temperature=1.0, sampling.max_new_tokens=64" in out
 
 
 def test_cli_suite_needs_data_and_a_corpus(data):
