@@ -119,3 +119,45 @@ def test_make_llm_agent_passes_the_tools():
         tools=tools_env(sources=("local", "web")).unwrapped.tool_specs,
     )
     assert "source" in agent.tools[0]["function"]["parameters"]["properties"]
+
+
+def test_vllm_backend_renders_the_tools_through_its_tokenizers_template(monkeypatch, tokenizer):  # noqa: F811
+    """VLLMBackend's tools path: the conversation and the env's tools rendered with the engine's
+    tokenizer, sent to ``LLM.generate`` as text, the hermes call it writes run by the env. vLLM
+    needs a GPU, so a stand-in ``vllm`` module answers here (the real engine is not run in our
+    tests); what is tested is hopgym's side of ``LLM.generate``."""
+    import sys
+    import types
+
+    sent = []
+
+    class Output:
+        def __init__(self, text):
+            self.outputs = [types.SimpleNamespace(text=text, token_ids=[1, 2], finish_reason="stop")]
+            self.prompt_token_ids = [1, 2, 3]
+
+    class LLM:
+        def __init__(self, **kw):
+            self.kw = kw
+
+        def get_tokenizer(self):
+            return tokenizer
+
+        def generate(self, texts, sampling, use_tqdm=False):
+            sent.append((texts, sampling))
+            call = {"name": "search", "arguments": {"query": "Lorn"}}
+            return [Output(f"Look it up.\n<tool_call>\n{json.dumps(call)}\n</tool_call>") for _ in texts]
+
+    stand_in = types.ModuleType("vllm")
+    stand_in.LLM = LLM
+    stand_in.SamplingParams = lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", stand_in)
+    env = tools_env(max_turns=3)
+    agent = make_llm_agent("some/model", backend="vllm", protocol="tools", tools=env.unwrapped.tool_specs)
+    obs, info = env.reset(options={"question_id": "tiny-1"})
+    action = agent.act(obs, info)
+    ((texts, sampling),) = sent
+    assert "<tools>" in texts[0] and '"name": "search"' in texts[0] and obs.strip() in texts[0]
+    assert sampling[0]["temperature"] == 0.0
+    _, _, terminated, _, info = env.step(action)
+    assert not terminated and info["action_type"] == "search" and info["query"] == "Lorn"
