@@ -354,6 +354,18 @@ def grpo_smollm2_timing() -> str:
     return _table(["phase", "measured on", "CPU s each", "in cpu-quick"], rows)
 
 
+def tools_vs_tags() -> str:
+    """SmolLM2-135M-Instruct zero-shot and after the same SFT budget, tool calls vs tags
+    (``benchmarks/tools_vs_tags.py``): the table it printed, and each SFT's budget."""
+    data = _load("tools_vs_tags")
+    budget = "; ".join(
+        f"{p}: {s['steps']} steps on {s['examples']} oracle episodes, final loss {s['final_loss']:.3f}, "
+        f"{s['cpu_s']:.0f} CPU s"
+        for p, s in sorted(data["sft"].items())
+    )
+    return f"{data['table']}\n\nSFT (same budget for both): {budget}."
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -362,6 +374,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_cpu_small": grpo_cpu_small,
     "grpo_cpu_tiny": grpo_cpu_tiny,
     "grpo_smollm2_timing": grpo_smollm2_timing,
+    "tools_vs_tags": tools_vs_tags,
     "rollout_scale_a": rollout_scale_a,
     "rollout_scale_b": rollout_scale_b,
     "rollout_scale_c": rollout_scale_c,
