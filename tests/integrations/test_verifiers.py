@@ -235,3 +235,18 @@ def test_64_concurrent_episodes_match_sequential_ones_off_the_loop(tiny_sample):
     assert [p.trace.metrics for p in concurrent] == [p.trace.metrics for p in sequential]
     assert [p.trace.reward for p in concurrent] == [p.trace.reward for p in sequential]
     assert stepped_on and loop_thread[0] not in stepped_on
+
+
+def test_reasoning_returned_apart_goes_back_in_front_of_the_turn():
+    """A server's ``reasoning_content`` is put back between the protocol's think delimiters."""
+    from hopgym.integrations.verifiers import turn_action
+
+    said = vf.Segment(messages=[vf.AssistantMessage(content="<answer>a</answer>", reasoning_content="hm")])
+    assert turn_action(said, tools=False) == "<think>hm</think><answer>a</answer>"
+    assert turn_action(said, tools=False, protocol="r3") == "The problem analysis: hm\n<answer>a</answer>"
+    call = vf.ToolCall(id="c0", name="answer", arguments='{"answer": "a"}')
+    called = vf.Segment(messages=[vf.AssistantMessage(content="", reasoning_content="hm", tool_calls=[call])])
+    assert turn_action(called, tools=True)["content"] == "<think>hm</think>"
+    plain = vf.Segment(messages=[vf.AssistantMessage(content="<think>x</think><answer>a</answer>")])
+    assert turn_action(plain, tools=False) == "<think>x</think><answer>a</answer>"
+
