@@ -1,9 +1,12 @@
-"""The verifiers adapter, driven the way a verifiers ``Env.run`` is: a scripted player.
+"""The verifiers adapter: a scripted player, and verifiers' own eval against a served model.
 
-verifiers 0.4.0 runs a player through a harness program (``uv``-installed, in a runtime) behind
-an interception server; that machinery needs ``uv`` and a package index at run time, so these
-tests hand ``HopgymEnv.run`` the ``agents.player.interaction(task)`` surface with scripted
-replies (verifiers' own ``Segment`` and ``Trace`` types) instead.
+Most tests hand ``HopgymEnv.run`` the ``agents.player.interaction(task)`` surface with scripted
+replies (verifiers' own ``Segment``, ``Trace``, ``AssistantMessage`` and ``ToolCall`` types).
+``test_verifiers_eval_against_a_served_model_scores_as_hopgym`` (slow) runs verifiers' own eval
+entry against ``transformers serve`` instead: verifiers launches its null-harness chat program,
+which talks to the model through verifiers' interception server. The one step it does not take
+is installing that program's packages with ``uv`` from a package index (see
+``chat_program_in_this_venv``).
 """
 
 from __future__ import annotations
