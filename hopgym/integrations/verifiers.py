@@ -10,13 +10,14 @@ total equals hopgym's episode reward and every term is reported beside it; ``tur
 ``invalid_turns`` and ``answered`` are metrics.
 
 Protocols: with ``protocol="tags"`` (hopgym's default) or ``"r3"`` a turn is the model's reply
-text. With ``protocol="tools"`` the env's tools (``env.unwrapped.tool_specs``: ``search``,
-``answer``) are exposed as :attr:`HopgymEnv.tool_specs` and on every task
-(``task.data.tools``, and the task's system prompt lists them in the hermes ``<tools>`` block that
-chat templates write, so a chat harness without tool servers still shows them to the model); a
-turn is the model's assistant message, its structured ``tool_calls`` passed through to hopgym's
-env as they are (or its text, for calls written in the text), and the next user turn is hopgym's
-tool responses.
+text, with any thinking the server returned apart (``reasoning_content``) put back in front of it
+as hopgym's own backends do. With ``protocol="tools"`` the env's tools
+(``env.unwrapped.tool_specs``: ``search``, ``answer``) are exposed as :attr:`HopgymEnv.tool_specs`
+and on every task (``task.data.tools``, and the task's system prompt lists them in the hermes
+``<tools>`` block that chat templates write, so a chat harness without tool servers still shows
+them to the model); a turn is the model's assistant message, its structured ``tool_calls`` passed
+through to hopgym's env as they are (or its text, for calls written in the text), and the next
+user turn is hopgym's tool responses.
 
 Episodes do not block the event loop: every ``reset``/``step`` of hopgym's env runs in a worker
 thread (:class:`hopgym.envs.async_pool.AsyncEnv`), so many concurrent episodes of one
@@ -27,7 +28,9 @@ taskset id ``"hopgym"`` loads the same classes (with ``env_id`` and ``env_kwargs
 taskset's fields). verifiers imports a plugin by a top-level name, or from its own
 ``verifiers.v1.tasksets`` package, and cannot import a dotted one such as this module's; so
 importing it files the module there as ``verifiers.v1.tasksets.hopgym``. The
-player's harness is verifiers' ``null`` harness (a plain chat loop, no tools, no sandbox).
+player's harness is verifiers' ``null`` harness (a plain chat loop, no tools, no sandbox) in the
+local ``subprocess`` runtime: verifiers installs the harness's chat program (a PEP 723 script)
+with ``uv`` from a package index the first time it runs it.
 
 Needs ``pip install 'hopgym[verifiers]'``; without it, importing this module raises
 :class:`~hopgym.errors.DependencyNotInstalled`.
@@ -43,6 +46,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.agents.prompts import think_delimiters
+from hopgym.backends import merge_reasoning
 from hopgym.envs.async_pool import AsyncEnv
 from hopgym.integrations._common import add_terms, make_env, question_rows, require
 
@@ -132,36 +137,50 @@ def tools_system_prompt(tools: list[dict[str, Any]]) -> str:
     )
 
 
-def turn_action(segment: Any, tools: bool) -> Any:
+def turn_action(segment: Any, tools: bool, protocol: str = "tags") -> Any:
     """What hopgym's env steps on for one verifiers segment.
 
     The reply text; with the tools protocol, the last assistant message with its structured
     ``tool_calls`` (OpenAI's wire form, which hopgym's tools protocol reads) when it has any.
+    Thinking that the server returned apart (``reasoning_content``, as ``transformers serve``,
+    vLLM or SGLang do for a reasoning model) goes back in front of the text between the
+    protocol's think delimiters, as hopgym's own backends put it back
+    (:func:`~hopgym.backends.merge_reasoning`).
     """
-    if tools:
-        for message in reversed(segment.messages):
-            if isinstance(message, vf.AssistantMessage):
-                if message.tool_calls:
-                    return {
-                        "role": "assistant",
-                        "content": message.content or "",
-                        "tool_calls": [
-                            {
-                                "id": call.id,
-                                "type": "function",
-                                "function": {"name": call.name, "arguments": call.arguments},
-                            }
-                            for call in message.tool_calls
-                        ],
-                    }
-                break
-    return segment.last_reply
+    message = next((m for m in reversed(segment.messages) if isinstance(m, vf.AssistantMessage)), None)
+    reasoning = message.reasoning_content if message is not None else None
+    open_tag, close_tag = think_delimiters(protocol)
+    if tools and message is not None and message.tool_calls:
+        return {
+            "role": "assistant",
+            "content": merge_reasoning(
+                message.content or "", reasoning, open_tag=open_tag, close_tag=close_tag
+            ),
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in message.tool_calls
+            ],
+        }
+    if segment.root_reply is not None or message is None:
+        return segment.last_reply
+    return merge_reasoning(segment.last_reply, reasoning, open_tag=open_tag, close_tag=close_tag)
 
 
 class HopgymEnvConfig(vf.EnvConfig):
-    """The run's agent: one ``player`` on the null (chat) harness."""
+    """The run's agent: one ``player`` on the null (chat) harness, in the local subprocess runtime.
 
-    player: vf.AgentConfig = vf.AgentConfig(harness=NullHarnessConfig(id="null"))
+    The null harness runs no tools and no model-written code, so verifiers' own default runtime
+    (a remote Prime sandbox, behind a tunnel that needs a Prime login) buys nothing here; another
+    runtime is one option away (``--env.player.runtime.type docker``).
+    """
+
+    player: vf.AgentConfig = vf.AgentConfig(
+        harness=NullHarnessConfig(id="null"), runtime=vf.SubprocessConfig()
+    )
 
 
 class HopgymEnv(vf.Env[HopgymEnvConfig]):
@@ -217,13 +236,14 @@ async def play(env: AsyncEnv | gym.Env, question_id: str, interaction_cm: Any) -
 
 async def _play(env: AsyncEnv, question_id: str, interaction_cm: Any) -> dict[str, float]:
     tools = bool(uses_tools(env.env))
+    protocol = str(env.env.unwrapped.options.protocol)  # type: ignore[attr-defined]
     await env.reset(options={"question_id": question_id})
     terms: dict[str, float] = {}
     turns = invalid = answered = 0
     async with interaction_cm as interaction:
         segment = await interaction.turn()  # the task's prompt is hopgym's: the model speaks first
         while not segment.terminated:
-            obs, _, terminated, truncated, info = await env.step(turn_action(segment, tools))
+            obs, _, terminated, truncated, info = await env.step(turn_action(segment, tools, protocol))
             add_terms(terms, info)
             turns += 1
             invalid += info.get("action_type") == "invalid"

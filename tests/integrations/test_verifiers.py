@@ -1,9 +1,12 @@
-"""The verifiers adapter, driven the way a verifiers ``Env.run`` is: a scripted player.
+"""The verifiers adapter: a scripted player, and verifiers' own eval against a served model.
 
-verifiers 0.4.0 runs a player through a harness program (``uv``-installed, in a runtime) behind
-an interception server; that machinery needs ``uv`` and a package index at run time, so these
-tests hand ``HopgymEnv.run`` the ``agents.player.interaction(task)`` surface with scripted
-replies (verifiers' own ``Segment`` and ``Trace`` types) instead.
+Most tests hand ``HopgymEnv.run`` the ``agents.player.interaction(task)`` surface with scripted
+replies (verifiers' own ``Segment``, ``Trace``, ``AssistantMessage`` and ``ToolCall`` types).
+``test_verifiers_eval_against_a_served_model_scores_as_hopgym`` (slow) runs verifiers' own eval
+entry against ``transformers serve`` instead: verifiers launches its null-harness chat program,
+which talks to the model through verifiers' interception server. The one step it does not take
+is installing that program's packages with ``uv`` from a package index (see
+``chat_program_in_this_venv``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import math
+import sys
 import threading
 
 import gymnasium as gym
@@ -235,3 +239,167 @@ def test_64_concurrent_episodes_match_sequential_ones_off_the_loop(tiny_sample):
     assert [p.trace.metrics for p in concurrent] == [p.trace.metrics for p in sequential]
     assert [p.trace.reward for p in concurrent] == [p.trace.reward for p in sequential]
     assert stepped_on and loop_thread[0] not in stepped_on
+
+
+def test_reasoning_returned_apart_goes_back_in_front_of_the_turn():
+    """A server's ``reasoning_content`` is put back between the protocol's think delimiters."""
+    from hopgym.integrations.verifiers import turn_action
+
+    said = vf.Segment(messages=[vf.AssistantMessage(content="<answer>a</answer>", reasoning_content="hm")])
+    assert turn_action(said, tools=False) == "<think>hm</think><answer>a</answer>"
+    assert turn_action(said, tools=False, protocol="r3") == "The problem analysis: hm\n<answer>a</answer>"
+    call = vf.ToolCall(id="c0", name="answer", arguments='{"answer": "a"}')
+    called = vf.Segment(messages=[vf.AssistantMessage(content="", reasoning_content="hm", tool_calls=[call])])
+    assert turn_action(called, tools=True)["content"] == "<think>hm</think>"
+    plain = vf.Segment(messages=[vf.AssistantMessage(content="<think>x</think><answer>a</answer>")])
+    assert turn_action(plain, tools=False) == "<think>x</think><answer>a</answer>"
+
+
+# --- verifiers' own eval against a real OpenAI-compatible server ---------------------------------
+
+#: What each served bigram model writes, every turn, whatever it is sent (see tests/served_models.py).
+#: The searcher's query and the answer are single added tokens (a bigram chain repeats no token).
+QUERY, ANSWER = "Qelvor Dynamics founded", "1962"
+TURNS = {
+    "searcher": (f"<think>hm</think><search>{QUERY}</search>", [QUERY]),
+    "answerer": (f"<think>hm</think><answer>{ANSWER}</answer>", [ANSWER]),
+    "rambler": ("no tags at all", ["no tags at all"]),
+}
+
+
+@pytest.fixture(scope="module")
+def served_models(tmp_path_factory):
+    """``transformers serve`` (one server) with the three bigram models of :data:`TURNS`; yields
+    (base URL, {name: model path})."""
+    for module in ("torch", "transformers", "fastapi", "uvicorn", "openai", "aiohttp"):
+        pytest.importorskip(module)
+    from served_models import build_bigram_model, serve
+
+    root = tmp_path_factory.mktemp("verifiers_serve")
+
+    def build(out):  # the server loads each model when a request first names it
+        for name, (turn, extra) in TURNS.items():
+            build_bigram_model(root / name, turn, extra)
+
+    for url, _, _ in serve(root, build, pin=False):
+        yield url, {name: str(root / name) for name in TURNS}
+
+
+@pytest.fixture
+def chat_program_in_this_venv(tmp_path, monkeypatch):
+    """Provide verifiers' null-harness chat program with this interpreter instead of ``uv``.
+
+    verifiers runs the null harness's program (``CHAT_PROGRAM_SOURCE``: verifiers' own chat loop
+    as a PEP 723 script needing openai, mcp, httpx, httpx2, tenacity and certifi) through
+    ``Runtime.prepare_uv_script``, which installs ``uv`` if it is missing and runs
+    ``uv sync --script`` against a package index (with ``UV_OFFLINE=false``), then caches the
+    interpreter it found per script path. Tests have no index, but this interpreter already has
+    the script's packages (verifiers depends on them); so the script is written where
+    ``prepare_uv_script`` looks for it and this interpreter is cached for it, which is what
+    ``uv`` would have returned. The program itself, its launch, the interception server and the
+    relay to the model are verifiers' own.
+    """
+    import hashlib
+    import importlib.util
+
+    from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
+    from verifiers.v1.runtimes.subprocess import SubprocessRuntime
+
+    for module in ("openai", "mcp", "httpx", "httpx2", "tenacity", "certifi"):
+        assert importlib.util.find_spec(module), f"the chat program needs {module}"
+    assert isinstance(SubprocessRuntime._interpreters, dict)  # verifiers' per-path cache
+    monkeypatch.setattr(SubprocessRuntime, "scripts_dir", str(tmp_path / "scripts"))
+    data = CHAT_PROGRAM_SOURCE.encode()
+    path = tmp_path / "scripts" / f"{hashlib.sha256(data).hexdigest()}.py"
+    path.parent.mkdir()
+    path.write_bytes(data)
+    monkeypatch.setitem(SubprocessRuntime._interpreters, str(path), sys.executable)
+    return path
+
+
+def _eval(url, model, out, limit=None, **env_kwargs):
+    """Run verifiers' own eval entry (``vf-eval``'s ``run_eval``) of the hopgym env on ``model``."""
+    from served_models import done_terminated
+    from verifiers.v1.cli.eval.runner import run_eval
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    from hopgym.integrations.verifiers import HopgymEnvConfig, HopgymTasksetConfig
+
+    taskset = HopgymTasksetConfig(id="hopgym", env_id="hopgym/Tiny-v1", env_kwargs=env_kwargs)
+
+    async def run():
+        async with done_terminated(url) as relay:
+            config = EvalConfig(
+                env=HopgymEnvConfig(taskset=taskset),
+                model=model,
+                client=vf.EvalClientConfig(base_url=f"{relay}/v1", api_key_var="HOPGYM_TEST_NO_KEY"),
+                sampling={"max_tokens": 32},
+                select={"limit": limit},
+                push=False,
+                rich=None,
+                output_dir=out,
+            )
+            return await run_eval(config)
+
+    return asyncio.run(run())
+
+
+def _transcript(trace):
+    """The user turns and the model's turns of a trace (thinking returned apart put back)."""
+    from hopgym.backends import merge_reasoning
+
+    messages = trace.branches[-1].messages
+    sent = [m.content for m in messages if m.role == "user"]
+    said = [merge_reasoning(m.content or "", m.reasoning_content) for m in messages if m.role == "assistant"]
+    return sent, said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("model", "limit", "kwargs"),
+    [
+        ("answerer", None, {"reward": "searchr1"}),  # one turn per task: right on tiny-1, wrong elsewhere
+        ("searcher", 2, {"reward": "searchr1", "max_turns": 3}),  # searches until the budget ends
+        ("rambler", 2, {"reward": "searchr1", "max_turns": 2}),  # malformed turns: corrections, 0
+    ],
+)
+def test_verifiers_eval_against_a_served_model_scores_as_hopgym(
+    served_models, chat_program_in_this_venv, tmp_path, model, limit, kwargs
+):
+    """verifiers' eval runs hopgym episodes with a real model behind verifiers' own chat program,
+    interception server and client; the rewards and reward terms it reports equal hopgym's for
+    the same transcripts, replayed through ``gym.make``."""
+    url, models = served_models
+    episodes = _eval(url, models[model], tmp_path / "out", limit=limit, **kwargs)
+    tasks = list(load_environment("hopgym/Tiny-v1", **kwargs).taskset.load())
+    assert len(episodes) == (limit or len(tasks))
+    rewards = []
+    for episode in episodes:
+        assert episode.ok and not episode.errors
+        (trace,) = episode.traces
+        assert trace.ok and not trace.errors, trace.errors
+        sent, said = _transcript(trace)
+        assert said and set(said) == {TURNS[model][0]}  # the model's own turns, thinking included
+        question_id = episode.task.data.question_id
+        total, terms, observations = reference_episode("hopgym/Tiny-v1", question_id, said, **kwargs)
+        assert {k: r.score for k, r in trace.rewards.items()} == terms
+        assert all(r.weight == 1.0 for r in trace.rewards.values())
+        assert math.isclose(trace.reward, total)
+        # the model was sent hopgym's prompt, then hopgym's observations (the last ends the episode)
+        assert sent == [_task_prompt(tasks, question_id), *observations[:-1]]
+        assert trace.metrics["turns"] == len(said)
+        rewards.append((question_id, trace.rewards["outcome"].score, trace.reward, trace.metrics))
+    if model == "answerer":  # right on tiny-1 only; the format bonus for every well-formed answer
+        assert [q for q, outcome, _, _ in rewards if outcome > 0] == ["tiny-1"]
+        assert all(total > 0 and m["answered"] == 1 for _, _, total, m in rewards)
+    elif model == "searcher":
+        assert all(m["turns"] == 3 and m["answered"] == 0 for _, _, _, m in rewards)
+    else:
+        assert all(total == 0 and m["invalid_turns"] == m["turns"] == 2 for _, _, total, m in rewards)
+    # what vf-eval wrote to its run directory is what it returned
+    (traces_file,) = (tmp_path / "out").glob("*/traces.jsonl")
+    assert len(traces_file.read_text().splitlines()) == len(episodes)
+
+
+def _task_prompt(tasks, question_id):
+    return next(t.data.prompt for t in tasks if t.data.question_id == question_id)
