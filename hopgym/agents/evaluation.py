@@ -1,7 +1,7 @@
 """The evaluation harness: :func:`evaluate` runs an agent for N episodes and returns metrics.
 
 Functions: :func:`evaluate`, :func:`run_episode`, :func:`aggregate`, :func:`make_vector_env` (the
-vector env that batched evaluation acts through).
+vector env that batched evaluation acts through). Class: :class:`Actor` (what they run).
 
 Metrics (keys of the returned dict): ``em``, ``f1``, ``support_recall`` (mean over the episodes
 whose question has known supporting documents; ``None`` when none has), ``avg_steps``,
@@ -30,12 +30,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
-from hopgym.agents.scripted import Agent
 from hopgym.agents.trajectories import EpisodeRecorder, TrajectoryWriter, trajectory_header
 from hopgym.envs.multihop_qa import qa_env
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
@@ -43,7 +42,19 @@ from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 if TYPE_CHECKING:
     from hopgym.envs.vector import BatchVectorEnvBase, StepResult
 
-__all__ = ["evaluate", "run_episode", "aggregate", "make_vector_env"]
+__all__ = ["Actor", "evaluate", "run_episode", "aggregate", "make_vector_env"]
+
+
+class Actor(Protocol):
+    """What :func:`evaluate` and :func:`run_episode` run: ``reset()`` and ``act(observation,
+    info)`` returning one of the env's actions. Wider than
+    :class:`~hopgym.agents.scripted.Agent` (text envs: text or structured actions): a
+    featurized env's agent acts on a feature vector with an int."""
+
+    def reset(self) -> None: ...
+
+    def act(self, observation: Any, info: dict[str, Any]) -> Any: ...
+
 
 #: The info key through which a recorded sub-env hands back a finished episode's record.
 _RESULT_KEY = "eval_result"
@@ -88,7 +99,7 @@ class _TurnExtras:
 
 def run_episode(
     env: gym.Env,
-    agent: Agent,
+    agent: Actor,
     *,
     seed: int | None = None,
     options: dict[str, Any] | None = None,
@@ -353,7 +364,7 @@ def _run_vector(
 # ------------------------------------------------------------------------------ evaluate
 def evaluate(
     env: gym.Env | Callable[[], gym.Env],
-    agent: Agent,
+    agent: Actor,
     episodes: int = 100,
     seed: int = 0,
     *,

@@ -146,10 +146,17 @@ class Backend(Protocol):
     model continues (answer forcing prefills ``<answer>`` that way).
     """
 
-    #: Whether :meth:`apply_chat_template` can render messages to text locally.
-    has_chat_template: bool
-    #: Whether :meth:`generate` accepts chat messages.
-    supports_chat: bool
+    # Read-only properties here, so that a backend may have them as plain attributes or as
+    # properties (a lazily loaded backend asks its model).
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether :meth:`apply_chat_template` can render messages to text locally."""
+        ...
+
+    @property
+    def supports_chat(self) -> bool:
+        """Whether :meth:`generate` accepts chat messages."""
+        ...
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[str]: ...
 

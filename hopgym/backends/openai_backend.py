@@ -169,7 +169,9 @@ class OpenAIBackend:
         chat = not isinstance(prompt, str)
         if tools and not chat:
             raise InvalidOptionError("tools= needs a chat prompt (messages), not raw text")
-        if chat:
+        if isinstance(prompt, str):
+            payload["prompt"] = prompt
+        else:
             payload["messages"] = list(prompt)
             if tools:
                 payload["tools"] = list(tools)
@@ -181,8 +183,6 @@ class OpenAIBackend:
                         "continue_final_message (vLLM, SGLang)"
                     )
                 payload.update(continue_final_message=True, add_generation_prompt=False)
-        else:
-            payload["prompt"] = prompt
         payload.update(self.extra_body)
         reply = self._post("/chat/completions" if chat else "/completions", payload)
         try:
@@ -204,7 +204,8 @@ class OpenAIBackend:
             finish = "stop"
         if finish == "stop" and params.stop:
             text = close_open_tag(text, params.stop)
-        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+        given_usage = reply.get("usage")
+        usage: dict[str, Any] = given_usage if isinstance(given_usage, dict) else {}
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         return Completion(

@@ -1,6 +1,7 @@
 """What the commands share: the env options, making envs, errors, consoles, tables, numbers.
 
-Classes: :class:`EnvConfig` (``--env --kw --seed``), :class:`CommandError`; :data:`ENV_OPTIONS`
+Classes: :class:`EnvConfig` (``--env --kw --seed``), :class:`BaseEnvConfig` (the same with
+several envs allowed), :class:`CommandError`; :data:`ENV_OPTIONS`
 (the env's :class:`~hopgym.envs.options.EnvOptions` as ``--top-k``, ``--protocol``, ``--reward`` ...).
 Functions: :func:`command_parser` (a subcommand parser that runs its command with clean errors),
 :func:`env_id_field` and :func:`env_kw_field` (``--env`` and ``--kw`` of any command's config),
@@ -36,6 +37,7 @@ from hopgym.errors import HopgymError, InvalidOptionError
 __all__ = [
     "DEFAULT_ENV",
     "ENV_OPTIONS",
+    "BaseEnvConfig",
     "CommandError",
     "EnvConfig",
     "add_env_arguments",
@@ -84,10 +86,11 @@ def env_kw_field() -> Any:
 
 
 @dataclass
-class EnvConfig:
-    """The env a command runs on."""
+class BaseEnvConfig:
+    """``--env --kw --seed``: the fields of :class:`EnvConfig` (one env) and of configs that take
+    several envs (``hopgym bench``'s ``env: tuple[str, ...]``); subclasses narrow ``env``."""
 
-    env: str = env_id_field()
+    env: str | tuple[str, ...] = env_id_field()
     kw: dict[str, Any] = env_kw_field()
     seed: int = field(
         default=0, metadata={"help": "Seeds the question order and each episode's reset (and the agent)."}
@@ -96,6 +99,13 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.seed < 0:  # numpy's seeding refuses it later, without naming the option
             raise InvalidOptionError(f"--seed must be >= 0, got {self.seed}")
+
+
+@dataclass
+class EnvConfig(BaseEnvConfig):
+    """The env a command runs on."""
+
+    env: str = env_id_field()
 
 
 def command_parser(
@@ -168,7 +178,7 @@ ENV_OPTIONS = ConfigSpec(
 
 
 def add_env_arguments(parser: argparse.ArgumentParser, cls: type = EnvConfig, title: str = "env") -> None:
-    """``--env --kw --seed`` (the fields of ``cls``, an :class:`EnvConfig`) and the env options
+    """``--env --kw --seed`` (the fields of ``cls``, a :class:`BaseEnvConfig`) and the env options
     (:data:`ENV_OPTIONS`)."""
     add_config_arguments(parser, ConfigSpec(cls, title=title))
     add_config_arguments(parser, ENV_OPTIONS)

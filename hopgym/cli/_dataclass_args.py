@@ -54,8 +54,8 @@ import dataclasses
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 from hopgym._kwargs import KwargsError, parse_kwarg
 from hopgym.errors import HopgymError, InvalidOptionTypeError
@@ -74,6 +74,7 @@ __all__ = [
 ]
 
 _SPECS = "_hopgym_config_specs"
+_N = TypeVar("_N")
 
 
 class ConfigError(HopgymError, ValueError):
@@ -128,9 +129,18 @@ class ConfigSpec:
 class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` that also accepts ``--field_name`` for ``--field-name``."""
 
+    # The overloads are argparse's own (typeshed), so this stays a drop-in override.
+    @typing.overload
     def parse_known_args(
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> Any:
+        self, args: Iterable[str] | None = None, namespace: None = None
+    ) -> tuple[argparse.Namespace, list[str]]: ...
+    @typing.overload
+    def parse_known_args(self, args: Iterable[str] | None, namespace: _N) -> tuple[_N, list[str]]: ...
+    @typing.overload
+    def parse_known_args(self, *, namespace: _N) -> tuple[_N, list[str]]: ...
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
         import sys
 
         argv = list(sys.argv[1:] if args is None else args)

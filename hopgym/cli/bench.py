@@ -1,6 +1,6 @@
 """``hopgym bench``: every scripted baseline on the synthetic worlds, one table per env.
 
-Options: :class:`BenchConfig` (an :class:`~hopgym.cli._common.EnvConfig` with several envs) and
+Options: :class:`BenchConfig` (a :class:`~hopgym.cli._common.BaseEnvConfig` with several envs) and
 the env options (:data:`~hopgym.cli._common.ENV_OPTIONS`).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from hopgym.agents.scripted import AGENTS
 from hopgym.cli._common import (
     DEFAULT_ENV,
-    EnvConfig,
+    BaseEnvConfig,
     add_env_arguments,
     command_parser,
     console,
@@ -31,7 +31,7 @@ __all__ = ["BenchConfig", "add_parser", "run"]
 
 
 @dataclass
-class BenchConfig(EnvConfig):
+class BenchConfig(BaseEnvConfig):
     """Envs, agents and episodes of ``hopgym bench``."""
 
     env: tuple[str, ...] = field(

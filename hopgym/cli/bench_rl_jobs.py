@@ -25,12 +25,15 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError, InvalidOptionTypeError
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.vec_env import VecEnv
 
 __all__ = [
     "ALGOS",
@@ -117,7 +120,12 @@ def _unwrap_featurized(env: gym.Env) -> Any:
 
 
 def make_model(
-    algo: str, env: gym.Env, seed: int, *, hyperparams: Mapping[str, Any] | None = None, device: str = "cpu"
+    algo: str,
+    env: gym.Env | VecEnv,
+    seed: int,
+    *,
+    hyperparams: Mapping[str, Any] | None = None,
+    device: str = "cpu",
 ) -> Any:
     """An SB3 model with an MLP policy for ``env``.
 
@@ -331,7 +339,11 @@ def bench_rl(
             tick = _ticker(bar, task_id, cumulative=True)
             if name == "masked-random":
                 m = evaluate(
-                    env, MaskedRandomAgent(eval_seed), episodes=eval_episodes, seed=eval_seed, progress=tick
+                    env,
+                    MaskedRandomAgent(eval_seed),
+                    episodes=eval_episodes,
+                    seed=eval_seed,
+                    progress=tick or False,
                 )
             else:
                 text_env = feat.env
@@ -340,20 +352,20 @@ def bench_rl(
                     make_agent(name, text_env, seed=eval_seed),
                     episodes=eval_episodes,
                     seed=eval_seed,
-                    progress=tick,
+                    progress=tick or False,
                 )
             base_rows[name] = _row(m)
             env.close()
         for algo in algos:
             for seed in seeds:
                 n = _n_envs(n_envs, algo)
-                env = make_vec_env(make, n_envs=n, seed=int(seed))
+                vec_env = make_vec_env(make, n_envs=n, seed=int(seed))
                 curve_env = make_eval()
                 task_id = tasks(f"{label} {algo} seed {seed}", timesteps)
                 tick = _ticker(bar, task_id, cumulative=False)
                 points: list[tuple[int, float]] = []
                 callback = _curve_callback(curve_env, every, curve_episodes, eval_seed + 1, points, tick)
-                model = make_model(algo, env, seed, hyperparams=hp.get(algo))
+                model = make_model(algo, vec_env, seed, hyperparams=hp.get(algo))
                 start = time.perf_counter()
                 model.learn(total_timesteps=timesteps, callback=callback)
                 train_s = time.perf_counter() - start
@@ -369,7 +381,8 @@ def bench_rl(
                     curve=[[int(t), float(e)] for t, e in points],
                 )
                 runs.append(row)
-                for e in (env, curve_env, eval_env):
+                vec_env.close()
+                for e in (curve_env, eval_env):
                     e.close()
     finally:
         if bar is not None:

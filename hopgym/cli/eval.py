@@ -411,6 +411,7 @@ def run(args: argparse.Namespace) -> int:
         if ev.report and metrics["episodes"]:
             from hopgym.viewer import write_report
 
+            assert trajectories is not None  # with --report there is always a trajectory file
             report = write_report(
                 trajectories,
                 ev.report,

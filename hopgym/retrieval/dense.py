@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from hopgym.corpora.types import Passage
-from hopgym.errors import DependencyNotInstalled, InvalidOptionError
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError, InvalidOptionTypeError
 from hopgym.retrieval.base import BatchScoredRetriever, SearchHit, tokenize
 from hopgym.retrieval.devices import (
     FAISS_GPU_MAX_K,
@@ -335,7 +335,14 @@ class SentenceTransformerEmbedder:
             getattr(self.model, "get_embedding_dimension", None)
             or self.model.get_sentence_embedding_dimension
         )
-        self.dim = int(get_dim())
+        dim = get_dim()
+        if dim is None:  # sentence-transformers' answer for a model without a fixed output size
+            # (was int(None)'s TypeError; InvalidOptionTypeError is a TypeError too)
+            raise InvalidOptionTypeError(
+                f"the embedding model {model!r} does not say its embedding dimension: "
+                "pass a sentence-transformers model, or a transformers one with pooling="
+            )
+        self.dim = int(dim)
         self.batch_size = batch_size
         self.pooling = pooling
         low = self.name.lower()

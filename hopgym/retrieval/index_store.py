@@ -796,6 +796,7 @@ def _load_index(
     from hopgym.retrieval.dense import DenseRetriever
 
     dp = params.get("dense", {})
+    assert embedder is not None  # made above for every kind but bm25, which has returned
     if embedder.dim != dp.get("dim"):
         raise ForeignIndexError(
             f"{where} holds {dp.get('dim')}-d vectors; the embedder "

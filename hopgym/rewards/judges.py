@@ -530,7 +530,7 @@ class _LazyTransformersBackend:
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state)
+        _LazyTransformersBackend.__init__(self, **state)
 
     @property
     def loaded(self) -> bool:
@@ -585,6 +585,8 @@ class TransformersJudge(PromptJudge):
     Needs the ``train`` extra (torch, transformers); ``import hopgym.rewards`` does not import them.
     The chat template is used when the tokenizer has one.
     """
+
+    backend: _LazyTransformersBackend  # what __init__ gives PromptJudge
 
     def __init__(
         self,

@@ -108,7 +108,8 @@ class RelevanceReward(RewardTermWrapper):
                     "scaling must be (correct, wrong, no_answer) factors, e.g. (1.6, 0.8, 0.9); "
                     f"got {scaling!r}"
                 )
-            scaling = tuple(check_number(s, "scaling factor", low=0.0) for s in scaling)
+            correct, wrong, no_answer = (check_number(s, "scaling factor", low=0.0) for s in scaling)
+            scaling = (correct, wrong, no_answer)
         self.mode = mode
         self.weight = check_number(weight, "weight", low=0.0)
         self.judge = judge

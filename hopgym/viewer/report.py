@@ -327,7 +327,7 @@ def _run_info(run: TrajectoryFile, letter: str | None, name: str) -> str:
 
 
 def _summary_html(runs: Sequence[TrajectoryFile], names: Sequence[str]) -> str:
-    metrics = [aggregate(run.episodes) if run.episodes else None for run in runs]
+    found = [aggregate(run.episodes) if run.episodes else None for run in runs]
     letters = ["A", "B"] if len(runs) == 2 else [None]
     parts = [
         '<section class="run-infos">'
@@ -350,10 +350,11 @@ def _summary_html(runs: Sequence[TrajectoryFile], names: Sequence[str]) -> str:
                 )
                 + ": compare with care.</p>"
             )
-    if any(m is None for m in metrics):
-        empty = ", ".join(n for n, m in zip(names, metrics, strict=True) if m is None)
+    if any(m is None for m in found):
+        empty = ", ".join(n for n, m in zip(names, found, strict=True) if m is None)
         parts.append(f'<p class="note">No episodes in {escape(empty)}.</p>')
         return "".join(parts)
+    metrics = [m for m in found if m is not None]  # every run's, none is None here
     better = {"invalid_rate": False, "avg_steps": None, "avg_searches": None}
     cards = []
     for key, label, fmt in _HEADLINE:
@@ -463,7 +464,8 @@ def _charts(runs: Sequence[TrajectoryFile], metrics: Sequence[Mapping[str, Any]]
 
 # ------------------------------------------------------------------------------------------ page
 def _asset(name: str) -> str:
-    return resources.files("hopgym.viewer").joinpath("static", name).read_text(encoding="utf-8")
+    # One name per joinpath: Traversable.joinpath takes one on Python 3.10.
+    return resources.files("hopgym.viewer").joinpath("static").joinpath(name).read_text(encoding="utf-8")
 
 
 def render_report(

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from hopgym.corpora.datasets.base import RawSample, norm_title
+from hopgym.corpora.datasets.base import RawHop, RawSample, norm_title
 from hopgym.corpora.datasets.corpus import load_corpus, passage_id
 from hopgym.corpora.datasets.errors import DatasetFormatError
 from hopgym.corpora.datasets.records import LoadReport
@@ -130,7 +130,7 @@ def _questions_only(name: str, raws: Iterable[RawSample], where: str) -> QADatas
     """No passages; gold titles stay in metadata for title-based scoring."""
     samples = []
     for r in raws:
-        hops = [(q, a, None, qu) for q, a, _, qu in r.hops]
+        hops: list[RawHop] = [(q, a, None, qu) for q, a, _, qu in r.hops]
         samples.append(
             _sample(RawSample(r.id, r.question, r.answers, [], [], hops, r.kind, r.n_hops, r.metadata), [])
         )

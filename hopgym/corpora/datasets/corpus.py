@@ -55,11 +55,12 @@ def parse_record(rec: Any, where: str, line: int) -> Passage:
             raise DatasetFormatError(where, line, "contents", "expected a string")
         title, text = parse_contents(contents)
     else:
-        text = rec.get("text")
-        if not isinstance(text, str):
+        given_text = rec.get("text")
+        if not isinstance(given_text, str):
             raise DatasetFormatError(
                 where, line, "contents", "missing: expected 'contents' or 'title' and 'text'"
             )
+        text = given_text
         title = rec.get("title", "")
         if not isinstance(title, str):
             raise DatasetFormatError(where, line, "title", "expected a string")

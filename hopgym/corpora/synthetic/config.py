@@ -76,11 +76,12 @@ class WorldConfig:
         def is_num(x: object) -> bool:
             return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
-        hops = (self.hops,) if is_int(self.hops) else self.hops
+        # Any: the field's annotation is what callers should pass, not what they may; checked here.
+        given: Any = (self.hops,) if is_int(self.hops) else self.hops
         try:
-            if isinstance(hops, str) or not all(is_int(h) for h in hops):  # type: ignore
+            if isinstance(given, str) or not all(is_int(h) for h in given):
                 raise TypeError
-            hops = tuple(sorted({int(h) for h in hops}))  # type: ignore[union-attr]
+            hops = tuple(sorted({int(h) for h in given}))
         except TypeError:
             raise bad(f"hops must be an int or a tuple of ints in 1..4, got {self.hops!r}") from None
         if not hops or any(h < 1 or h > 4 for h in hops):
@@ -135,4 +136,5 @@ class WorldConfig:
     @property
     def kind_hops(self) -> tuple[tuple[str, int], ...]:
         """The (kind, hops) combinations questions are drawn from, uniformly."""
+        assert isinstance(self.hops, tuple)  # __post_init__ makes hops a tuple
         return tuple((k, h) for k in self.kinds for h in self.hops if h in _KIND_HOPS[k])

@@ -36,10 +36,10 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from hopgym._uvicorn import UvicornServer
-from hopgym.errors import DependencyNotInstalled
+from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.serving.batching import Batcher, cache_stats
 from hopgym.retrieval.serving.config import ServeConfig
@@ -341,8 +341,10 @@ def _uvicorn_config(app: Any, cfg: ServeConfig, metrics: ServerMetrics) -> Any:
         log_config=None,
         access_log=cfg.verbose,
         backlog=cfg.backlog,
-        timeout_keep_alive=cfg.keep_alive,
-        timeout_graceful_shutdown=cfg.shutdown_timeout,
+        # uvicorn annotates these int, but hands them to asyncio (call_later, wait_for), which
+        # takes float seconds: fractional timeouts work.
+        timeout_keep_alive=cast(int, cfg.keep_alive),
+        timeout_graceful_shutdown=cast(int, cfg.shutdown_timeout),
         h11_max_incomplete_event_size=cfg.max_header_bytes,
         server_header=False,
         proxy_headers=False,
@@ -428,6 +430,8 @@ def load_served_index(cfg: ServeConfig) -> tuple[Retriever, Any]:
     cache of ``cfg.cache_entries`` / ``cfg.cache_bytes``."""
     from hopgym.retrieval.index_store import load_index, read_manifest
 
+    if cfg.index is None:
+        raise InvalidOptionError("serve needs an index directory (--index DIR)")
     retriever = load_index(
         cfg.index,
         corpus=cfg.corpus,

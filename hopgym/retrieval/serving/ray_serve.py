@@ -204,7 +204,7 @@ def replica_class() -> Any:
 
         def _info(self) -> dict[str, Any]:
             return {
-                "passages": len(self.retriever.passages),
+                "passages": len(getattr(self.retriever, "passages", ())),  # as app.py's /health
                 "retriever": self.kind,
                 "default_topk": self.cfg.topk,
                 "server": "ray-serve",
@@ -267,6 +267,7 @@ def _check_index(cfg: ServeConfig) -> Any:
         from hopgym.retrieval.serving.app import load_served_index
 
         return load_served_index(cfg)[1]
+    assert cfg.index is not None  # deploy() refused a config without one
     manifest = read_manifest(cfg.index)
     if manifest.files:
         verify_index(cfg.index, cfg.verify, manifest)
@@ -396,6 +397,8 @@ def _stop_proxies(ray: Any, url: str | None) -> None:
     if url is None:
         return
     where = urlsplit(url)
+    if where.port is None:  # deploy()'s URLs name one; port 0 (as before) would refuse at once
+        return
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
