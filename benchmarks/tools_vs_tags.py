@@ -46,9 +46,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 PROTOCOLS = ("tags", "tools")
 #: (protocol, model, dataset), in the order they run.
-ROWS = [
-    (p, m, d) for m in ("base", "sft") for p in PROTOCOLS for d in ("syn", "hot")
-]
+ROWS = [(p, m, d) for m in ("base", "sft") for p in PROTOCOLS for d in ("syn", "hot")]
 
 
 def _row_name(row: tuple[str, str, str]) -> str:
