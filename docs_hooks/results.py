@@ -366,6 +366,56 @@ def tools_vs_tags() -> str:
     return f"{data['table']}\n\nSFT (same budget for both): {budget}."
 
 
+#: The runs of ``examples/grpo_smollm2.py`` on SmolLM2-135M-Instruct, in the table's order: the
+#: results file each wrote (``benchmarks/results/<name>.json``) and what the row changes.
+GRPO_SMOLLM2_RUNS = {
+    "grpo_smollm2_quick_seed0": "cpu-quick as first set (EM reward, T 1.0, 2×4 episodes, lr 1e-5)",
+    "grpo_smollm2_f1_seed0": "from that SFT: F1 reward, T 0.7, 4×4 episodes, lr 3e-5",
+}
+
+
+def grpo_smollm2_runs() -> str:
+    """SFT then GRPO on SmolLM2-135M-Instruct (``examples/grpo_smollm2.py``): held-out greedy EM
+    before and after GRPO, the sampled episodes' reward over training, and each phase's CPU time."""
+    rows = []
+    for name, label in GRPO_SMOLLM2_RUNS.items():
+        if not (RESULTS / f"{name}.json").exists():
+            continue
+        d = _load(name)
+        a, hist = d["args"], d.get("grpo_history", [])
+        rewards = [h.get("env/reward", 0.0) for h in hist]
+        sft_cpu = d.get("sft_budget", {}).get("cpu_seconds")
+        rows.append(
+            [
+                label,
+                str(a["seed"]),
+                f"{d['test_questions']}",
+                f"{d['em_sft']:.3f}",
+                f"{d['em_grpo']:.3f}",
+                f"{d['grpo_budget']['episodes']}",
+                " → ".join(f"{r:.2f}" for r in rewards),
+                f"{d['grpo']['searches_per_episode']:.2f}",
+                f"{hist[-1].get('policy/entropy', float('nan')):.2f}" if hist else "–",
+                "–" if sft_cpu is None else f"{sft_cpu:.0f}",
+                f"{d['grpo_budget']['cpu_seconds']:.0f}",
+            ]
+        )
+    header = [
+        "run",
+        "seed",
+        "held-out questions",
+        "EM after SFT",
+        "EM after GRPO",
+        "sampled episodes",
+        "sampled reward per GRPO step",
+        "searches after GRPO",
+        "last entropy",
+        "SFT CPU s",
+        "GRPO CPU s",
+    ]
+    return _table(header, rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -375,6 +425,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_cpu_tiny": grpo_cpu_tiny,
     "grpo_smollm2_timing": grpo_smollm2_timing,
     "tools_vs_tags": tools_vs_tags,
+    "grpo_smollm2_runs": grpo_smollm2_runs,
     "rollout_scale_a": rollout_scale_a,
     "rollout_scale_b": rollout_scale_b,
     "rollout_scale_c": rollout_scale_c,
