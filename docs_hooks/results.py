@@ -370,7 +370,7 @@ def tools_vs_tags() -> str:
 #: results file each wrote (``benchmarks/results/<name>.json``) and what the row changes.
 GRPO_SMOLLM2_RUNS = {
     "grpo_smollm2_quick_seed0": "cpu-quick as first set (EM reward, T 1.0, 2×4 episodes, lr 1e-5)",
-    "grpo_smollm2_f1_seed0": "from that SFT: F1 reward, T 0.7, 4×4 episodes, lr 3e-5",
+    "grpo_smollm2_f1_seed0": "from the same SFT: F1 reward, T 0.7, 4×4 episodes, lr 3e-5",
 }
 
 
@@ -390,8 +390,8 @@ def grpo_smollm2_runs() -> str:
                 label,
                 str(a["seed"]),
                 f"{d['test_questions']}",
-                f"{d['em_sft']:.3f}",
-                f"{d['em_grpo']:.3f}",
+                f"{d['em_sft']:.3f} / {d['sft']['f1']:.3f}",
+                f"{d['em_grpo']:.3f} / {d['grpo']['f1']:.3f}",
                 f"{d['grpo_budget']['episodes']}",
                 " → ".join(f"{r:.2f}" for r in rewards),
                 f"{d['grpo']['searches_per_episode']:.2f}",
@@ -404,8 +404,8 @@ def grpo_smollm2_runs() -> str:
         "run",
         "seed",
         "held-out questions",
-        "EM after SFT",
-        "EM after GRPO",
+        "EM / F1 after SFT",
+        "EM / F1 after GRPO",
         "sampled episodes",
         "sampled reward per GRPO step",
         "searches after GRPO",

@@ -122,8 +122,9 @@ class Args:
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # SmolLM2-135M-Instruct on 2 CPU cores: about 27 minutes, estimated from a timed run of each
-    # phase (benchmarks/results/grpo_smollm2_timing.json; docs/training.md).
+    # SmolLM2-135M-Instruct on 2 CPU threads: 3,031 CPU s (2,201 s wall on a shared machine;
+    # benchmarks/results/grpo_smollm2_quick_seed0.json). Its GRPO got no signal: sampled at
+    # temperature 1 the SFT model answered none of the 40 episodes right (docs/training.md).
     "cpu-quick": dict(
         sft_steps=12,
         sft_batch=4,
