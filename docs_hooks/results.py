@@ -360,7 +360,7 @@ def tools_vs_tags() -> str:
     data = _load("tools_vs_tags")
     budget = "; ".join(
         f"{p}: {s['steps']} steps on {s['examples']} oracle episodes, final loss {s['final_loss']:.3f}, "
-        f"{s['cpu_s']:.0f} CPU s"
+        f"{s['cpu_s']:.0f} CPU s" + (f" ({s['source']})" if s.get("source") else "")
         for p, s in sorted(data["sft"].items())
     )
     return f"{data['table']}\n\nSFT (same budget for both): {budget}."
