@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
-from hopgym.backends.transformers_backend import _cache_kwarg, _full_attention_only
+from hopgym.backends.transformers_backend import _cache_kwarg, _full_attention_only, _logits_kwargs
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
 
@@ -625,15 +625,29 @@ class RolloutCollector:
                 from transformers import DynamicCache
 
                 cache_kw = _cache_kwarg(model)
+                # Rows with the same context and no held states (a group's episodes at their
+                # first turn: one prompt) are prefilled once, and their states copied.
+                first: dict[tuple[int, ...], int] = {}
+                src = [first.setdefault(tuple(c), i) for i, c in enumerate(new)]
+                share = turn_cache is not None and past is None and len(first) < n
+                rows = torch.tensor(sorted(first.values()), device=device) if share else None
                 res = model(
-                    input_ids=input_ids,
-                    attention_mask=attn,
-                    position_ids=pos,
+                    input_ids=input_ids if rows is None else input_ids[rows],
+                    attention_mask=attn if rows is None else attn[rows],
+                    position_ids=pos if rows is None else pos[rows],
                     use_cache=True,
                     **{cache_kw: past if past is not None else DynamicCache()},
+                    **_logits_kwargs(model),  # the last position only: the rest is never sampled
                 )
                 logits = res.logits[:, -1, :].float()
                 cache = _output_cache(res)
+                if rows is not None:
+                    where = {r: k for k, r in enumerate(rows.tolist())}
+                    expand = torch.tensor([where[r] for r in src], device=device)
+                    logits = logits.index_select(0, expand)
+                    for layer in cache.layers:
+                        layer.keys = layer.keys.index_select(0, expand)
+                        layer.values = layer.values.index_select(0, expand)
                 last_pos = pos[:, -1]
                 while not all(finished):
                     tok, lp = self._pick(logits, gen)

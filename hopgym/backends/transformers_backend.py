@@ -144,6 +144,13 @@ def _cache_kwarg(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def _logits_kwargs(model: Any) -> dict[str, int]:
+    """``{"logits_to_keep": 1}`` where the model's ``forward`` takes it (a prefill then projects
+    only the last position onto the vocabulary, not every prompt token), else ``{}``."""
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+
+
 def _full_attention_only(model: Any) -> bool:
     """Whether every layer of the model's cache is a plain, growing ``DynamicLayer``: only then
     can held KV states be cut and stacked (sliding-window and linear-attention layers cannot)."""

@@ -343,6 +343,32 @@ def test_kept_cache_is_not_used_without_a_plain_cache(tok, qids):
     assert [i for i, m in zip(t.completion_ids, t.mask, strict=True) if m] == turn1 + turn2
 
 
+def test_a_group_prefills_its_prompt_once(tok, qids):
+    # The first turn of G episodes of one question: one prompt, prefilled for one row and its
+    # states copied to the G rows; the episodes still sample apart and match a full prefill.
+    model = build_model(TinyLMConfig(layers=2, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=1)
+    shapes, runs = {}, {}
+    for keep in (False, True):
+        cfg = RolloutConfig(temperature=1.0, max_new_tokens=10, max_completion_tokens=200, keep_cache=keep)
+        col = RolloutCollector(model, tok, lambda: gym.make("hopgym/Tiny-v1"), cfg)
+        seen: list = []
+        handle = model.register_forward_pre_hook(
+            lambda module, args, kwargs, seen=seen: seen.append(tuple(kwargs["input_ids"].shape)),
+            with_kwargs=True,
+        )
+        try:
+            runs[keep] = col.collect(qids[:2], group_size=4, seed=3)
+        finally:
+            handle.remove()
+            col.close()
+        shapes[keep] = seen[0]
+    prompt = max(len(t.prompt_ids) for t in runs[True])
+    assert shapes[False] == (8, prompt)
+    assert shapes[True] == (2, prompt)  # two questions: two distinct prompts
+    assert [t.completion_ids for t in runs[True]] == [t.completion_ids for t in runs[False]]
+    assert len({tuple(t.completion_ids) for t in runs[True]}) > 2  # the copies sampled apart
+
+
 def test_a_tool_call_turn_counts_every_search_it_made():
     # A tools-protocol turn may run several calls; info["calls"] holds each call's info, and
     # every search among them counts (a turn of one action counts itself, as before).
