@@ -33,6 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import argparse  # noqa: E402
+import ast  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
@@ -126,6 +127,7 @@ def profile(args: argparse.Namespace) -> dict:
             "max_completion_length": 512,
             "learning_rate": 1e-5,
             "report_to": [],
+            **args.trl,
         },
     )
     # Time accelerator.backward of the trainer TRL builds (one per run).
@@ -249,7 +251,15 @@ def main() -> None:
     p.add_argument("--json", default=None)
     p.add_argument("--scratch", default="/tmp/hopgym_grpo_profile")
     p.add_argument("--skip-profile", action="store_true")
+    p.add_argument(
+        "--trl",
+        nargs="*",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="GRPOConfig fields of the profiled run (bf16=True use_cpu=True gradient_checkpointing=False).",
+    )
     args = p.parse_args()
+    args.trl = {k: ast.literal_eval(v) for k, _, v in (item.partition("=") for item in args.trl)}
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
@@ -257,6 +267,7 @@ def main() -> None:
         "model": Path(args.model).name if args.model != "config" else f"config {args.layers}x{args.hidden}"
     }
     result["threads"] = torch.get_num_threads()
+    result["trl"] = args.trl
     result["throughput"] = throughput(args)
     print("throughput:", json.dumps(result["throughput"], indent=1))
     if not args.skip_profile:

@@ -64,6 +64,12 @@ def test_smoke_preset_end_to_end_on_a_saved_model(example, tmp_path: Path, capsy
     assert result["sft_budget"]["steps"] == 2
     assert (out / "grpo" / "curves.png").exists()
     assert "em_sft" in capsys.readouterr().out
+    assert [h["step"] for h in result["rft_history"]] == [1]
+    assert result["train_fields"] == example.make_args("smoke", {}).train_fields()
+    # The curves of a finished run, drawn from its results file alone.
+    png = tmp_path / "curves.png"
+    assert example.main(["--curves", str(png), str(tmp_path / "r.json")]) == {"png": str(png)}
+    assert png.stat().st_size > 1000
 
 
 def test_settings_are_checked(example):
@@ -75,3 +81,23 @@ def test_settings_are_checked(example):
         example.make_args("smoke", {"methods": ("rft",)})
     with pytest.raises(ValueError, match="group_size"):
         example.make_args("smoke", {"group_size": 1})
+
+
+def test_train_fields_follow_the_bf16_setting(example, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    fp32 = example.make_args("smoke", {"bf16": False}).train_fields()
+    assert fp32 == {"bf16": False, "gradient_checkpointing": False}
+    # transformers accepts bf16 without a GPU only with use_cpu.
+    bf16 = example.make_args("smoke", {"bf16": True, "gradient_checkpointing": True}).train_fields()
+    assert bf16 == {"bf16": True, "gradient_checkpointing": True, "use_cpu": True}
+    monkeypatch.setattr(example, "bf16_supported", lambda: False)
+    assert example.make_args("smoke", {}).train_fields()["bf16"] is False
+
+
+def test_curves_need_a_history(example, tmp_path: Path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"args": {"seed": 0, "reward": "default"}}))
+    with pytest.raises(SystemExit, match="no GRPO or RFT history"):
+        example.main(["--curves", str(tmp_path / "c.png"), str(path)])
