@@ -99,9 +99,13 @@ class Args:
             "or the CPU has bf16 instructions. Sampling and evaluation stay in fp32."
         },
     )
-    gradient_checkpointing: bool = field(
-        default=False,
-        metadata={"help": "Recompute activations in backward (less memory, about 25% more time)."},
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Recompute activations in backward (less memory, about 25% more time); None: "
+            "only for GRPO, whose step is one batch of questions_per_step x group_size episodes "
+            "(16 SmolLM2 episodes without it went past 15 GB)."
+        },
     )
     rft_lr: float = field(default=1e-5, metadata={"help": "RFT learning rate."})
     rft_batch: int = field(default=4, metadata={"help": "RFT SFT batch size."})
@@ -126,12 +130,17 @@ class Args:
         if self.sft_steps < 0 or self.n_eval < 1:
             raise ValueError("sft_steps must be >= 0 and n_eval >= 1")
 
-    def train_fields(self) -> dict[str, Any]:
-        """The TRL fields every trainer of the run shares (SFT, GRPO, RFT's rounds)."""
+    def train_fields(self, phase: str = "sft") -> dict[str, Any]:
+        """The TRL fields of a trainer of the run: ``phase`` "sft" (SFT, continue-SFT, RFT's
+        rounds) or "grpo"."""
         import torch
 
         bf16 = bf16_supported() if self.bf16 is None else self.bf16
-        fields = {"bf16": bf16, "gradient_checkpointing": self.gradient_checkpointing}
+        checkpointing = self.gradient_checkpointing
+        fields = {
+            "bf16": bf16,
+            "gradient_checkpointing": phase == "grpo" if checkpointing is None else checkpointing,
+        }
         if bf16 and not torch.cuda.is_available():
             fields["use_cpu"] = True  # transformers allows bf16 without a GPU only so
         return fields
@@ -186,6 +195,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         n_eval=100,
         methods=METHODS,
     ),
+    # One H200 (benchmarks/gpu_grpo_smollm2.sh): the table's question at 8x the sampled episodes,
+    # sized by estimate to under 7 minutes; not run on a GPU yet.
+    "gpu": dict(
+        sft_steps=48,
+        sft_batch=8,
+        sft_lr=1e-4,
+        grpo_steps=16,
+        questions_per_step=8,
+        group_size=8,
+        grpo_lr=2e-5,
+        max_new_tokens=48,
+        n_eval=200,
+        methods=("grpo", "continue_sft"),
+    ),
     # Seconds: the whole pipeline on a tiny model (no learning expected).
     "smoke": dict(
         env_kw={"hops": 2, "max_turns": 3, "n_entities": 100, "n_questions": 60},
@@ -204,8 +227,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def run(a: Args, log: Any = print) -> dict[str, Any]:
-    """SFT, then each method of ``a.methods`` from the SFT checkpoint, held-out EM after each."""
+def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
+    """SFT, then each method of ``a.methods`` from the SFT checkpoint, held-out EM after each;
+    ``save(res)`` is called with the results so far after each evaluation."""
     import gymnasium as gym
     import numpy as np
     import torch
@@ -228,6 +252,8 @@ def run(a: Args, log: Any = print) -> dict[str, Any]:
         return lambda: gym.make(a.env, split=split, reward=reward, **a.env_kw)
 
     model, tok = load_policy(a.model, env_fn("train", None)(), a.tiny, a.seed)
+    if torch.cuda.is_available():
+        model.to("cuda")  # TRL's trainers would move it; the SFT model's evaluation runs first
     model.train(False)
     train_q = [s.id for s in env_fn("train", None)().unwrapped.task.samples]
     test_q = [s.id for s in env_fn("test", None)().unwrapped.task.samples][: a.n_eval]
@@ -238,7 +264,7 @@ def run(a: Args, log: Any = print) -> dict[str, Any]:
         "train_questions": len(train_q),
         "test_questions": len(test_q),
         "budget_episodes": a.episodes,
-        "train_fields": a.train_fields(),
+        "train_fields": {phase: a.train_fields(phase) for phase in ("sft", "grpo")},
     }
 
     def evaluate(name: str) -> None:
@@ -259,6 +285,8 @@ def run(a: Args, log: Any = print) -> dict[str, Any]:
             f"[{name}] held-out EM {res[name]['em']:.3f} on {len(test_q)} questions (searches "
             f"{res[name]['searches_per_episode']:.2f}; eval {time.perf_counter() - t0:.0f} s)"
         )
+        if save is not None:
+            save(res)  # a run stopped later keeps what it measured
 
     def oracle_data(n: int, offset: int) -> list[dict[str, Any]]:
         draw = [train_q[int(i)] for i in rng.integers(len(train_q), size=n)]
@@ -328,7 +356,7 @@ def run(a: Args, log: Any = print) -> dict[str, Any]:
                     "temperature": a.temperature,
                     "max_completion_length": a.max_length,
                     "seed": a.seed,
-                    **a.train_fields(),
+                    **a.train_fields("grpo"),
                     **a.trl,
                 },
             ),
@@ -463,19 +491,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             sets[name] = getattr(ns, name)
     a = make_args(ns.preset, sets)
     start, c_start = time.perf_counter(), time.process_time()
-    res = run(a)
-    result = {
-        "preset": ns.preset,
-        "args": asdict(a),
-        "threads": int(os.environ.get("OMP_NUM_THREADS", "2")),
-        **{k: res.pop(k) for k in list(res) if k.startswith("em_")},
-        **res,
-        "seconds": time.perf_counter() - start,
-        "cpu_seconds": time.process_time() - c_start,
-    }
-    if ns.json:
-        Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(ns.json).write_text(json.dumps(result, indent=1, default=str))
+
+    def result_of(res: dict[str, Any]) -> dict[str, Any]:
+        res = dict(res)
+        return {
+            "preset": ns.preset,
+            "args": asdict(a),
+            "threads": int(os.environ.get("OMP_NUM_THREADS", "2")),
+            **{k: res.pop(k) for k in list(res) if k.startswith("em_")},
+            **res,
+            "seconds": time.perf_counter() - start,
+            "cpu_seconds": time.process_time() - c_start,
+        }
+
+    def save(res: dict[str, Any]) -> None:
+        if ns.json:
+            Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(ns.json).write_text(json.dumps(result_of(res), indent=1, default=str))
+
+    res = run(a, save=save)
+    save(res)
+    result = result_of(res)
     ems = "  ".join(f"{k} {v:.3f}" for k, v in result.items() if k.startswith("em_"))
     print(f"{ems}  ({result['test_questions']} held-out questions, {result['seconds']:.0f} s)")
     return result

@@ -65,7 +65,8 @@ def test_smoke_preset_end_to_end_on_a_saved_model(example, tmp_path: Path, capsy
     assert (out / "grpo" / "curves.png").exists()
     assert "em_sft" in capsys.readouterr().out
     assert [h["step"] for h in result["rft_history"]] == [1]
-    assert result["train_fields"] == example.make_args("smoke", {}).train_fields()
+    args = example.make_args("smoke", {})
+    assert result["train_fields"] == {p: args.train_fields(p) for p in ("sft", "grpo")}
     # The curves of a finished run, drawn from its results file alone.
     png = tmp_path / "curves.png"
     assert example.main(["--curves", str(png), str(tmp_path / "r.json")]) == {"png": str(png)}
@@ -87,8 +88,10 @@ def test_train_fields_follow_the_bf16_setting(example, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    fp32 = example.make_args("smoke", {"bf16": False}).train_fields()
-    assert fp32 == {"bf16": False, "gradient_checkpointing": False}
+    fp32 = example.make_args("smoke", {"bf16": False})
+    assert fp32.train_fields() == {"bf16": False, "gradient_checkpointing": False}
+    # GRPO's step is one batch of B x G episodes: checkpointed unless told otherwise.
+    assert fp32.train_fields("grpo") == {"bf16": False, "gradient_checkpointing": True}
     # transformers accepts bf16 without a GPU only with use_cpu.
     bf16 = example.make_args("smoke", {"bf16": True, "gradient_checkpointing": True}).train_fields()
     assert bf16 == {"bf16": True, "gradient_checkpointing": True, "use_cpu": True}
