@@ -115,6 +115,13 @@ class Args:
     )
     n_eval: int = field(default=40, metadata={"help": "Held-out test questions (the split's first N)."})
     methods: tuple[str, ...] = field(default=("grpo",), metadata={"help": "What runs after SFT."})
+    eval_start: bool = field(
+        default=True,
+        metadata={
+            "help": "Evaluate the model GRPO starts from (False: a checkpoint another run evaluated; "
+            "em_sft is then absent)."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seeds SFT data, training and sampling."})
     out: str = field(default="runs/grpo_smollm2", metadata={"help": "Output folder."})
 
@@ -331,7 +338,8 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
         # the checkpoint other runs start from: --model OUT/sft/checkpoint --set sft_steps=0
         model.save_pretrained(out / "sft" / "checkpoint")
         tok.save_pretrained(out / "sft" / "checkpoint")
-    evaluate("sft")
+    if a.eval_start:
+        evaluate("sft")
     sft_state = copy.deepcopy(model.state_dict())
 
     # --- GRPO with the env's reward

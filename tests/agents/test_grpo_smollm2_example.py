@@ -67,6 +67,12 @@ def test_smoke_preset_end_to_end_on_a_saved_model(example, tmp_path: Path, capsy
     assert [h["step"] for h in result["rft_history"]] == [1]
     args = example.make_args("smoke", {})
     assert result["train_fields"] == {p: args.train_fields(p) for p in ("sft", "grpo")}
+    # A second seed from the saved SFT checkpoint, which the first run evaluated already.
+    again = example.main(
+        ["--preset", "smoke", "--model", str(out / "sft" / "checkpoint"), "--out", str(tmp_path / "b")]
+        + ["--methods", "grpo", "--set", "sft_steps=0", "seed=1", "eval_start=False"]
+    )
+    assert "em_sft" not in again and "sft" not in again and 0.0 <= again["em_grpo"] <= 1.0
     # The curves of a finished run, drawn from its results file alone.
     png = tmp_path / "curves.png"
     assert example.main(["--curves", str(png), str(tmp_path / "r.json")]) == {"png": str(png)}
