@@ -189,12 +189,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         n_eval=20,
     ),
     # The table's runs (docs/training.md): the 24-step SFT that scored 0.350 on 40 questions, then
-    # GRPO, RFT and continue-SFT on 8 x 4 x 4 = 128 sampled episodes each; 100 held-out questions.
+    # GRPO, RFT and continue-SFT on 6 x 4 x 4 = 96 sampled episodes each; 100 held-out questions.
     "cpu": dict(
         sft_steps=24,
         sft_batch=4,
         sft_lr=1e-4,
-        grpo_steps=8,
+        grpo_steps=6,
         questions_per_step=4,
         group_size=4,
         grpo_lr=2e-5,
