@@ -414,6 +414,141 @@ def grpo_smollm2_runs() -> str:
     return _table(header, rows)
 
 
+def bf16_cpu() -> str:
+    """bf16 autocast against fp32 on the CPU (``benchmarks/bf16_cpu.py``): wall seconds of a
+    training step's forward and backward, and of a no-grad forward."""
+    d = _load("bf16_cpu_smollm2")
+    sec = d["seconds"]
+    names = {
+        "train_fp32_checkpointing": "forward + backward, fp32, checkpointing (TRL's default)",
+        "train_fp32": "forward + backward, fp32",
+        "train_bf16": "forward + backward, bf16 autocast",
+        "train_bf16_checkpointing": "forward + backward, bf16 autocast, checkpointing",
+        "prefill_fp32": "no-grad forward (a prefill), fp32",
+        "prefill_bf16": "no-grad forward (a prefill), bf16 autocast",
+    }
+    rows = [[names[k], f"{v:.2f}"] for k, v in sec.items()]
+    rows.append(["**fp32 with checkpointing / bf16 without** (training)", f"**{d['train_speedup']:.2f}x**"])
+    rows.append(["**fp32 / bf16** (prefill)", f"**{d['prefill_speedup']:.2f}x**"])
+    header = [
+        f"{d['model']}, {d['batch']} x {d['tokens']} tokens, {d['threads']} thread(s)",
+        "wall s (median)",
+    ]
+    return _table(header, rows)
+
+
+#: The rollout-throughput runs of ``benchmarks/grpo_step_profile.py``: results file -> the model.
+ROLLOUT_THROUGHPUT = {
+    "grpo_step_profile": "small Llama from a config (4 x 256, random weights), before a group's "
+    "prompt was prefilled once",
+    "grpo_step_profile_smollm2": "SmolLM2-135M-Instruct after the 12-step SFT (`cpu-quick`'s)",
+}
+
+
+def rollout_throughput() -> str:
+    """Sampled model tokens per second of a GRPO group of 8 episodes: batched against one at a
+    time, each with the KV cache kept across turns and with a full prefill every turn."""
+    sides = [
+        ("batched_group_of_8", "batched group of 8", "kept"),
+        ("batched_group_of_8_full_prefill", "batched group of 8", "full prefill each turn"),
+        ("one_at_a_time", "one episode at a time", "kept"),
+        ("one_at_a_time_full_prefill", "one episode at a time", "full prefill each turn"),
+    ]
+    rows = []
+    for name, model in ROLLOUT_THROUGHPUT.items():
+        t = _load(name)["throughput"]
+        for key, sampling, cache in sides:
+            r = t[key]
+            rows.append(
+                [
+                    model,
+                    sampling,
+                    cache,
+                    str(r["model_tokens"]),
+                    str(r["turns"]),
+                    f"{r['tokens_per_s']:.1f}",
+                    f"{r['tokens_per_cpu_s']:.1f}",
+                ]
+            )
+        rows.append(
+            [
+                model,
+                "**batched / one at a time** (both kept)",
+                "",
+                "",
+                "",
+                f"**{t['speedup']:.2f}x**",
+                f"**{t['speedup_cpu']:.2f}x**",
+            ]
+        )
+    header = [
+        "model",
+        "sampling",
+        "KV cache across turns",
+        "model tokens",
+        "turns",
+        "tokens / wall s",
+        "tokens / CPU s",
+    ]
+    return _table(header, rows)
+
+
+#: The table of SFT -> GRPO / RFT / continue-SFT on SmolLM2 (``examples/grpo_smollm2.py``): each
+#: results file with what its run started from.
+GRPO_SMOLLM2_TABLE = {
+    "grpo_smollm2_cpu_seed0": "`--preset cpu`, from the 24-step SFT checkpoint",
+}
+
+_METHOD_NAMES = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "continue_sft": "continue-SFT"}
+
+
+def grpo_smollm2_table() -> str:
+    """Held-out greedy EM of SmolLM2-135M-Instruct after SFT and after each method on the same
+    budget of sampled episodes, with the sampled reward over training and each method's CPU time."""
+    rows = []
+    for name, label in GRPO_SMOLLM2_TABLE.items():
+        d = _load(name)  # a missing results file fails the build, as for every table
+        a = d["args"]
+        methods = (["sft"] if "sft" in d else []) + [m for m in a["methods"] if m in d]
+        for m in methods:
+            ev, budget = d[m], d.get(f"{m}_budget", {})
+            hist = d.get("grpo_history", []) if m == "grpo" else d.get(f"{m}_history", [])
+            rewards = [h.get("env/reward", 0.0) for h in hist]
+            sampled = "–"
+            if rewards:
+                k = max(1, len(rewards) // 4)
+                sampled = f"{sum(rewards[:k]) / k:.3f} → {sum(rewards[-k:]) / k:.3f}"
+            episodes = budget.get("episodes", budget.get("examples", "–"))
+            rows.append(
+                [
+                    _METHOD_NAMES.get(m, m),
+                    label,
+                    str(a["seed"]),
+                    "–" if m in ("sft", "continue_sft") else f"`{a['reward']}`",
+                    f"{ev['em']:.3f}",
+                    f"{ev['f1']:.3f}",
+                    f"{ev['searches_per_episode']:.2f}",
+                    str(episodes),
+                    sampled,
+                    f"{budget['cpu_seconds']:.0f}" if "cpu_seconds" in budget else "–",
+                ]
+            )
+    n = {_load(name)["test_questions"] for name in GRPO_SMOLLM2_TABLE}
+    header = [
+        "method",
+        "run",
+        "seed",
+        "reward",
+        f"held-out EM ({'/'.join(map(str, sorted(n)))} questions)",
+        "F1",
+        "searches",
+        "episodes (GRPO, RFT: sampled; SFT: oracle)",
+        "sampled reward, first → last quarter",
+        "CPU s",
+    ]
+    return _table(header, rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -424,6 +559,9 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_smollm2_timing": grpo_smollm2_timing,
     "tools_vs_tags": tools_vs_tags,
     "grpo_smollm2_runs": grpo_smollm2_runs,
+    "grpo_smollm2_table": grpo_smollm2_table,
+    "rollout_throughput": rollout_throughput,
+    "bf16_cpu": bf16_cpu,
     "rollout_scale_a": rollout_scale_a,
     "rollout_scale_b": rollout_scale_b,
     "rollout_scale_c": rollout_scale_c,
