@@ -84,8 +84,10 @@ def test_settings_are_checked(example):
     assert example.make_args("smoke", {"env_kw.hops": 3}).env_kw["hops"] == 3
     with pytest.raises(SystemExit, match="unknown setting"):
         example.make_args("smoke", {"grpo_lrr": 1.0})
-    with pytest.raises(ValueError, match="include 'grpo'"):
-        example.make_args("smoke", {"methods": ("rft",)})
+    # A baseline alone takes the budget GRPO would sample with the same settings.
+    assert example.make_args("smoke", {"methods": ("rft",)}).episodes == 1 * 2 * 2
+    with pytest.raises(ValueError, match="unknown methods"):
+        example.make_args("smoke", {"methods": ("ppo",)})
     with pytest.raises(ValueError, match="group_size"):
         example.make_args("smoke", {"group_size": 1})
 
