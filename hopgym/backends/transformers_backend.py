@@ -134,21 +134,21 @@ def _load_tokenizer(tf: Any, name: str, **kwargs: Any) -> PreTrainedTokenizerBas
 
 
 def _cache_kwarg(model: Any) -> str:
-    """``cache`` (transformers >= 5.2x) or ``past_key_values`` (older): the KV-cache argument.
-
-    A PEFT model's ``forward`` takes ``**kwargs`` and hands them to its base model, whose
-    signature decides.
-    """
-    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    params = inspect.signature(base.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    """``cache`` (transformers >= 5.2x) or ``past_key_values`` (older): the KV-cache argument."""
+    return "cache" if "cache" in _forward_params(model) else "past_key_values"
 
 
 def _logits_kwargs(model: Any) -> dict[str, int]:
     """``{"logits_to_keep": 1}`` where the model's ``forward`` takes it (a prefill then projects
     only the last position onto the vocabulary, not every prompt token), else ``{}``."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in _forward_params(model) else {}
+
+
+def _forward_params(model: Any) -> Any:
+    """The parameters of the model's ``forward``; a PEFT model's ``forward`` takes ``**kwargs``
+    and hands them to its base model, whose signature decides."""
     base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+    return inspect.signature(base.forward).parameters
 
 
 def _full_attention_only(model: Any) -> bool:
