@@ -57,6 +57,17 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 METHODS = ("grpo", "rft", "continue_sft")
+#: What the results keep of each GRPO step's and RFT round's log row.
+HISTORY_KEYS = (
+    "step",
+    "env/em",
+    "env/reward",
+    "env/searches_per_episode",
+    "policy/kl_ref",
+    "policy/entropy",
+    "frac_reward_zero_std",
+    "rft/kept",
+)
 
 
 @dataclass
@@ -375,8 +386,9 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             "rollout_seconds": grpo.rollout.seconds,
             "cpu_seconds": time.process_time() - c0,
         }
-        keep = ("step", "env/em", "env/reward", "env/searches_per_episode", "policy/kl_ref", "policy/entropy")
-        res["grpo_history"] = [{k: h[k] for k in keep if k in h} for h in grpo.history if "env/em" in h]
+        res["grpo_history"] = [
+            {k: h[k] for k in HISTORY_KEYS if k in h} for h in grpo.history if "env/em" in h
+        ]
         log(f"[grpo] {res['grpo_budget']}")
         model.train(False)
         evaluate("grpo")
@@ -411,9 +423,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             "optimizer_steps": rft.optimizer_steps,
             "cpu_seconds": rft.cpu_seconds,
         }
-        res["rft_history"] = [
-            {k: h[k] for k in ("step", "env/em", "env/reward", "rft/kept") if k in h} for h in rft.history
-        ]
+        res["rft_history"] = [{k: h[k] for k in HISTORY_KEYS if k in h} for h in rft.history]
         log(f"[rft] {res['rft_budget']}")
         model.train(False)
         evaluate("rft")
