@@ -497,6 +497,7 @@ def rollout_throughput() -> str:
 #: results file with what its run started from.
 GRPO_SMOLLM2_TABLE = {
     "grpo_smollm2_cpu_seed0": "`--preset cpu`, from the 24-step SFT checkpoint",
+    "grpo_smollm2_cpu_seed0_continue_sft": "the same, `--methods continue_sft`",
 }
 
 _METHOD_NAMES = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "continue_sft": "continue-SFT"}
@@ -514,10 +515,7 @@ def grpo_smollm2_table() -> str:
             ev, budget = d[m], d.get(f"{m}_budget", {})
             hist = d.get("grpo_history", []) if m == "grpo" else d.get(f"{m}_history", [])
             rewards = [h.get("env/reward", 0.0) for h in hist]
-            sampled = "–"
-            if rewards:
-                k = max(1, len(rewards) // 4)
-                sampled = f"{sum(rewards[:k]) / k:.3f} → {sum(rewards[-k:]) / k:.3f}"
+            sampled = " → ".join(f"{r:.2f}" for r in rewards) if rewards else "–"
             episodes = budget.get("episodes", budget.get("examples", "–"))
             rows.append(
                 [
@@ -543,7 +541,7 @@ def grpo_smollm2_table() -> str:
         "F1",
         "searches",
         "episodes (GRPO, RFT: sampled; SFT: oracle)",
-        "sampled reward, first → last quarter",
+        "sampled reward per step / round",
         "CPU s",
     ]
     return _table(header, rows)

@@ -198,8 +198,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_new_tokens=48,
         n_eval=20,
     ),
-    # The table's runs (docs/training.md): the 24-step SFT that scored 0.350 on 40 questions, then
-    # GRPO, RFT and continue-SFT on 6 x 4 x 4 = 96 sampled episodes each; 100 held-out questions.
+    # The table's runs (docs/training.md): a 24-step SFT, then GRPO, RFT and continue-SFT on
+    # 6 x 4 x 4 = 96 sampled episodes each; 100 held-out questions.
     "cpu": dict(
         sft_steps=24,
         sft_batch=4,
