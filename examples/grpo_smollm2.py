@@ -115,7 +115,7 @@ class Args:
         metadata={
             "help": "Recompute activations in backward (less memory, about 25% more time); None: "
             "only for GRPO, whose step is one batch of questions_per_step x group_size episodes "
-            "(16 SmolLM2 episodes without it went past the 24 GB of a 2-core test machine)."
+            "(16 SmolLM2 episodes without it reached 24 GB)."
         },
     )
     rft_lr: float = field(default=1e-5, metadata={"help": "RFT learning rate."})
