@@ -34,7 +34,8 @@ Run (two CPU threads)::
 ``--set KEY=VALUE`` overrides any field of :class:`Args` (``--set grpo_lr=1e-5 group_size=8``,
 ``--set sft_steps=0`` starts GRPO from ``--model`` as it is: an SFT checkpoint made earlier, such as
 the ``<out>/sft/checkpoint`` every run with SFT steps saves).
-``--methods grpo rft continue_sft`` adds the baselines. ``--preset smoke`` runs the whole script in
+``--methods grpo rft continue_sft`` adds the baselines. ``--set lora_r=16 grpo_lr=2e-4`` trains a
+LoRA adapter (peft, TRL's ``peft_config``) in each method after SFT instead of every weight. ``--preset smoke`` runs the whole script in
 seconds on a tiny model (``--model tiny``, built from a config, or any small folder). Output: the
 JSON (``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric, budgets in seconds and
 sampled episodes, the settings) and ``<out>/grpo/curves.png``.
@@ -118,6 +119,16 @@ class Args:
             "(16 SmolLM2 episodes without it reached 24 GB)."
         },
     )
+    lora_r: int = field(
+        default=0,
+        metadata={
+            "help": "LoRA rank of GRPO, RFT and continue-SFT (peft; the SFT cold start trains every "
+            "weight); 0: full fine-tuning. LoRA usually wants a learning rate about 10x higher."
+        },
+    )
+    lora_alpha: float | None = field(
+        default=None, metadata={"help": "LoRA alpha (the update is scaled by alpha / r); None: 2 x r."}
+    )
     rft_lr: float = field(default=1e-5, metadata={"help": "RFT learning rate."})
     rft_batch: int = field(default=4, metadata={"help": "RFT SFT batch size."})
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
@@ -145,6 +156,13 @@ class Args:
             raise ValueError(f"unknown methods {unknown}: choose from {METHODS}")
         if self.sft_steps < 0 or self.n_eval < 1:
             raise ValueError("sft_steps must be >= 0 and n_eval >= 1")
+        self.lora_config()  # refuses a bad rank or alpha before anything is built
+
+    def lora_config(self) -> Any:
+        """The :class:`~hopgym.agents.lora.LoRAConfig` of the methods after SFT (``r=0``: none)."""
+        from hopgym.agents.lora import LoRAConfig
+
+        return LoRAConfig(r=self.lora_r, alpha=self.lora_alpha)
 
     def train_fields(self, phase: str = "sft") -> dict[str, Any]:
         """The TRL fields of a trainer of the run: ``phase`` "sft" (SFT, continue-SFT, RFT's
@@ -255,6 +273,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
 
     import hopgym  # noqa: F401
     from hopgym.agents.grpo import GRPORunConfig, train_grpo
+    from hopgym.agents.lora import is_peft_model, trainable_parameters
     from hopgym.agents.rft import RFTRunConfig, train_rft
     from hopgym.agents.rollout import RolloutCollector, RolloutConfig, summarize
     from hopgym.agents.scripted import OracleAgent
@@ -313,7 +332,22 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             env_fn("train", None), lambda e: speak_tools(OracleAgent(e), e), draw, tok, seed=a.seed + offset
         )
 
-    def sft(name: str, steps: int, data: list[dict[str, Any]]) -> None:
+    lora = a.lora_config()
+
+    def trained(name: str, policy: Any) -> None:
+        """Note a LoRA policy's parameter counts (its adapter runs inside ``model`` too)."""
+        if is_peft_model(policy):
+            trainable, total = trainable_parameters(policy)
+            res[f"{name}_lora"] = {"r": lora.r, "trainable_params": trainable, "total_params": total}
+        model.train(False)
+
+    def restore(policy: Any) -> None:
+        """Back to the SFT checkpoint: a LoRA policy's layers are taken out of ``model`` first."""
+        if is_peft_model(policy):
+            policy.unload()
+        model.load_state_dict(sft_state)
+
+    def sft(name: str, steps: int, data: list[dict[str, Any]], lora: Any = None) -> Any:
         c0, t0 = time.process_time(), time.perf_counter()
         trainer = train_sft(
             model,
@@ -332,6 +366,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
                     **a.train_fields(),
                 },
             ),
+            lora=lora,
         )
         hist = trainer.state.log_history
         res[f"{name}_budget"] = {
@@ -342,7 +377,8 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             "final_loss": next((h["loss"] for h in reversed(hist) if "loss" in h), None),
         }
         log(f"[{name}] {res[f'{name}_budget']}")
-        model.train(False)
+        trained(name, trainer.model)
+        return trainer.model
 
     # --- SFT cold start on the oracle's train-split episodes
     if a.sft_steps:
@@ -380,6 +416,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
                     **a.trl,
                 },
             ),
+            lora=lora,
         )
         res["grpo_budget"] = {
             "steps": grpo.trainer.state.global_step,
@@ -392,12 +429,12 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             {k: h[k] for k in HISTORY_KEYS if k in h} for h in grpo.history if "env/em" in h
         ]
         log(f"[grpo] {res['grpo_budget']}")
-        model.train(False)
+        trained("grpo", grpo.trainer.model)
         evaluate("grpo")
+        restore(grpo.trainer.model)
 
     # --- RFT: the same questions per round and sampled episodes as GRPO
     if "rft" in a.methods:
-        model.load_state_dict(sft_state)
         rft = train_rft(
             model,
             tok,
@@ -417,6 +454,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
                 seed=a.seed,
                 trl=a.train_fields(),
             ),
+            lora=lora,
         )
         res["rft_budget"] = {
             "rounds": rft.rounds,
@@ -427,15 +465,16 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
         }
         res["rft_history"] = [{k: h[k] for k in HISTORY_KEYS if k in h} for h in rft.history]
         log(f"[rft] {res['rft_budget']}")
-        model.train(False)
+        trained("rft", rft.model)
         evaluate("rft")
+        restore(rft.model)
 
     # --- continue-SFT: as many fresh oracle episodes as GRPO sampled
     if "continue_sft" in a.methods:
-        model.load_state_dict(sft_state)
         data = oracle_data(a.episodes, 1)
-        sft("continue_sft", max(len(data) // a.sft_batch, 1), data)
+        policy = sft("continue_sft", max(len(data) // a.sft_batch, 1), data, lora)
         evaluate("continue_sft")
+        restore(policy)
     return res
 
 

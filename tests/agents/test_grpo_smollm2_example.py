@@ -73,6 +73,17 @@ def test_smoke_preset_end_to_end_on_a_saved_model(example, tmp_path: Path, capsy
         + ["--methods", "grpo", "--set", "sft_steps=0", "seed=1", "eval_start=False"]
     )
     assert "em_sft" not in again and "sft" not in again and 0.0 <= again["em_grpo"] <= 1.0
+    # LoRA adapters for every method after SFT; each starts again from the SFT weights (a LoRA
+    # layer left in the model would make the next method's load_state_dict fail).
+    lora = example.main(
+        ["--preset", "smoke", "--model", str(out / "sft" / "checkpoint"), "--out", str(tmp_path / "c")]
+        + ["--set", "sft_steps=0", "eval_start=False", "lora_r=4"]
+    )
+    for name in ("grpo", "rft", "continue_sft"):
+        counts = lora[f"{name}_lora"]
+        assert counts["r"] == 4 and 0 < counts["trainable_params"] < counts["total_params"]
+        assert 0.0 <= lora[f"em_{name}"] <= 1.0
+    assert "grpo_lora" not in result
     # The curves of a finished run, drawn from its results file alone.
     png = tmp_path / "curves.png"
     assert example.main(["--curves", str(png), str(tmp_path / "r.json")]) == {"png": str(png)}
@@ -90,6 +101,8 @@ def test_settings_are_checked(example):
         example.make_args("smoke", {"methods": ("ppo",)})
     with pytest.raises(ValueError, match="group_size"):
         example.make_args("smoke", {"group_size": 1})
+    with pytest.raises(ValueError, match="r must be >= 0"):
+        example.make_args("smoke", {"lora_r": -2})
 
 
 def test_train_fields_follow_the_bf16_setting(example, monkeypatch):
