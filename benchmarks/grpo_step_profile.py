@@ -252,6 +252,11 @@ def main() -> None:
     p.add_argument("--scratch", default="/tmp/hopgym_grpo_profile")
     p.add_argument("--skip-profile", action="store_true")
     p.add_argument(
+        "--skip-throughput",
+        action="store_true",
+        help="Profile only; an existing --json file keeps its throughput section.",
+    )
+    p.add_argument(
         "--trl",
         nargs="*",
         default=[],
@@ -268,8 +273,14 @@ def main() -> None:
     }
     result["threads"] = torch.get_num_threads()
     result["trl"] = args.trl
-    result["throughput"] = throughput(args)
-    print("throughput:", json.dumps(result["throughput"], indent=1))
+    if args.skip_throughput:
+        old = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else {}
+        if "throughput" in old:
+            result["throughput"] = old["throughput"]
+            result["throughput_model"] = old.get("throughput_model", old["model"])
+    else:
+        result["throughput"] = throughput(args)
+        print("throughput:", json.dumps(result["throughput"], indent=1))
     if not args.skip_profile:
         result["profile"] = profile(args)
         print("profile:", json.dumps(result["profile"], indent=1))

@@ -493,6 +493,76 @@ def rollout_throughput() -> str:
     return _table(header, rows)
 
 
+def lora_memory() -> str:
+    """Full fine-tuning against a LoRA adapter on SmolLM2: parameters, memory and step time
+    (``benchmarks/lora_memory.py``), with the ratios."""
+    d = _load("lora_memory_smollm2")
+    names = {"full": "full fine-tuning"}
+    rows = [
+        [
+            names.get(r["mode"], r["mode"].replace("lora", "LoRA")),
+            f"{r['trainable_params']:,}",
+            f"{r['rss_loaded_mib']:.1f}",
+            f"{r['peak_rss_mib']:.1f}",
+            f"{r['step_wall_s']:.1f}",
+            f"{r['step_cpu_s']:.1f}",
+        ]
+        for r in d["rows"]
+    ]
+    full, lora = d["rows"][0], d["rows"][1]
+    rows.append(
+        [
+            "**LoRA / full**",
+            "",
+            "",
+            f"**{d['peak_rss_ratio']:.2f}x**",
+            f"**{d['step_time_ratio']:.2f}x**",
+            f"**{lora['step_cpu_s'] / full['step_cpu_s']:.2f}x**",
+        ]
+    )
+    header = ["side", "trainable params", "RSS loaded (MiB)", "peak RSS (MiB)", "step wall s", "step CPU s"]
+    return _table(header, rows)
+
+
+#: The step profiles of ``benchmarks/grpo_step_profile.py`` (``profile``): results file -> the model.
+STEP_PROFILE = {
+    "grpo_step_profile": "small Llama (config, random weights), fp32",
+    "grpo_step_profile_smollm2_base": "SmolLM2-135M-Instruct before SFT, bf16 autocast, checkpointing",
+    "grpo_step_profile_smollm2": "SmolLM2-135M-Instruct after the 24-step SFT (`cpu`'s), bf16 "
+    "autocast, checkpointing",
+}
+
+_STEP_PARTS = {
+    "generation": "generation (batched sampling, KV cache kept across turns)",
+    "env": "env (decode, env step, batched search, tokenise observations)",
+    "rollout_other": "rest of the rollout (env resets, `track_kl`'s KL-to-start log-probs)",
+    "logprobs_old_ref": "TRL's old/reference log-probs (skipped with `beta=0` and one iteration)",
+    "scoring_other": "rest of TRL's scoring (rewards, advantages)",
+    "loss_forward": "loss forward",
+    "backward": "backward",
+    "other": "the rest (optimizer, TRL's bookkeeping)",
+}
+
+
+def grpo_step_profile() -> str:
+    """Share of a GRPO step's wall time in each part, one column per profiled model."""
+    runs = {label: _load(name) for name, label in STEP_PROFILE.items()}
+    rows = [
+        [part] + [f"{100 * d['profile']['share'][key]:.1f}%" for d in runs.values()]
+        for key, part in _STEP_PARTS.items()
+    ]
+    rows.append(
+        ["**a step** (episodes, sampled tokens, wall s)"]
+        + [
+            f"{d['profile']['episodes'] // d['profile']['steps']} episodes, "
+            f"{d['profile']['model_tokens'] // d['profile']['steps']} tokens, "
+            f"{d['profile']['step_s']:.0f} s"
+            for d in runs.values()
+        ]
+    )
+    return _table(["part", *runs], rows)
+
+
 #: The table of SFT -> GRPO / RFT / continue-SFT on SmolLM2 (``examples/grpo_smollm2.py``): each
 #: results file with what its run started from.
 GRPO_SMOLLM2_TABLE = {
@@ -517,11 +587,14 @@ def grpo_smollm2_table() -> str:
             rewards = [h.get("env/reward", 0.0) for h in hist]
             sampled = " → ".join(f"{r:.2f}" for r in rewards) if rewards else "–"
             episodes = budget.get("episodes", budget.get("examples", "–"))
+            lora = a.get("lora_r", 0) if m != "sft" else 0
+            lr = a["sft_lr"] if m in ("sft", "continue_sft") else a[f"{m}_lr"]
             rows.append(
                 [
-                    _METHOD_NAMES.get(m, m),
+                    _METHOD_NAMES.get(m, m) + (f" (LoRA r={lora})" if lora else ""),
                     label,
                     str(a["seed"]),
+                    f"{lr:g}",
                     "–" if m in ("sft", "continue_sft") else f"`{a['reward']}`",
                     f"{ev['em']:.3f}",
                     f"{ev['f1']:.3f}",
@@ -536,6 +609,7 @@ def grpo_smollm2_table() -> str:
         "method",
         "run",
         "seed",
+        "lr",
         "reward",
         f"held-out EM ({'/'.join(map(str, sorted(n)))} questions)",
         "F1",
@@ -559,6 +633,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_smollm2_runs": grpo_smollm2_runs,
     "grpo_smollm2_table": grpo_smollm2_table,
     "rollout_throughput": rollout_throughput,
+    "grpo_step_profile": grpo_step_profile,
+    "lora_memory": lora_memory,
     "bf16_cpu": bf16_cpu,
     "rollout_scale_a": rollout_scale_a,
     "rollout_scale_b": rollout_scale_b,
