@@ -32,13 +32,13 @@ Run (two CPU threads)::
         --model runs/smollm2-135m-instruct --json runs/grpo_smollm2/result.json
 
 ``--set KEY=VALUE`` overrides any field of :class:`Args` (``--set grpo_lr=1e-5 group_size=8``,
-``--set sft_steps=0`` starts GRPO from ``--model`` as it is: an SFT checkpoint made earlier, such as
-the ``<out>/sft/checkpoint`` every run with SFT steps saves).
-``--methods grpo rft continue_sft`` adds the baselines. ``--set lora_r=16 grpo_lr=2e-4`` trains a
-LoRA adapter (peft, TRL's ``peft_config``) in each method after SFT instead of every weight. ``--preset smoke`` runs the whole script in
-seconds on a tiny model (``--model tiny``, built from a config, or any small folder). Output: the
-JSON (``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric, budgets in seconds and
-sampled episodes, the settings) and ``<out>/grpo/curves.png``.
+``--set sft_steps=0`` starts GRPO from ``--model`` as it is: an SFT checkpoint made earlier, such
+as the ``<out>/sft/checkpoint`` every run with SFT steps saves). ``--methods grpo rft
+continue_sft`` adds the baselines. ``--set lora_r=16 grpo_lr=2e-4`` trains a LoRA adapter (peft,
+TRL's ``peft_config``) in each method after SFT instead of every weight. ``--preset smoke`` runs
+the whole script in seconds on a tiny model (``--model tiny``, built from a config, or any small
+folder). Output: the JSON (``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric,
+budgets in seconds and sampled episodes, the settings) and ``<out>/grpo/curves.png``.
 """
 
 from __future__ import annotations
@@ -486,10 +486,14 @@ def draw_curves(png: str, results: list[str]) -> Any:
     runs: dict[str, list[dict[str, Any]]] = {}
     for path in results:
         d = json.loads(Path(path).read_text())
-        seed = d["args"]["seed"]
+        a = d["args"]
+        lora = f", LoRA r={a['lora_r']}" if a.get("lora_r") else ""
         for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
             if d.get(key):
-                runs[f"{label} seed {seed} ({d['args']['reward']})"] = d[key]
+                name = f"{label} seed {a['seed']} ({a['reward']}{lora})"
+                if name in runs:
+                    raise SystemExit(f"two runs would both be drawn as {name!r}: {results}")
+                runs[name] = d[key]
     if not runs:
         raise SystemExit(f"no GRPO or RFT history in {results}")
     return plot_curves(runs, png, title="SmolLM2-135M-Instruct after SFT: per-step curves")

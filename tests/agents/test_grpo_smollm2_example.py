@@ -125,3 +125,6 @@ def test_curves_need_a_history(example, tmp_path: Path):
     path.write_text(json.dumps({"args": {"seed": 0, "reward": "default"}}))
     with pytest.raises(SystemExit, match="no GRPO or RFT history"):
         example.main(["--curves", str(tmp_path / "c.png"), str(path)])
+    path.write_text(json.dumps({"args": {"seed": 0, "reward": "em"}, "grpo_history": [{"step": 1}]}))
+    with pytest.raises(SystemExit, match="both be drawn as 'GRPO seed 0 \\(em\\)'"):
+        example.main(["--curves", str(tmp_path / "c.png"), str(path), str(path)])
