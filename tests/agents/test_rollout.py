@@ -16,6 +16,8 @@ from hopgym.agents.rollout import (  # noqa: E402
     RolloutConfig,
     Trajectory,
     encode_prompt,
+    policy_stats,
+    sequence_logprobs,
     stop_token_ids,
     summarize,
 )
@@ -125,6 +127,23 @@ def test_collector_masks_and_logprobs_are_exact(tok, model, qids):
     for i, (tok_id, m) in enumerate(zip(t.completion_ids, t.mask, strict=True)):
         if m:
             assert abs(logp[p + i - 1, tok_id].item() - t.logprobs[i]) < 1e-4
+
+
+@pytest.mark.parametrize("max_positions", [1, 60, 10**6])
+def test_sequence_logprobs_are_the_sampling_logprobs_in_any_packing(tok, model, qids, max_positions):
+    """The log-prob pass packs trajectories of similar length under a bound on the positions
+    projected onto the vocabulary (1: each alone; 10**6: all in one pass); every packing gives
+    the sampling log-probs back on the model tokens, in the trajectories' own order."""
+    cfg = RolloutConfig(temperature=0.7, max_new_tokens=10, max_completion_tokens=240)
+    trajs = RolloutCollector(model, tok, lambda: make_env(None), cfg).collect(qids[:3], 2, seed=1)
+    assert len({len(t.prompt_ids) + len(t.completion_ids) for t in trajs}) > 1  # padding is exercised
+    got = sequence_logprobs(model, trajs, cfg.temperature, max_positions=max_positions)
+    for t, lps in zip(trajs, got, strict=True):
+        assert len(lps) == len(t.completion_ids)
+        for lp, sampled, m in zip(lps, t.logprobs, t.mask, strict=True):
+            if m:
+                assert abs(lp - sampled) < 1e-4
+    assert policy_stats(trajs, model, cfg.temperature)["kl_ref"] < 1e-6  # the model against itself
 
 
 def test_collect_is_reproducible_by_seed(tok, model, qids):
