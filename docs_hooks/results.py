@@ -564,10 +564,13 @@ def grpo_step_profile() -> str:
 
 
 #: The table of SFT -> GRPO / RFT / continue-SFT on SmolLM2 (``examples/grpo_smollm2.py``): each
-#: results file with what its run started from.
+#: results file with the SFT checkpoint its run started from (docs/training.md says which is which).
 GRPO_SMOLLM2_TABLE = {
-    "grpo_smollm2_cpu_seed0": "`--preset cpu`, from the 24-step SFT checkpoint",
-    "grpo_smollm2_cpu_seed0_continue_sft": "the same, `--methods continue_sft`",
+    "grpo_smollm2_cpu_seed0": "A",
+    "grpo_smollm2_cpu_seed0_continue_sft": "A",
+    "grpo_smollm2_cpu_sft_rerun": "B (the SFT run again)",
+    "grpo_smollm2_cpu_seed1": "B",
+    "grpo_smollm2_cpu_seed1_rft": "B",
 }
 
 _METHOD_NAMES = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "continue_sft": "continue-SFT"}
@@ -607,7 +610,7 @@ def grpo_smollm2_table() -> str:
     n = {_load(name)["test_questions"] for name in GRPO_SMOLLM2_TABLE}
     header = [
         "method",
-        "run",
+        "checkpoint",
         "seed",
         "lr",
         "reward",
