@@ -524,6 +524,26 @@ def lora_memory() -> str:
     return _table(header, rows)
 
 
+def logprob_memory() -> str:
+    """The KL log's log-prob pass, packed under a bound against one pass
+    (``benchmarks/logprob_memory.py``): peak memory and time."""
+    d = _load("logprob_memory")
+    rows = [
+        [
+            r["side"],
+            f"{r['rss_before_mib']:.0f}",
+            f"{r['peak_rss_mib']:.0f}",
+            f"{r['rise_mib']:.0f}",
+            f"{r['seconds']:.1f}",
+        ]
+        for r in d["rows"]
+    ]
+    rows.append(
+        ["**packed / one pass**", "", "", f"**{d['rise_ratio']:.2f}x**", f"**{d['time_ratio']:.2f}x**"]
+    )
+    return _table(["side", "RSS before (MiB)", "peak RSS (MiB)", "rise (MiB)", "wall s"], rows)
+
+
 #: The step profiles of ``benchmarks/grpo_step_profile.py`` (``profile``): results file -> the model.
 STEP_PROFILE = {
     "grpo_step_profile": "small Llama (config, random weights), fp32",
@@ -570,7 +590,10 @@ GRPO_SMOLLM2_TABLE = {
     "grpo_smollm2_cpu_seed0_continue_sft": "A",
     "grpo_smollm2_cpu_sft_rerun": "B (the SFT run again)",
     "grpo_smollm2_cpu_seed1": "B",
+    "grpo_smollm2_cpu_seed1_r3rag": "B",
+    "grpo_smollm2_cpu_seed1_lora": "B",
     "grpo_smollm2_cpu_seed1_rft": "B",
+    "grpo_smollm2_cpu_seed1_continue_sft": "B",
 }
 
 _METHOD_NAMES = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "continue_sft": "continue-SFT"}
@@ -589,6 +612,11 @@ def grpo_smollm2_table() -> str:
             hist = d.get("grpo_history", []) if m == "grpo" else d.get(f"{m}_history", [])
             rewards = [h.get("env/reward", 0.0) for h in hist]
             sampled = " → ".join(f"{r:.2f}" for r in rewards) if rewards else "–"
+            half = len(rewards) // 2
+            first, last = sum(rewards[:half]), sum(rewards[len(rewards) - half :])
+            trend = f"{last / first:.2f}x" if half and first > 0 else "–"
+            flat = [h["frac_reward_zero_std"] for h in hist if "frac_reward_zero_std" in h]
+            no_signal = f"{sum(flat) / len(flat):.2f}" if flat else "–"
             episodes = budget.get("episodes", budget.get("examples", "–"))
             lora = a.get("lora_r", 0) if m != "sft" else 0
             lr = a["sft_lr"] if m in ("sft", "continue_sft") else a[f"{m}_lr"]
@@ -604,6 +632,8 @@ def grpo_smollm2_table() -> str:
                     f"{ev['searches_per_episode']:.2f}",
                     str(episodes),
                     sampled,
+                    trend,
+                    no_signal,
                     f"{budget['cpu_seconds']:.0f}" if "cpu_seconds" in budget else "–",
                 ]
             )
@@ -619,6 +649,8 @@ def grpo_smollm2_table() -> str:
         "searches",
         "episodes (GRPO, RFT: sampled; SFT: oracle)",
         "sampled reward per step / round",
+        "last half / first half",
+        "groups without reward variance (GRPO, mean)",
         "CPU s",
     ]
     return _table(header, rows)
@@ -638,6 +670,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "rollout_throughput": rollout_throughput,
     "grpo_step_profile": grpo_step_profile,
     "lora_memory": lora_memory,
+    "logprob_memory": logprob_memory,
     "bf16_cpu": bf16_cpu,
     "rollout_scale_a": rollout_scale_a,
     "rollout_scale_b": rollout_scale_b,
