@@ -182,7 +182,13 @@ def test_dense_and_hybrid_batches_equal_loops_and_key_by_string_and_k():
     for r in (dense, hybrid):
         plain = [r.search_batch_scored([q], 3)[0] for q in qs]
         assert r.search_batch(qs, 3) == [[h.passage for h in hits] for hits in plain]
-        assert [r.search_scored(q, 3) for q in qs] == plain
+        # Cached from the batch of five: the same hits; a score may differ in its last bit, since
+        # FAISS's inner products over a batch may sum in another order than over one query.
+        again = [r.search_scored(q, 3) for q in qs]
+        assert [[h.passage for h in hits] for hits in again] == [[h.passage for h in hits] for hits in plain]
+        assert [h.score for hits in again for h in hits] == pytest.approx(
+            [h.score for hits in plain for h in hits], rel=1e-6
+        )
         assert r.cache_info().hits >= 5
         assert r.search("Qelvor Dynamics founder", 2) == [h.passage for h in plain[0][:2]]
         assert not r.prefix_exact
