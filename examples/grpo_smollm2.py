@@ -204,19 +204,19 @@ def bf16_supported() -> bool:
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # SmolLM2-135M-Instruct on 2 CPU threads: 3,031 CPU s (2,201 s wall on a shared machine;
-    # benchmarks/results/grpo_smollm2_quick_seed0.json). Its GRPO got no signal: sampled at
-    # temperature 1 the SFT model answered none of the 40 episodes right (docs/training.md).
+    # The cpu preset's 24-step SFT (with 12 steps, GRPO got no signal: sampled at temperature 1,
+    # that SFT answered none of its 40 episodes right), then 5 GRPO steps x 2 x 4; 40 held-out
+    # questions. Timed in docs/training.md (benchmarks/results/grpo_smollm2_quick24_seed0.json).
     "cpu-quick": dict(
-        sft_steps=12,
+        sft_steps=24,
         sft_batch=4,
         sft_lr=1e-4,
         grpo_steps=5,
         questions_per_step=2,
         group_size=4,
-        grpo_lr=1e-5,
+        grpo_lr=2e-5,
         max_new_tokens=48,
-        n_eval=20,
+        n_eval=40,
     ),
     # The table's runs (docs/training.md): a 24-step SFT, then GRPO, RFT and continue-SFT on
     # 6 x 4 x 4 = 96 sampled episodes each; 100 held-out questions.
