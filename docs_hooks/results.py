@@ -605,6 +605,7 @@ GRPO_SMOLLM2_TABLE = {
     "grpo_smollm2_cpu_sft_rerun": "B (the SFT run again)",
     "grpo_smollm2_cpu_seed1": "B",
     "grpo_smollm2_cpu_seed1_r3rag": "B",
+    "grpo_smollm2_cpu_seed1_searchr1": "B",
     "grpo_smollm2_cpu_seed1_lora": "B",
     "grpo_smollm2_cpu_seed1_rft": "B",
     "grpo_smollm2_cpu_seed1_continue_sft": "B",
