@@ -783,16 +783,13 @@ def sequence_logprobs(
     device = next(model.parameters()).device
     keep = "logits_to_keep" in _logits_kwargs(model)
     out: list[list[float]] = [[] for _ in trajectories]
-    order = sorted(
-        range(len(trajectories)),
-        key=lambda i: len(trajectories[i].prompt_ids) + len(trajectories[i].completion_ids),
-    )
+    prompt = [len(t.prompt_ids) for t in trajectories]
+    total = [len(t.prompt_ids) + len(t.completion_ids) for t in trajectories]
     chunks: list[list[int]] = []
-    for i in order:
-        rows = [*chunks[-1], i] if chunks else [i]
-        width = max(len(trajectories[j].prompt_ids) + len(trajectories[j].completion_ids) for j in rows)
-        start = min(len(trajectories[j].prompt_ids) for j in rows) - 1
-        if chunks and len(rows) * (width - start) <= max_positions:
+    for i in sorted(range(len(trajectories)), key=total.__getitem__):  # rows grow longer
+        rows = [*chunks[-1], i] if chunks else []
+        # i is the longest row yet: the pass scores positions from the shortest prompt to its end
+        if rows and len(rows) * (total[i] - min(prompt[j] for j in rows) + 1) <= max_positions:
             chunks[-1].append(i)
         else:
             chunks.append([i])
@@ -802,8 +799,8 @@ def sequence_logprobs(
         with torch.no_grad():
             for rows in chunks:
                 seqs = [trajectories[j].prompt_ids + trajectories[j].completion_ids for j in rows]
-                width = max(len(x) for x in seqs)
-                first = min(len(trajectories[j].prompt_ids) for j in rows) - 1  # first scored position
+                width = max(total[j] for j in rows)
+                first = min(prompt[j] for j in rows) - 1  # the first scored position
                 ids = torch.zeros((len(seqs), width), dtype=torch.long)
                 attn = torch.zeros((len(seqs), width), dtype=torch.long)
                 for r, x in enumerate(seqs):
@@ -816,7 +813,7 @@ def sequence_logprobs(
                 targets = ids[:, first + 1 :, None]
                 logp = logits.gather(-1, targets)[..., 0] - torch.logsumexp(logits, -1)
                 for r, j in enumerate(rows):
-                    p = len(trajectories[j].prompt_ids) - 1 - first
+                    p = prompt[j] - 1 - first
                     out[j] = logp[r, p : p + len(trajectories[j].completion_ids)].tolist()
     finally:
         model.train(was_training)
