@@ -10,7 +10,10 @@
    *env*), the rest of the rollout function (env resets, the KL-to-start log-probs of
    ``track_kl``: *rollout other*), TRL's per-token log-prob passes outside the loss
    (old/reference log-probs: *logprobs*), the loss forward (*loss forward*), ``backward``
-   (*backward*), and what is left of the step (optimizer, TRL's bookkeeping: *other*).
+   (*backward*), and what is left of the step (optimizer, TRL's bookkeeping: *other*). Also the
+   process's peak RSS; ``--micro-batch N`` runs the step's loss in passes of N episodes
+   (``GRPORunConfig.micro_batch_size``): run it once with and once without, in two processes, to
+   compare memory and time on the same episodes.
 2. **Throughput**: one question, 8 episodes sampled by :class:`~hopgym.agents.rollout.RolloutCollector`
    as one batch (``batch_size=8``: every turn of the 8 in one forward pass per token) against the
    same 8 episodes one at a time (``batch_size=1``), each both ways: with each episode's KV cache
@@ -36,6 +39,7 @@ import argparse  # noqa: E402
 import ast  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
+import resource  # noqa: E402
 import time  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -119,6 +123,7 @@ def profile(args: argparse.Namespace) -> dict:
     cfg = GRPORunConfig(
         output_dir=args.scratch,
         questions_per_step=args.questions,
+        micro_batch_size=args.micro_batch,
         max_new_tokens=args.max_new_tokens,
         plot=False,
         trl={
@@ -176,6 +181,9 @@ def profile(args: argparse.Namespace) -> dict:
         "seconds": {k: round(v, 3) for k, v in shares.items()},
         "share": {k: round(v / step_total, 3) for k, v in shares.items()},
         "logps_calls_old_ref": timers.calls["logps"] - timers.calls["loss"],
+        "micro_batch": args.micro_batch or len(episodes) // args.steps,
+        "loss_passes_per_step": timers.calls["loss"] // args.steps,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
 
@@ -248,6 +256,12 @@ def main() -> None:
     p.add_argument("--questions", type=int, default=2, help="Questions per GRPO step.")
     p.add_argument("--group", type=int, default=8, help="num_generations.")
     p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        help="Episodes per loss pass (GRPORunConfig.micro_batch_size); default: the whole step.",
+    )
     p.add_argument("--json", default=None)
     p.add_argument("--scratch", default="/tmp/hopgym_grpo_profile")
     p.add_argument("--skip-profile", action="store_true")

@@ -97,6 +97,13 @@ class Args:
     grpo_steps: int = field(default=8, metadata={"help": "GRPO steps (RFT: as many rounds)."})
     questions_per_step: int = field(default=2, metadata={"help": "Questions per GRPO step (B)."})
     group_size: int = field(default=4, metadata={"help": "Episodes per question (G)."})
+    micro_batch: int | None = field(
+        default=None,
+        metadata={
+            "help": "Episodes per GRPO loss pass (GRPORunConfig.micro_batch_size: the same update "
+            "in less memory); None: a step's questions_per_step x group_size episodes in one pass."
+        },
+    )
     grpo_lr: float = field(default=1e-5, metadata={"help": "GRPO learning rate."})
     loss_type: str = field(default="dapo", metadata={"help": "TRL loss_type."})
     beta: float = field(default=0.0, metadata={"help": "GRPO KL coefficient."})
@@ -401,6 +408,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             GRPORunConfig(
                 output_dir=str(out / "grpo"),
                 questions_per_step=a.questions_per_step,
+                micro_batch_size=a.micro_batch,
                 max_new_tokens=a.max_new_tokens,
                 rollout_batch_size=a.questions_per_step * a.group_size,
                 trl={

@@ -120,6 +120,15 @@ class GRPORunConfig:
         default=8,
         metadata={"help": "Questions per optimizer step (B); a step samples B x num_generations episodes."},
     )
+    micro_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Episodes per loss forward and backward pass: a step's B x num_generations "
+            "episodes go through the loss in passes of this many and their gradients add up "
+            "(TRL's gradient_accumulation_steps): the same update and one rollout per step, in "
+            "less memory. None: the whole step in one pass."
+        },
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
     rollout_batch_size: int = field(default=64, metadata={"help": "Episodes sampled at once."})
     env_workers: int = field(
@@ -163,6 +172,8 @@ class GRPORunConfig:
         for name in ("questions_per_step", "max_new_tokens", "rollout_batch_size"):
             if getattr(self, name) < 1:
                 raise InvalidOptionError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise InvalidOptionError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if (
             isinstance(self.env_workers, bool)
             or not isinstance(self.env_workers, int)
@@ -173,14 +184,28 @@ class GRPORunConfig:
 
     def trl_config(self) -> Any:
         """TRL's ``GRPOConfig`` of this run: :data:`GRPO_DEFAULTS`, then :attr:`trl`, then what
-        hopgym derives (``output_dir``, and ``per_device_train_batch_size`` = B x
-        ``num_generations``, the rows one step samples).
+        hopgym derives: ``output_dir``; ``per_device_train_batch_size`` (the episodes of one loss
+        pass: :attr:`micro_batch_size`, or all B x ``num_generations`` episodes one step samples)
+        and ``gradient_accumulation_steps`` (the passes of one step). TRL then samples one
+        generation batch of B x ``num_generations`` rows per optimizer step.
 
         Raises:
             hopgym.errors.InvalidOptionError: an unknown field, a derived one, a value TRL refuses,
-                or sampling settings the rollouts cannot use.
+                a micro-batch that does not divide the step's episodes, or sampling settings the
+                rollouts cannot use.
         """
         from hopgym.agents.trl_config import trl_config
+
+        def passes(values: Mapping[str, Any]) -> tuple[int, int]:
+            episodes = self.questions_per_step * values["num_generations"]
+            micro = episodes if self.micro_batch_size is None else self.micro_batch_size
+            if episodes % micro:
+                raise InvalidOptionError(
+                    f"micro_batch_size ({micro}) must divide the {episodes} episodes of a step "
+                    f"(questions_per_step {self.questions_per_step} x num_generations "
+                    f"{values['num_generations']})"
+                )
+            return micro, episodes // micro
 
         args = trl_config(
             "GRPOConfig",
@@ -189,8 +214,12 @@ class GRPORunConfig:
             {
                 "output_dir": (self.output_dir, "give it as output_dir (--out)"),
                 "per_device_train_batch_size": (
-                    lambda values: self.questions_per_step * values["num_generations"],
-                    "questions_per_step x num_generations (--questions-per-step)",
+                    lambda values: passes(values)[0],
+                    "micro_batch_size, or questions_per_step x num_generations",
+                ),
+                "gradient_accumulation_steps": (
+                    lambda values: passes(values)[1],
+                    "questions_per_step x num_generations / micro_batch_size",
                 ),
             },
         )

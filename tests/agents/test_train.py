@@ -214,6 +214,60 @@ def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path):
     assert not hasattr(trainer, "hopgym_history")  # nothing patched onto TRL's trainer
 
 
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_grpo_micro_batches_give_the_one_pass_update(tmp_path: Path, loss_type: str):
+    # A step's 2 x 3 episodes through the loss in one pass, or in passes of 2 and of 3 with the
+    # gradients accumulated: the same rollouts (one per step) and, with plain SGD, the same weights.
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples]
+    weights, rollouts = [], []
+    for micro in (None, 2, 3):
+        model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+        seen: list[Trajectory] = []
+        run = train_grpo(
+            model,
+            tok,
+            lambda: LengthReward(make_env(None)),
+            qids,
+            GRPORunConfig(
+                output_dir=str(tmp_path / str(micro)),
+                questions_per_step=2,
+                micro_batch_size=micro,
+                max_new_tokens=8,
+                plot=False,
+                track_kl=False,
+                trl={
+                    "max_steps": 1,
+                    "num_generations": 3,
+                    "learning_rate": 1e-1,
+                    "optim": "sgd",
+                    "loss_type": loss_type,
+                    "max_completion_length": 120,
+                },
+            ),
+            on_trajectories=seen.extend,
+        )
+        args = run.trainer.args
+        passes = 1 if micro is None else 6 // micro
+        assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (6 // passes, passes)
+        weights.append(snapshot(model))
+        rollouts.append([t.completion_ids for t in seen])
+    start = snapshot(build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0))
+    assert rollouts[0] == rollouts[1] == rollouts[2] and len(rollouts[0]) == 6
+    # The step moves weights by ~1e-3, so a pass scaled wrongly (say 1/2 or 1/3) would show.
+    assert max((a - b).abs().max().item() for a, b in zip(start, weights[0], strict=True)) > 1e-3
+    for other in weights[1:]:
+        for a, b in zip(weights[0], other, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    with pytest.raises(InvalidOptionError, match=r"micro_batch_size \(4\) must divide the 6 episodes"):
+        GRPORunConfig(questions_per_step=2, micro_batch_size=4, trl={"num_generations": 3}).trl_config()
+    with pytest.raises(InvalidOptionError, match="micro_batch_size must be >= 1"):
+        GRPORunConfig(micro_batch_size=0)
+    with pytest.raises(InvalidOptionError, match="gradient_accumulation_steps is set by hopgym"):
+        GRPORunConfig(trl={"gradient_accumulation_steps": 2}).trl_config()
+
+
 def test_grpo_kl_reference_is_the_starting_model(tmp_path: Path):
     # beta > 0 with a model built in memory (no path for TRL to load a reference from).
     env = make_env(None)
