@@ -164,6 +164,11 @@ class Args:
         if self.sft_steps < 0 or self.n_eval < 1:
             raise ValueError("sft_steps must be >= 0 and n_eval >= 1")
         self.lora_config()  # refuses a bad rank or alpha before anything is built
+        from hopgym.agents.grpo import GRPORunConfig
+
+        GRPORunConfig(  # and a micro-batch that does not divide a step
+            questions_per_step=self.questions_per_step, micro_batch_size=self.micro_batch
+        ).loss_passes(self.group_size)
 
     def lora_config(self) -> Any:
         """The :class:`~hopgym.agents.lora.LoRAConfig` of the methods after SFT (``r=0``: none)."""

@@ -182,6 +182,21 @@ class GRPORunConfig:
             raise InvalidOptionError(f"env_workers must be an int >= 0, got {self.env_workers!r}")
         check_time_limit(self.time_limit_s, "wall")
 
+    def loss_passes(self, num_generations: int) -> tuple[int, int]:
+        """``(episodes per loss pass, passes per step)`` of a step of B x ``num_generations``.
+
+        Raises:
+            hopgym.errors.InvalidOptionError: :attr:`micro_batch_size` does not divide the step.
+        """
+        episodes = self.questions_per_step * num_generations
+        micro = episodes if self.micro_batch_size is None else self.micro_batch_size
+        if episodes % micro:
+            raise InvalidOptionError(
+                f"micro_batch_size ({micro}) must divide the {episodes} episodes of a step "
+                f"(questions_per_step {self.questions_per_step} x num_generations {num_generations})"
+            )
+        return micro, episodes // micro
+
     def trl_config(self) -> Any:
         """TRL's ``GRPOConfig`` of this run: :data:`GRPO_DEFAULTS`, then :attr:`trl`, then what
         hopgym derives: ``output_dir``; ``per_device_train_batch_size`` (the episodes of one loss
@@ -196,17 +211,6 @@ class GRPORunConfig:
         """
         from hopgym.agents.trl_config import trl_config
 
-        def passes(values: Mapping[str, Any]) -> tuple[int, int]:
-            episodes = self.questions_per_step * values["num_generations"]
-            micro = episodes if self.micro_batch_size is None else self.micro_batch_size
-            if episodes % micro:
-                raise InvalidOptionError(
-                    f"micro_batch_size ({micro}) must divide the {episodes} episodes of a step "
-                    f"(questions_per_step {self.questions_per_step} x num_generations "
-                    f"{values['num_generations']})"
-                )
-            return micro, episodes // micro
-
         args = trl_config(
             "GRPOConfig",
             GRPO_DEFAULTS,
@@ -214,11 +218,11 @@ class GRPORunConfig:
             {
                 "output_dir": (self.output_dir, "give it as output_dir (--out)"),
                 "per_device_train_batch_size": (
-                    lambda values: passes(values)[0],
+                    lambda values: self.loss_passes(values["num_generations"])[0],
                     "micro_batch_size, or questions_per_step x num_generations",
                 ),
                 "gradient_accumulation_steps": (
-                    lambda values: passes(values)[1],
+                    lambda values: self.loss_passes(values["num_generations"])[1],
                     "questions_per_step x num_generations / micro_batch_size",
                 ),
             },

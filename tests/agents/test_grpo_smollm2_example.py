@@ -103,6 +103,10 @@ def test_settings_are_checked(example):
         example.make_args("smoke", {"group_size": 1})
     with pytest.raises(ValueError, match="r must be >= 0"):
         example.make_args("smoke", {"lora_r": -2})
+    # A micro-batch that does not divide a step's episodes, refused before the SFT runs.
+    assert example.make_args("cpu-quick", {"micro_batch": 4}).micro_batch == 4
+    with pytest.raises(ValueError, match=r"micro_batch_size \(3\) must divide the 8 episodes"):
+        example.make_args("cpu-quick", {"micro_batch": 3})
 
 
 def test_train_fields_follow_the_bf16_setting(example, monkeypatch):
