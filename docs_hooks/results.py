@@ -609,6 +609,7 @@ GRPO_SMOLLM2_TABLE = {
     "grpo_smollm2_cpu_seed1_lora": "B",
     "grpo_smollm2_cpu_seed1_rft": "B",
     "grpo_smollm2_cpu_seed1_continue_sft": "B",
+    "grpo_smollm2_cpu_seed2_long": "C",
 }
 
 _METHOD_NAMES = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "continue_sft": "continue-SFT"}
