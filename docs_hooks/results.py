@@ -611,6 +611,7 @@ GRPO_SMOLLM2_TABLE = {
     "grpo_smollm2_cpu_seed1_continue_sft": "B",
     "grpo_smollm2_cpu_seed2_long": "C",
     "grpo_smollm2_cpu_seed2_long_seed3": "C",
+    "grpo_smollm2_cpu_seed2_long_rft": "C",
 }
 
 _METHOD_NAMES = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "continue_sft": "continue-SFT"}
