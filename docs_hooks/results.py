@@ -597,6 +597,59 @@ def grpo_step_profile() -> str:
     return _table(["part", *runs], rows)
 
 
+#: One GRPO step on SmolLM2, its loss in one pass and in micro-batches
+#: (``benchmarks/grpo_step_profile.py --micro-batch``): results file -> the side.
+GRPO_MICRO_BATCH = {
+    "grpo_micro_batch_smollm2_whole": "one loss pass over the step",
+    "grpo_micro_batch_smollm2_micro4": "`micro_batch_size=4`",
+}
+
+
+def grpo_micro_batch() -> str:
+    """Peak memory and time of one GRPO step on SmolLM2, the loss in one pass against passes of a
+    few episodes whose gradients add up, with the ratios."""
+    runs = {label: _load(name) for name, label in GRPO_MICRO_BATCH.items()}
+    rows = []
+    for label, d in runs.items():
+        p = d["profile"]
+        rows.append(
+            [
+                label,
+                f"{p['episodes']} / {p['micro_batch']}",
+                str(p["loss_passes_per_step"]),
+                str(p["model_tokens"]),
+                f"{p['peak_rss_mib']:,.0f}",
+                f"{p['seconds']['loss_forward']:.1f}",
+                f"{p['seconds']['backward']:.1f}",
+                f"{p['step_s']:.1f}",
+            ]
+        )
+    whole, micro = (d["profile"] for d in runs.values())
+    rows.append(
+        [
+            "**micro-batched / one pass**",
+            "",
+            "",
+            "",
+            f"**{micro['peak_rss_mib'] / whole['peak_rss_mib']:.2f}x**",
+            "",
+            "",
+            f"**{micro['step_s'] / whole['step_s']:.2f}x**",
+        ]
+    )
+    header = [
+        "loss",
+        "episodes (step / pass)",
+        "passes",
+        "sampled tokens",
+        "peak RSS (MiB)",
+        "loss forward s",
+        "backward s",
+        "step wall s",
+    ]
+    return _table(header, rows)
+
+
 #: The table of SFT -> GRPO / RFT / continue-SFT on SmolLM2 (``examples/grpo_smollm2.py``): each
 #: results file with the SFT checkpoint its run started from (docs/training.md says which is which).
 GRPO_SMOLLM2_TABLE = {
@@ -688,6 +741,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_smollm2_table": grpo_smollm2_table,
     "rollout_throughput": rollout_throughput,
     "grpo_step_profile": grpo_step_profile,
+    "grpo_micro_batch": grpo_micro_batch,
     "lora_memory": lora_memory,
     "logprob_memory": logprob_memory,
     "bf16_cpu": bf16_cpu,
