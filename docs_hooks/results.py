@@ -665,6 +665,7 @@ GRPO_SMOLLM2_TABLE = {
     "grpo_smollm2_cpu_seed2_long": "C",
     "grpo_smollm2_cpu_seed2_long_seed3": "C",
     "grpo_smollm2_cpu_seed2_long_rft": "C",
+    "grpo_smollm2_cpu_seed2_long_continue_sft": "C",
 }
 
 _METHOD_NAMES = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "continue_sft": "continue-SFT"}
