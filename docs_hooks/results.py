@@ -597,26 +597,23 @@ def grpo_step_profile() -> str:
     return _table(["part", *runs], rows)
 
 
-#: One GRPO step on SmolLM2, its loss in one pass and in micro-batches
-#: (``benchmarks/grpo_step_profile.py --micro-batch``): results file -> the side.
-GRPO_MICRO_BATCH = {
-    "grpo_micro_batch_smollm2_whole": "one loss pass over the step",
-    "grpo_micro_batch_smollm2_micro4": "`micro_batch_size=4`",
-}
+#: One GRPO step on SmolLM2, its loss in one pass, then in micro-batches
+#: (``benchmarks/grpo_step_profile.py --micro-batch``).
+GRPO_MICRO_BATCH = ("grpo_micro_batch_smollm2_whole", "grpo_micro_batch_smollm2_micro4")
 
 
 def grpo_micro_batch() -> str:
     """Peak memory and time of one GRPO step on SmolLM2, the loss in one pass against passes of a
     few episodes whose gradients add up, with the ratios."""
-    runs = {label: _load(name) for name, label in GRPO_MICRO_BATCH.items()}
+    whole, micro = (_load(name)["profile"] for name in GRPO_MICRO_BATCH)
     rows = []
-    for label, d in runs.items():
-        p = d["profile"]
+    for p in (whole, micro):
+        passes = p["loss_passes_per_step"]
         rows.append(
             [
-                label,
+                "one loss pass over the step" if passes == 1 else f"`micro_batch_size={p['micro_batch']}`",
                 f"{p['episodes']} / {p['micro_batch']}",
-                str(p["loss_passes_per_step"]),
+                str(passes),
                 str(p["model_tokens"]),
                 f"{p['peak_rss_mib']:,.0f}",
                 f"{p['seconds']['loss_forward']:.1f}",
@@ -624,7 +621,6 @@ def grpo_micro_batch() -> str:
                 f"{p['step_s']:.1f}",
             ]
         )
-    whole, micro = (d["profile"] for d in runs.values())
     rows.append(
         [
             "**micro-batched / one pass**",
