@@ -388,6 +388,75 @@ def test_a_group_prefills_its_prompt_once(tok, qids):
     assert len({tuple(t.completion_ids) for t in runs[True]}) > 2  # the copies sampled apart
 
 
+def test_episodes_with_the_same_turns_so_far_are_prefilled_once(tok, qids):
+    # Greedy episodes of one question write the same turns, so every prefill after the first turn
+    # has one row per question, not per episode; the trajectories are those of a full prefill.
+    model = build_model(TinyLMConfig(layers=2, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=1)
+    rows, runs = {}, {}
+    for keep in (False, True):
+        cfg = RolloutConfig(temperature=0.0, max_new_tokens=10, max_completion_tokens=200, keep_cache=keep)
+        col = RolloutCollector(model, tok, lambda: gym.make("hopgym/Tiny-v1"), cfg)
+        seen: list = []
+        handle = model.register_forward_pre_hook(
+            lambda module, args, kwargs, seen=seen: seen.append(tuple(kwargs["input_ids"].shape)),
+            with_kwargs=True,
+        )
+        try:
+            runs[keep] = col.collect(qids[:2], group_size=4, seed=3)
+        finally:
+            handle.remove()
+            col.close()
+        rows[keep] = {n for n, width in seen if width > 1}  # batch sizes of the prefills
+    kept = runs[True]
+    assert sum(t.steps for t in kept) > len(kept)  # episodes with more than one turn
+    assert rows[False] == {8}
+    assert rows[True] == {2}
+    assert [t.completion_ids for t in kept] == [t.completion_ids for t in runs[False]]
+    for a, b in zip(kept, runs[False], strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_roomy_cache_writes_decoded_states_in_place(tok):
+    # The collector's cache reserves room after the prefill: decoding writes into it (one buffer
+    # for the whole turn) and gives the logits of transformers' concatenating cache.
+    from transformers import DynamicCache
+
+    from hopgym.agents.rollout import _roomy_cache
+    from hopgym.backends.transformers_backend import _cache_kwarg
+
+    model = build_model(TinyLMConfig(layers=2, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=1)
+    kw = _cache_kwarg(model)
+    ids = torch.randint(5, len(tok), (3, 12), generator=torch.Generator().manual_seed(0))
+    out = {}
+    with torch.no_grad():
+        for name, cache in (("roomy", _roomy_cache(model.config, 4)), ("dynamic", DynamicCache())):
+            logits, pointers = [], []
+            model(input_ids=ids[:, :8], use_cache=True, **{kw: cache})
+            for i in range(8, 12):
+                res = model(input_ids=ids[:, i : i + 1], use_cache=True, **{kw: cache})
+                logits.append(res.logits[:, -1])
+                pointers.append(cache.layers[0].keys.data_ptr())
+            out[name] = torch.stack(logits), pointers, cache.layers[0].keys.shape[-2]
+        assert out["roomy"][2] == out["dynamic"][2] == 12
+        assert len(set(out["roomy"][1])) == 1  # the decoded states went into the reserved room
+        assert len(set(out["dynamic"][1])) == 4  # a concatenation per step
+        assert torch.allclose(out["roomy"][0], out["dynamic"][0], atol=1e-6)
+
+        # Rows selected from outside (as the collector does between turns) move into a new
+        # buffer at the next update, with room again: the step after it writes in place.
+        roomy, rows = _roomy_cache(model.config, 2), torch.tensor([2, 0])
+        model(input_ids=ids[:, :8], use_cache=True, **{kw: roomy})
+        for layer in roomy.layers:
+            layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
+        model(input_ids=ids[rows, 8:9], use_cache=True, **{kw: roomy})
+        moved = roomy.layers[0].keys.data_ptr()
+        res = model(input_ids=ids[rows, 9:10], use_cache=True, **{kw: roomy})
+        assert roomy.layers[0].keys.shape[-2] == 10
+        assert roomy.layers[0].keys.data_ptr() == moved
+        whole = model(input_ids=ids[rows, :10]).logits[:, -1]
+        assert torch.allclose(res.logits[:, -1], whole, atol=1e-5)
+
+
 def test_a_tool_call_turn_counts_every_search_it_made():
     # A tools-protocol turn may run several calls; info["calls"] holds each call's info, and
     # every search among them counts (a turn of one action counts itself, as before).
