@@ -14,13 +14,17 @@
    process's peak RSS; ``--micro-batch N`` runs the step's loss in passes of N episodes
    (``GRPORunConfig.micro_batch_size``): run it once with and once without, in two processes, to
    compare memory and time on the same episodes.
-2. **Throughput**: one question, 8 episodes sampled by :class:`~hopgym.agents.rollout.RolloutCollector`
-   as one batch (``batch_size=8``: every turn of the 8 in one forward pass per token) against the
-   same 8 episodes one at a time (``batch_size=1``), each both ways: with each episode's KV cache
-   kept from one turn to the next (``keep_cache=True``, the default: a turn prefills only the new
-   observation) and with the whole context prefilled at every turn (``keep_cache=False``, the
-   collector before the cache was kept). Sampled model tokens per wall second, and per CPU
-   second. The same seed gives the same episodes both ways.
+2. **Throughput**: ``--throughput-questions`` questions (the first of the train split), 8 episodes
+   each, sampled by :class:`~hopgym.agents.rollout.RolloutCollector` a group at a time
+   (``batch_size=8``: every turn of the 8 in one forward pass per token), two groups at a time
+   (``batch_size=16``, as a GRPO step of 2 questions x 8 samples them), and one episode at a
+   time (``batch_size=1``). The group and the single episode run both ways: with each episode's
+   KV cache kept from one turn to the next (``keep_cache=True``, the default: a turn prefills
+   only the new observation) and with the whole context prefilled at every turn
+   (``keep_cache=False``, the collector before the cache was kept). Sampled model tokens per
+   wall second, and per CPU second. With one batch size, the same seed gives the same episodes
+   both ways; batches of other sizes draw their samples in another order, so their episodes
+   differ (``distinct_first_turns``: how many different first turns each group wrote).
 
 The default model is a small Llama built from a config (random weights: an untrained policy
 writes the longest turns, the costly case); ``--model DIR`` loads a transformers folder instead
@@ -100,6 +104,53 @@ class Timers:
                     self.nested[outer, key] += dt
 
         setattr(owner, name, timed)
+
+
+class ForwardPasses:
+    """Wall seconds of a model's forward passes: prefills (more than one position per row) in all,
+    and decoding steps (one position) by the number of rows they ran."""
+
+    def __init__(self, model) -> None:
+        self.prefill_s = 0.0
+        self.prefill_positions = 0
+        self.decode: dict[int, list[float]] = defaultdict(lambda: [0, 0.0])  # rows -> [steps, s]
+        self._shape: tuple = ()
+        self._t = 0.0
+        self.handles = [
+            model.register_forward_pre_hook(self._pre, with_kwargs=True),
+            model.register_forward_hook(self._post),
+        ]
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+    def _pre(self, module, args, kwargs) -> None:
+        self._shape = tuple(kwargs["input_ids"].shape)
+        self._t = time.perf_counter()
+
+    def _post(self, module, args, output) -> None:
+        dt = time.perf_counter() - self._t
+        rows, width = self._shape
+        if width > 1:
+            self.prefill_s += dt
+            self.prefill_positions += rows * width
+        else:
+            self.decode[rows][0] += 1
+            self.decode[rows][1] += dt
+
+    def summary(self) -> dict:
+        steps = sum(n for n, _ in self.decode.values())
+        return {
+            "prefill_s": round(self.prefill_s, 2),
+            "prefill_positions": self.prefill_positions,
+            "decode_s": round(sum(s for _, s in self.decode.values()), 2),
+            "decode_steps": steps,
+            # The mean wall ms of a decoding step, by the rows it ran (a row: one episode).
+            "decode_ms_by_rows": {
+                str(r): round(1000 * s / n, 1) for r, (n, s) in sorted(self.decode.items())
+            },
+        }
 
 
 def profile(args: argparse.Namespace) -> dict:
@@ -193,10 +244,11 @@ def throughput(args: argparse.Namespace) -> dict:
     from hopgym.agents.rollout import RolloutCollector, RolloutConfig
 
     model, tok = load(args.model, args.hidden, args.layers)
-    qid = env_fn(None).unwrapped.task.samples[0].id
-    rows = {}
+    qids = [s.id for s in env_fn(None).unwrapped.task.samples[: args.throughput_questions]]
+    rows: dict = {}
     runs = (
         ("batched_group_of_8", 8, True),
+        ("batched_two_groups_of_8", 16, True),
         ("batched_group_of_8_full_prefill", 8, False),
         ("one_at_a_time", 1, True),
         ("one_at_a_time_full_prefill", 1, False),
@@ -214,21 +266,36 @@ def throughput(args: argparse.Namespace) -> dict:
                 keep_cache=keep,
             ),
         )
-        col.collect([qid], group_size=1, seed=0)  # warm-up (env build, first forward)
+        col.collect(qids[:1], group_size=1, seed=0)  # warm-up (env build, first forward)
+        passes = ForwardPasses(model)
         wall, cpu = time.perf_counter(), time.process_time()
-        with torch.no_grad():
-            trajs = col.collect([qid], group_size=8, seed=1)
+        try:
+            with torch.no_grad():
+                trajs = col.collect(qids, group_size=8, seed=1)
+        finally:
+            passes.remove()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         tokens = sum(sum(t.mask) for t in trajs)
+        groups = [trajs[i : i + 8] for i in range(0, len(trajs), 8)]
         rows[name] = {
+            # How many of a group's episodes wrote different first turns (the rest share states).
+            "distinct_first_turns": [len({t.turns[0] for t in g}) for g in groups],
             "episodes": len(trajs),
             "model_tokens": tokens,
             "turns": sum(t.steps for t in trajs),
             "wall_s": round(wall, 3),
             "tokens_per_s": round(tokens / wall, 1),
             "tokens_per_cpu_s": round(tokens / cpu, 1),
+            **passes.summary(),
         }
         col.close()
+
+    rows["settings"] = {
+        "questions": len(qids),
+        "group": 8,
+        "max_new_tokens": args.max_new_tokens,
+        "threads": torch.get_num_threads(),
+    }
 
     def ratio(a: str, b: str, key: str) -> float:
         return round(rows[a][key] / rows[b][key], 2)
@@ -244,6 +311,8 @@ def throughput(args: argparse.Namespace) -> dict:
         rows["kept_cache_gain_batched" + suffix] = ratio(
             "batched_group_of_8", "batched_group_of_8_full_prefill", key
         )
+        # A GRPO step samples all its episodes in one batch (2 questions x 8 by default).
+        rows["speedup_two_groups" + suffix] = ratio("batched_two_groups_of_8", "one_at_a_time", key)
     return rows
 
 
@@ -256,6 +325,9 @@ def main() -> None:
     p.add_argument("--questions", type=int, default=2, help="Questions per GRPO step.")
     p.add_argument("--group", type=int, default=8, help="num_generations.")
     p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument(
+        "--throughput-questions", type=int, default=1, help="Questions (groups of 8) of the throughput runs."
+    )
     p.add_argument(
         "--micro-batch",
         type=int,

@@ -455,8 +455,101 @@ def bf16_cpu() -> str:
 ROLLOUT_THROUGHPUT = {
     "grpo_step_profile": "small Llama from a config (4 x 256, random weights), before a group's "
     "prompt was prefilled once",
-    "grpo_step_profile_smollm2": "SmolLM2-135M-Instruct after the 12-step SFT (`cpu-quick`'s)",
+    "grpo_step_profile_smollm2_c": "SmolLM2-135M-Instruct after SFT (checkpoint C), 1 thread",
+    "grpo_step_profile_smollm2_c_2t": "SmolLM2-135M-Instruct after SFT (checkpoint C), 2 threads",
 }
+
+#: The same runs on the collector before later turns were shared and decoding wrote into
+#: reserved room: results file of the current code -> that of the code before.
+ROLLOUT_THROUGHPUT_BEFORE = {
+    "grpo_step_profile_smollm2_c": "grpo_step_profile_smollm2_c_before",
+    "grpo_step_profile_smollm2_c_2t": "grpo_step_profile_smollm2_c_2t_before",
+}
+
+
+def rollout_throughput_change() -> str:
+    """Batched and one-at-a-time tokens/s (kept cache) before and after shared later turns and
+    decoding into reserved room, on the same episodes (``benchmarks/grpo_step_profile.py``)."""
+    rows = []
+    for name, before_name in ROLLOUT_THROUGHPUT_BEFORE.items():
+        after, before = _load(name)["throughput"], _load(before_name)["throughput"]
+        settings = after["settings"]
+        label = f"{settings['threads']} thread(s), {settings['questions']} groups of {settings['group']}"
+        for code, t in (("before", before), ("after", after)):
+            rows.append(
+                [
+                    label,
+                    code,
+                    f"{t['batched_group_of_8']['tokens_per_s']:.1f}",
+                    f"{t['one_at_a_time']['tokens_per_s']:.1f}",
+                    f"{t['speedup']:.2f}x",
+                    f"{t['speedup_cpu']:.2f}x",
+                ]
+            )
+        gain = {
+            key: after[key]["tokens_per_s"] / before[key]["tokens_per_s"]
+            for key in ("batched_group_of_8", "one_at_a_time")
+        }
+        rows.append(
+            [
+                label,
+                "**after / before**",
+                f"**{gain['batched_group_of_8']:.2f}x**",
+                f"{gain['one_at_a_time']:.2f}x",
+                "",
+                "",
+            ]
+        )
+    header = [
+        "SmolLM2 checkpoint C",
+        "collector",
+        "batched tokens / wall s",
+        "one at a time tokens / wall s",
+        "batched / one at a time (wall)",
+        "(CPU)",
+    ]
+    return _table(header, rows)
+
+
+def rollout_passes() -> str:
+    """Where the sampling time of the throughput runs went: prefills, and decoding steps by the
+    rows they ran (``benchmarks/grpo_step_profile.py``, runs that timed their forward passes)."""
+    names = {
+        "batched_group_of_8": "batched group of 8",
+        "batched_two_groups_of_8": "two groups of 8 batched",
+        "one_at_a_time": "one episode at a time",
+    }
+    rows = []
+    for name in ROLLOUT_THROUGHPUT:
+        t = _load(name)["throughput"]
+        for key, label in names.items():
+            r = t.get(key, {})
+            if "decode_ms_by_rows" not in r:  # runs made before the passes were timed
+                continue
+            by_rows = r["decode_ms_by_rows"]
+            rows.append(
+                [
+                    ROLLOUT_THROUGHPUT[name],
+                    label,
+                    f"{r['wall_s']:.0f}",
+                    f"{r['prefill_s']:.0f}",
+                    str(r["prefill_positions"]),
+                    f"{r['decode_s']:.0f}",
+                    str(r["decode_steps"]),
+                    ", ".join(f"{n}: {ms:.0f}" for n, ms in by_rows.items() if n in ("1", "2", "8", "16")),
+                ]
+            )
+    header = [
+        "model",
+        "sampling",
+        "wall s",
+        "prefill s",
+        "prefilled positions (padding included)",
+        "decoding s",
+        "decoding steps",
+        "ms per decoding step, by rows",
+    ]
+    return _table(header, rows)
 
 
 def rollout_throughput() -> str:
@@ -464,6 +557,7 @@ def rollout_throughput() -> str:
     time, each with the KV cache kept across turns and with a full prefill every turn."""
     sides = [
         ("batched_group_of_8", "batched group of 8", "kept"),
+        ("batched_two_groups_of_8", "two groups of 8 batched (a GRPO step's 16)", "kept"),
         ("batched_group_of_8_full_prefill", "batched group of 8", "full prefill each turn"),
         ("one_at_a_time", "one episode at a time", "kept"),
         ("one_at_a_time_full_prefill", "one episode at a time", "full prefill each turn"),
@@ -472,6 +566,8 @@ def rollout_throughput() -> str:
     for name, model in ROLLOUT_THROUGHPUT.items():
         t = _load(name)["throughput"]
         for key, sampling, cache in sides:
+            if key not in t:  # runs made before two groups were measured
+                continue
             r = t[key]
             rows.append(
                 [
@@ -480,6 +576,7 @@ def rollout_throughput() -> str:
                     cache,
                     str(r["model_tokens"]),
                     str(r["turns"]),
+                    ", ".join(map(str, r.get("distinct_first_turns", []))) or "-",
                     f"{r['tokens_per_s']:.1f}",
                     f"{r['tokens_per_cpu_s']:.1f}",
                 ]
@@ -491,16 +588,31 @@ def rollout_throughput() -> str:
                 "",
                 "",
                 "",
+                "",
                 f"**{t['speedup']:.2f}x**",
                 f"**{t['speedup_cpu']:.2f}x**",
             ]
         )
+        if "speedup_two_groups" in t:
+            rows.append(
+                [
+                    model,
+                    "**two groups batched / one at a time** (both kept)",
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"**{t['speedup_two_groups']:.2f}x**",
+                    f"**{t['speedup_two_groups_cpu']:.2f}x**",
+                ]
+            )
     header = [
         "model",
         "sampling",
         "KV cache across turns",
         "model tokens",
         "turns",
+        "distinct first turns per group",
         "tokens / wall s",
         "tokens / CPU s",
     ]
@@ -737,6 +849,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_smollm2_quick": grpo_smollm2_quick,
     "grpo_smollm2_table": grpo_smollm2_table,
     "rollout_throughput": rollout_throughput,
+    "rollout_throughput_change": rollout_throughput_change,
+    "rollout_passes": rollout_passes,
     "grpo_step_profile": grpo_step_profile,
     "grpo_micro_batch": grpo_micro_batch,
     "lora_memory": lora_memory,
