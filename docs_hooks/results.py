@@ -520,7 +520,7 @@ def rollout_passes() -> str:
         "one_at_a_time": "one episode at a time",
     }
     rows = []
-    for name in ROLLOUT_THROUGHPUT:
+    for name, model in ROLLOUT_THROUGHPUT.items():
         t = _load(name)["throughput"]
         for key, label in names.items():
             r = t.get(key, {})
@@ -529,14 +529,14 @@ def rollout_passes() -> str:
             by_rows = r["decode_ms_by_rows"]
             rows.append(
                 [
-                    ROLLOUT_THROUGHPUT[name],
+                    model,
                     label,
                     f"{r['wall_s']:.0f}",
                     f"{r['prefill_s']:.0f}",
                     str(r["prefill_positions"]),
                     f"{r['decode_s']:.0f}",
                     str(r["decode_steps"]),
-                    ", ".join(f"{n}: {ms:.0f}" for n, ms in by_rows.items() if n in ("1", "2", "8", "16")),
+                    ", ".join(f"{n}: {ms:.0f}" for n, ms in by_rows.items()),
                 ]
             )
     header = [

@@ -628,7 +628,7 @@ class RolloutCollector:
                 # Room for this turn's tokens after the held states: a decode step writes one
                 # position instead of copying the cache (full-attention models only).
                 room = max(budgets) + 1
-                if turn_cache is not None and past is not None and hasattr(past, "room"):
+                if past is not None:  # held states: the cache _roomy_cache made at an earlier turn
                     past.room = room
 
                 def new_cache() -> Any:

@@ -362,13 +362,15 @@ def test_kept_cache_is_not_used_without_a_plain_cache(tok, qids):
     assert [i for i, m in zip(t.completion_ids, t.mask, strict=True) if m] == turn1 + turn2
 
 
-def test_a_group_prefills_its_prompt_once(tok, qids):
-    # The first turn of G episodes of one question: one prompt, prefilled for one row and its
-    # states copied to the G rows; the episodes still sample apart and match a full prefill.
+def _collect_both_ways(tok, qids, temperature):
+    """Two questions x 4 episodes with and without the kept cache: ``{keep: (trajectories,
+    input_ids shapes of every forward pass)}``."""
     model = build_model(TinyLMConfig(layers=2, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=1)
-    shapes, runs = {}, {}
+    out = {}
     for keep in (False, True):
-        cfg = RolloutConfig(temperature=1.0, max_new_tokens=10, max_completion_tokens=200, keep_cache=keep)
+        cfg = RolloutConfig(
+            temperature=temperature, max_new_tokens=10, max_completion_tokens=200, keep_cache=keep
+        )
         col = RolloutCollector(model, tok, lambda: gym.make("hopgym/Tiny-v1"), cfg)
         seen: list = []
         handle = model.register_forward_pre_hook(
@@ -376,43 +378,35 @@ def test_a_group_prefills_its_prompt_once(tok, qids):
             with_kwargs=True,
         )
         try:
-            runs[keep] = col.collect(qids[:2], group_size=4, seed=3)
+            out[keep] = col.collect(qids[:2], group_size=4, seed=3), seen
         finally:
             handle.remove()
             col.close()
-        shapes[keep] = seen[0]
-    prompt = max(len(t.prompt_ids) for t in runs[True])
-    assert shapes[False] == (8, prompt)
-    assert shapes[True] == (2, prompt)  # two questions: two distinct prompts
-    assert [t.completion_ids for t in runs[True]] == [t.completion_ids for t in runs[False]]
-    assert len({tuple(t.completion_ids) for t in runs[True]}) > 2  # the copies sampled apart
+    return out
+
+
+def test_a_group_prefills_its_prompt_once(tok, qids):
+    # The first turn of G episodes of one question: one prompt, prefilled for one row and its
+    # states copied to the G rows; the episodes still sample apart and match a full prefill.
+    (full, full_shapes), (kept, kept_shapes) = _collect_both_ways(tok, qids, 1.0).values()
+    prompt = max(len(t.prompt_ids) for t in kept)
+    assert full_shapes[0] == (8, prompt)
+    assert kept_shapes[0] == (2, prompt)  # two questions: two distinct prompts
+    assert [t.completion_ids for t in kept] == [t.completion_ids for t in full]
+    assert len({tuple(t.completion_ids) for t in kept}) > 2  # the copies sampled apart
 
 
 def test_episodes_with_the_same_turns_so_far_are_prefilled_once(tok, qids):
     # Greedy episodes of one question write the same turns, so every prefill after the first turn
     # has one row per question, not per episode; the trajectories are those of a full prefill.
-    model = build_model(TinyLMConfig(layers=2, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=1)
-    rows, runs = {}, {}
-    for keep in (False, True):
-        cfg = RolloutConfig(temperature=0.0, max_new_tokens=10, max_completion_tokens=200, keep_cache=keep)
-        col = RolloutCollector(model, tok, lambda: gym.make("hopgym/Tiny-v1"), cfg)
-        seen: list = []
-        handle = model.register_forward_pre_hook(
-            lambda module, args, kwargs, seen=seen: seen.append(tuple(kwargs["input_ids"].shape)),
-            with_kwargs=True,
-        )
-        try:
-            runs[keep] = col.collect(qids[:2], group_size=4, seed=3)
-        finally:
-            handle.remove()
-            col.close()
-        rows[keep] = {n for n, width in seen if width > 1}  # batch sizes of the prefills
-    kept = runs[True]
+    (full, full_shapes), (kept, kept_shapes) = _collect_both_ways(tok, qids, 0.0).values()
     assert sum(t.steps for t in kept) > len(kept)  # episodes with more than one turn
-    assert rows[False] == {8}
-    assert rows[True] == {2}
-    assert [t.completion_ids for t in kept] == [t.completion_ids for t in runs[False]]
-    for a, b in zip(kept, runs[False], strict=True):
+    # The batch sizes of the prefills (passes of more than one position).
+    assert {n for n, width in full_shapes if width > 1} == {8}
+    assert {n for n, width in kept_shapes if width > 1} == {2}
+    assert sum(width > 1 for _, width in kept_shapes) > 1  # later turns were prefilled too
+    assert [t.completion_ids for t in kept] == [t.completion_ids for t in full]
+    for a, b in zip(kept, full, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
