@@ -35,10 +35,12 @@ Run (two CPU threads)::
 ``--set sft_steps=0`` starts GRPO from ``--model`` as it is: an SFT checkpoint made earlier, such
 as the ``<out>/sft/checkpoint`` every run with SFT steps saves). ``--methods grpo rft
 continue_sft`` adds the baselines. ``--set lora_r=16 grpo_lr=2e-4`` trains a LoRA adapter (peft,
-TRL's ``peft_config``) in each method after SFT instead of every weight. ``--preset smoke`` runs
-the whole script in seconds on a tiny model (``--model tiny``, built from a config, or any small
-folder). Output: the JSON (``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric,
-budgets in seconds and sampled episodes, the settings) and ``<out>/grpo/curves.png``.
+TRL's ``peft_config``) in each method after SFT instead of every weight.
+``--set resample_rounds=2`` replaces GRPO's groups without reward variance by other questions'
+groups (DAPO's dynamic sampling). ``--preset smoke`` runs the whole script in seconds on a tiny
+model (``--model tiny``, built from a config, or any small folder). Output: the JSON
+(``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric, budgets in seconds and
+sampled episodes, the settings) and ``<out>/grpo/curves.png``.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ HISTORY_KEYS = (
     "policy/kl_ref",
     "policy/entropy",
     "frac_reward_zero_std",
+    "env/groups_resampled",
     "rft/kept",
 )
 
@@ -102,6 +105,14 @@ class Args:
         metadata={
             "help": "Episodes per GRPO loss pass (GRPORunConfig.micro_batch_size: the same update "
             "in less memory); None: a step's questions_per_step x group_size episodes in one pass."
+        },
+    )
+    resample_rounds: int = field(
+        default=0,
+        metadata={
+            "help": "GRPO's dynamic sampling (GRPORunConfig.resample_rounds): groups without reward "
+            "variance are replaced by other questions' groups, up to this many rounds a step; the "
+            "extra episodes count in grpo_budget.episodes (RFT and continue-SFT keep budget_episodes)."
         },
     )
     grpo_lr: float = field(default=1e-5, metadata={"help": "GRPO learning rate."})
@@ -414,6 +425,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
                 output_dir=str(out / "grpo"),
                 questions_per_step=a.questions_per_step,
                 micro_batch_size=a.micro_batch,
+                resample_rounds=a.resample_rounds,
                 max_new_tokens=a.max_new_tokens,
                 rollout_batch_size=a.questions_per_step * a.group_size,
                 trl={

@@ -25,6 +25,10 @@ How it maps onto TRL 1.16 (``trl/trainer/grpo_trainer.py``):
   ``env/reward_terms/NAME``, and (``track_kl``) ``policy/kl_ref`` and ``policy/entropy`` from
   :func:`~hopgym.agents.rollout.policy_stats`: the same estimates the rejection-sampling trainer
   (:mod:`hopgym.agents.rft`) logs, so the two runs' curves compare.
+- ``resample_rounds > 0`` (DAPO's dynamic sampling): the rollout function replaces each group
+  whose rewards are all equal by a group of a question drawn from the training questions before
+  TRL sees the rows, and logs ``env/groups_resampled`` and ``env/zero_std_kept``; ``env/*``
+  stays the first draw's.
 - ``trl={"use_vllm": False}`` (the default, and on CPU): the collector generates with the model itself; on
   a GPU the same code runs in bf16. ``use_vllm=True``: TRL builds its vLLM integration (``colocate``
   or ``server`` mode) and syncs the weights into it before each rollout; the rollout function then
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.rollout import (
@@ -140,6 +145,15 @@ class GRPORunConfig:
     time_limit_s: float | None = field(
         default=None, metadata={"help": "Stop after this many seconds of training."}
     )
+    resample_rounds: int = field(
+        default=0,
+        metadata={
+            "help": "DAPO's dynamic sampling: a group whose episodes all earned the same reward "
+            "(no advantage, so no gradient) is replaced by a group of another training question "
+            "drawn at random, for up to this many rounds a step. env/* is logged over the first "
+            "draw; env/groups_resampled and env/zero_std_kept count what was done. 0: off."
+        },
+    )
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
     track_kl: bool = field(
         default=True,
@@ -172,6 +186,8 @@ class GRPORunConfig:
         for name in ("questions_per_step", "max_new_tokens", "rollout_batch_size"):
             if getattr(self, name) < 1:
                 raise InvalidOptionError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.resample_rounds < 0:
+            raise InvalidOptionError(f"resample_rounds must be >= 0, got {self.resample_rounds}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise InvalidOptionError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if (
@@ -271,6 +287,10 @@ class EnvRolloutFunc:
         seed: base seed; call ``k`` uses ``seed + k``.
         on_trajectories: optional hook called with each batch of trajectories (for tests, logs).
         ref_model: a frozen copy of the starting model; with it, ``policy/kl_ref`` is logged.
+        resample_rounds: DAPO's dynamic sampling (:attr:`GRPORunConfig.resample_rounds`): groups
+            of ``num_generations`` consecutive rows whose rewards are all equal are replaced by
+            groups of questions drawn from ``question_pool``, for up to this many rounds.
+        question_pool: the questions replacement groups are drawn from (the training questions).
 
     When the trainer runs with ``use_vllm=True``, every turn is sampled through the trainer's
     ``vllm_generation`` (:class:`~hopgym.agents.rollout.TRLVLLMEngine`).
@@ -284,7 +304,11 @@ class EnvRolloutFunc:
         seed: int = 0,
         on_trajectories: Callable[[list[Trajectory]], None] | None = None,
         ref_model: Any | None = None,
+        resample_rounds: int = 0,
+        question_pool: Sequence[str] = (),
     ) -> None:
+        if resample_rounds and not question_pool:
+            raise InvalidOptionError("resample_rounds needs a question_pool to draw from")
         self.env_fn = env_fn
         self.tokenizer = tokenizer
         self.config = config
@@ -295,6 +319,10 @@ class EnvRolloutFunc:
         self.ref_model = ref_model
         self._collector: RolloutCollector | None = None
         self.seconds = 0.0
+        self.resample_rounds = resample_rounds
+        self.question_pool = [str(q) for q in question_pool]
+        self._rng = np.random.default_rng(seed)
+        self.groups_resampled = 0
 
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, Any]:
         start = time.perf_counter()
@@ -304,14 +332,22 @@ class EnvRolloutFunc:
             self._collector = RolloutCollector(model, self.tokenizer, self.env_fn, self.config, engine=engine)
         self._collector.model = model
         qids = [p if isinstance(p, str) else str(p) for p in prompts]
-        trajs = self._collector.collect(qids, group_size=1, seed=self.seed + 100_003 * self.calls)
+        seed = self.seed + 100_003 * self.calls
+        trajs = self._collector.collect(qids, group_size=1, seed=seed)
         self.calls += 1
         self.episodes += len(trajs)
+        first_draw = summarize(trajs)
         mode = "train" if model.training else "eval"
+        resampled = 0
+        if self.resample_rounds and mode == "train":
+            trajs, resampled = self._resample(trajs, trainer.num_generations, seed)
         metrics = getattr(trainer, "_metrics", None)
         if metrics is not None:
-            for key, value in summarize(trajs).items():
+            for key, value in first_draw.items():
                 metrics[mode][f"env/{key}"].append(value)
+            if self.resample_rounds:
+                metrics[mode]["env/groups_resampled"].append(resampled)
+                metrics[mode]["env/zero_std_kept"].append(len(_flat_groups(trajs, trainer.num_generations)))
             if self.ref_model is not None:
                 for key, value in policy_stats(trajs, self.ref_model, self.config.temperature).items():
                     metrics[mode][f"policy/{key}"].append(value)
@@ -326,6 +362,36 @@ class EnvRolloutFunc:
             "env_reward": [t.reward for t in trajs],
             "env_em": [t.em for t in trajs],
         }
+
+    def _resample(self, trajs: list[Trajectory], group_size: int, seed: int) -> tuple[list[Trajectory], int]:
+        """Replace groups without reward variance by groups of questions drawn from the pool."""
+        trajs = list(trajs)
+        resampled = 0
+        for round_ in range(1, self.resample_rounds + 1):
+            flat = _flat_groups(trajs, group_size)
+            if not flat:
+                break
+            drawn = [str(q) for q in self._rng.choice(self.question_pool, size=len(flat))]
+            new = self._collector.collect(  # type: ignore[union-attr]
+                [q for q in drawn for _ in range(group_size)], group_size=1, seed=seed + 7_919 * round_
+            )
+            self.episodes += len(new)
+            for k, start in enumerate(flat):
+                trajs[start : start + group_size] = new[k * group_size : (k + 1) * group_size]
+            resampled += len(flat)
+        self.groups_resampled += resampled
+        return trajs, resampled
+
+
+def _flat_groups(trajs: Sequence[Trajectory], group_size: int) -> list[int]:
+    """First rows of the groups of ``group_size`` consecutive trajectories whose rewards are all equal."""
+    return [
+        start
+        for start in range(0, len(trajs), group_size)
+        if max(t.reward for t in trajs[start : start + group_size])
+        - min(t.reward for t in trajs[start : start + group_size])
+        <= 1e-9
+    ]
 
 
 def make_curve_callback(path: str | Path) -> Any:
@@ -471,6 +537,8 @@ def train_grpo(
         seed=args.seed,
         on_trajectories=on_trajectories,
         ref_model=ref_model,
+        resample_rounds=config.resample_rounds,
+        question_pool=question_ids,
     )
     dataset = Dataset.from_list([{"prompt": str(q)} for q in question_ids])
     out = Path(config.output_dir)

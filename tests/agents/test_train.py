@@ -214,6 +214,65 @@ def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path):
     assert not hasattr(trainer, "hopgym_history")  # nothing patched onto TRL's trainer
 
 
+class FlatForSome(LengthReward):
+    """LengthReward, except that the questions in ``flat`` always earn 0: their groups have no variance."""
+
+    def __init__(self, env: gym.Env, flat: set[str]) -> None:
+        super().__init__(env)
+        self.flat = flat
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        return obs, 0.0 if self.env.unwrapped.sample.id in self.flat else reward, term, trunc, info
+
+
+def _flat_run(tmp_path: Path, rounds: int):
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples]
+    flat = set(qids[:4])  # 4 of the 6 questions give groups without variance
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    seen: list[Trajectory] = []
+    run = train_grpo(
+        model,
+        tok,
+        lambda: FlatForSome(make_env(None), flat),
+        qids,
+        GRPORunConfig(
+            output_dir=str(tmp_path / str(rounds)),
+            questions_per_step=2,
+            max_new_tokens=8,
+            plot=False,
+            track_kl=False,
+            resample_rounds=rounds,
+            trl={"max_steps": 3, "num_generations": 3, "learning_rate": 1e-2, "max_completion_length": 120},
+        ),
+        on_trajectories=seen.extend,
+    )
+    groups = [seen[g : g + 3] for g in range(0, len(seen), 3)]
+    return run, groups, flat
+
+
+@pytest.mark.slow
+def test_grpo_dynamic_sampling_replaces_groups_without_variance(tmp_path: Path):
+    # Without it, the sampler hands flat questions' groups to the loss; with it, each is
+    # replaced by a group of a question drawn from the pool until it varies (or rounds run out).
+    run0, groups0, flat = _flat_run(tmp_path, 0)
+    assert sum(g[0].question_id in flat for g in groups0) >= 2  # the test can fail
+    run, groups, flat = _flat_run(tmp_path, 8)
+    rollout = run.rollout
+    assert len(groups) == 3 * 2 and all(len({t.question_id for t in g}) == 1 for g in groups)
+    kept_flat = sum(g[0].question_id in flat for g in groups)
+    steps = [h for h in run.history if "env/groups_resampled" in h]
+    assert len(steps) == 3 and sum(h["env/zero_std_kept"] for h in steps) == kept_flat
+    resampled = sum(h["env/groups_resampled"] for h in steps)
+    assert resampled == rollout.groups_resampled >= 2
+    assert kept_flat == 0  # 8 rounds at 2 flat draws in 3: (2/3)^8 per group, and the seed is fixed
+    # Every episode sampled counts, the discarded ones too.
+    assert rollout.episodes == 3 * 2 * 3 + 3 * resampled
+    assert [h["frac_reward_zero_std"] for h in run.history if "frac_reward_zero_std" in h] == [0.0] * 3
+
+
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
 def test_grpo_micro_batches_give_the_one_pass_update(tmp_path: Path, loss_type: str):
     # A step's 2 x 3 episodes through the loss in one pass, or in passes of 2 and of 3 with the
