@@ -515,7 +515,8 @@ def draw_curves(png: str, results: list[str]) -> Any:
         lora = f", LoRA r={a['lora_r']}" if a.get("lora_r") else ""
         for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
             if d.get(key):
-                name = f"{label} seed {a['seed']} ({a['reward']}{lora})"
+                dynamic = ", dynamic sampling" if label == "GRPO" and a.get("resample_rounds") else ""
+                name = f"{label} seed {a['seed']} ({a['reward']}{lora}{dynamic})"
                 if name in runs:
                     raise SystemExit(f"two runs would both be drawn as {name!r}: {results}")
                 runs[name] = d[key]

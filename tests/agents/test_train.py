@@ -18,14 +18,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 import hopgym  # noqa: E402,F401
-from hopgym.agents.grpo import EnvReward, GRPORunConfig, train_grpo  # noqa: E402
+from hopgym.agents.grpo import EnvReward, EnvRolloutFunc, GRPORunConfig, train_grpo  # noqa: E402
 from hopgym.agents.rft import (  # noqa: E402
     RFTRunConfig,
     keep_correct,
     train_rft,
     trajectory_example,
 )
-from hopgym.agents.rollout import Trajectory, frozen_copy  # noqa: E402
+from hopgym.agents.rollout import RolloutConfig, Trajectory, frozen_copy  # noqa: E402
 from hopgym.agents.scripted import OracleAgent  # noqa: E402
 from hopgym.agents.sft import (  # noqa: E402
     EntityRenamer,
@@ -377,6 +377,10 @@ def test_env_reward_and_config_checks():
         GRPORunConfig(trl={"temperature": 0.0}).trl_config()
     with pytest.raises(InvalidOptionError, match="max_completion_length"):
         GRPORunConfig(max_new_tokens=64, trl={"max_completion_length": 32}).trl_config()
+    with pytest.raises(InvalidOptionError, match="resample_rounds must be >= 0"):
+        GRPORunConfig(resample_rounds=-1)
+    with pytest.raises(InvalidOptionError, match="needs a question_pool"):
+        EnvRolloutFunc(make_env, tokenizer=None, config=RolloutConfig(), resample_rounds=1)
     with pytest.raises(InvalidOptionError, match="completion_only_loss is set by hopgym"):
         SFTRunConfig(trl={"completion_only_loss": False}).trl_config()
     with pytest.raises(InvalidOptionError, match="each round sets learning_rate"):
