@@ -456,12 +456,16 @@ def plot_curves(
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    if len(runs) > 1:
-        axes[0][0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if len(runs) > 1:  # below the panels, where it hides no curve
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        rows = -(-len(labels) // 3)
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8)
+        fig.tight_layout(rect=(0, 0.07 * rows + 0.02, 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path

@@ -132,3 +132,13 @@ def test_curves_need_a_history(example, tmp_path: Path):
     path.write_text(json.dumps({"args": {"seed": 0, "reward": "em"}, "grpo_history": [{"step": 1}]}))
     with pytest.raises(SystemExit, match="both be drawn as 'GRPO seed 0 \\(em\\)'"):
         example.main(["--curves", str(tmp_path / "c.png"), str(path), str(path)])
+    # A dynamic-sampling run is named apart from a plain one with the same seed and reward.
+    rows = [{"step": 1, "env/reward": 0.25}, {"step": 2, "env/reward": 0.5}]
+    path.write_text(json.dumps({"args": {"seed": 0, "reward": "em"}, "grpo_history": rows}))
+    dynamic = tmp_path / "d.json"
+    dynamic.write_text(
+        json.dumps({"args": {"seed": 0, "reward": "em", "resample_rounds": 2}, "grpo_history": rows})
+    )
+    png = tmp_path / "two.png"
+    assert example.main(["--curves", str(png), str(path), str(dynamic)]) == {"png": str(png)}
+    assert png.stat().st_size > 1000
