@@ -39,8 +39,9 @@ TRL's ``peft_config``) in each method after SFT instead of every weight.
 ``--set resample_rounds=2`` replaces GRPO's groups without reward variance by other questions'
 groups (DAPO's dynamic sampling). ``--preset smoke`` runs the whole script in seconds on a tiny
 model (``--model tiny``, built from a config, or any small folder). Output: the JSON
-(``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric, budgets in seconds and
-sampled episodes, the settings) and ``<out>/grpo/curves.png``.
+(``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric, the held-out questions
+each answered right as ``<method>_right``, budgets in seconds and sampled episodes, the
+settings) and ``<out>/grpo/curves.png``.
 """
 
 from __future__ import annotations
@@ -338,7 +339,10 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
                 temperature=0.0, max_new_tokens=a.max_new_tokens, max_completion_tokens=a.max_length
             ),
         )
-        res[name] = summarize(col.collect(test_q, 1, seed=0))
+        trajs = col.collect(test_q, 1, seed=0)
+        res[name] = summarize(trajs)
+        # Which questions: two methods compare question by question on the same held-out set.
+        res[f"{name}_right"] = [t.question_id for t in trajs if t.em]
         res[f"em_{name}"] = res[name]["em"]
         res[f"{name}_eval_cpu_seconds"] = time.process_time() - c0
         res[f"{name}_eval_seconds"] = time.perf_counter() - t0

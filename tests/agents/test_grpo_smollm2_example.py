@@ -55,6 +55,7 @@ def test_smoke_preset_end_to_end_on_a_saved_model(example, tmp_path: Path, capsy
     for name in ("sft", "grpo", "rft", "continue_sft"):
         assert 0.0 <= result[f"em_{name}"] <= 1.0
         assert result[name]["em"] == result[f"em_{name}"]
+        assert len(result[f"{name}_right"]) == round(3 * result[f"em_{name}"])
     assert result["test_questions"] == result["args"]["n_eval"] == 3
     assert result["args"]["model"] == str(model_dir)
     # Every baseline gets GRPO's budget of sampled episodes (B x G x steps = 2 x 2 x 1).
