@@ -774,6 +774,8 @@ GRPO_SMOLLM2_TABLE = {
     "grpo_smollm2_cpu_seed2_long_seed3": "C",
     "grpo_smollm2_cpu_seed2_long_rft": "C",
     "grpo_smollm2_cpu_seed2_long_continue_sft": "C",
+    "grpo_smollm2_cpu_seed2_dynamic": "C",
+    "grpo_smollm2_cpu_seed2_dynamic_seed3": "C",
 }
 
 _METHOD_NAMES = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "continue_sft": "continue-SFT"}
@@ -799,10 +801,13 @@ def grpo_smollm2_table() -> str:
             no_signal = f"{sum(flat) / len(flat):.2f}" if flat else "–"
             episodes = budget.get("episodes", budget.get("examples", "–"))
             lora = a.get("lora_r", 0) if m != "sft" else 0
+            resample = a.get("resample_rounds", 0) if m == "grpo" else 0
             lr = a["sft_lr"] if m in ("sft", "continue_sft") else a[f"{m}_lr"]
             rows.append(
                 [
-                    _METHOD_NAMES.get(m, m) + (f" (LoRA r={lora})" if lora else ""),
+                    _METHOD_NAMES.get(m, m)
+                    + (f" (LoRA r={lora})" if lora else "")
+                    + (f" (dynamic sampling, ≤ {resample} rounds)" if resample else ""),
                     label,
                     str(a["seed"]),
                     f"{lr:g}",
@@ -830,7 +835,7 @@ def grpo_smollm2_table() -> str:
         "episodes (GRPO, RFT: sampled; SFT: oracle)",
         "sampled reward per step / round",
         "last half / first half",
-        "groups without reward variance (GRPO, mean)",
+        "groups without reward variance (GRPO, mean of the groups trained on)",
         "CPU s",
     ]
     return _table(header, rows)
