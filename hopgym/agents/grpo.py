@@ -461,9 +461,9 @@ def plot_curves(
     path.parent.mkdir(parents=True, exist_ok=True)
     if len(runs) > 1:  # below the panels, where it hides no curve
         handles, labels = axes[0][0].get_legend_handles_labels()
-        rows = -(-len(labels) // 3)
+        legend_rows = -(-len(labels) // 3)
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8)
-        fig.tight_layout(rect=(0, 0.07 * rows + 0.02, 1, 1))
+        fig.tight_layout(rect=(0, 0.07 * legend_rows + 0.02, 1, 1))
     else:
         fig.tight_layout()
     fig.savefig(path, dpi=90)
