@@ -40,8 +40,9 @@ TRL's ``peft_config``) in each method after SFT instead of every weight.
 groups (DAPO's dynamic sampling). ``--preset smoke`` runs the whole script in seconds on a tiny
 model (``--model tiny``, built from a config, or any small folder). Output: the JSON
 (``em_sft``, ``em_grpo``, ``em_rft``, ``em_continue_sft``, every metric, the held-out questions
-each answered right as ``<method>_right``, budgets in seconds and sampled episodes, the
-settings) and ``<out>/grpo/curves.png``.
+each answered right as ``<method>_right``, each method against the SFT question by question as
+``<method>_vs_sft`` (gained, lost, McNemar p) when the SFT was evaluated in the run, budgets in
+seconds and sampled episodes, the settings) and ``<out>/grpo/curves.png``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import argparse
 import ast
 import copy
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -288,6 +290,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def paired(before: list[str], after: list[str]) -> dict[str, Any]:
+    """Two methods on the same held-out questions, question by question: how many the second
+    answered right that the first did not (``gained``), the reverse (``lost``), and the exact
+    two-sided McNemar p-value (a binomial test of the gained/lost split against 50/50)."""
+    gained, lost = len(set(after) - set(before)), len(set(before) - set(after))
+    n = gained + lost
+    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1)) / 2**n
+    return {"gained": gained, "lost": lost, "p_value": min(1.0, 2 * tail)}
+
+
 def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
     """SFT, then each method of ``a.methods`` from the SFT checkpoint, held-out EM after each;
     ``save(res)`` is called with the results so far after each evaluation."""
@@ -346,9 +358,13 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
         res[f"em_{name}"] = res[name]["em"]
         res[f"{name}_eval_cpu_seconds"] = time.process_time() - c0
         res[f"{name}_eval_seconds"] = time.perf_counter() - t0
+        vs = ""
+        if name != "sft" and "sft_right" in res:  # the SFT was evaluated in this run
+            pair = res[f"{name}_vs_sft"] = paired(res["sft_right"], res[f"{name}_right"])
+            vs = f"; against the SFT +{pair['gained']} -{pair['lost']}, McNemar p {pair['p_value']:.2f}"
         log(
             f"[{name}] held-out EM {res[name]['em']:.3f} on {len(test_q)} questions (searches "
-            f"{res[name]['searches_per_episode']:.2f}; eval {time.perf_counter() - t0:.0f} s)"
+            f"{res[name]['searches_per_episode']:.2f}; eval {time.perf_counter() - t0:.0f} s{vs})"
         )
         if save is not None:
             save(res)  # a run stopped later keeps what it measured

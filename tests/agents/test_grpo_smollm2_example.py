@@ -56,6 +56,10 @@ def test_smoke_preset_end_to_end_on_a_saved_model(example, tmp_path: Path, capsy
         assert 0.0 <= result[f"em_{name}"] <= 1.0
         assert result[name]["em"] == result[f"em_{name}"]
         assert len(result[f"{name}_right"]) == round(3 * result[f"em_{name}"])
+        if name != "sft":  # question by question against the SFT, on the same 3 questions
+            pair = result[f"{name}_vs_sft"]
+            assert pair["gained"] - pair["lost"] == len(result[f"{name}_right"]) - len(result["sft_right"])
+            assert 0.0 < pair["p_value"] <= 1.0
     assert result["test_questions"] == result["args"]["n_eval"] == 3
     assert result["args"]["model"] == str(model_dir)
     # Every baseline gets GRPO's budget of sampled episodes (B x G x steps = 2 x 2 x 1).
@@ -143,3 +147,15 @@ def test_curves_need_a_history(example, tmp_path: Path):
     png = tmp_path / "two.png"
     assert example.main(["--curves", str(png), str(path), str(dynamic)]) == {"png": str(png)}
     assert png.stat().st_size > 1000
+
+
+def test_paired_comparison_counts_and_exact_mcnemar(example):
+    """Gained and lost questions, and the exact two-sided McNemar p-value (binomial, 1/2)."""
+    assert example.paired(["a", "b"], ["a", "b"]) == {"gained": 0, "lost": 0, "p_value": 1.0}
+    # 5 gained, 0 lost: 2 * 0.5**5
+    assert example.paired([], list("abcde")) == {"gained": 5, "lost": 0, "p_value": 0.0625}
+    # 7 gained, 2 lost, one kept: 2 * (1 + 9 + 36) / 2**9
+    pair = example.paired(["x", "y", "k"], list("abcdefgk"))
+    assert (pair["gained"], pair["lost"]) == (7, 2)
+    assert pair["p_value"] == pytest.approx(92 / 512)
+    assert example.paired(list("abc"), list("def"))["p_value"] == 1.0  # 3 vs 3: capped at 1
