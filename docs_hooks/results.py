@@ -374,8 +374,13 @@ GRPO_SMOLLM2_RUNS = {
 }
 
 
-#: The ``cpu-quick`` preset as it is, timed end to end.
-GRPO_SMOLLM2_QUICK = {"grpo_smollm2_quick24_seed0": "`--preset cpu-quick`"}
+#: The ``cpu-quick`` preset as it is, timed end to end: on a CPU with bf16 instructions, and on
+#: one without (fp32), as it is and with dynamic sampling.
+GRPO_SMOLLM2_QUICK = {
+    "grpo_smollm2_quick24_seed0": "`--preset cpu-quick`",
+    "grpo_smollm2_quick24_seed0_fp32": "`--preset cpu-quick`",
+    "grpo_smollm2_quick24_seed0_dynamic": "`--preset cpu-quick --set resample_rounds=2`",
+}
 
 
 def grpo_smollm2_runs() -> str:
@@ -410,7 +415,7 @@ def _smollm2_runs(runs: dict[str, str], wall: bool = False) -> str:
                 "–" if sft_cpu is None else f"{sft_cpu:.0f}",
                 f"{d['grpo_budget']['cpu_seconds']:.0f}",
             ]
-            + ([f"{d['seconds'] / 60:.1f}"] if wall else [])
+            + ([_vs_sft(d.get("grpo_vs_sft")), _precision(d), f"{d['seconds'] / 60:.1f}"] if wall else [])
         )
     header = [
         "run",
@@ -424,8 +429,20 @@ def _smollm2_runs(runs: dict[str, str], wall: bool = False) -> str:
         "last entropy",
         "SFT CPU s",
         "GRPO CPU s",
-    ] + (["whole run, wall minutes"] if wall else [])
+    ] + (["GRPO against SFT, question by question", "training", "whole run, wall minutes"] if wall else [])
     return _table(header, rows)
+
+
+def _vs_sft(pair: dict[str, Any] | None) -> str:
+    """Questions gained and lost against the SFT, and the exact McNemar p (``<method>_vs_sft``)."""
+    if pair is None:  # runs made before the results file compared them
+        return "–"
+    return f"+{pair['gained']} −{pair['lost']} (p {pair['p_value']:.2f})"
+
+
+def _precision(d: dict[str, Any]) -> str:
+    """What GRPO trained in: bf16 autocast where the CPU had it, fp32 where not."""
+    return "bf16 autocast" if d["train_fields"]["grpo"].get("bf16") else "fp32"
 
 
 def bf16_cpu() -> str:

@@ -232,7 +232,8 @@ def bf16_supported() -> bool:
 PRESETS: dict[str, dict[str, Any]] = {
     # The cpu preset's 24-step SFT (with 12 steps, GRPO got no signal: sampled at temperature 1,
     # that SFT answered none of its 40 episodes right), then 5 GRPO steps x 2 x 4; 40 held-out
-    # questions. Timed in docs/training.md (benchmarks/results/grpo_smollm2_quick24_seed0.json).
+    # questions. Timed in docs/training.md: 12 minutes on 2 cores with bf16, 32 in fp32
+    # (benchmarks/results/grpo_smollm2_quick24_seed0.json, grpo_smollm2_quick24_seed0_fp32.json).
     "cpu-quick": dict(
         sft_steps=24,
         sft_batch=4,
