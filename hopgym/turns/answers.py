@@ -16,6 +16,7 @@ exactly one ``\\boxed{}`` outside the thoughts is the answer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
 #: The answer formats besides the registered protocols: ``auto`` (whichever appears) and ``boxed``.
 ANSWER_PROTOCOLS: tuple[str, ...] = ("auto", "boxed")
 _BOXED = "\\boxed{"
+_BRACE = re.compile(r"[{}]")
 
 
 def check_answer_protocol(protocol: object, *, concrete: bool = False) -> None:
@@ -103,16 +105,15 @@ def boxed_answers(text: str) -> list[str]:
     text = "".join(get_protocol("tags").split_text(without_thoughts(text)))
     out, start = [], text.find(_BOXED)
     while start != -1:
-        i = j = start + len(_BOXED)
-        depth = 1
-        while j < len(text) and depth:
-            c = text[j]
-            depth += 1 if c == "{" else -1 if c == "}" else 0
-            j += 1
+        depth, i = 1, start + len(_BOXED)
+        for m in _BRACE.finditer(text, i):  # the braces only, not every character
+            depth += 1 if m.group() == "{" else -1
+            if not depth:
+                break
         if depth:
             break
-        out.append(text[i : j - 1])
-        start = text.find(_BOXED, j)
+        out.append(text[i : m.start()])
+        start = text.find(_BOXED, m.end())
     return out
 
 

@@ -206,6 +206,7 @@ def _argument(act: Action) -> str:
 #: A thought's opening and closing tags (any case), as every protocol that thinks in tags writes them.
 THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+_WORD = re.compile(r"\S+")
 
 
 def strip_spans(text: str, spans: Iterable[tuple[int, int]]) -> str:
@@ -261,8 +262,20 @@ def join_docs(docs: Sequence[Passage], doc_chars: int | None, fmt: str) -> str:
 
 
 def quote(text: str, limit: int = 40) -> str:
-    """``text`` with white space collapsed, cut at ``limit`` characters, as a Python literal."""
-    text = " ".join(text.split())
+    """``text`` with white space collapsed, cut at ``limit`` characters, as a Python literal
+    (only the words that show are read: a long turn is not split whole).
+
+    Example:
+        >>> quote("  a  b " + "c " * 100, 6)
+        "'a b c …'"
+    """
+    words, n = [], -1
+    for m in _WORD.finditer(text):
+        words.append(m.group())
+        n += len(words[-1]) + 1
+        if n > limit:
+            break
+    text = " ".join(words)
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 

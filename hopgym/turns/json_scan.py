@@ -16,14 +16,17 @@ from typing import Any
 
 from hopgym.errors import HopgymError
 
-__all__ = ["MAX_DEPTH", "JSONTextError", "decode", "repair", "dumps"]
+__all__ = ["MAX_DEPTH", "TOO_DEEP", "JSONTextError", "decode", "repair", "dumps"]
 
 #: The deepest nesting of ``[`` and ``{`` read in a tool call (tool calls need 3 or 4).
 MAX_DEPTH = 32
 
-# A string (its closing quote in group 1; unterminated strings run to the end) or a bracket.
-_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*+(")?|[\[\]{}]', re.DOTALL)
+# A string (its closing quote in group 1; unterminated strings run to the end) or a bracket. The
+# string body is an unrolled loop: runs of plain characters are read at once, not one by one.
+_TOKEN_RE = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+(")?|[\[\]{}]', re.DOTALL)
 _DECODER = json.JSONDecoder()
+#: The reason of a value nested deeper than :data:`MAX_DEPTH`.
+TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels of [ and {{"
 _CLOSER = {"{": "}", "[": "]"}
 
 
@@ -77,7 +80,7 @@ def decode(text: str, start: int = 0) -> tuple[Any, int]:
     if start < len(text) and text[start] in "[{":
         end, closers = extent(text, start)
         if closers is None and end < len(text):
-            raise JSONTextError(f"nested deeper than {MAX_DEPTH} levels of [ and {{", end)
+            raise JSONTextError(TOO_DEEP, end)
         if closers is None or closers:
             raise JSONTextError("the text ends inside it", end, unfinished=True, closers=closers)
         try:
@@ -90,10 +93,11 @@ def decode(text: str, start: int = 0) -> tuple[Any, int]:
         raise JSONTextError(str(exc), len(text)) from None
 
 
-def repair(text: str) -> Any:
+def repair(text: str, error: JSONTextError | None = None) -> Any:
     """The value of an unfinished JSON ``text`` closed with the brackets it leaves open, when
     that is the one way to finish it: the text does not end inside a string or after a comma
-    or colon. Raises :class:`JSONTextError` (the original reason) otherwise.
+    or colon. Raises :class:`JSONTextError` (the original reason) otherwise. ``error``: what
+    :func:`decode` already raised on ``text`` (so it is not read again).
 
     Example:
         >>> repair('{"name": "answer", "arguments": {"answer": "China"}')
@@ -105,15 +109,17 @@ def repair(text: str) -> Any:
     """
     text = text.rstrip()
     start = len(text) - len(text.lstrip())
-    try:
-        return decode(text, start)[0]
-    except JSONTextError as exc:
-        if not (exc.unfinished and exc.closers) or text.endswith((",", ":")):
-            raise
+    if error is None:
         try:
-            return json.loads(text[start:] + exc.closers)
-        except ValueError:
-            raise exc from None
+            return decode(text, start)[0]
+        except JSONTextError as exc:
+            error = exc
+    if not (error.unfinished and error.closers) or text.endswith((",", ":")):
+        raise error
+    try:
+        return json.loads(text[start:] + error.closers)
+    except ValueError:
+        raise error from None
 
 
 def dumps(value: Any) -> str:

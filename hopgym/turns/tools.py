@@ -58,7 +58,7 @@ from hopgym.turns.base import (
     routes,
     strip_spans,
 )
-from hopgym.turns.json_scan import JSONTextError, decode, dumps, extent, repair
+from hopgym.turns.json_scan import TOO_DEEP, JSONTextError, decode, dumps, repair
 from hopgym.turns.specs import TOOL_NAMES, tool_specs
 
 __all__ = [
@@ -167,15 +167,21 @@ def _value(text: str, start: int, end: int) -> Any:
     try:
         value, stop = decode(stripped)
     except JSONTextError as exc:
-        if exc.unfinished:
-            try:
-                return _Repaired(repair(stripped))
-            except JSONTextError:
-                return _BadJSON(body, f"the call ends before its JSON does: {quote(stripped, 80)}", True)
-        return _BadJSON(body, f"{exc.reason}: {quote(stripped, 80)}")
+        return _unread(body, stripped, exc)
     if stripped[stop:].strip():
         return _BadJSON(body, f"text after the JSON value: {quote(stripped[stop:], 40)}")
     return value
+
+
+def _unread(body: str, stripped: str, exc: JSONTextError) -> Any:
+    """A call whose JSON (``stripped``: ``body`` without white space around) raised ``exc``:
+    repaired when the text ends inside it and closing its brackets finishes it, else refused."""
+    if exc.unfinished:
+        try:
+            return _Repaired(repair(stripped, exc))
+        except JSONTextError:
+            return _BadJSON(body, f"the call ends before its JSON does: {quote(stripped, 80)}", True)
+    return _BadJSON(body, f"{exc.reason}: {quote(stripped, 80)}")
 
 
 class _Repaired:
@@ -185,9 +191,10 @@ class _Repaired:
         self.value = value
 
 
-def _json_values(text: str, start: int) -> list[Any] | None:
-    """The JSON values of ``text[start:]`` separated by white space or ``;`` (Llama 3.x), or
-    ``None`` if any part is not JSON (the first :data:`MAX_CALLS_READ` are read)."""
+def _json_values(text: str, start: int) -> list[Any] | JSONTextError | None:
+    """The JSON values of ``text[start:]`` separated by white space or ``;`` (Llama 3.x) (the
+    first :data:`MAX_CALLS_READ`); when a part is not JSON, the first value's error, or
+    ``None`` for a later one."""
     out: list[Any] = []
     pos, n = start, len(text)
     while pos < n and (text[pos].isspace() or text[pos] == ";"):
@@ -195,18 +202,12 @@ def _json_values(text: str, start: int) -> list[Any] | None:
     while pos < n and len(out) < MAX_CALLS_READ:
         try:
             obj, pos = decode(text, pos)
-        except JSONTextError:
-            return None
+        except JSONTextError as exc:
+            return None if out else exc
         out.append(obj)
         while pos < n and (text[pos].isspace() or text[pos] == ";"):
             pos += 1
     return out
-
-
-def _too_deep(text: str, start: int) -> bool:
-    """Whether the bracketed value at ``text[start]`` nests deeper than the JSON limit."""
-    end, closers = extent(text, start)
-    return closers is None and end < len(text)
 
 
 def _flatten(objs: list[Any]) -> list[Any]:
@@ -227,7 +228,7 @@ def _bare_calls(text: str) -> list[_Found]:
             obj, end = decode(text, start)
         except JSONTextError as exc:
             if exc.unfinished:
-                out.append((start, len(text), _value(text, start, len(text)), None))
+                out.append((start, len(text), _unread(text[start:], text[start:].strip(), exc), None))
                 break
             out.append((start, exc.end, _BadJSON(text[start : exc.end], f"{exc.reason}"), None))
             pos = max(exc.end, start + 1)
@@ -359,14 +360,14 @@ class ToolProtocol(Protocol):
         if not found and "<|python_tag|>" in text:
             at = text.index("<|python_tag|>")
             values = _json_values(text, at + len("<|python_tag|>"))
-            if values is not None:
+            if isinstance(values, list):
                 found = [(at, len(text), v, None) for v in _flatten(values)]
         if not found and text.lstrip()[:1] in ("{", "["):
             at = len(text) - len(text.lstrip())
             values = _json_values(text, at)  # the whole turn is JSON: Llama 3.x's own form
-            if values and all(isinstance(v, (dict, list)) for v in values):
+            if isinstance(values, list) and values and all(isinstance(v, (dict, list)) for v in values):
                 found = [(0, len(text), v, None) for v in _flatten(values)]
-            elif values is None and _too_deep(text, at):
+            elif isinstance(values, JSONTextError) and values.reason == TOO_DEEP:
                 found = [(0, len(text), _value(text, 0, len(text)), None)]
         if self.parse_mode == "lenient" and len(found) < MAX_CALLS_READ:
             rest = _blank(text, [(a, b) for a, b, *_ in found])
