@@ -12,6 +12,13 @@ reward is its reward wrappers' and ``info`` its plain JSON fields (``reward_term
 The seed GEM's ``make_vec`` gives each env (``seed=seed + i``) seeds the first ``reset``; unlike
 GEM's own envs this one never seeds Python's global RNGs.
 
+GEM's vector envs reset by default in the step that ends an episode (``SAME_STEP`` autoreset): the
+trainer gets that step's reward but the *next* episode's reset ``info``, so the last step's
+``info`` would be lost. ``reset`` therefore hands the finished episode on in its ``info``:
+``prev_ep_reward_terms`` (its reward terms summed over its steps: they add up to the episode's
+reward) and ``prev_ep_final_info`` (its last step's plain ``info``, ``reward_terms`` included),
+beside GEM's own ``prev_ep_cumulative_rewards`` from its ``episode_tracking`` wrapper.
+
 Needs ``pip install 'hopgym[gem]'`` (``gem-llm``); without it, importing this module raises
 :class:`~hopgym.errors.DependencyNotInstalled`.
 """
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hopgym.integrations._common import make_env, plain_info, require, text_env_ids
+from hopgym.integrations._common import add_terms, make_env, plain_info, require, text_env_ids
 
 require("gem", "gem")
 import gem  # noqa: E402
@@ -61,17 +68,25 @@ class HopgymGemEnv(gem.Env):
         super().__init__()
         self.env = make_env(hopgym_id, **env_kwargs)
         self._first_seed = seed
+        self._terms: dict[str, float] = {}
+        self._last_info: dict[str, Any] | None = None
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         # Not super().reset(seed): GEM's seeds the process-wide random/numpy/torch RNGs.
         if seed is None:
             seed, self._first_seed = self._first_seed, None
         obs, info = self.env.reset(seed=seed)
-        return obs, {"question_id": info["question_id"], "question": info["question"]}
+        out: dict[str, Any] = {"question_id": info["question_id"], "question": info["question"]}
+        if self._last_info is not None:  # the episode this reset ends (see the module docstring)
+            out["prev_ep_reward_terms"], out["prev_ep_final_info"] = self._terms, self._last_info
+        self._terms, self._last_info = {}, None
+        return obs, out
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, float(reward), bool(terminated), bool(truncated), plain_info(info)
+        self._last_info = plain_info(info)
+        add_terms(self._terms, self._last_info)
+        return obs, float(reward), bool(terminated), bool(truncated), dict(self._last_info)
 
     def sample_random_action(self) -> str:
         """A random turn from the env's action space (mostly malformed: a baseline, not an agent)."""

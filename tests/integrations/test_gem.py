@@ -108,10 +108,39 @@ def test_gems_trainer_wrappers_carry_hopgyms_episode_reward(tiny_sample):
             assert obs[0].count("<|assistant|>") == n + 2 and turn in obs[0]
             assert [i["cumulative_rewards"] for i in infos] == pytest.approx(received)
     assert list(terminated) == [True] * group
-    total, _, _ = reference_episode("hopgym/Tiny-v1", question_id, turns, reward="searchr1")
+    total, terms, _ = reference_episode("hopgym/Tiny-v1", question_id, turns, reward="searchr1")
     # the reward array the trainer reads, and the tracker's episode total (GEM's SAME_STEP autoreset
     # hands back the next episode's reset info, with the finished one's total as prev_ep_*)
     assert list(received) == pytest.approx([total] * group) and total > 0
     assert [i["prev_ep_cumulative_rewards"] for i in infos] == pytest.approx([total] * group)
+    # ... and every reward term of the finished episode, its last step's included
+    assert [i["prev_ep_reward_terms"] for i in infos] == [terms] * group
+    assert len(terms) > 1 and all(i["prev_ep_final_info"]["action_type"] == "answer" for i in infos)
     # SAME_STEP autoreset: the next questions, again one for the whole group
     assert len({o.split("Question:")[1] for o in obs}) == 1
+
+
+@pytest.mark.parametrize("autoreset_mode", ["SAME_STEP", "NEXT_STEP"])
+def test_last_steps_reward_terms_survive_autoreset(tiny_sample, autoreset_mode):
+    """Under SAME_STEP the trainer sees the next episode's reset info in the step that ends an
+    episode; the finished episode's terms (last step included) ride on it as prev_ep_*."""
+    from gem.vector.sync_vector_env import SyncVectorEnv
+    from gem.vector.vector_env import AutoresetMode
+
+    vec = SyncVectorEnv(
+        env_ids=["hopgym:Tiny-v1"],
+        env_fns=[lambda: gem.make("hopgym:Tiny-v1", reward="searchr1")],
+        autoreset_mode=AutoresetMode[autoreset_mode],
+    )
+    vec.envs[0].env.reset(options={"question_id": "tiny-6"})
+    turns = oracle_turns(tiny_sample)
+    for turn in turns:
+        _, _, terminated, _, infos = vec.step([turn])
+    assert terminated[0]
+    _, terms, _ = reference_episode("hopgym/Tiny-v1", "tiny-6", turns, reward="searchr1")
+    if autoreset_mode == "NEXT_STEP":  # the last step's own info arrives; the reset comes next step
+        assert infos[0]["reward_terms"] and "prev_ep_reward_terms" not in infos[0]
+        _, _, _, _, infos = vec.step(["ignored: this step resets"])
+    assert infos[0]["prev_ep_reward_terms"] == terms and infos[0]["prev_ep_final_info"]["turn"] == len(turns)
+    _, _, _, _, infos = vec.step(["no tags"])  # the next episode's steps carry no prev_ep_*
+    assert "prev_ep_reward_terms" not in infos[0]
