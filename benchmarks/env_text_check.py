@@ -29,8 +29,8 @@ import gymnasium as gym  # noqa: E402
 
 import hopgym  # noqa: E402, F401
 from hopgym.agents.llm import LLMAgent, SamplingParams, TransformersBackend  # noqa: E402
-from hopgym.envs.protocols import TagsProtocol  # noqa: E402
 from hopgym.rewards.scoring import exact_match, query_key, token_f1  # noqa: E402
+from hopgym.turns import TagsProtocol  # noqa: E402
 
 #: hopgym 0.1's system prompt for ``tags`` (no answer example), kept to measure against.
 OLD_TAGS_PROMPT = (

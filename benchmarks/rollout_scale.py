@@ -78,13 +78,13 @@ from hopgym.agents import OracleAgent  # noqa: E402
 from hopgym.agents.evaluation import run_episode  # noqa: E402
 from hopgym.agents.iterative import IterativeAgent  # noqa: E402
 from hopgym.corpora.synthetic import WorldConfig, generate_world
-from hopgym.envs.actions import Search  # noqa: E402
 from hopgym.envs.registration import make_task_env  # noqa: E402
 from hopgym.envs.vector import BatchedSearchVectorEnv  # noqa: E402
 from hopgym.retrieval.base import Retriever
 from hopgym.retrieval.sparse import BM25Retriever
 from hopgym.tasks.base import QATask, Source  # noqa: E402
 from hopgym.tasks.synthetic import build_task, clear_caches
+from hopgym.turns import Search  # noqa: E402
 
 console = Console(width=150)
 #: The sections, in the order they print.

@@ -225,7 +225,7 @@ def brief_protocol(env_id: str) -> Any:
     the parse mode that ``env_id`` registers (``-v0``: strict, 0.1's turn handling)."""
     import gymnasium as gym
 
-    from hopgym.envs.protocols import TagsProtocol
+    from hopgym.turns import TagsProtocol
 
     class BriefTags(TagsProtocol):
         def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:

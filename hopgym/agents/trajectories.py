@@ -91,12 +91,12 @@ import gymnasium as gym
 
 from hopgym._atomic import OutputFileError, publish_file, reason_of
 from hopgym._version import __version__
-from hopgym.envs.actions import Answer
 from hopgym.envs.multihop_qa import qa_env
 from hopgym.envs.options import AUTO_OPTIONS, EnvOptions
-from hopgym.envs.tool_protocol import ToolProtocol, step_calls
 from hopgym.errors import HopgymError, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
+from hopgym.turns import Answer
+from hopgym.turns.tools import ToolProtocol, step_calls
 
 __all__ = [
     "FORMAT",
@@ -862,7 +862,7 @@ def _docs_from_observation(obs: str, ids: list[str]) -> dict[str, dict[str, str]
 
 
 def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[str, Any]:
-    from hopgym.envs.protocols import get_protocol
+    from hopgym.turns import get_protocol
 
     text = old.get("action") or ""
     kind = old.get("action_type")

@@ -30,8 +30,8 @@ from typing import Any
 from hopgym import _atomic
 from hopgym.cli._dataclass_args import ConfigSpec, add_config_arguments, given_values, plain
 from hopgym.envs.options import EnvOptions
-from hopgym.envs.protocols import PARSE_MODES, PROTOCOLS
 from hopgym.errors import HopgymError, InvalidOptionError
+from hopgym.turns import PARSE_MODES, PROTOCOLS
 
 __all__ = [
     "DEFAULT_ENV",

@@ -9,9 +9,9 @@ from hopgym.agents.iterative import IterativeAgent, Side, extract, parse_questio
 from hopgym.agents.scripted import DirectAgent, OracleAgent
 from hopgym.corpora.synthetic import RELATION_SENTENCES, SENTENCES, WorldConfig, generate_world
 from hopgym.corpora.types import Passage
-from hopgym.envs.actions import Answer, Route, Search
 from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.tasks.synthetic import build_task
+from hopgym.turns import Answer, Route, Search
 
 DEFAULT = WorldConfig(n_questions=300)
 ROUTING = WorldConfig(n_questions=300, sources=("local", "web"))

@@ -13,7 +13,7 @@ from hopgym.agents.scripted import OracleAgent, make_agent
 from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
 from hopgym.agents.tool_calls import ToolCallAgent, speak_tools
 from hopgym.cli import main
-from hopgym.envs.tool_protocol import ToolProtocol
+from hopgym.turns.tools import ToolProtocol
 
 SYNTH = {"n_entities": 300, "n_questions": 40, "sources": ("local", "web")}
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hopgym.envs.actions import FormatIssue, ParsedTurn
+from hopgym.turns import FormatIssue, ParsedTurn
 from hopgym.turns.base import make_action as _make_action
 from hopgym.turns.base import quote as _quote
 from hopgym.turns.r3 import (

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hopgym.envs.actions import FormatIssue, ParsedTurn, Think
+from hopgym.turns import FormatIssue, ParsedTurn, Think
 from hopgym.turns.base import make_action as _make_action
 from hopgym.turns.base import quote as _quote
 from hopgym.turns.tags import (
@@ -59,7 +59,7 @@ def _open_at_end(tags: Sequence[_Tag]) -> str | None:
 
 
 class ReferenceTagsProtocol(TagsProtocol):
-    """:class:`~hopgym.envs.protocols.TagsProtocol` with the old (quadratic) parser."""
+    """:class:`~hopgym.turns.TagsProtocol` with the old (quadratic) parser."""
 
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         m = _CANONICAL_RE.fullmatch(text)

@@ -12,8 +12,8 @@ import pytest
 
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.envs.conversation import DEFAULT_TOOLS_BLOCK, Conversation
-from hopgym.envs.tool_protocol import ToolProtocol
 from hopgym.errors import InvalidOptionError
+from hopgym.turns.tools import ToolProtocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
 from tiny_llm import build_tokenizer  # noqa: E402

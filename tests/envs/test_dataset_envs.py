@@ -15,9 +15,9 @@ import hopgym  # noqa: F401  (registers the ids)
 from hopgym.agents.evaluation import evaluate
 from hopgym.agents.scripted import make_agent
 from hopgym.corpora.datasets import DatasetUnavailableError
-from hopgym.envs.actions import Answer, Search
 from hopgym.envs.datasets import clear_task_cache, load_task
 from hopgym.retrieval.index_store import StaleIndexError, read_manifest
+from hopgym.turns import Answer, Search
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 HOTPOT = str(FIX / "hotpotqa_dev.json")

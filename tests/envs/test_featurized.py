@@ -11,7 +11,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
 import hopgym
-from hopgym.envs.actions import Answer, Route, Search
 from hopgym.envs.featurized import (
     SLOT_FEATURES,
     FeaturizedEnv,
@@ -24,6 +23,7 @@ from hopgym.envs.multihop_qa import MultiHopQAEnv
 from hopgym.envs.options import EnvOptions
 from hopgym.envs.registration import make_task_env
 from hopgym.tasks.tiny import tiny_task
+from hopgym.turns import Answer, Route, Search
 
 
 def tiny(sources=("local",), reward=None, **kw) -> FeaturizedEnv:

@@ -8,11 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hopgym.envs import Answer, MultiHopQAEnv, Route, Search, Think
-from hopgym.envs.actions import FORMAT_ISSUES
-from hopgym.envs.protocols import TagsProtocol
 from hopgym.errors import RetrievalError
 from hopgym.tasks.base import QATask, Source
 from hopgym.tasks.tiny import TINY_PASSAGES, TINY_SAMPLES, tiny_task
+from hopgym.turns import FORMAT_ISSUES, TagsProtocol
 
 
 def make(**kw) -> MultiHopQAEnv:

@@ -16,9 +16,9 @@ import hopgym
 from hopgym.envs import BUILTIN_IDS, MultiHopQAEnv
 from hopgym.envs.datasets import DATASETS, RETRIEVER_SHORTHANDS, TASK_ARGS, DatasetKwargs
 from hopgym.envs.options import OPTION_NAMES, EnvKwargs, EnvOptions
-from hopgym.envs.protocols import R3Protocol
 from hopgym.rewards.base import reward_terms_of
 from hopgym.tasks.tiny import tiny_task
+from hopgym.turns import R3Protocol
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -11,8 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hopgym.corpora.types import Passage
-from hopgym.envs.actions import FORMAT_ISSUES, Answer, Route, Search, Think
-from hopgym.envs.protocols import PARSE_MODES, R3Protocol, TagsProtocol, get_protocol
+from hopgym.turns import (
+    FORMAT_ISSUES,
+    PARSE_MODES,
+    Answer,
+    R3Protocol,
+    Route,
+    Search,
+    TagsProtocol,
+    Think,
+    get_protocol,
+)
 from hopgym.turns.tags import valid_issues as _valid_issues
 
 SOURCES = ("local", "web")

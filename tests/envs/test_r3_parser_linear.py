@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from r3_parser_reference import ReferenceR3Protocol
 from test_protocols import R3_CASES, SOURCES
 
-from hopgym.envs.protocols import PARSE_MODES, R3Protocol
+from hopgym.turns import PARSE_MODES, R3Protocol
 
 MB = 1_000_000
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tag_parser_reference import ReferenceTagsProtocol
 from test_protocols import CANONICAL_SOUP, SOURCES, TAG_SOUP, TAGS_CASES
 
-from hopgym.envs.protocols import PARSE_MODES, TagsProtocol
+from hopgym.turns import PARSE_MODES, TagsProtocol
 
 MB = 1_000_000
 

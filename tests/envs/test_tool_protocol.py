@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.envs.actions import Answer, Route, Search, Think
 from hopgym.envs.options import EnvOptions
-from hopgym.envs.tool_protocol import ToolProtocol, tool_specs
 from hopgym.errors import InvalidOptionError
+from hopgym.turns import Answer, Route, Search, Think
+from hopgym.turns.tools import ToolProtocol, tool_specs
 
 SOURCES = ("local", "web")
 S = '{"name": "search", "arguments": {"query": "Lorn"}}'
@@ -62,7 +62,7 @@ def test_a_bare_call_inside_free_text_is_read_only_leniently():
 
 
 def test_every_tools_issue_code_is_produced():
-    from hopgym.envs.actions import FORMAT_ISSUES
+    from hopgym.turns import FORMAT_ISSUES
 
     texts = [
         f"Let me search. {S}",

@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode
 
 from hopgym.agents import OracleAgent, RandomAgent
 from hopgym.agents.iterative import IterativeAgent
-from hopgym.envs.actions import Answer, Route, Search
+from hopgym.turns import Answer, Route, Search
 
 WORLD = {"n_entities": 300, "n_questions": 12}
 

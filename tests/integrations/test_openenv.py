@@ -22,9 +22,9 @@ pytest.importorskip("websockets")
 
 import hopgym  # noqa: E402, F401 - registers the ids
 from hopgym.agents.scripted import OracleAgent  # noqa: E402
-from hopgym.envs.actions import Answer, Search  # noqa: E402
 from hopgym.errors import InvalidOptionError  # noqa: E402
 from hopgym.integrations.openenv import EnvServer, EnvServerConfig, EnvServerError  # noqa: E402
+from hopgym.turns import Answer, Search  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_ID = "hopgym/Synthetic-v1"

@@ -13,7 +13,6 @@ import hopgym  # noqa: F401
 from hopgym.agents.scripted import OracleAgent
 from hopgym.corpora.synthetic import WorldConfig
 from hopgym.corpora.types import Passage
-from hopgym.envs.actions import Answer, Search
 from hopgym.retrieval.dense import DenseRetriever, HashingEmbedder
 from hopgym.retrieval.http import HTTPRetriever
 from hopgym.retrieval.hybrid import HybridRetriever
@@ -27,6 +26,7 @@ from hopgym.retrieval.sparse import BM25Retriever
 from hopgym.retrieval.specs import RetrieverSpec, make_retriever
 from hopgym.tasks.synthetic import build_task
 from hopgym.tasks.tiny import TINY_PASSAGES
+from hopgym.turns import Answer, Search
 
 SMALL_WORLD = {"n_entities": 400, "n_questions": 40}
 

@@ -12,7 +12,6 @@ import pytest
 import hopgym  # noqa: F401
 from hopgym.corpora.datasets import load_corpus
 from hopgym.corpora.types import Passage
-from hopgym.envs.actions import Search
 from hopgym.envs.datasets import clear_task_cache
 from hopgym.retrieval.base import tokenize
 from hopgym.retrieval.http import HTTPRetriever
@@ -27,6 +26,7 @@ from hopgym.retrieval.specs import (
     retriever_kinds,
     unregister_retriever,
 )
+from hopgym.turns import Search
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 CORPUS = load_corpus(FIX / "wiki_corpus.jsonl")

@@ -249,8 +249,8 @@ def test_http_retriever_pickles_and_validates():
 
 
 def test_env_reports_a_server_that_dies_mid_episode():
-    from hopgym.envs.actions import Answer, Search
     from hopgym.envs.registration import make_task_env
+    from hopgym.turns import Answer, Search
 
     srv = RetrievalServer(BM25, port=0).start()
     sample = QASample("q1", "Which river flows through Kaldor?", ("Tolva River",))
@@ -281,7 +281,7 @@ def test_dataset_env_with_a_server_url(server):
         "hopgym/Bamboogle-v1", path=str(FIX / "bamboogle_test.jsonl"), retriever=server.url, reward=None
     )
     env.reset(seed=0, options={"question_id": "test_2"})
-    from hopgym.envs.actions import Search
+    from hopgym.turns import Search
 
     _, _, _, _, info = env.step(Search("institute mineralogy"))
     assert info["retrieval_error"] is None
@@ -411,7 +411,7 @@ def test_when_every_server_fails_the_search_fails_within_the_bound():
 def test_gym_make_sets_the_servers_and_their_time_bound():
     import gymnasium as gym
 
-    from hopgym.envs.actions import Search
+    from hopgym.turns import Search
 
     live = RetrievalServer(BM25, port=0).start()
     frozen = frozen_server()

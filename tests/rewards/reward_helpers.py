@@ -14,9 +14,9 @@ import gymnasium as gym
 from hopgym.corpora.types import Hop, Passage, QASample
 from hopgym.envs import Answer, Route, Search, Think
 from hopgym.envs.spaces import FreeText
-from hopgym.envs.tool_protocol import fold_routes
 from hopgym.retrieval.sparse import BM25Retriever
 from hopgym.tasks.base import QATask, Source
+from hopgym.turns.tools import fold_routes
 
 GOLD = QASample(
     "q1",
@@ -200,8 +200,8 @@ def tiny(
     protocol: str = "tags",
     parse: str = "lenient",
 ) -> gym.Env:
-    from hopgym.envs.protocols import get_protocol
     from hopgym.envs.registration import make_tiny
+    from hopgym.turns import get_protocol
 
     return make_tiny(
         sources=sources, reward=reward, max_turns=max_turns, protocol=get_protocol(protocol, parse=parse)

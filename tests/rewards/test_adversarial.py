@@ -33,10 +33,10 @@ from reward_helpers import (
     tiny,
 )
 
-from hopgym.envs.protocols import PARSE_MODES
 from hopgym.rewards import PRESETS, preset
 from hopgym.rewards.judges import CallableJudge
 from hopgym.rewards.scoring import normalize_answer
+from hopgym.turns import PARSE_MODES
 
 HONEST = {"search_to_limit_then_correct", "repeat_query_then_correct", "invalid_spam_then_correct"}
 SLOPPY_NAMES = {p.name for p in SLOPPY}
@@ -90,8 +90,8 @@ def test_no_adversary_beats_the_oracle(name, judge, sources, parse):
 
 
 def synthetic(name: str, judge, protocol: str = "tags", parse: str = "lenient") -> gym.Env:
-    from hopgym.envs.protocols import get_protocol
     from hopgym.envs.registration import make_synthetic
+    from hopgym.turns import get_protocol
 
     env = make_synthetic(
         seed=3,

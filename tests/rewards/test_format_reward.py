@@ -77,7 +77,7 @@ def test_bad_arguments(kwargs, match):
 
 # ---------------------------------------------------------------------- format issues
 def _issue(code: str = "unclosed_think"):
-    from hopgym.envs.actions import FormatIssue
+    from hopgym.turns import FormatIssue
 
     return [FormatIssue(code, "found")]
 
