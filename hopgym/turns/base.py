@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hopgym.corpora.types import Passage
@@ -40,6 +40,8 @@ __all__ = [
 PARSE_MODES: tuple[str, ...] = ("lenient", "strict")
 #: The default of the ``max_tool_calls`` option: calls run per turn.
 DEFAULT_MAX_TOOL_CALLS = 4
+#: The most tags (or labels) a turn may hold: a turn has a handful; more is degenerate text.
+MAX_TAGS = 256
 
 
 class _AnySource:
@@ -209,16 +211,36 @@ THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 _WORD = re.compile(r"\S+")
 
 
-def strip_spans(text: str, spans: Iterable[tuple[int, int]]) -> str:
-    """``text`` without the spans (overlapping ones are dropped once)."""
+def strip_spans(text: str, spans: Iterable[tuple[int, int]], fill: str | None = "") -> str:
+    """``text`` with each span (overlapping ones once) replaced by ``fill``, or by as many
+    spaces as it is long when ``fill`` is ``None`` (positions then still index ``text``)."""
     out, pos = [], 0
     for a, b in sorted(spans):
         if b <= pos:
             continue
-        out.append(text[pos : max(a, pos)])
+        out += [text[pos : max(a, pos)], " " * (b - max(a, pos)) if fill is None else fill]
         pos = b
     out.append(text[pos:])
     return "".join(out)
+
+
+def blocks(
+    text: str, opening: re.Pattern[str], closing: re.Pattern[str], limit: int | None = None
+) -> list[tuple[int, int, int, int]]:
+    """``(start, body_start, body_end, end)`` of each ``opening … closing`` block, left to right
+    (the first ``limit``); a last block never closed runs to the end (``body_end == end ==
+    len(text)``). Linear."""
+    out: list[tuple[int, int, int, int]] = []
+    pos = 0
+    while (limit is None or len(out) < limit) and (m := opening.search(text, pos)) is not None:
+        c = closing.search(text, m.end())
+        out.append(
+            (m.start(), m.end(), c.start(), c.end()) if c else (m.start(), m.end(), len(text), len(text))
+        )
+        if c is None:
+            break
+        pos = c.end()
+    return out
 
 
 def without_thoughts(text: str) -> str:
@@ -228,13 +250,7 @@ def without_thoughts(text: str) -> str:
         >>> without_thoughts("<think>hm</think>yes<think>cut")
         'yes'
     """
-    spans, pos = [], 0
-    while (m := THINK_OPEN.search(text, pos)) is not None:
-        c = THINK_CLOSE.search(text, m.end())
-        end = c.end() if c else len(text)
-        spans.append((m.start(), end))
-        pos = end
-    return strip_spans(text, spans)
+    return strip_spans(text, [(a, d) for a, _, _, d in blocks(text, THINK_OPEN, THINK_CLOSE)])
 
 
 def cut_blocks(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> list[str]:
@@ -242,12 +258,11 @@ def cut_blocks(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) ->
     end when none), the blocks dropped: the pieces between them. One pass (linear).
     """
     out, pos = [], 0
-    while (m := opening.search(text, pos)) is not None:
-        out.append(text[pos : m.start()])
-        end = closing.search(text, m.end())
-        if end is None:
+    for a, _, c, d in blocks(text, opening, closing):
+        out.append(text[pos:a])
+        if c == d:  # never closed
             return out
-        pos = end.end()
+        pos = d
     out.append(text[pos:])
     return out
 
@@ -283,6 +298,33 @@ def routes(sources: Sequence[str]) -> bool:
     """Whether an env with these sources can route: more than one source (a container with no
     length, such as :data:`ANY_SOURCE`, counts as several)."""
     return not hasattr(sources, "__len__") or len(sources) > 1
+
+
+def over_limit(text: str, patterns: Iterable[re.Pattern[str]], what: str) -> ParsedTurn | None:
+    """The refusal of a turn with more than :data:`MAX_TAGS` matches of one of ``patterns``
+    (degenerate text; the count stops at the limit, so such a turn costs little), or ``None``."""
+    for pattern in patterns:
+        for count, _ in enumerate(pattern.finditer(text), 1):
+            if count > MAX_TAGS:
+                return ParsedTurn(
+                    None, error=f"too many {what} (more than {MAX_TAGS}): write one step per turn"
+                )
+    return None
+
+
+def two_actions(kinds: Iterable[str], think: str, issues: Iterable[FormatIssue], unit: str) -> ParsedTurn:
+    """The refusal of a ``unit`` (turn, step) with several actions of ``kinds``."""
+    return ParsedTurn(
+        None,
+        think=think,
+        issues=tuple(issues),
+        error=f"two actions in one {unit} ({', '.join(kinds)}): write exactly one",
+    )
+
+
+def valid_issues(turn: ParsedTurn) -> ParsedTurn:
+    """``turn`` without format issues when it is invalid (it reports its error instead)."""
+    return turn if turn.action is not None or not turn.issues else replace(turn, issues=())
 
 
 def make_action(kind: str, body: str, think: str, sources: Sequence[str]) -> ParsedTurn:

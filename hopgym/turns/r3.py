@@ -8,8 +8,7 @@ from dataclasses import replace
 
 from hopgym.corpora.types import Passage
 from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Route, Search, Think
-from hopgym.turns.base import Protocol, join_docs, make_action, quote
-from hopgym.turns.tags import MAX_TAGS, valid_issues
+from hopgym.turns.base import Protocol, join_docs, make_action, over_limit, quote, two_actions, valid_issues
 
 __all__ = ["R3Protocol"]
 
@@ -137,13 +136,9 @@ class R3Protocol(Protocol):
         return valid_issues(self._parse(text, sources))
 
     def _parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
-        for pattern in (_R3_LOOSE_RE, _R3_STEP_HEAD_RE):
-            for count, _ in enumerate(pattern.finditer(text), 1):
-                if count > MAX_TAGS:
-                    return ParsedTurn(
-                        None,
-                        error=f"too many labels in one step (more than {MAX_TAGS}): write one step per turn",
-                    )
+        refused = over_limit(text, (_R3_LOOSE_RE, _R3_STEP_HEAD_RE), "labels in one step")
+        if refused is not None:
+            return refused
         lenient = self.parse_mode == "lenient"
         if lenient:
             text = _R3_STEP_HEAD_RE.sub("", text)
@@ -206,13 +201,7 @@ class R3Protocol(Protocol):
                 error="no 'The retrieval query:' or 'The final answer:' line",
             )
         if len(dict.fromkeys(acts)) > 1 or (len(acts) > 1 and not lenient):
-            names = ", ".join(k for k, _ in acts)
-            return ParsedTurn(
-                None,
-                think=think,
-                issues=tuple(issues),
-                error=f"two actions in one step ({names}): write exactly one",
-            )
+            return two_actions((k for k, _ in acts), think, issues, "step")
         if len(acts) > 1:
             issue("duplicate_action", f"the {acts[0][0]} line written {len(acts)} times")
         kind, body = acts[0]

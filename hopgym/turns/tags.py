@@ -13,8 +13,8 @@ Each protocol reads turns in one of two *parse modes* (:data:`~hopgym.turns.base
   turns.
 - ``strict``: hopgym's original rules; every unbalanced or stray tag makes the turn invalid.
 
-A turn of more than :data:`MAX_TAGS` tags is invalid in both modes (degenerate text: the count
-stops at the limit, so such a turn costs little to refuse).
+A turn of more than :data:`~hopgym.turns.base.MAX_TAGS` tags is invalid in both modes
+(degenerate text: the count stops at the limit, so such a turn costs little to refuse).
 
 In both modes a turn is invalid when it holds no complete action block (and is not a think-only
 turn), two different actions, an action block nested in a closed ``<think>…</think>`` (even
@@ -34,12 +34,21 @@ from typing import NamedTuple
 
 from hopgym.corpora.types import Passage
 from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Route, Search, Think
-from hopgym.turns.base import Protocol, cut_blocks, join_docs, make_action, quote, routes
+from hopgym.turns.base import (
+    Protocol,
+    cut_blocks,
+    join_docs,
+    make_action,
+    over_limit,
+    quote,
+    routes,
+    strip_spans,
+    two_actions,
+    valid_issues,
+)
 
 __all__ = ["TagsProtocol"]
 
-#: The most tags a turn may hold (a turn has a handful; more is degenerate text, refused at once).
-MAX_TAGS = 256
 _TAG_NAMES = ("think", "search", "route", "answer")
 # Both parsers are linear in the length of the turn (a 1 MB turn of tags parses in well under a
 # second): the regular expressions below never backtrack far (possessive white space; no lazy
@@ -220,13 +229,9 @@ class TagsProtocol(Protocol):
             turn = _canonical_turn(m, sources)
             if turn is not None:
                 return turn
-        count = 0
-        for _ in _LOOSE_TAG_RE.finditer(text):
-            count += 1
-            if count > MAX_TAGS:
-                return ParsedTurn(
-                    None, error=f"too many tags in one turn (more than {MAX_TAGS}): write one step per turn"
-                )
+        refused = over_limit(text, (_LOOSE_TAG_RE,), "tags in one turn")
+        if refused is not None:
+            return refused
         if self.parse_mode == "strict":
             return valid_issues(self._parse_strict(text, sources))
         return valid_issues(self._parse_lenient(text, sources))
@@ -257,13 +262,7 @@ class TagsProtocol(Protocol):
                 return ParsedTurn(Think(think), think=think, issues=issues)
             return ParsedTurn(None, error=_no_action_error(sources), issues=issues)
         if len(acts) > 1:
-            names = ", ".join(k for k, _ in acts)
-            return ParsedTurn(
-                None,
-                think=think,
-                issues=issues,
-                error=f"two actions in one turn ({names}): write exactly one",
-            )
+            return two_actions((k for k, _ in acts), think, issues, "turn")
         kind, body = acts[0]
         return replace(make_action(kind, body, think, sources), issues=issues)
 
@@ -365,7 +364,7 @@ class TagsProtocol(Protocol):
             issue("unclosed_think", "<think> is never closed")
             thoughts.append(text[think_at:])
             covered.append((think_at, len(text)))
-        outside = _uncovered(text, covered)
+        outside = strip_spans(text, covered, " ")
         if outside.strip():
             issue("text_outside_tags", f"text outside the tags: {quote(outside)}")
         think = "\n".join(s.strip() for s in thoughts if s.strip())
@@ -380,13 +379,7 @@ class TagsProtocol(Protocol):
             return ParsedTurn(None, error=_no_action_error(sources), issues=tuple(issues))
         distinct = list(dict.fromkeys(acts))
         if len(distinct) > 1:
-            names = ", ".join(k for k, _ in acts)
-            return ParsedTurn(
-                None,
-                think=think,
-                issues=tuple(issues),
-                error=f"two actions in one turn ({names}): write exactly one",
-            )
+            return two_actions((k for k, _ in acts), think, issues, "turn")
         if len(acts) > 1:
             issue("duplicate_action", f"<{acts[0][0]}> written {len(acts)} times")
         kind, body = acts[0]
@@ -473,19 +466,3 @@ def _canonical_turn(m: re.Match[str], sources: Sequence[str]) -> ParsedTurn | No
     if kind is None:
         return ParsedTurn(Think(think), think=think) if think else None
     return make_action(kind, body, think, sources)
-
-
-def valid_issues(turn: ParsedTurn) -> ParsedTurn:
-    """``turn`` without format issues when it is invalid (it reports its error instead)."""
-    # Format issues are flaws read past; an invalid turn reports its error instead.
-    return turn if turn.action is not None or not turn.issues else replace(turn, issues=())
-
-
-def _uncovered(text: str, spans: Sequence[tuple[int, int]]) -> str:
-    out, pos = [], 0
-    for a, b in sorted(spans):
-        if a > pos:
-            out.append(text[pos:a])
-        pos = max(pos, b)
-    out.append(text[pos:])
-    return " ".join(out)

@@ -52,6 +52,7 @@ from hopgym.turns.base import (
     Call,
     Protocol,
     Turn,
+    blocks,
     cut_blocks,
     join_docs,
     quote,
@@ -103,38 +104,8 @@ class _BadJSON:
         self.cut = False  # the turn itself ends inside the call (cut at the token limit)
 
 
-def _blank(text: str, spans: Iterable[tuple[int, int]]) -> str:
-    """``text`` with each span replaced by spaces (same length: positions still index ``text``)."""
-    out, pos = [], 0
-    for a, b in sorted(spans):
-        if a < pos:
-            continue
-        out += [text[pos:a], " " * (b - a)]
-        pos = b
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def _blocks(
-    text: str, opening: re.Pattern[str], closing: re.Pattern[str], limit: int | None = None
-) -> list[tuple[int, int, int, int]]:
-    """``(start, body_start, body_end, end)`` of each ``opening … closing`` block, left to right
-    (the first ``limit``); a last block never closed runs to the end (``body_end == end ==
-    len(text)``). Linear."""
-    out: list[tuple[int, int, int, int]] = []
-    pos = 0
-    while (limit is None or len(out) < limit) and (m := opening.search(text, pos)) is not None:
-        c = closing.search(text, m.end())
-        if c is None:
-            out.append((m.start(), m.end(), len(text), len(text)))
-            break
-        out.append((m.start(), m.end(), c.start(), c.end()))
-        pos = c.end()
-    return out
-
-
 def _closed_thoughts(text: str) -> list[tuple[int, int]]:
-    return [(a, d) for a, _, c, d in _blocks(text, THINK_OPEN, THINK_CLOSE) if c < d]
+    return [(a, d) for a, _, c, d in blocks(text, THINK_OPEN, THINK_CLOSE) if c < d]
 
 
 def _think_of(content: str) -> str:
@@ -344,7 +315,7 @@ class ToolProtocol(Protocol):
         issues of how they were written."""
         issues: list[FormatIssue] = []
         found: list[_Found] = []
-        for start, a, b, end in _blocks(text, _CALL_OPEN, _CALL_CLOSE, MAX_CALLS_READ):
+        for start, a, b, end in blocks(text, _CALL_OPEN, _CALL_CLOSE, MAX_CALLS_READ):
             value = _value(text, a, b)
             if b == end:  # never closed: the turn ends inside it
                 if isinstance(value, _BadJSON) and value.unfinished:
@@ -370,7 +341,7 @@ class ToolProtocol(Protocol):
             elif isinstance(values, JSONTextError) and values.reason == TOO_DEEP:
                 found = [(0, len(text), _value(text, 0, len(text)), None)]
         if self.parse_mode == "lenient" and len(found) < MAX_CALLS_READ:
-            rest = _blank(text, [(a, b) for a, b, *_ in found])
+            rest = strip_spans(text, [(a, b) for a, b, *_ in found], None)
             bare = _bare_calls(rest)
             if bare:
                 issues.append(FormatIssue("bare_tool_call", "a JSON call without the template's markers"))
@@ -381,7 +352,7 @@ class ToolProtocol(Protocol):
         return found, issues
 
     def _read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
-        found, issues = self._find(_blank(text, _closed_thoughts(text)))
+        found, issues = self._find(strip_spans(text, _closed_thoughts(text), None))
         content = strip_spans(text, [(a, b) for a, b, *_ in found])
         think = _think_of(content)
         if not found:
@@ -509,27 +480,20 @@ class ToolProtocol(Protocol):
         head = f"<think>{think}</think>" if think else ""
         if isinstance(action, Think):
             return head
-        call = self.call_of(action)
-        body = dumps(
-            {"name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"])}
-        )
-        return f"{head}\n<tool_call>\n{body}\n</tool_call>".lstrip("\n")
+        return self.assistant_text({"content": head, "tool_calls": [self.call_of(action)]})
 
     @staticmethod
     def call_of(action: Search | Route | Answer) -> dict[str, Any]:
         """The OpenAI ``tool_calls`` entry (no id) that performs ``action``; a :class:`Route`
         is a search of its source for nothing, so it has none: it raises ``KeyError``."""
-        if isinstance(action, Search):
-            args: dict[str, Any] = {"query": action.query}
-            if action.source is not None:
-                args["source"] = action.source
-            return {"type": "function", "function": {"name": "search", "arguments": dumps(args)}}
-        if isinstance(action, Answer):
-            return {
-                "type": "function",
-                "function": {"name": "answer", "arguments": dumps({"answer": action.text})},
-            }
-        raise KeyError(_ROUTE_ERROR)
+        if isinstance(action, Route):
+            raise KeyError(_ROUTE_ERROR)
+        args: dict[str, Any] = (
+            {"answer": action.text} if isinstance(action, Answer) else {"query": action.query}
+        )
+        if isinstance(action, Search) and action.source is not None:
+            args["source"] = action.source
+        return {"type": "function", "function": {"name": action.kind, "arguments": dumps(args)}}
 
     def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
         lines = [

@@ -13,6 +13,7 @@ from dataclasses import replace
 from hopgym.turns import FormatIssue, ParsedTurn, Think
 from hopgym.turns.base import make_action as _make_action
 from hopgym.turns.base import quote as _quote
+from hopgym.turns.base import strip_spans as _strip_spans
 from hopgym.turns.tags import (
     _ANY_TAG_RE,
     _CANONICAL_RE,
@@ -24,7 +25,6 @@ from hopgym.turns.tags import (
     _no_action_error,
     _Tag,
     _truncated_error,
-    _uncovered,
 )
 from hopgym.turns.tags import valid_issues as _valid_issues
 
@@ -192,7 +192,7 @@ class ReferenceTagsProtocol(TagsProtocol):
             issue("unclosed_think", "<think> is never closed")
             thoughts.append(text[think_at:])
             covered.append((think_at, len(text)))
-        outside = _uncovered(text, covered)
+        outside = _strip_spans(text, covered, " ")
         if outside.strip():
             issue("text_outside_tags", f"text outside the tags: {_quote(outside)}")
         think = "\n".join(s.strip() for s in thoughts if s.strip())
