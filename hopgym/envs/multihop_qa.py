@@ -253,6 +253,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self._queries: set[frozenset[str]] = set()
         self._prepared: tuple[Any, Turn] | None = None
         self._supplied: tuple[SearchRequest, list[Passage]] | None = None
+        self._info_base = self._new_info_base()
 
     def _retriever(self, name: str) -> Retriever:
         if name not in self._retrievers:
@@ -357,32 +358,55 @@ class MultiHopQAEnv(gym.Env[str, str]):
         if self.ended is not None:
             self._supplied = None
             return self._after_end()
-        opts = self.options
+        opts, protocol = self.options, self.protocol
         self.turn += 1
         if prepared is not None and prepared[0] is action:
             turn = prepared[1]
         else:
-            turn = self._read(action)
-        self._supplied, supplied = None, self._supplied
-        protocol, sources = self.protocol, self._source_names
+            turn = protocol.read(
+                action, self._source_names, max_chars=opts.max_action_chars, max_calls=opts.max_tool_calls
+            )
         self.transcript.append(protocol.assistant_message(turn))
-        messages: list[dict[str, Any]] = []
-        infos: list[StepInfo] = []
         terminated = False
-        if not turn.calls:  # a think-only turn, or one that cannot be read at all
-            infos.append(self._blank_info(turn.whole()))
+        info: dict[str, Any]
+        if turn.calls:
+            messages, info, terminated = self._run_calls(turn)
+        else:  # a think-only turn, or one that cannot be read at all: nothing to run
+            self._supplied = None
+            # The blank info is this step's info: no search ran, so its counts are current.
+            info = self._blank_info(turn.whole())  # type: ignore[assignment]  # a StepInfo is a dict
             text = (
-                protocol.format_error(turn.error, self.turn, sources)
+                protocol.format_error(turn.error, self.turn, self._source_names)
                 if turn.error is not None
                 else protocol.format_think(self.turn)
             )
-            if text:
-                messages.append(protocol.reply(None, text))
+            messages = [protocol.reply(None, text)] if text else []
+        # The one step budget, checked once: an answer on the last turn is a termination only.
+        truncated = not terminated and self.turn >= opts.max_turns
+        if terminated or truncated:
+            self.ended = "terminated" if terminated else "truncated"
+        elif opts.last_turn_notice and self.turn == opts.max_turns - 1:
+            messages = protocol.with_last_turn(messages, self.turn)
+        if messages:
+            self.transcript.extend(messages)
+        if protocol.accepts_messages:
+            info["tool_messages"] = messages
+        return protocol.observation_text(messages), 0.0, terminated, truncated, info
+
+    def _run_calls(self, turn: Turn) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
+        """Run a turn's calls in order: the reply messages, the step's info and whether an
+        answer ended the episode."""
+        protocol, sources = self.protocol, self._source_names
+        self._supplied, supplied = None, self._supplied
+        messages: list[dict[str, Any]] = []
+        infos: list[StepInfo] = []
+        terminated = False
         ran = 0
-        for i, (call, parsed) in enumerate(turn.run(opts.max_tool_calls) if turn.calls else ()):
+        for i, (call, parsed) in enumerate(turn.run(self.options.max_tool_calls)):
             ran += 1
             one = self._blank_info(parsed)
-            one["format_issues"] = list(turn.issues if i == 0 else ()) + list(parsed.issues)
+            if i == 0 and turn.issues:
+                one["format_issues"] = list(turn.issues) + one["format_issues"]
             infos.append(one)
             act = parsed.action
             if act is None:
@@ -407,23 +431,18 @@ class MultiHopQAEnv(gym.Env[str, str]):
                 text = self._do_search(act.query, one)
                 self._supplied = None
             messages.append(protocol.reply(call, text))
-        if ran and ran < len(turn.calls):
+        if ran < len(turn.calls):
             why = "the answer ended the episode" if terminated else "an earlier call of this turn failed"
             messages += [protocol.reply(c, f"Not run: {why}.") for c in turn.calls[ran:]]
-        # The one step budget, checked once: an answer on the last turn is a termination only.
-        truncated = not terminated and self.turn >= opts.max_turns
-        if terminated or truncated:
-            self.ended = "terminated" if terminated else "truncated"
-        elif opts.last_turn_notice and self.turn == opts.max_turns - 1:
-            messages = protocol.with_last_turn(messages, self.turn)
-        self.transcript.extend(messages)
         # The last info's counts are current: each call's info is made after the searches before it.
-        info: dict[str, Any] = dict(infos[-1], failed_searches=self.failed_searches)
-        if protocol.accepts_messages:
-            if turn.calls:
-                info["calls"] = infos
-            info["tool_messages"] = messages
-        return protocol.observation_text(messages), 0.0, terminated, truncated, info
+        last = infos[-1]
+        if not protocol.accepts_messages:
+            # The step's info is the one call's own (no list of calls holds it, so no copy).
+            last["failed_searches"] = self.failed_searches
+            return messages, last, terminated  # type: ignore[return-value]  # a StepInfo is a dict
+        info: dict[str, Any] = dict(last, failed_searches=self.failed_searches)
+        info["calls"] = infos
+        return messages, info, terminated
 
     # ------------------------------------------------------------------ batched searches
     def prepare_step(self, action: Any) -> SearchRequest | None:
@@ -501,16 +520,39 @@ class MultiHopQAEnv(gym.Env[str, str]):
 
     def _blank_info(self, parsed: ParsedTurn) -> StepInfo:
         """A step's ``info`` (its keys: :class:`~hopgym.turns.info.StepInfo`); ``searches`` and
-        ``searches_by_source`` are this step's counts, so a step that searches updates them itself."""
+        ``searches_by_source`` are this step's counts, so a step that searches updates them itself.
+
+        A copy of the episode's :attr:`_info_base` (a dict copy is several times cheaper than
+        building a dict of 21 keys) with the step's own values; every list and dict in it is new.
+        """
         act = parsed.action
+        info = self._info_base.copy()
         left = self.options.max_turns - self.turn
+        info["turn"] = self.turn
+        info["turns_left"] = left if left > 0 else 0
+        info["action_type"] = "invalid" if act is None else act.kind
+        info["invalid_action"] = parsed.error
+        info["think"] = parsed.think or None
+        if isinstance(act, Search):
+            info["query"] = act.query
+        info["source"] = self.source
+        info["retrieved_ids"], info["new_ids"], info["documents"] = [], [], []
+        info["format_issues"] = list(parsed.issues) if parsed.issues else []
+        info["truncated_turn"] = parsed.truncated
+        info["searches"] = self.searches
+        info["searches_by_source"] = self.searches_by_source.copy()
+        info["failed_searches"] = self.failed_searches
+        return info
+
+    def _new_info_base(self) -> StepInfo:
+        """The episode's step info before the step's own values: its keys in their order."""
         return {
-            "turn": self.turn,
-            "turns_left": left if left > 0 else 0,
-            "action_type": "invalid" if act is None else act.kind,
-            "invalid_action": parsed.error,
-            "think": parsed.think or None,
-            "query": act.query if isinstance(act, Search) else None,
+            "turn": 0,
+            "turns_left": 0,
+            "action_type": "invalid",
+            "invalid_action": None,
+            "think": None,
+            "query": None,
             "source": self.source,
             "routed_to": None,
             "retrieved_ids": [],
@@ -520,12 +562,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "retrieval_error": None,
             "retrieval_error_kind": None,
             "question_id": self.sample.id if self.sample else None,
-            "format_issues": list(parsed.issues) if parsed.issues else [],
-            "truncated_turn": parsed.truncated,
+            "format_issues": [],
+            "truncated_turn": False,
             "repeated_query": False,
-            "searches": self.searches,
-            "searches_by_source": self.searches_by_source.copy(),
-            "failed_searches": self.failed_searches,
+            "searches": 0,
+            "searches_by_source": {},
+            "failed_searches": 0,
         }
 
     def _budget(self, k: int) -> int:
