@@ -2,19 +2,22 @@
 :mod:`hopgym.integrations.openenv`, which documents the service).
 
 Everything here runs on the server's event loop; each session's env runs in the shared worker
-threads through :class:`~hopgym.envs.async_pool.AsyncEnv`, so a step never blocks the loop.
+threads (through :class:`~hopgym.envs.async_pool.AsyncEnv`, or, for a ``batch`` message,
+:meth:`Sessions.run_many`), so a step never blocks the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hmac
 import json
 import math
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -130,6 +133,12 @@ class EnvServerConfig:
     max_action_bytes: int = _opt(
         65536, "Largest request body or WebSocket message in bytes; larger gets 413.", min=1
     )
+    max_batch_bytes: int = _opt(
+        1048576,
+        "Largest WebSocket batch message (several sessions' turns in one message) in bytes; "
+        "each of its turns is still held to --max-action-bytes. Larger gets 413.",
+        min=1,
+    )
     session_options: bool = _opt(
         True, "Let reset choose env options for its session (reset data env_options)."
     )
@@ -188,6 +197,7 @@ class EnvServerConfig:
             "max_sessions",
             "session_timeout",
             "max_action_bytes",
+            "max_batch_bytes",
             "workers",
             "step_batch",
             "session_options",
@@ -216,12 +226,13 @@ class EnvServerError(InvalidOptionError):
         }
 
 
-def _too_large(size: int, limit: int) -> EnvServerError:
+def _too_large(size: int, limit: int, name: str = "max_action_bytes") -> EnvServerError:
+    flag = "--" + name.replace("_", "-")
     return EnvServerError(
         413,
         "ACTION_TOO_LARGE",
-        f"the request has {size:,} bytes or more; the limit is {limit:,} (--max-action-bytes)",
-        "max_action_bytes",
+        f"the request has {size:,} bytes or more; the limit is {limit:,} ({flag})",
+        name,
     )
 
 
@@ -674,6 +685,9 @@ class Sessions:
         finally:
             session.busy -= 1
             session.last_active = time.monotonic()
+        return self._after_reset(session, request, obs, info)
+
+    def _after_reset(self, session: Session, request: ResetRequest, obs: Any, info: Any) -> dict[str, Any]:
         session.episode_id = request.episode_id or uuid.uuid4().hex
         session.step_count, session.done, session.reset_done, session.reward_total = 0, False, True, 0.0
         self.metrics.resets.inc()
@@ -681,6 +695,14 @@ class Sessions:
         # info goes out as it is: :func:`dumps` writes it as jsonable() would, in one pass.
         observation = {"text": obs, "terminated": False, "truncated": False, "info": info}
         return {"observation": observation, "reward": None, "done": False}
+
+    def _step_timeout(self) -> EnvServerError:
+        return EnvServerError(
+            504,
+            "STEP_TIMEOUT",
+            f"the step took over {self.config.step_timeout:g} s (--step-timeout); the session is closed",
+            "step_timeout",
+        )
 
     async def step(self, session: Session, action: Any) -> dict[str, Any]:
         """One turn. ``action`` is OpenEnv's action object: ``{"message": text}``; anything else
@@ -704,16 +726,16 @@ class Sessions:
         except asyncio.TimeoutError:
             # The worker may still be in the step: the env's state is unknown, so the session ends.
             await self.close(session.id, "error")
-            raise EnvServerError(
-                504,
-                "STEP_TIMEOUT",
-                f"the step took over {self.config.step_timeout:g} s (--step-timeout); the session is closed",
-                "step_timeout",
-            ) from None
+            raise self._step_timeout() from None
         finally:
             session.busy -= 1
             session.last_active = time.monotonic()
         self.metrics.step_seconds.observe(time.perf_counter() - started)
+        return self._after_step(session, obs, reward, terminated, truncated, info)
+
+    def _after_step(
+        self, session: Session, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any
+    ) -> dict[str, Any]:
         self.metrics.steps.inc()
         self.metrics.counts["steps"] += 1
         done = bool(terminated or truncated)
@@ -730,6 +752,104 @@ class Sessions:
             "info": info,
         }
         return {"observation": observation, "reward": float(reward), "done": done}
+
+    async def run_many(self, calls: list[tuple[Session, str, Any]]) -> list[dict[str, Any] | EnvServerError]:
+        """Resets and steps of several sessions (``(session, "reset", ResetRequest)`` or
+        ``(session, "step", action)``), run in worker-thread hops of up to ``step_batch`` calls
+        each, one after another in a hop, without a task, a lock or a timer per call: what a
+        ``batch`` message costs is then mostly its env calls. A reset whose session has no env
+        yet (or asks for other ``env_options``) goes through :meth:`reset`.
+
+        Each call waits at most ``step_timeout`` from the start; a call not done by then gets
+        504 and its session is closed (the calls after it in its hop are not started).
+        Returns, in order, each call's reply data or its error.
+        """
+        out: list[dict[str, Any] | EnvServerError | None] = [None] * len(calls)
+        direct: list[int] = []
+        slow: list[int] = []
+        for i, (session, kind, arg) in enumerate(calls):
+            if kind == "reset":
+                options = arg.env_options or {}
+                if options and not self.config.session_options:
+                    out[i] = EnvServerError(
+                        400,
+                        "VALIDATION_ERROR",
+                        "this server fixes the env options (--no-session-options): reset without env_options",
+                        "session_options",
+                    )
+                elif session.env is None and not options and self._spare:
+                    session.env, session.env_kwargs = self._spare.pop(), {}
+                    direct.append(i)
+                elif session.env is None or (options and options != session.env_kwargs):
+                    slow.append(i)
+                else:
+                    direct.append(i)
+            elif not session.reset_done:
+                out[i] = EnvServerError(409, "EXECUTION_ERROR", "call reset before step", "reset")
+            else:
+                direct.append(i)
+
+        async def one_slow(i: int) -> None:
+            session, _, request = calls[i]
+            try:
+                out[i] = await self.reset(session, request)
+            except EnvServerError as err:
+                out[i] = err
+
+        pending = [one_slow(i) for i in slow]
+        if direct:
+            pending.append(self._run_direct([(i, *calls[i]) for i in direct], out))
+        if pending:
+            await asyncio.gather(*pending)
+        assert all(reply is not None for reply in out)
+        return out  # type: ignore[return-value]
+
+    async def _run_direct(
+        self, calls: list[tuple[int, Session, str, Any]], out: list[dict[str, Any] | EnvServerError | None]
+    ) -> None:
+        size = self.config.step_batch
+        chunks = [calls[k : k + size] for k in range(0, len(calls), size)]
+        results: list[list[tuple[bool, Any] | None]] = [[None] * len(c) for c in chunks]
+        stop = [False]
+        for session in {id(c[1]): c[1] for c in calls}.values():
+            session.busy += 1
+        started = time.perf_counter()
+        try:
+            work = []
+            for chunk, into in zip(chunks, results, strict=True):
+                jobs = [_job(session, kind, arg) for _, session, kind, arg in chunk]
+                work.append(asyncio.wrap_future(self.executor.submit(_run_calls, jobs, into, stop)))
+            _, late = await asyncio.wait(work, timeout=self.config.step_timeout)
+            stop[0] = bool(late)  # the calls not yet started in a late hop are not started
+        finally:
+            for session in {id(c[1]): c[1] for c in calls}.values():
+                session.busy -= 1
+                session.last_active = time.monotonic()
+        elapsed = time.perf_counter() - started
+        for chunk, into in zip(chunks, results, strict=True):
+            for (i, session, kind, arg), result in zip(chunk, into, strict=True):
+                if result is None:  # not done within step_timeout: the env's state is unknown
+                    await self.close(session.id, "error")
+                    out[i] = self._step_timeout()
+                    continue
+                ok, value = result
+                if kind == "reset":
+                    if ok:
+                        out[i] = self._after_reset(session, arg, *value)
+                        continue
+                    env, session.env, session.reset_done = session.env, None, False
+                    if env is not None:
+                        await env.close()
+                    if isinstance(value, (HopgymError, KeyError, IndexError, ValueError, TypeError)):
+                        out[i] = _bad("options", f"reset refused: {value}")
+                        continue
+                elif ok:
+                    self.metrics.step_seconds.observe(elapsed)
+                    out[i] = self._after_step(session, *value)
+                    continue
+                # The env failed: its session ends, the batch's other calls stand.
+                await self.close(session.id, "error")
+                out[i] = EnvServerError(500, "INTERNAL_ERROR", f"{type(value).__name__}: {value}"[:500])
 
     def state(self, session: Session) -> dict[str, Any]:
         """OpenEnv's ``State`` (``episode_id``, ``step_count``) and hopgym's fields."""
@@ -759,6 +879,26 @@ class Sessions:
             "stats": dict(self.metrics.counts),
             "uptime_s": round(time.time() - self.started, 3),
         }
+
+
+def _job(session: Session, kind: str, arg: Any) -> Callable[[], Any]:
+    assert session.env is not None  # run_many gave every call an env
+    env = session.env.env
+    if kind == "reset":
+        return functools.partial(env.reset, seed=arg.seed, options=arg.options)
+    return functools.partial(env.step, arg.get("message", arg) if isinstance(arg, dict) else arg)
+
+
+def _run_calls(jobs: list[Callable[[], Any]], into: list[Any], stop: list[bool]) -> None:
+    """Run env calls one after another in a worker thread (``into[i]``: ``(ok, result or
+    exception)``), stopping early once ``stop[0]`` is set (the loop stopped waiting)."""
+    for i, job in enumerate(jobs):
+        if stop[0]:
+            return
+        try:
+            into[i] = (True, job())
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop, which answers for it
+            into[i] = (False, exc)
 
 
 class _quiet:
@@ -792,8 +932,158 @@ async def _receive(websocket: Any) -> str | bytes | None:
     return text if text is not None else message.get("bytes") or b""
 
 
+def _size(raw: str | bytes) -> int:
+    return len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8"))
+
+
+def _unknown_type(kind: Any) -> EnvServerError:
+    return EnvServerError(
+        400,
+        "UNKNOWN_TYPE",
+        f"Unknown message type: {str(kind)[:40]!r} (reset, step, state, close or batch)",
+        "type",
+    )
+
+
+async def _session_message(sessions: Sessions, session: Session, kind: Any, data: Any) -> dict[str, Any]:
+    """The reply to one ``reset``, ``step`` or ``state`` message of ``session``."""
+    if kind == "reset":
+        request = ResetRequest.parse(data)
+        return {"type": "observation", "data": await sessions.reset(session, request)}
+    if kind == "step":
+        return {"type": "observation", "data": await sessions.step(session, data)}
+    if kind == "state":
+        return {"type": "state", "data": sessions.state(session)}
+    raise _unknown_type(kind)
+
+
+class _Connection:
+    """The sessions of one WebSocket connection: slot 0 is the one opened with the connection
+    (the one plain messages drive), the others are opened by a ``batch`` message's first
+    ``reset`` of their slot. Slots are the connection's own: no other client can name them."""
+
+    def __init__(self, sessions: Sessions, first: Session) -> None:
+        self.sessions = sessions
+        self.slots: dict[int, Session] = {0: first}
+
+    def touch(self) -> None:
+        """A message came: none of this connection's sessions is idle."""
+        now = time.monotonic()
+        for session in self.slots.values():
+            session.last_active = now
+
+    async def close_all(self, reason: str) -> None:
+        slots, self.slots = self.slots, {}
+        for session in slots.values():
+            await self.sessions.close(session.id, reason)
+
+    async def batch(self, items: Any) -> dict[str, Any]:
+        """The reply to a ``batch`` message: one reply per item, in their order, each with its
+        ``session``; the items run at once (their steps share worker hops)."""
+        cap = self.sessions.config.max_sessions
+        if not isinstance(items, list):
+            raise _bad("data", f"a batch's data must be a list of messages, got {type(items).__name__}")
+        if len(items) > cap:
+            raise _bad("data", f"a batch holds at most {cap} messages (--max-sessions), got {len(items)}")
+        seen: set[int] = set()
+        checked: list[tuple[int, Any, Any] | EnvServerError] = []
+        for i, item in enumerate(items):
+            where = f"data[{i}]"
+            if not isinstance(item, dict):
+                checked.append(_bad(where, f"{where} must be an object, got {type(item).__name__}"))
+                continue
+            slot = item.get("session", 0)
+            if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < cap:
+                checked.append(
+                    _bad(f"{where}.session", f"{where}.session must be an int in [0, {cap}) (--max-sessions)")
+                )
+                continue
+            if slot in seen:
+                checked.append(_bad(f"{where}.session", f"session {slot} appears twice in one batch"))
+                continue
+            seen.add(slot)
+            checked.append((slot, item.get("type"), item.get("data")))
+        replies: list[dict[str, Any]] = [{} for _ in checked]
+        calls: list[tuple[Session, str, Any]] = []
+        placed: list[tuple[int, int, bool]] = []  # (item, slot, whether its session opened here)
+        for i, entry in enumerate(checked):
+            if isinstance(entry, EnvServerError):
+                self.sessions.metrics.error(entry.code)
+                replies[i] = _error(entry)
+                continue
+            slot, kind, data = entry
+            try:
+                replies[i] = {"session": slot, **await self._plan(slot, kind, data, calls, placed, i)}
+            except EnvServerError as err:
+                self.sessions.metrics.error(err.code)
+                replies[i] = {"session": slot, **_error(err)}
+        results = await self.sessions.run_many(calls) if calls else []
+        for (i, slot, opened), (session, _, _), result in zip(placed, calls, results, strict=True):
+            if isinstance(result, EnvServerError):
+                # A session opened for a reset that failed is of no use; one closed by
+                # step_timeout is gone (the next reset of its slot opens another).
+                if opened or session.closed:
+                    if self.slots.get(slot) is session:
+                        del self.slots[slot]
+                    await self.sessions.close(session.id, "error")
+                self.sessions.metrics.error(result.code)
+                replies[i] = {"session": slot, **_error(result)}
+            else:
+                replies[i] = {"session": slot, "type": "observation", "data": result}
+        return {"type": "batch", "data": replies}
+
+    async def _plan(
+        self,
+        slot: int,
+        kind: Any,
+        data: Any,
+        calls: list[tuple[Session, str, Any]],
+        placed: list[tuple[int, int, bool]],
+        i: int,
+    ) -> dict[str, Any]:
+        """Answer a ``close`` or ``state`` item now; add a ``reset`` or ``step`` to ``calls``
+        (and return ``{}``: its reply comes from the run)."""
+        session = self.slots.get(slot)
+        if session is not None and session.closed:  # reaped or closed by step_timeout
+            del self.slots[slot]
+            session = None
+        if kind == "close":
+            if session is not None:
+                del self.slots[slot]
+                await self.sessions.close(session.id, "client")
+            return {"type": "closed", "data": {}}
+        if kind not in ("reset", "step", "state"):
+            raise _unknown_type(kind)
+        request = ResetRequest.parse(data) if kind == "reset" else None  # before a session opens
+        limit = self.sessions.config.max_action_bytes
+        if kind == "step":  # each turn of a batch is held to the limit of a message of its own
+            turn = data.get("message") if isinstance(data, dict) and len(data) == 1 else None
+            if not isinstance(turn, str) or len(turn) > limit // 4:  # 4: most bytes a character takes
+                size = len(dumps(data).encode("utf-8"))
+                if size > limit:
+                    raise _too_large(size, limit)
+        opened = False
+        if session is None:
+            if kind != "reset":
+                raise EnvServerError(
+                    404,
+                    "SESSION_ERROR",
+                    f"session {slot} is not open on this connection (never reset, closed, or closed "
+                    "by a limit): reset it first",
+                    "session",
+                )
+            session = self.slots[slot] = await self.sessions.open("ws")
+            opened = True
+        if kind == "state":
+            return {"type": "state", "data": self.sessions.state(session)}
+        calls.append((session, kind, request if kind == "reset" else data))
+        placed.append((i, slot, opened))
+        return {}
+
+
 async def serve_websocket(sessions: Sessions, websocket: Any) -> None:
-    """OpenEnv's ``/ws`` protocol: one session per connection, closed when the connection ends.
+    """OpenEnv's ``/ws`` protocol: one session per connection, closed when the connection ends;
+    and hopgym's ``batch`` message, which drives several sessions of the connection at once.
 
     A refused message gets an error reply and the connection stays open; when the server ends the
     connection it sends an error message first and then a close code that says why:
@@ -802,7 +1092,8 @@ async def serve_websocket(sessions: Sessions, websocket: Any) -> None:
     (the server failed). A binary frame holding UTF-8 JSON is read as a text one.
     """
     await websocket.accept()
-    limit = sessions.config.max_action_bytes
+    cfg = sessions.config
+    limit, batch_limit = cfg.max_action_bytes, max(cfg.max_action_bytes, cfg.max_batch_bytes)
     try:
         session = await sessions.open("ws")
     except EnvServerError as err:
@@ -816,16 +1107,18 @@ async def serve_websocket(sessions: Sessions, websocket: Any) -> None:
             await websocket.close(code=WS_TRY_LATER, reason="max_sessions")
         return
     session.websocket = websocket
+    conn = _Connection(sessions, session)
     close_code, close_reason = 1000, ""
     try:
         while True:
             raw = await _receive(websocket)
             if raw is None:
                 break
-            session.last_active = time.monotonic()
+            conn.touch()
+            plain = True
             try:
-                if len(raw) > limit and (isinstance(raw, bytes) or len(raw.encode("utf-8")) > limit):
-                    raise _too_large(len(raw if isinstance(raw, bytes) else raw.encode("utf-8")), limit)
+                if len(raw) > limit and _size(raw) > batch_limit:
+                    raise _too_large(_size(raw), limit)
                 if isinstance(raw, bytes):
                     try:
                         raw = raw.decode("utf-8")
@@ -838,22 +1131,22 @@ async def serve_websocket(sessions: Sessions, websocket: Any) -> None:
                 message = parse_json(raw)
                 kind = message.get("type") if isinstance(message, dict) else None
                 data = message.get("data") if isinstance(message, dict) else None
-                if kind == "reset":
-                    request = ResetRequest.parse(data)
-                    reply = {"type": "observation", "data": await sessions.reset(session, request)}
-                elif kind == "step":
-                    reply = {"type": "observation", "data": await sessions.step(session, data)}
-                elif kind == "state":
-                    reply = {"type": "state", "data": sessions.state(session)}
-                elif kind == "close":
-                    break
+                if kind == "batch":
+                    if len(raw) > batch_limit // 4 and _size(raw) > batch_limit:
+                        raise _too_large(_size(raw), batch_limit, "max_batch_bytes")
+                    plain = False
+                    reply = await conn.batch(data)
                 else:
-                    raise EnvServerError(
-                        400,
-                        "UNKNOWN_TYPE",
-                        f"Unknown message type: {str(kind)[:40]!r} (reset, step, state or close)",
-                        "type",
-                    )
+                    if len(raw) > limit // 4 and _size(raw) > limit:
+                        raise _too_large(_size(raw), limit)
+                    if kind == "close":
+                        break
+                    session = conn.slots.get(0) or session
+                    if session.closed:  # slot 0 was closed inside a batch: a fresh session
+                        conn.slots.pop(0, None)
+                        session = conn.slots[0] = await sessions.open("ws")
+                        session.websocket = websocket
+                    reply = await _session_message(sessions, session, kind, data)
             except EnvServerError as err:
                 sessions.metrics.error(err.code)
                 reply = _error(err)
@@ -861,7 +1154,7 @@ async def serve_websocket(sessions: Sessions, websocket: Any) -> None:
                     close_code, close_reason = WS_POLICY, "step_timeout"
             if not await _send_quietly(websocket, reply):
                 break
-            if session.closed:  # reaped, or closed by step_timeout: the reply said why
+            if plain and session.closed:  # reaped, or closed by step_timeout: the reply said why
                 close_code = close_code if close_code != 1000 else 1001
                 break
     except Exception as exc:  # noqa: BLE001 - the connection broke, or the server failed
@@ -873,7 +1166,6 @@ async def serve_websocket(sessions: Sessions, websocket: Any) -> None:
             await _send_quietly(websocket, _error(failure))
             close_code, close_reason = WS_INTERNAL, "internal error"
     finally:
-        reason = "idle" if session.closed else "client"
-        await sessions.close(session.id, reason)
+        await conn.close_all("client")
         with _quiet():
             await websocket.close(code=close_code, reason=close_reason)

@@ -32,6 +32,10 @@ Routes:
   ``{"type": "state"}``, ``{"type": "close"}``; replies ``{"type": "observation"|"state"|
   "error", "data": {...}}``. An error's ``data`` has OpenEnv's ``message`` and ``code`` plus
   ``status`` (the HTTP status it would have) and ``limit`` (the option that refused it).
+  hopgym adds ``{"type": "batch", "data": [{"session": k, "type": "reset"|"step"|"state"|
+  "close", "data": ...}, ...]}``: several sessions of the connection (slots ``k``, opened by
+  their first reset) in one message, answered by ``{"type": "batch", "data": [reply, ...]}`` in
+  the same order, each reply with its ``session``; their steps share worker-thread hops.
 - ``POST /reset``, ``POST /step``, ``GET /state``: OpenEnv's HTTP routes, with sessions (OpenEnv's
   own HTTP routes make a throw-away env per request, which cannot hold a multi-turn episode):
   ``/reset`` without ``session_id`` opens a session and returns its ``session_id`` and
@@ -323,9 +327,9 @@ class EnvServer(UvicornServer):
             port=cfg.port,
             ws="websockets-sansio",
             ws_per_message_deflate=cfg.ws_compression,
-            # Messages up to 4x the limit reach the app, which answers 413 and keeps the
-            # session; larger ones are cut by the protocol (close 1009).
-            ws_max_size=4 * cfg.max_action_bytes + 65536,
+            # Messages up to 4x the limit (a batch: up to its own limit) reach the app, which
+            # answers 413 and keeps the session; larger ones are cut by the protocol (close 1009).
+            ws_max_size=max(4 * cfg.max_action_bytes, cfg.max_batch_bytes) + 65536,
             lifespan="on",
             log_config=None,
             access_log=cfg.verbose,

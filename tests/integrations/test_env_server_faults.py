@@ -227,3 +227,84 @@ def test_a_step_past_step_timeout_gets_504_and_its_session_closes(gated):
         assert client.call("POST", "/step", {**key, "action": {"message": "x"}})[0] == 404
         gated.gate.set()
         assert client.call("GET", "/health")[1]["sessions"] == 0
+
+
+def _batch(ws: Any, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    reply = ws_call(ws, {"type": "batch", "data": items})
+    assert reply["type"] == "batch", reply
+    return reply["data"]
+
+
+def test_a_batch_steps_several_sessions_as_their_own_connections_would(server, client):
+    turns = ["<search>founder</search>", "<answer>x</answer>"]
+    plain = []
+    for seed in (0, 1, 2):
+        with ws_connect(server) as ws:
+            plain.append([ws_call(ws, {"type": "reset", "data": {"seed": seed}})["data"]])
+            plain[-1] += [ws_call(ws, {"type": "step", "data": {"message": t}})["data"] for t in turns]
+    with ws_connect(server) as ws:
+        got = [
+            [r["data"]]
+            for r in _batch(ws, [{"session": s, "type": "reset", "data": {"seed": s}} for s in range(3)])
+        ]
+        for t in turns:
+            for s, r in enumerate(
+                _batch(ws, [{"session": s, "type": "step", "data": {"message": t}} for s in range(3)])
+            ):
+                assert r["session"] == s and r["type"] == "observation"
+                got[s].append(r["data"])
+        assert got == plain  # same observations, rewards and info as one connection per session
+        assert client.call("GET", "/health")[1]["sessions"] == 3
+        # plain messages drive session 0, the one opened with the connection
+        assert ws_call(ws, {"type": "state"})["data"]["step_count"] == 2
+        replies = _batch(
+            ws,
+            [
+                {"session": 1, "type": "state"},
+                {"session": 1, "type": "step"},  # a second item for one session
+                {"session": 5, "type": "step", "data": {"message": "x"}},  # never reset
+                {"session": 6, "type": "reset", "data": {"seed": -1}},  # refused: opens nothing
+                {"session": 7, "type": "step", "data": {"message": "y" * 70000}},
+                {"session": 99, "type": "reset"},
+                {"session": 2, "type": "dance"},
+                "not an object",
+            ],
+        )
+        assert replies[0]["data"]["step_count"] == 2
+        assert [(r["data"].get("status"), r["data"].get("limit")) for r in replies[1:]] == [
+            (400, "data[1].session"),
+            (404, "session"),
+            (400, "seed"),
+            (413, "max_action_bytes"),
+            (400, "data[5].session"),
+            (400, "type"),
+            (400, "data[7]"),
+        ]
+        assert _batch(ws, [{"session": 2, "type": "close"}]) == [{"session": 2, "type": "closed", "data": {}}]
+        assert client.call("GET", "/health")[1]["sessions"] == 2
+        bad = ws_call(ws, {"type": "batch", "data": [{"session": s} for s in range(9)]})
+        assert (bad["type"], bad["data"]["limit"]) == ("error", "data")  # over max_sessions items
+        # the connection's sessions are its own: over HTTP they are refused
+        sid = _batch(ws, [{"session": 1, "type": "state"}])[0]["data"]["session_id"]
+        assert client.call("GET", f"/state?session_id={sid}")[0] == 403
+    # the connection ended: every session it opened is closed (the client fixture checks 0)
+
+
+def test_a_batch_step_past_step_timeout_closes_only_its_session(gated):
+    with EnvServer(env=ENV_ID, port=0, step_timeout=0.2, step_batch=1).start() as srv, ws_connect(srv) as ws:
+        _batch(ws, [{"session": s, "type": "reset", "data": {"seed": s}} for s in range(2)])
+        slow, fast = _batch(
+            ws,
+            [
+                {"session": 0, "type": "step", "data": {"message": "<block>"}},
+                {"session": 1, "type": "step", "data": {"message": "<answer>x</answer>"}},
+            ],
+        )
+        assert (slow["data"]["status"], slow["data"]["limit"]) == (504, "step_timeout")
+        assert fast["type"] == "observation" and fast["data"]["done"]
+        gated.gate.set()
+        again = _batch(ws, [{"session": 0, "type": "step", "data": {"message": "x"}}])[0]
+        assert again["data"]["status"] == 404  # its session is gone; the connection is not
+        assert _batch(ws, [{"session": 0, "type": "reset", "data": {}}])[0]["type"] == "observation"
+        assert ws_call(ws, {"type": "step", "data": {"message": "<answer>x</answer>"}})["data"]["done"]
+        assert Client(srv.url).call("GET", "/health")[1]["sessions"] == 2
