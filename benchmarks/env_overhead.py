@@ -2,11 +2,14 @@
 
     python benchmarks/env_overhead.py                       # 100k passages (the target's size)
     python benchmarks/env_overhead.py --passages 5000       # a quick run
+    python benchmarks/env_overhead.py --json benchmarks/results/env_overhead.json
 
 Two side-by-side measurements, client CPU time (``time.process_time``), one thread:
 
 1. **Think-only turn**: ``step("<think>…</think>")`` through ``gym.make("hopgym/Tiny-v1")`` with
-   its default wrappers (reward preset, Gymnasium's order and passive checkers) against a no-tag
+   its default wrappers (what ``gym.make`` returns: Gymnasium's ``OrderEnforcing`` and
+   ``PassiveEnvChecker`` around the ``reward="default"`` preset, ``OutcomeReward``; the bare
+   ``MultiHopQAEnv`` is measured too) against a no-tag
    turn of SkyRL-gym's ``SearchEnv`` (``skyrl-gym==0.4.0``: it parses, finds no tag, calls no
    server). Interleaved blocks; the median block is reported. Without ``skyrl-gym`` installed
    the bare ``MultiHopQAEnv`` is the other side, and the script says so. Target: hopgym's turn
@@ -14,8 +17,13 @@ Two side-by-side measurements, client CPU time (``time.process_time``), one thre
 2. **Env overhead over raw search**: the oracle agent's episodes through
    ``gym.make("hopgym/Synthetic-v1")`` at ``--passages`` passages (query cache off, so every
    search is scored); the time of ``reset`` + ``step`` minus the time inside the retriever's
-   ``search`` calls, as a share of the latter (the agent's own time is not counted). Target:
-   at most 25% at 100k passages.
+   ``search`` calls, as a share of the latter (the agent's own time is not counted). The env is
+   what ``gym.make`` returns (the same wrappers as above), reset with ``reset(seed=episode)``
+   and stepped with the agent's structured actions. The share of Gymnasium's seeding in it
+   (``gymnasium.utils.seeding.np_random(seed)``, which ``reset(seed=...)`` runs) is printed
+   beside it. Target: at most 25% at 100k passages.
+
+``--json`` writes both measurements to a results file.
 """
 
 from __future__ import annotations
@@ -25,11 +33,15 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
+from gymnasium.utils import seeding  # noqa: E402
 
 import hopgym  # noqa: E402, F401
 from hopgym.agents import OracleAgent  # noqa: E402
@@ -125,6 +137,10 @@ def oracle_overhead(passages: int, episodes: int) -> dict[str, Any]:
     env.close()
     clear_caches()
     search_s = searched[0]
+    t0 = time.process_time()
+    for ep in range(5, episodes + 5):
+        seeding.np_random(ep)
+    seed_s = time.process_time() - t0
     return {
         "passages": n_passages,
         "episodes": episodes,
@@ -132,6 +148,8 @@ def oracle_overhead(passages: int, episodes: int) -> dict[str, Any]:
         "env_ms_per_episode": 1e3 * in_env / episodes,
         "search_ms_per_episode": 1e3 * search_s / episodes,
         "overhead": (in_env - search_s) / search_s if search_s else float("nan"),
+        "seeding_ms_per_episode": 1e3 * seed_s / episodes,
+        "seeding_share_of_search": seed_s / search_s if search_s else float("nan"),
     }
 
 
@@ -141,19 +159,42 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200, help="oracle episodes")
     parser.add_argument("--turns", type=int, default=20_000, help="think-only turns per block")
     parser.add_argument("--blocks", type=int, default=5, help="interleaved blocks per side")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
 
     name, ours, theirs = think_turns(args.blocks, args.turns)
+    bare = statistics.median(_bare_turns(args.turns) for _ in range(args.blocks))
     print("think-only turn, client CPU per turn (median of interleaved blocks)")
     print(f"  hopgym gym.make('hopgym/Tiny-v1'), default wrappers: {ours * 1e6:7.2f} us")
+    print(f"  hopgym bare MultiHopQAEnv:                          {bare * 1e6:7.2f} us")
     print(f"  {name}: {theirs * 1e6:7.2f} us")
-    print(f"  ratio hopgym / other: {ours / theirs:.2f}  (target <= 1.00)")
+    print(f"  ratio hopgym / other: {ours / theirs:.2f} wrapped, {bare / theirs:.2f} bare  (target <= 1.00)")
     m = oracle_overhead(args.passages, args.episodes)
     print(f"oracle episodes through gym.make('hopgym/Synthetic-v1'), {m['passages']:,} passages, cache off")
     print(f"  episodes {m['episodes']}, steps {m['steps']}")
     print(f"  env time per episode:    {m['env_ms_per_episode']:8.3f} ms")
     print(f"  raw search per episode:  {m['search_ms_per_episode']:8.3f} ms")
     print(f"  env overhead over raw search: {m['overhead']:.1%}  (target <= 25%)")
+    print(
+        f"  of which Gymnasium's seeding in reset(seed=...): {m['seeding_ms_per_episode']:.3f} ms "
+        f"per episode, {m['seeding_share_of_search']:.1%} of the raw search"
+    )
+    if args.json is not None:
+        result = {
+            "python": platform.python_version(),
+            "wrappers": "gym.make's: OrderEnforcing, PassiveEnvChecker, OutcomeReward (reward='default')",
+            "think_only": {
+                "turns": args.turns,
+                "blocks": args.blocks,
+                "us_per_turn": {
+                    "hopgym, default wrappers": ours * 1e6,
+                    "hopgym, bare env": bare * 1e6,
+                    name: theirs * 1e6,
+                },
+            },
+            "oracle": m,
+        }
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -256,10 +256,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
         self._info_base = self._new_info_base()
 
     def _retriever(self, name: str) -> Retriever:
-        if name not in self._retrievers:
+        retriever = self._retrievers.get(name)
+        if retriever is None:
             assert self.sample is not None
-            self._retrievers[name] = self.task.sources[name].for_sample(self.sample)
-        return self._retrievers[name]
+            retriever = self._retrievers[name] = self.task.sources[name].for_sample(self.sample)
+        return retriever
 
     def __getstate__(self) -> dict[str, Any]:
         # Per-question retrievers are rebuilt on demand; pickling them would copy whole indexes.
@@ -316,6 +317,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
                     f"max_turns={steps} instead"
                 )
             self._budget_checked = True
+        opts = self.options
         options = options or {}
         if "question_id" in options:
             index = self.task.index_of(str(options["question_id"]))
@@ -331,11 +333,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "source": self.source,
             "sources": self.source_names,
             "turn": 0,
-            "max_turns": self.max_turns,
+            "max_turns": opts.max_turns,
         }
         background = ""
-        if self.background_k:
-            docs, raw, error, kind = self._search(self.sample.question, self.background_k)
+        if opts.background_k:
+            docs, raw, error, kind = self._search(self.sample.question, opts.background_k)
             info.update(
                 retrieved_ids=raw,
                 new_ids=[d.doc_id for d in docs],
@@ -347,7 +349,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
             if docs:
                 background = self._docs_text(docs)
         descriptions = {n: s.description for n, s in self.task.sources.items()}
-        obs = self.protocol.prompt(self.sample.question, descriptions, self.max_turns, background)
+        obs = self.protocol.prompt(self.sample.question, descriptions, opts.max_turns, background)
         self.transcript = [{"role": "user", "content": obs}]
         return obs, info
 
@@ -578,9 +580,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
         """The search :meth:`_search` runs for ``query`` (``None``: none, the cap is reached)."""
         if self._budget(k) <= 0:
             return None
-        # With de-duplication, ask for enough results that ``k`` unseen ones can remain.
-        ask = k + len(self.seen_ids) if self.options.dedup else k
-        return SearchRequest(self._retriever(self.source), query, ask)
+        return SearchRequest(self._retriever(self.source), query, self._ask(k))
+
+    def _ask(self, k: int) -> int:
+        """How many results to ask for to show ``k``: with de-duplication, enough that ``k``
+        unseen ones can remain."""
+        return k + len(self.seen_ids) if self.options.dedup else k
 
     def _search(self, query: str, k: int) -> tuple[list[Passage], list[str], str | None, str | None]:
         """Search the current source; returns (shown docs, raw ids, error, its kind)."""
@@ -589,17 +594,17 @@ class MultiHopQAEnv(gym.Env[str, str]):
             return [], [], None, None
         supplied, self._supplied = self._supplied, None
         try:
-            request = self._request(query, k)
-            assert request is not None
+            # The request of :meth:`_request`, without building it: the step's usual case.
+            retriever, ask = self._retriever(self.source), self._ask(k)
             if (
                 supplied is not None
-                and supplied[0].retriever is request.retriever
+                and supplied[0].retriever is retriever
                 and supplied[0].query == query
-                and supplied[0].k == request.k
+                and supplied[0].k == ask
             ):
                 hits = supplied[1]
             else:
-                hits = request.retriever.search(query, request.k)
+                hits = retriever.search(query, ask)
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes an observation
             self.failed_searches += 1
             return [], [], f"{type(exc).__name__}: {exc}", failure_kind(exc)
