@@ -4,14 +4,21 @@ verl's extension point for multi-turn rollouts (``verl.experimental.agent_loop``
 ``AgentLoopBase``, register it by name, implement ``async run(sampling_params, **kwargs) ->
 AgentLoopOutput``. Checked against verl 0.9.1 (``AgentLoopBase``, its Continuous Token helpers
 ``ct_build_initial_tokens`` / ``ct_merge_assistant_token`` / ``ct_merge_context_msg``,
-``AgentLoopOutput``, ``TokenOutput``) and run in a test with a fake server manager; verl 0.9.1
+``AgentLoopOutput``, ``TokenOutput``) and run in tests with a fake server manager, and inside
+verl's ``AgentLoopManager`` / ``AgentLoopWorker`` Ray actors loaded from
+``agent_loop_config_path`` (``examples/verl_agent_loop_check.py``); verl 0.9.1
 imports only with ``cachetools``, ``uvicorn`` and ``fastapi`` installed beside it (it does not
 declare them), which the ``verl`` extra adds.
 
-Use: ``import hopgym.integrations.verl`` in the trainer process (or list the module in verl's
-agent-loop config), set ``actor_rollout_ref.rollout.agent.default_agent_loop=hopgym_agent`` (or a
-dataset column ``agent_name: hopgym_agent``) and give each row
-``extra_info={"env_id": ..., "env_kwargs": {...}, "question_id": ...}``. Each rollout resets
+Use: name the class in an agent-loop config file that verl's workers load
+(``actor_rollout_ref.rollout.agent.agent_loop_config_path``, a YAML list of ``{name:
+hopgym_agent, _target_: hopgym.integrations.verl.HopgymAgentLoop}``): verl's agent-loop workers
+are Ray actors, each with its own registry, which an import in the launching process does not
+reach. Set ``actor_rollout_ref.rollout.agent.default_agent_loop=hopgym_agent`` (or a dataset
+column ``agent_name: hopgym_agent``) and give each row
+``extra_info={"env_id": ..., "env_kwargs": {...}, "question_id": ...}``; :func:`write_dataset`
+(``python -m hopgym.integrations.verl OUT.parquet --env ID --kw key=value``) writes such rows,
+one per question of the env's task. Each rollout resets
 hopgym's env on the row's question, chats with the policy through verl's server manager,
 steps hopgym's env with each reply, appends its observation as a user message (masked out of the
 loss: ``response_mask`` 0) and stops when hopgym's env ends the episode or the response reaches
@@ -27,13 +34,17 @@ Needs ``pip install 'hopgym[verl]'``; without it, importing this module raises
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+from hopgym._kwargs import parse_kwargs
 from hopgym.envs.async_pool import AsyncEnv
-from hopgym.integrations._common import add_terms, check_question, make_env, require
+from hopgym.integrations._common import add_terms, check_question, make_env, question_rows, require
 
 require("verl", "verl")
 from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
@@ -42,7 +53,7 @@ from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
     register,
 )
 
-__all__ = ["HopgymAgentLoop", "AGENT_NAME"]
+__all__ = ["HopgymAgentLoop", "AGENT_NAME", "dataset_rows", "write_dataset"]
 
 #: The name verl's agent-loop registry knows the loop by.
 AGENT_NAME = "hopgym_agent"
@@ -71,7 +82,7 @@ class HopgymAgentLoop(AgentLoopBase):
         extra = dict(kwargs.get("extra_info") or {})
         env, options = await asyncio.get_running_loop().run_in_executor(_EXECUTOR, _build, extra)
         inner = env.unwrapped
-        tools = list(inner.tool_specs) if inner.options.protocol == "tools" else None  # type: ignore[attr-defined]
+        tools = list(inner.tool_specs) or None  # type: ignore[attr-defined]
         limit = self.rollout_config.response_length
         try:
             obs, _ = await env.reset(options=options)
@@ -112,3 +123,66 @@ class HopgymAgentLoop(AgentLoopBase):
             metrics={},
             extra_fields={"reward_terms": terms, "turn_scores": turn_scores, "tool_rewards": []},
         )
+
+
+def dataset_rows(env_id: str = "hopgym/Synthetic-v1", **env_kwargs: Any) -> list[dict[str, Any]]:
+    """Dataset rows for verl, one per question of the env's task, for :class:`HopgymAgentLoop`.
+
+    Each row has ``data_source``, ``prompt`` (the question as a user message: verl's dataset
+    tokenizes it, the loop writes hopgym's own prompt), ``agent_name`` and ``extra_info`` (the
+    env id, ``env_kwargs`` and the ``question_id`` the loop resets on).
+
+    Raises:
+        hopgym.errors.InvalidOptionTypeError: an unknown env id or option.
+        hopgym.errors.InvalidOptionError: an option with a bad value.
+    """
+    env = make_env(env_id, **env_kwargs)
+    try:
+        rows = question_rows(env)
+    finally:
+        env.close()
+    extra: dict[str, Any] = {"env_id": env_id}
+    if env_kwargs:  # parquet cannot store a struct without fields
+        extra["env_kwargs"] = dict(env_kwargs)
+    return [
+        {
+            "data_source": env_id,
+            "prompt": [{"role": "user", "content": row["question"]}],
+            "agent_name": AGENT_NAME,
+            "extra_info": {**extra, "question_id": row["question_id"], "index": i},
+        }
+        for i, row in enumerate(rows)
+    ]
+
+
+def write_dataset(path: str | Path, env_id: str = "hopgym/Synthetic-v1", **env_kwargs: Any) -> Path:
+    """Write :func:`dataset_rows` as the parquet file verl's ``data.train_files`` reads.
+
+    Example (``split`` is an option of the synthetic envs)::
+
+        write_dataset("data/hopgym/train.parquet", "hopgym/Synthetic-v1", split="train", reward="searchr1")
+    """
+    import pandas as pd  # verl's own dependency
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(dataset_rows(env_id, **env_kwargs)).to_parquet(out)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m hopgym.integrations.verl OUT.parquet --env ID --kw key=value ...``."""
+    p = argparse.ArgumentParser(
+        prog="python -m hopgym.integrations.verl",
+        description="Write a verl dataset (parquet) with one row per question of a hopgym env.",
+    )
+    p.add_argument("out", help="the parquet file to write")
+    p.add_argument("--env", default="hopgym/Synthetic-v1", help="hopgym env id (default: %(default)s)")
+    p.add_argument("--kw", nargs="*", default=[], metavar="KEY=VALUE", help="env options, e.g. split=train")
+    args = p.parse_args(argv)
+    rows = write_dataset(args.out, args.env, **parse_kwargs(args.kw))
+    print(f"wrote {rows}")
+
+
+if __name__ == "__main__":
+    main()

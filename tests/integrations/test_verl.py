@@ -1,10 +1,10 @@
 """The verl agent loop against verl itself (skipped where verl does not import).
 
-verl is not in hopgym's ``all`` extra (its torch/Ray stack); run these with an environment that has
-``hopgym[verl]``, e.g. ``python3 -m venv /tmp/verlvenv2 && /tmp/verlvenv2/bin/pip install
-"verl==0.9.1" cachetools uvicorn fastapi gymnasium bm25s rank-bm25 rich xxhash pytest`` and
-``PYTHONPATH=. /tmp/verlvenv2/bin/python -m pytest tests/integrations/test_verl.py``. The policy
-is a fake server manager that replays scripted replies through a tiny offline tokenizer.
+verl is not in hopgym's ``all`` extra (its torch/Ray stack, transformers < 5.11); run these in an
+environment with ``hopgym[verl]``: ``python3 -m venv /tmp/venv-verl && /tmp/venv-verl/bin/pip
+install torch==2.13.0 && /tmp/venv-verl/bin/pip install -e ".[verl,train]" pytest`` and
+``/tmp/venv-verl/bin/python -m pytest tests/integrations/test_verl.py``. The policy is a fake
+server manager (or, in verl's Ray workers, a scripted LLM client) over a tiny offline tokenizer.
 """
 
 from __future__ import annotations
@@ -158,3 +158,61 @@ def test_response_length_cuts_the_episode(tokenizer):
 def test_bad_row_fails_with_hopgyms_error(tokenizer, extra, names):
     with pytest.raises(HopgymError, match=names):
         play(tokenizer, FakeServer(tokenizer, []), extra)
+
+
+@needs_verl
+def test_agent_loop_from_config_path_in_verls_ray_workers():
+    """verl's own AgentLoopManager starts its AgentLoopWorker Ray actors from verl's trainer config
+    (agent_loop_config_path = the recipe's YAML); they play rows of the parquet file hopgym writes
+    (read by verl's dataset), rollout.n per row; verl's rm_scores equal hopgym's episode rewards,
+    term by term. The LLM server is a scripted client (examples/verl_agent_loop_check.py)."""
+    import importlib.util as iu
+    import os
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "verl_agent_loop_check.py"
+    spec = iu.spec_from_file_location("verl_agent_loop_check", path)
+    check = iu.module_from_spec(spec)
+    sys.modules[spec.name] = check
+    spec.loader.exec_module(check)
+    result = check.run_check(n=2, num_workers=2, rows=2)
+    for worker in result["workers"]:  # loaded from the YAML inside the actor, not by an import
+        assert worker["pid"] != os.getpid()
+        assert worker["hopgym_agent_entry"] == {
+            "name": "hopgym_agent",
+            "_target_": "hopgym.integrations.verl.HopgymAgentLoop",
+        }
+        assert not worker["hopgym_module_imported"]
+    episodes = result["episodes"]
+    assert len(episodes) == 4 and result["groups_share_question"]
+    assert len({e["question_id"] for e in episodes}) == 2
+    for e in episodes:
+        assert math.isclose(e["verl_rm_score"], e["hopgym_reward"], abs_tol=1e-6)
+        assert e["verl_reward_terms"] == e["hopgym_reward_terms"] and len(e["hopgym_reward_terms"]) > 1
+        assert e["verl_num_turns"] == 2 * e["turns"] and e["policy_tokens"] > 0 and e["env_tokens"] > 0
+    assert len({e["hopgym_reward"] for e in episodes}) == 2  # two questions, two different rewards
+
+
+@needs_verl
+def test_dataset_command_writes_one_row_per_question(tmp_path, capsys):
+    import pandas as pd
+
+    from hopgym.integrations.verl import main
+
+    main(
+        [
+            str(tmp_path / "d" / "tiny.parquet"),
+            "--env",
+            "hopgym/Tiny-v1",
+            "--kw",
+            "reward=kunlun",
+            "max_turns=4",
+        ]
+    )
+    assert "tiny.parquet" in capsys.readouterr().out
+    rows = pd.read_parquet(tmp_path / "d" / "tiny.parquet")
+    assert len(rows) == 6 and set(rows["agent_name"]) == {"hopgym_agent"}
+    extra = rows["extra_info"][5]
+    assert extra["env_kwargs"] == {"reward": "kunlun", "max_turns": 4} and extra["question_id"] == "tiny-6"
+    assert rows["prompt"][5][0]["role"] == "user" and rows["prompt"][5][0]["content"].endswith("?")
+    with pytest.raises(HopgymError, match="max_turnz"):
+        main([str(tmp_path / "x.parquet"), "--env", "hopgym/Tiny-v1", "--kw", "max_turnz=4"])
