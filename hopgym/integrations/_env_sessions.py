@@ -246,18 +246,16 @@ def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
     Raises:
         EnvServerError: 400 ``INVALID_JSON`` naming the limit.
     """
-    stack = [(value, 1)]
+    if not isinstance(value, (dict, list)):
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
         if depth > limit:
             raise _bad("body", f"the JSON nests deeper than {limit} levels", "INVALID_JSON")
-        stack.extend((child, depth + 1) for child in children)
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
 
 
 def parse_json(raw: str | bytes) -> Any:
@@ -274,7 +272,13 @@ def parse_json(raw: str | bytes) -> Any:
         if "depth" in str(exc) or "recursion" in str(exc).lower():  # orjson stops at 1,024 levels
             raise _bad("body", f"the JSON nests deeper than {MAX_DEPTH} levels", "INVALID_JSON") from None
         raise _bad("body", f"Invalid JSON: {exc}", "INVALID_JSON") from None
-    check_depth(value)
+    # Fewer opening brackets than the limit cannot nest deeper than it (most messages): no walk.
+    if isinstance(raw, bytes):
+        opened = raw.count(b"{") + raw.count(b"[")
+    else:
+        opened = raw.count("{") + raw.count("[")
+    if opened > MAX_DEPTH:
+        check_depth(value)
     return value
 
 
@@ -381,6 +385,13 @@ class Metrics:
             "hopgym_env_step_seconds", "Time of one step (queueing included)", buckets=_SECONDS, **reg
         )
         self.counts = {"opened": 0, "closed": 0, "resets": 0, "steps": 0, "episodes": 0, "errors": 0}
+
+    def add(self, tally: dict[str, int]) -> None:
+        """Count ``tally``'s ``steps``, ``episodes`` and ``resets`` at once (one lock each)."""
+        for name, n in tally.items():
+            if n:
+                getattr(self, name).inc(n)
+                self.counts[name] += n
 
     def error(self, code: str) -> None:
         self.errors.labels(code=code).inc()
@@ -687,11 +698,21 @@ class Sessions:
             session.last_active = time.monotonic()
         return self._after_reset(session, request, obs, info)
 
-    def _after_reset(self, session: Session, request: ResetRequest, obs: Any, info: Any) -> dict[str, Any]:
+    def _after_reset(
+        self,
+        session: Session,
+        request: ResetRequest,
+        obs: Any,
+        info: Any,
+        tally: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
+        """The reset's reply, and its count in the metrics (or in ``tally``, counted later)."""
         session.episode_id = request.episode_id or uuid.uuid4().hex
         session.step_count, session.done, session.reset_done, session.reward_total = 0, False, True, 0.0
-        self.metrics.resets.inc()
-        self.metrics.counts["resets"] += 1
+        if tally is None:
+            self.metrics.add({"resets": 1})
+        else:
+            tally["resets"] += 1
         # info goes out as it is: :func:`dumps` writes it as jsonable() would, in one pass.
         observation = {"text": obs, "terminated": False, "truncated": False, "info": info}
         return {"observation": observation, "reward": None, "done": False}
@@ -734,14 +755,23 @@ class Sessions:
         return self._after_step(session, obs, reward, terminated, truncated, info)
 
     def _after_step(
-        self, session: Session, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any
+        self,
+        session: Session,
+        obs: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        info: Any,
+        tally: dict[str, int] | None = None,
     ) -> dict[str, Any]:
-        self.metrics.steps.inc()
-        self.metrics.counts["steps"] += 1
+        """The step's reply, and its counts in the metrics (or in ``tally``, counted later)."""
         done = bool(terminated or truncated)
-        if done and not session.done:
-            self.metrics.episodes.inc()
-            self.metrics.counts["episodes"] += 1
+        ended = done and not session.done
+        if tally is None:
+            self.metrics.add({"steps": 1, "episodes": int(ended)})
+        else:
+            tally["steps"] += 1
+            tally["episodes"] += ended
         session.step_count += 1
         session.done = done
         session.reward_total += float(reward)
@@ -826,6 +856,21 @@ class Sessions:
                 session.busy -= 1
                 session.last_active = time.monotonic()
         elapsed = time.perf_counter() - started
+        tally = {"steps": 0, "episodes": 0, "resets": 0}
+        try:
+            await self._answer(chunks, results, elapsed, tally, out)
+        finally:
+            self.metrics.add(tally)
+
+    async def _answer(
+        self,
+        chunks: list[list[tuple[int, Session, str, Any]]],
+        results: list[list[tuple[bool, Any] | None]],
+        elapsed: float,
+        tally: dict[str, int],
+        out: list[dict[str, Any] | EnvServerError | None],
+    ) -> None:
+        """Each call's reply (or error) from what its hop left in ``results``."""
         for chunk, into in zip(chunks, results, strict=True):
             for (i, session, kind, arg), result in zip(chunk, into, strict=True):
                 if result is None:  # not done within step_timeout: the env's state is unknown
@@ -835,7 +880,8 @@ class Sessions:
                 ok, value = result
                 if kind == "reset":
                     if ok:
-                        out[i] = self._after_reset(session, arg, *value)
+                        obs, info = value
+                        out[i] = self._after_reset(session, arg, obs, info, tally)
                         continue
                     env, session.env, session.reset_done = session.env, None, False
                     if env is not None:
@@ -845,7 +891,8 @@ class Sessions:
                         continue
                 elif ok:
                     self.metrics.step_seconds.observe(elapsed)
-                    out[i] = self._after_step(session, *value)
+                    obs, reward, terminated, truncated, info = value
+                    out[i] = self._after_step(session, obs, reward, terminated, truncated, info, tally)
                     continue
                 # The env failed: its session ends, the batch's other calls stand.
                 await self.close(session.id, "error")
