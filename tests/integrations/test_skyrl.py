@@ -212,3 +212,52 @@ def test_rows_carry_the_env_when_the_config_has_no_room_for_it(tmp_path):
     chat, _ = env.init(list(row["prompt"]))
     assert chat[0]["content"] == row["prompt"][0]["content"]
     assert env.step("<answer>x</answer>")["metadata"]["reward_terms"].keys() == {"outcome", "format_bonus"}
+
+
+def _skyrl_generator_error() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("skyrl") is None:
+        return (
+            "SkyRL's trainer package is not installed "
+            "(pip install 'skyrl==0.3.0'; see examples/skyrl_generator_check.py)"
+        )
+    try:
+        _check_module()
+        import skyrl.train.generators.skyrl_gym_generator  # noqa: F401
+    except Exception as exc:  # SkyRL's own import chain: any failure means no generator here
+        return f"SkyRL's generator does not import: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _check_module():
+    import importlib.util as iu
+    import sys
+    from pathlib import Path
+
+    if "skyrl_generator_check" not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "examples" / "skyrl_generator_check.py"
+        spec = iu.spec_from_file_location("skyrl_generator_check", path)
+        module = iu.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["skyrl_generator_check"]
+
+
+SKYRL_GENERATOR_ERROR = _skyrl_generator_error()
+
+
+@pytest.mark.skipif(SKYRL_GENERATOR_ERROR is not None, reason=str(SKYRL_GENERATOR_ERROR))
+def test_skyrls_own_generator_trains_on_hopgyms_episode_reward():
+    """SkyRLGymGenerator.generate on every Tiny row, on its two token-in/token-out paths and its
+    re-tokenizing path (Qwen3's template): each trajectory's reward is hopgym's episode reward
+    (r3rag: 3.6, not the last step's 2.6), with generator.max_turns as the env's budget."""
+    result = _check_module().run_check(presets=("r3rag",), max_turns=4)
+    assert len(result["runs"]) == 3
+    for run in result["runs"]:
+        assert len(run["episodes"]) == 6 and run["engine_calls"] == sum(e["turns"] for e in run["episodes"])
+        for e in run["episodes"]:
+            assert e["skyrl_reward"] == pytest.approx(e["hopgym_reward"]) == pytest.approx(3.6)
+            assert e["policy_tokens"] > 0
+    forms = [run["episodes"][0]["skyrl_reward_form"] for run in result["runs"]]
+    assert forms == ["per-token list (summed)", "per-token list (summed)", "scalar"]
