@@ -3,11 +3,12 @@
     python benchmarks/peer_turns.py --json benchmarks/results/peer_turns.json
 
 The measurement is ``benchmarks/env_overhead.py``'s (interleaved blocks of client CPU time per
-turn, the median block): hopgym's ``gym.make("hopgym/Tiny-v1")`` with its default wrappers,
-hopgym's bare ``MultiHopQAEnv``, and a no-tag turn of SkyRL-gym's ``SearchEnv`` (it parses,
-finds no tag and calls no server). GEM and aviary are not in it: GEM's QA env is a one-turn env
-over a Hugging Face dataset whose search tool needs a retrieval server, and aviary does not
-install here.
+turn, the median block): hopgym's ``gym.make("hopgym/Tiny-v1")`` with its default wrappers
+(Gymnasium's ``OrderEnforcing`` and ``PassiveEnvChecker`` around the ``reward="default"`` preset,
+``OutcomeReward``), hopgym's bare ``MultiHopQAEnv``, and a no-tag turn of SkyRL-gym's
+``SearchEnv`` (it parses, finds no tag and calls no server). GEM and aviary are not in it: GEM's
+QA env is a one-turn env over a Hugging Face dataset whose search tool needs a retrieval server,
+and aviary does not install here.
 """
 
 from __future__ import annotations
