@@ -171,7 +171,7 @@ def test_blocks_not_run_are_listed():
 
 NOT_RUN = [
     "classic-rl.md: not run: trains for minutes",
-    "env-server.md: not run: needs a model and a GPU",
+    "env-server.md: not run: needs a model and a running server",
     "env-server.md: not run: needs a running server",
     "eval-suites.md: not run: reads the sample files laid out above",
     "integrations.md: not run: hopgym_skyrl.py, SkyRL's entrypoint with hopgym registered in the worker",
