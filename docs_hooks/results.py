@@ -1105,7 +1105,8 @@ _SMOLLM2_C_GRPO = (
 def env_server_load() -> str:
     """``benchmarks/env_server_load.py``: episodes/s over the env server against in-process."""
     data = _load("env_server_load")
-    header = ["run", "episodes/s", "steps/s", "vs in-process", "p50 step (ms)", "p99 step (ms)", "errors"]
+    header = ["run", "episodes/s", "steps/s", "vs in-process", "p50 step (ms)", "p99 step (ms)"]
+    header += ["server CPU µs/step", "client CPU µs/step", "errors"]
     rows = [
         [
             r["run"],
@@ -1114,11 +1115,24 @@ def env_server_load() -> str:
             "—" if r["vs_in_process"] is None else f"{r['vs_in_process']:.2f}",
             f"{r['p50_step_ms']}",
             f"{r['p99_step_ms']}",
+            "—" if r.get("server_cpu_us_per_step") is None else f"{r['server_cpu_us_per_step']:.0f}",
+            "—" if r.get("client_cpu_us_per_step") is None else f"{r['client_cpu_us_per_step']:.0f}",
             str(r["errors"]),
         ]
         for r in data["rows"]
     ]
-    return _table(header, rows)
+    adv = data.get("adversary")
+    note = (
+        f"\n\n{data['cpus']} CPU cores, load average {data['load_average']:.1f} at the end of the run; "
+        f"{data['episodes']} episodes a run, median of {data['repeats']} runs; server "
+        f"`--workers {data['workers']} --step-batch {data['step_batch']}`."
+    )
+    if adv:
+        note += (
+            f" The adversarial client's own steps: {adv['steps']}, p50 {adv['p50_step_ms']} ms, "
+            f"slowest {adv['max_step_ms']} ms, {adv['errors']} errors."
+        )
+    return _table(header, rows) + note
 
 
 def serve_big_reply() -> str:
