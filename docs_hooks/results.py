@@ -1301,6 +1301,97 @@ def trl_grpo_tools() -> str:
     return note + "\n\n" + _table(header, rows)
 
 
+def verl_agent_loop() -> str:
+    """The agent loop in verl's own Ray workers (``examples/verl_agent_loop_check.py``): verl's
+    ``rm_scores`` against hopgym's episode reward, per rollout."""
+    data = _load("verl_agent_loop")
+    rows = [
+        [
+            f"`{e['question_id']}`",
+            e["uid"],
+            str(e["turns"]),
+            f"{e['verl_rm_score']:.4f}",
+            f"{e['hopgym_reward']:.4f}",
+            ", ".join(f"{k} {v:+.3f}" for k, v in e["verl_reward_terms"].items()),
+            "yes" if e["match"] else "**no**",
+        ]
+        for e in data["episodes"]
+    ]
+    header = ["question", "group", "turns", "verl rm_scores", "hopgym reward", "verl's reward terms", "equal"]
+    loaded = all(
+        w["hopgym_agent_entry"] and "name" in w["hopgym_agent_entry"] and not w["hopgym_module_imported"]
+        for w in data["workers"]
+    )
+    v = data["versions"]
+    note = (
+        f"verl {v['verl']}, Ray {v['ray']}, transformers {v['transformers']}, CPU: "
+        f"{data['agent_loop_workers']} `AgentLoopWorker` actors (process ids "
+        f"{', '.join(str(w['pid']) for w in data['workers'])}; the driver {data['driver_pid']}) "
+        + (
+            "each found `hopgym_agent` in its registry as the YAML's entry, without an import of the module; "
+            if loaded
+            else "did **not** all load `hopgym_agent` from the YAML; "
+        )
+        + f"`rollout.n={data['rollout_n']}`, `{data['env_id']}` with `{data['env_kwargs']}`, "
+        f"{data['seconds']:.0f} s."
+    )
+    return note + "\n\n" + _table(header, rows)
+
+
+def skyrl_generator() -> str:
+    """The env through SkyRL's ``SkyRLGymGenerator.generate`` (``examples/skyrl_generator_check.py``):
+    the reward each generator path trains on against hopgym's episode reward."""
+    data = _load("skyrl_generator")
+    rows = []
+    for run in data["runs"]:
+        eps = run["episodes"]
+        rows.append(
+            [
+                f"`{run['preset']}`",
+                run["path"],
+                str(len(eps)),
+                eps[0]["skyrl_reward_form"],
+                " / ".join(f"{e['skyrl_reward']:.3f}" for e in eps),
+                " / ".join(f"{e['hopgym_reward']:.3f}" for e in eps),
+                "yes" if run["all_match"] else "**no**",
+            ]
+        )
+    header = [
+        "preset",
+        "generator path",
+        "episodes",
+        "reward form",
+        "SkyRL's reward",
+        "hopgym's reward",
+        "equal",
+    ]
+    v = data["versions"]
+    note = (
+        f"skyrl {v['skyrl']}, skyrl-gym {v['skyrl_gym']}, transformers {v['transformers']}, Python "
+        f"{v['python']}, CPU; `{data['env_id']}`, every row, "
+        f"`generator.max_turns={data['generator_max_turns']}`."
+    )
+    return note + "\n\n" + _table(header, rows)
+
+
+def trl_under_verl_extra() -> str:
+    """The TRL tests in an install of ``hopgym[train,verl]``: the pytest summary."""
+    data = _load("trl_under_verl_extra")
+    v = data["versions"]
+    header = ["transformers", "TRL", "verl", "jmespath", "passed", "failed", "skipped", "seconds"]
+    row = [
+        v["transformers"],
+        v["trl"],
+        v["verl"],
+        v["jmespath"],
+        str(data["passed"]),
+        str(data["failed"]),
+        f"{data['skipped']}" + (f" ({'; '.join(data['skip_reasons'])})" if data["skip_reasons"] else ""),
+        f"{data['seconds']:.0f}",
+    ]
+    return _table(header, [row])
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -1336,6 +1427,9 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "rollout_scale_d": rollout_scale_d,
     "rollout_scale_e": rollout_scale_e,
     "trl_grpo_tools": trl_grpo_tools,
+    "verl_agent_loop": verl_agent_loop,
+    "skyrl_generator": skyrl_generator,
+    "trl_under_verl_extra": trl_under_verl_extra,
     "env_server_load": env_server_load,
     "serve_big_reply": serve_big_reply,
     "retrieval_scale": retrieval_scale,

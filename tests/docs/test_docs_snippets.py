@@ -179,7 +179,6 @@ NOT_RUN = [
     "integrations.md: not run: needs the model",
     "integrations.md: not run: verifiers' harness installs its program at run time",
     "integrations.md: not run: writes SkyRL's dataset files",
-    "integrations.md: not run: writes verl's dataset files",
     "llm-agents.md: not run: downloads a model from the Hugging Face hub",
     "rewards.md: not run: needs a model and a dataset",
     "serving-resilience.md: not run: needs Ray and a second server",
