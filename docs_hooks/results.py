@@ -1392,6 +1392,44 @@ def trl_under_verl_extra() -> str:
     return _table(header, [row])
 
 
+def gem_wrappers() -> str:
+    """The GEM envs in GEM's trainer wrapper stack (``examples/gem_wrappers_check.py``): the reward
+    the trainer reads per finished episode against hopgym's, one row per group and episode."""
+    data = _load("gem_wrappers")
+    rows: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for e in data["episodes"]:
+        rows.setdefault((e["group"], e["episode"]), []).append(e)
+    table = []
+    for (group, episode), eps in rows.items():
+        table.append(
+            [
+                str(group),
+                str(episode + 1),
+                str(len(eps)),
+                ", ".join(sorted({f"`{e['question_id']}`" for e in eps})),
+                " / ".join(f"{e['gem_reward_arrays_sum']:.4f}" for e in eps),
+                " / ".join(f"{e['gem_prev_ep_cumulative_rewards']:.4f}" for e in eps),
+                f"{eps[0]['hopgym_reward']:.4f}",
+                "yes" if all(e["match"] for e in eps) else "**no**",
+            ]
+        )
+    header = [
+        "group (seed)",
+        "episode",
+        "envs",
+        "question",
+        "reward arrays, summed",
+        "prev_ep_cumulative_rewards",
+        "hopgym reward",
+        "equal (terms too)",
+    ]
+    note = (
+        f"gem-llm {data['versions']['gem-llm']}, `{data['gem_env']}` with the `{data['reward']}` reward, "
+        f"{len(data['groups'])} groups of {data['group_size']} envs, `SAME_STEP` autoreset."
+    )
+    return note + "\n\n" + _table(header, table)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -1430,6 +1468,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "verl_agent_loop": verl_agent_loop,
     "skyrl_generator": skyrl_generator,
     "trl_under_verl_extra": trl_under_verl_extra,
+    "gem_wrappers": gem_wrappers,
     "env_server_load": env_server_load,
     "serve_big_reply": serve_big_reply,
     "retrieval_scale": retrieval_scale,

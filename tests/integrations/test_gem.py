@@ -144,3 +144,20 @@ def test_last_steps_reward_terms_survive_autoreset(tiny_sample, autoreset_mode):
     assert infos[0]["prev_ep_reward_terms"] == terms and infos[0]["prev_ep_final_info"]["turn"] == len(turns)
     _, _, _, _, infos = vec.step(["no tags"])  # the next episode's steps carry no prev_ep_*
     assert "prev_ep_reward_terms" not in infos[0]
+
+
+def test_the_gem_check_example_matches_hopgym():
+    """examples/gem_wrappers_check.py (its results are in the docs): GEM's trainer wrappers over
+    make_vec, two groups of three, two episodes each; the reward arrays, the tracker's totals and
+    prev_ep_reward_terms equal hopgym's; each group shares its question."""
+    import importlib.util as iu
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "gem_wrappers_check.py"
+    spec = iu.spec_from_file_location("gem_wrappers_check", path)
+    check = iu.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    result = check.run_check()
+    assert len(result["episodes"]) == 12 and result["all_match"] and result["groups_share_question"]
+    assert len({e["hopgym_reward"] for e in result["episodes"]}) > 1
+    assert all(len(e["hopgym_reward_terms"]) == 4 for e in result["episodes"])
