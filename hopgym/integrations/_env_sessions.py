@@ -31,6 +31,8 @@ try:  # orjson (the openenv extra) writes and reads the wire's JSON several time
 
     def _default(value: Any) -> Any:
         # What orjson cannot write itself, written as :func:`jsonable` writes it.
+        if type(value) is Passage:  # the shown documents: the most common by far
+            return {"doc_id": value.doc_id, "title": value.title}
         if isinstance(value, (set, frozenset)):
             return sorted(jsonable(v) for v in value)
         if hasattr(value, "item") and not isinstance(value, type):  # numpy scalars
