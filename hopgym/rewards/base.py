@@ -25,11 +25,12 @@ Contract (it holds for any stack of these wrappers, in any order):
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
 from hopgym.errors import RewardArgumentError, RewardTermError  # defined there, re-exported here
+from hopgym.turns.info import StepInfo
 
 __all__ = ["RewardTermWrapper", "RewardTermError", "RewardArgumentError", "reward_terms_of"]
 
@@ -102,20 +103,24 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             )
         self.term_names = tuple(names)
         self._ended = False
+        # Hooks a subclass leaves as they are need not be called every step (they add nothing).
+        cls = type(self)
+        self._scores_steps = cls._step_terms is not RewardTermWrapper._step_terms
+        self._may_end = cls._ends_episode is not RewardTermWrapper._ends_episode
 
     # ------------------------------------------------------------------ hooks
     def _on_reset(self, info: dict[str, Any]) -> None:
         """Clear per-episode state (override)."""
 
-    def _step_terms(self, info: dict[str, Any]) -> dict[str, float]:
+    def _step_terms(self, info: StepInfo) -> dict[str, float]:
         """This step's contributions (override)."""
         return {}
 
-    def _end_terms(self, info: dict[str, Any], answered: bool) -> dict[str, float]:
+    def _end_terms(self, info: StepInfo, answered: bool) -> dict[str, float]:
         """Contributions settled once at the end of an episode (override)."""
         return {}
 
-    def _ends_episode(self, info: dict[str, Any]) -> bool:
+    def _ends_episode(self, info: StepInfo) -> bool:
         """Whether this wrapper ends the episode on this step (override)."""
         return False
 
@@ -145,25 +150,27 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
                 f"this wrapper: {sorted(terms)}); pass name=... to use other names"
             )
         own = dict.fromkeys(self.term_names, 0.0)
+        step = cast(StepInfo, info)  # the keys the hooks read, checked against StepInfo
         # A turn of several tool calls (the ``tools`` protocol) is scored call by call, each
         # call's info shaped like a tag turn's, so that N searches cost what N tag turns cost.
-        for call in info.get("calls") or (info,):
-            step_terms = self._step_terms(call)
-            if step_terms:
-                self._add(own, step_terms)
-        forced = not (terminated or truncated) and self._ends_episode(info)
+        if self._scores_steps:
+            for call in step.get("calls") or (step,):
+                step_terms = self._step_terms(call)
+                if step_terms:
+                    self._add(own, step_terms)
+        forced = not (terminated or truncated) and self._may_end and self._ends_episode(step)
         if (terminated or truncated or forced) and not self._ended:
             self._ended = True
-            self._add(own, self._end_terms(info, _answered(info)))
+            self._add(own, self._end_terms(step, _answered(step)))
         if forced:
             terminated = True
-            for name, value in self.force_end(info).items():
+            for name, value in self.force_end(step).items():
                 terms[name] = terms.get(name, 0.0) + value
         terms.update(own)
         info[TERMS_KEY] = terms
         return obs, math.fsum(terms.values()), terminated, truncated, info
 
-    def force_end(self, info: dict[str, Any]) -> dict[str, float]:
+    def force_end(self, info: StepInfo) -> dict[str, float]:
         """Settle every hopgym reward wrapper below this one that has not seen the episode end.
 
         Called by a wrapper that ends the episode itself; returns the settled terms to add.
@@ -182,5 +189,5 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             into[name] = into.get(name, 0.0) + float(value)
 
 
-def _answered(info: dict[str, Any]) -> bool:
+def _answered(info: StepInfo) -> bool:
     return info.get("action_type") == "answer" and isinstance(info.get("answer"), str)
