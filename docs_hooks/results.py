@@ -1430,6 +1430,42 @@ def gem_wrappers() -> str:
     return note + "\n\n" + _table(header, table)
 
 
+def verifiers_eval() -> str:
+    """``vf-eval`` on hopgym's taskset against served bigram models (``examples/verifiers_eval_check.py``):
+    the rewards it wrote to ``traces.jsonl`` against hopgym's, per episode."""
+    data = _load("verifiers_eval")
+    rows = [
+        [
+            run["model"],
+            f"`{run['turn']}`",
+            f"`{e['question_id']}`",
+            str(e["turns"]),
+            f"{e['vf_reward']:.2f}",
+            ", ".join(f"{k} {v:.2f}" for k, v in e["vf_reward_terms"].items()),
+            f"{e['hopgym_reward']:.2f}",
+            "yes" if e["match"] else "**no**",
+        ]
+        for run in data["runs"]
+        for e in run["episodes"]
+    ]
+    header = [
+        "model",
+        "its every turn",
+        "question",
+        "turns",
+        "vf-eval reward",
+        "terms",
+        "hopgym reward",
+        "equal",
+    ]
+    v = data["versions"]
+    note = (
+        f"verifiers {v['verifiers']}, transformers {v['transformers']} (`transformers serve` on the CPU), "
+        f"{data['seconds']:.0f} s for the three runs."
+    )
+    return note + "\n\n" + _table(header, rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -1469,6 +1505,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "skyrl_generator": skyrl_generator,
     "trl_under_verl_extra": trl_under_verl_extra,
     "gem_wrappers": gem_wrappers,
+    "verifiers_eval": verifiers_eval,
     "env_server_load": env_server_load,
     "serve_big_reply": serve_big_reply,
     "retrieval_scale": retrieval_scale,
