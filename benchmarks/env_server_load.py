@@ -32,7 +32,8 @@ count must fall back to 0 (``leaked`` = sessions still open 5 s later).
 
 Both sides are warmed up alike (one full pass first). Each row is the median of ``--repeats``
 runs, and each run follows an in-process run of its own: the ratio is the median of those pairs'
-ratios, so a load that changes during the benchmark moves both sides of a ratio alike.
+ratios (``vs_in_process_range``: the lowest and the highest), so a load that changes during the
+benchmark moves both sides of a ratio alike.
 
 The clients share the machine with the server: on a small machine they take CPU the server would
 otherwise have (say how many cores the machine had, and how busy it was, with the figures).
@@ -335,6 +336,7 @@ def row(name: str, pairs: list[tuple[dict[str, Any], dict[str, Any] | None]]) ->
         "episodes_per_s": round(statistics.median(r["episodes"] / r["wall"] for r in runs), 1),
         "steps_per_s": round(statistics.median(r["steps"] / r["wall"] for r in runs), 1),
         "vs_in_process": round(statistics.median(ratios), 2) if ratios else None,
+        "vs_in_process_range": [round(min(ratios), 2), round(max(ratios), 2)] if ratios else None,
         "p50_step_ms": round(1000 * statistics.median(lat), 2),
         "p99_step_ms": round(1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], 2),
         "server_cpu_us_per_step": per_step("server_cpu"),
@@ -358,7 +360,9 @@ def main() -> None:
         help="batched rows, SESSIONS/CONNECTIONS: that many sessions over that many connections, "
         "each connection sending one batch message a round for its share of the sessions",
     )
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each row; the median is shown")
+    parser.add_argument(
+        "--repeats", type=int, default=7, help="runs of each row; the median is shown (and the ratios' range)"
+    )
     parser.add_argument("--workers", type=int, default=8, help="the server's --workers")
     parser.add_argument("--step-batch", type=int, default=16, help="the server's --step-batch")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "env_server_load.json"))
