@@ -45,23 +45,6 @@ def script(sample: Any) -> list[str]:
     return ["no tags", *searches, f"<think>done</think><answer>{sample.answers[0]}</answer>"]
 
 
-def hopgym_episode(env_id: str, question_id: str, turns: list[str], **env_kwargs: Any) -> tuple[float, dict]:
-    """The episode reward and summed reward terms hopgym gives ``turns``."""
-    import gymnasium as gym
-
-    env = gym.make(env_id, **env_kwargs)
-    env.reset(options={"question_id": question_id})
-    total, terms = 0.0, {}
-    for turn in turns:
-        _, reward, terminated, truncated, info = env.step(turn)
-        total += float(reward)
-        for k, v in info["reward_terms"].items():
-            terms[k] = terms.get(k, 0.0) + float(v)
-        if terminated or truncated:
-            break
-    return total, terms
-
-
 def run_check(
     gem_env: str = "hopgym:Tiny-v1",
     reward: str = "kunlun",
@@ -74,6 +57,7 @@ def run_check(
     from gem.wrappers.wrapper_factory import get_wrapper_fns
 
     import hopgym.integrations.gem  # noqa: F401  (registers the ids)
+    from hopgym.integrations._common import replay_episode
 
     started = time.perf_counter()
     env_id = gem_env.replace(":", "/", 1)
@@ -97,7 +81,7 @@ def run_check(
             if not (terminated[i] or truncated[i]):
                 continue
             sample, turns = current[i], script(current[i])[: turn[i]]
-            total, terms = hopgym_episode(env_id, sample.id, turns, reward=reward)
+            total, terms, _ = replay_episode(env_id, sample.id, turns, reward=reward)
             info = infos[i]  # SAME_STEP: the next episode's reset info, the finished one as prev_ep_*
             if finished[i] < episodes:
                 played.append(

@@ -73,23 +73,6 @@ def script(sample: Any, malformed: bool) -> list[str]:
     ]
 
 
-def hopgym_episode(env_id: str, question_id: str, turns: list[str], **env_kwargs: Any) -> tuple[float, dict]:
-    """The episode reward and summed reward terms hopgym gives ``turns``."""
-    import gymnasium as gym
-
-    env = gym.make(env_id, **env_kwargs)
-    env.reset(options={"question_id": question_id})
-    total, terms = 0.0, {}
-    for turn in turns:
-        _, reward, terminated, truncated, info = env.step(turn)
-        total += float(reward)
-        for k, v in info["reward_terms"].items():
-            terms[k] = terms.get(k, 0.0) + float(v)
-        if terminated or truncated:
-            break
-    return total, terms
-
-
 class ScriptedEngine:
     """SkyRL's inference-engine client: ``generate(input) -> {responses, response_ids, stop_reasons}``.
 
@@ -146,6 +129,7 @@ def run_check(
     from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
 
     import hopgym  # noqa: F401
+    from hopgym.integrations._common import replay_episode
     from hopgym.integrations.skyrl import dataset_rows
 
     started = time.perf_counter()
@@ -180,7 +164,7 @@ def run_check(
             for row, reward, mask in zip(rows, out["rewards"], out["loss_masks"], strict=True):
                 sample = next(s for s in samples if s.id == row["question_id"])
                 turns = script(sample, malformed)
-                total, terms = hopgym_episode(
+                total, terms, _ = replay_episode(
                     env_id, row["question_id"], turns, reward=preset, max_turns=max_turns
                 )
                 received = float(sum(reward)) if isinstance(reward, list) else float(reward)

@@ -79,31 +79,13 @@ def provide_chat_program(scripts_dir: Path) -> Path:
     return path
 
 
-def hopgym_episode(question_id: str, turns: list[str], **env_kwargs: Any) -> tuple[float, dict]:
-    """The episode reward and summed reward terms hopgym gives ``turns`` on ``hopgym/Tiny-v1``."""
-    import gymnasium as gym
-
-    import hopgym  # noqa: F401
-
-    env = gym.make("hopgym/Tiny-v1", **env_kwargs)
-    env.reset(options={"question_id": question_id})
-    total, terms = 0.0, {}
-    for turn in turns:
-        _, reward, terminated, truncated, info = env.step(turn)
-        total += float(reward)
-        for k, v in info["reward_terms"].items():
-            terms[k] = terms.get(k, 0.0) + float(v)
-        if terminated or truncated:
-            break
-    return total, terms
-
-
 def run_check(limit: int = 3) -> dict[str, Any]:
     """``vf-eval`` of each served model on ``limit`` Tiny questions; its rewards against hopgym's."""
     sys.path.insert(0, str(ROOT / "tests"))
     from served_models import build_bigram_model, free_port, serve
     from verifiers.v1.cli.eval.main import main as vf_eval
 
+    from hopgym.integrations._common import replay_episode
     from hopgym.integrations.verifiers import TASKSET_ID
 
     started = time.perf_counter()
@@ -141,7 +123,7 @@ def run_check(limit: int = 3) -> dict[str, Any]:
                         (trace,) = line["traces"]
                         qid = line["task"]["data"]["question_id"]
                         turns = [MODELS[name][0]] * int(trace["metrics"]["turns"])  # the model's fixed turn
-                        total, terms = hopgym_episode(qid, turns, **kwargs)
+                        total, terms, _ = replay_episode("hopgym/Tiny-v1", qid, turns, **kwargs)
                         got = {k: r["score"] for k, r in trace["rewards"].items()}
                         reward = sum(r["score"] * r["weight"] for r in trace["rewards"].values())
                         episodes.append(

@@ -53,23 +53,6 @@ def script(question_id: str, env_id: str) -> list[str]:
     return ["no tags", *searches, f"<think>done</think><answer>{sample.answers[0]}</answer>"]
 
 
-def hopgym_episode(env_id: str, question_id: str, turns: list[str], **env_kwargs: Any) -> tuple[float, dict]:
-    """The episode reward and summed reward terms hopgym gives ``turns``."""
-    import gymnasium as gym
-
-    env = gym.make(env_id, **env_kwargs)
-    env.reset(options={"question_id": question_id})
-    total, terms = 0.0, {}
-    for turn in turns:
-        _, reward, terminated, truncated, info = env.step(turn)
-        total += float(reward)
-        for k, v in info["reward_terms"].items():
-            terms[k] = terms.get(k, 0.0) + float(v)
-        if terminated or truncated:
-            break
-    return total, terms
-
-
 def _worker_state(worker: Any) -> dict[str, Any]:
     """Run inside an ``AgentLoopWorker`` actor: its process id and its registry entry for ``hopgym_agent``
     (loaded from the YAML: ``name`` and ``_target_``; verl's ``@register`` would give ``_target_`` alone)."""
@@ -188,6 +171,7 @@ def run_check(
     from verl.trainer.ppo.utils import create_rl_dataset
     from verl.utils.dataset.rl_dataset import collate_fn
 
+    from hopgym.integrations._common import replay_episode
     from hopgym.integrations.verl import write_dataset
 
     env_kwargs = dict(env_kwargs or {"reward": "kunlun"})  # four reward terms, three of them non-zero
@@ -230,7 +214,7 @@ def run_check(
         extra = out.non_tensor_batch["extra_info"][i]
         qid = str(extra["question_id"])
         turns = script(qid, env_id)
-        total, terms = hopgym_episode(env_id, qid, turns, **env_kwargs)
+        total, terms, _ = replay_episode(env_id, qid, turns, **env_kwargs)
         episodes.append(
             {
                 "uid": str(out.non_tensor_batch["uid"][i]),

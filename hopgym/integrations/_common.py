@@ -3,7 +3,8 @@
 Functions: :func:`make_env` (``gym.make`` behind a check of the id, so that an unknown id fails
 with hopgym's error naming it), :func:`require` (import a framework or raise
 :class:`~hopgym.errors.DependencyNotInstalled` naming the extra), :func:`add_terms` (sum
-``info["reward_terms"]`` over an episode).
+``info["reward_terms"]`` over an episode), :func:`replay_episode` (hopgym's own reward for a list of
+turns: what the adapters' checks compare a trainer's reward with).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "make_env",
     "require",
     "add_terms",
+    "replay_episode",
     "text_env_ids",
     "question_rows",
     "check_question",
@@ -72,6 +74,35 @@ def add_terms(total: dict[str, float], info: Mapping[str, Any]) -> dict[str, flo
     for name, value in info.get("reward_terms", {}).items():
         total[name] = total.get(name, 0.0) + float(value)
     return total
+
+
+def replay_episode(
+    env_id: str, question_id: str, turns: list[Any], **env_kwargs: Any
+) -> tuple[float, dict[str, float], list[Any]]:
+    """Play ``turns`` on a fresh ``gym.make(env_id, **env_kwargs)`` reset on ``question_id``.
+
+    Returns hopgym's episode reward, its reward terms summed over the steps, and the observations;
+    turns after the one that ends the episode are not played.
+
+    Example:
+        >>> total, terms, _ = replay_episode("hopgym/Tiny-v1", "tiny-1", ["<answer>1962</answer>"])
+        >>> total, terms
+        (1.0, {'outcome': 1.0})
+    """
+    env = make_env(env_id, **env_kwargs)
+    try:
+        env.reset(options={"question_id": check_question(env, question_id)})
+        total, terms, observations = 0.0, dict[str, float](), list[Any]()
+        for turn in turns:
+            obs, reward, terminated, truncated, info = env.step(turn)
+            total += float(reward)
+            observations.append(obs)
+            add_terms(terms, info)
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    return total, terms, observations
 
 
 def question_rows(env: gym.Env) -> list[dict[str, Any]]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
-
 import hopgym  # noqa: F401
+from hopgym.integrations._common import replay_episode
 
 
 def oracle_turns(sample) -> list[str]:
@@ -17,15 +16,4 @@ def oracle_turns(sample) -> list[str]:
 
 def reference_episode(env_id: str, question_id: str, turns: list, **env_kwargs) -> tuple[float, dict, list]:
     """hopgym's own reward, reward terms and observations for ``turns`` (plain gym.make)."""
-    env = gym.make(env_id, **env_kwargs)
-    env.reset(options={"question_id": question_id})
-    total, terms, observations = 0.0, {}, []
-    for turn in turns:
-        obs, reward, terminated, truncated, info = env.step(turn)
-        total += reward
-        observations.append(obs)
-        for k, v in info["reward_terms"].items():
-            terms[k] = terms.get(k, 0.0) + v
-        if terminated or truncated:
-            break
-    return total, terms, observations
+    return replay_episode(env_id, question_id, turns, **env_kwargs)
