@@ -1102,6 +1102,15 @@ _SMOLLM2_C_GRPO = (
 )
 
 
+def _ratio(r: dict[str, Any]) -> str:
+    """A row's ratio to in-process, and the range of its runs' ratios when there is one."""
+    if r["vs_in_process"] is None:
+        return "—"
+    low_high = r.get("vs_in_process_range")
+    spread = f" ({low_high[0]:.2f}–{low_high[1]:.2f})" if low_high else ""
+    return f"{r['vs_in_process']:.2f}{spread}"
+
+
 def env_server_load() -> str:
     """``benchmarks/env_server_load.py``: episodes/s over the env server against in-process."""
     data = _load("env_server_load")
@@ -1112,7 +1121,7 @@ def env_server_load() -> str:
             r["run"],
             f"{r['episodes_per_s']:,}",
             f"{r['steps_per_s']:,}",
-            "—" if r["vs_in_process"] is None else f"{r['vs_in_process']:.2f}",
+            _ratio(r),
             f"{r['p50_step_ms']}",
             f"{r['p99_step_ms']}",
             "—" if r.get("server_cpu_us_per_step") is None else f"{r['server_cpu_us_per_step']:.0f}",
@@ -1124,7 +1133,8 @@ def env_server_load() -> str:
     adv = data.get("adversary")
     note = (
         f"\n\n{data['cpus']} CPU cores, load average {data['load_average']:.1f} at the end of the run; "
-        f"{data['episodes']} episodes a run, median of {data['repeats']} runs; server "
+        f"{data['episodes']} episodes a run, median of {data['repeats']} runs (in brackets: the lowest "
+        f"and highest ratio of a run to the in-process run just before it); server "
         f"`--workers {data['workers']} --step-batch {data['step_batch']}`."
     )
     if adv:
