@@ -73,7 +73,6 @@ from hopgym.envs.multihop_qa import qa_env
 from hopgym.errors import InvalidOptionError, InvalidOptionTypeError
 from hopgym.turns.base import Protocol as TurnProtocol
 from hopgym.turns.registry import get_protocol
-from hopgym.turns.tools import ToolProtocol, tool_specs
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -259,12 +258,14 @@ class LLMAgent:
         self.mode = mode
         #: ``protocol="tools"``: the env's tool schemas (``env.unwrapped.tool_specs``).
         self.tools: list[dict[str, Any]] | None = None
-        if self.protocol.name == "tools":
+        if self.protocol.chat_tools:
             if closed_book:
                 raise InvalidOptionError("the closed-book baseline answers in text: use protocol='tags'")
             if few_shot:
                 raise InvalidOptionError("few_shot is not supported with protocol='tools' yet")
-            self.tools = [dict(t) for t in (tools if tools is not None else tool_specs(["local"]))]
+            self.tools = [
+                dict(t) for t in (tools if tools is not None else self.protocol.tool_specs(["local"]))
+            ]
             self._check_tools_backend(backend)
         self.few_shot = [list(example) for example in few_shot]
         for example in self.few_shot:
@@ -370,8 +371,9 @@ class LLMAgent:
         the model's own text, so each prompt extends the last one and a local backend's prefix
         cache reuses it)."""
         msgs = [dict(m) for m in self._slot(slot)]
-        if self._forced(slot) and msgs and ToolProtocol.LAST_TURN not in (msgs[-1].get("content") or ""):
-            msgs.append({"role": "user", "content": ToolProtocol.LAST_TURN})
+        notice = self.protocol.LAST_TURN
+        if self._forced(slot) and msgs and notice not in (msgs[-1].get("content") or ""):
+            msgs.append({"role": "user", "content": notice})
         system = self.system_prompt or None
         if getattr(self.backend, "supports_tools", False):
             return ([{"role": "system", "content": system}] if system else []) + msgs

@@ -458,7 +458,7 @@ class RolloutCollector:
         seeds = [None if seed is None or i >= len(rows) else seed + offset + i for i in range(n)]
         obs, _ = venv.reset(seed=seeds, options=[{"question_id": q} for q in rows] + [None] * (n - len(rows)))
         samples = venv.get_attr("sample")
-        tools = getattr(venv.get_attr("protocol")[0], "name", None) == "tools"
+        tools = getattr(venv.get_attr("protocol")[0], "chat_tools", False)
         specs: Any = venv.get_attr("tool_specs") if tools else None
         episodes: list[_Episode] = []
         for i, qid in enumerate(rows):

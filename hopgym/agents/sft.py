@@ -123,7 +123,7 @@ def teacher_examples(
     for i, qid in enumerate(question_ids):
         agent.reset()
         obs, info = env.reset(seed=seed + i, options={"question_id": qid})
-        if getattr(proto, "name", None) == "tools":
+        if getattr(proto, "chat_tools", False):
             example = _tool_example(env, agent, obs, info, tokenizer, str(qid), on_mismatch)
             if example["token_mismatch"] is None or on_mismatch == "warn":
                 out.append(example)

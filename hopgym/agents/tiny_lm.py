@@ -163,7 +163,7 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"), max_turn
     sub-questions, queries and answers of the gold decompositions, the repeated-query and last-turn
     notices. Feed it to :func:`build_tokenizer`.
     """
-    from hopgym.turns.actions import Answer, Route, Search, Think
+    from hopgym.turns.actions import Answer, Search, Think
     from hopgym.turns.registry import get_protocol
 
     texts: list[str] = []
@@ -180,13 +180,7 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"), max_turn
                 texts.append(proto.render(Answer(ans, think="all hops resolved")))
         for turn in range(1, max_turns + 1):
             for src, desc in descriptions.items():
-                # Under ``tools`` a route is a search's source (there is no route tool).
-                route = (
-                    Search(src, think=f"the answer lives in {src}", source=src)
-                    if name == "tools"
-                    else Route(src, think=f"the answer lives in {src}")
-                )
-                texts.append(proto.render(route))
+                texts.append(proto.render(proto.route_action(src, think=f"the answer lives in {src}")))
                 texts.append(
                     proto.format_notice(f"Searches now go to {src}" + (f" ({desc})." if desc else "."), turn)
                 )
@@ -203,15 +197,12 @@ def task_texts(task: QATask, protocols: Sequence[str] = ("tags", "r3"), max_turn
             texts += [proto.repeat_note(dedup) for dedup in (True, False)]
             texts.append(proto.last_turn(proto.format_think(turn), turn))
         texts.append(proto.render(Think("thinking")))
-        if name == "tools":  # what the chat template shows: the tools block and tool results
+        if proto.chat_tools:  # what the chat template shows: the tools block and tool results
             import json
 
             from hopgym.envs.conversation import DEFAULT_TOOLS_BLOCK
-            from hopgym.turns.tools import ToolProtocol, tool_specs
 
-            assert isinstance(proto, ToolProtocol)  # get_protocol("tools")
-
-            specs = tool_specs(descriptions)
+            specs = proto.tool_specs(descriptions)
             texts.append(DEFAULT_TOOLS_BLOCK.format(tools="\n".join(json.dumps(t) for t in specs)))
             texts.append(proto.observation_text([{"role": "tool", "content": "x"}]))
             texts.append(proto.LAST_TURN)

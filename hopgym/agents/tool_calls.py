@@ -15,7 +15,8 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym.turns.actions import Action, Route, Search, Think
-from hopgym.turns.tools import ToolProtocol
+from hopgym.turns.base import Protocol
+from hopgym.turns.registry import get_protocol
 
 __all__ = ["ToolCallAgent", "speak_tools"]
 
@@ -27,6 +28,7 @@ class ToolCallAgent:
 
     Args:
         agent: the inner agent (``reset()``, ``act(observation, info)``).
+        protocol: the chat-tools protocol the calls are written in (a name or an instance).
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -41,9 +43,9 @@ class ToolCallAgent:
         </tool_call>
     """
 
-    def __init__(self, agent: Any) -> None:
+    def __init__(self, agent: Any, protocol: str | Protocol = "tools") -> None:
         self.agent = agent
-        self.protocol = ToolProtocol()
+        self.protocol = get_protocol(protocol)
 
     def reset(self) -> None:
         self.agent.reset()
@@ -80,9 +82,9 @@ class ToolCallAgent:
 
 
 def speak_tools(agent: Any, env: gym.Env) -> Any:
-    """``agent`` wrapped in a :class:`ToolCallAgent` when ``env`` speaks the ``tools`` protocol,
-    else ``agent`` itself."""
+    """``agent`` wrapped in a :class:`ToolCallAgent` when ``env``'s protocol acts by chat tools
+    (``tools``), else ``agent`` itself."""
     protocol = getattr(env.unwrapped, "protocol", None)
-    if getattr(protocol, "name", None) == "tools" and not isinstance(agent, ToolCallAgent):
-        return ToolCallAgent(agent)
+    if getattr(protocol, "chat_tools", False) and not isinstance(agent, ToolCallAgent):
+        return ToolCallAgent(agent, protocol)  # type: ignore[arg-type]
     return agent

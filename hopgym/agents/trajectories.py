@@ -77,7 +77,6 @@ import errno
 import json
 import math
 import os
-import re
 import tempfile
 import warnings
 from collections import defaultdict
@@ -95,8 +94,8 @@ from hopgym.envs.multihop_qa import qa_env
 from hopgym.envs.options import AUTO_OPTIONS, EnvOptions
 from hopgym.errors import HopgymError, InvalidOptionError
 from hopgym.rewards.scoring import exact_match, token_f1
-from hopgym.turns import Answer
-from hopgym.turns.tools import ToolProtocol, step_calls
+from hopgym.turns import ANY_SOURCE, Answer
+from hopgym.turns.tools import step_calls
 
 __all__ = [
     "FORMAT",
@@ -422,13 +421,7 @@ class EpisodeRecorder:
         transcript = qa_env(self.env).transcript
         last = next((m for m in reversed(transcript) if m["role"] == "assistant"), None)
         # A tools-protocol turn keeps its calls beside the content: the action is both, as text.
-        action = (
-            ""
-            if last is None
-            else ToolProtocol.assistant_text(last)
-            if last.get("tool_calls")
-            else last["content"]
-        )
+        action = "" if last is None else qa_env(self.env).protocol.assistant_text(last)
         turn: dict[str, Any] = {"action": action, "action_type": kind, "reward": reward}
         optional = {
             "think": info.get("think"),
@@ -825,40 +818,17 @@ def _normalise(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _AnySource:
-    """Old files do not list the env's sources; a routed name was valid when it was recorded."""
-
-    def __contains__(self, name: object) -> bool:
-        return True
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-
 def _docs_from_observation(obs: str, ids: list[str]) -> dict[str, dict[str, str]]:
-    """The shown documents' titles and texts, read back from a 0.1 observation (best effort).
-
-    Documents are joined by newlines as ``Doc k (Title: T) text`` (tags) or ``(k) T: text`` (r3);
-    when the pieces do not match the shown ids one to one, nothing is returned.
+    """The shown documents' titles and texts, read back from a 0.1 observation (``tags`` or
+    ``r3``) by its protocol (best effort: nothing when they do not match the shown ids one to one).
     """
-    body = obs.strip()
-    if "<information>" in body:
-        body = body.split("<information>", 1)[1].rsplit("</information>", 1)[0].strip()
-        first, split, sep = "Doc 1 (Title: ", r"\nDoc \d+ \(Title: ", ") "
-    elif "The retrieval documents:" in body:
-        body = re.split(r"\nStep \d+:", body.split("The retrieval documents:", 1)[1])[0].strip()
-        first, split, sep = "(1) ", r"\n\(\d+\) ", ": "
-    else:
-        return {}
-    if not body.startswith(first):
-        return {}
-    pairs = [p.split(sep, 1) for p in re.split(split, body[len(first) :])]
-    if len(pairs) != len(ids) or any(len(p) != 2 for p in pairs):
-        return {}
-    return {
-        doc_id: {"title": title.strip(), "text": text.strip()}
-        for doc_id, (title, text) in zip(ids, pairs, strict=True)
-    }
+    from hopgym.turns import get_protocol
+
+    for name in ("tags", "r3"):
+        docs = get_protocol(name).documents_of(obs, len(ids))
+        if docs is not None:
+            return {doc_id: {"title": t, "text": x} for doc_id, (t, x) in zip(ids, docs, strict=False)}
+    return {}
 
 
 def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -879,7 +849,8 @@ def _upgrade_turn(old: dict[str, Any], docs: dict[str, dict[str, str]]) -> dict[
     }
     for name in ("tags", "r3"):
         # hopgym 0.1 read turns with what is now the strict parse
-        parsed = get_protocol(name, parse="strict").parse(text, _AnySource())  # type: ignore[arg-type]
+        # Old files do not list the env's sources; a routed name was valid when it was recorded.
+        parsed = get_protocol(name, parse="strict").parse(text, ANY_SOURCE)
         if parsed.kind == kind or (kind == "invalid" and parsed.think):
             turn["think"] = parsed.think or None
             act = parsed.action

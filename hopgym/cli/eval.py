@@ -288,7 +288,7 @@ def make_cli_agent(
                 closed_book=closed_book,
                 force_answer=llm.force_answer,
                 few_shot=few_shot,
-                tools=env.unwrapped.tool_specs if env.unwrapped.protocol.name == "tools" else None,
+                tools=env.unwrapped.tool_specs or None,
             )
         except ValueError as exc:  # e.g. the openai backend without --base-url
             raise CommandError(str(exc)) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopgym.cli._common import (
     EnvConfig,
@@ -23,10 +23,13 @@ from hopgym.cli._common import (
 )
 from hopgym.cli._dataclass_args import config_from_args
 
+if TYPE_CHECKING:
+    from hopgym.turns.base import Protocol
+
 __all__ = ["add_parser", "shortcuts_help", "call_line", "run"]
 
 
-def shortcuts_help(sources: tuple[str, ...], protocol: str = "tags") -> str:
+def shortcuts_help(sources: tuple[str, ...], protocol: str | Protocol = "tags") -> str:
     """The line that explains the shortcuts; routing only where there is somewhere to route.
 
     Example:
@@ -37,8 +40,10 @@ def shortcuts_help(sources: tuple[str, ...], protocol: str = "tags") -> str:
         >>> "'r SOURCE' search local or web next" in shortcuts_help(("local", "web"), "tools")
         True
     """
+    from hopgym.turns.registry import get_protocol
+
     places = " or ".join(sources)
-    if protocol == "tools":  # no route tool: a search names its source
+    if get_protocol(protocol).chat_tools:  # no route tool: a search names its source
         route = f"'r SOURCE' search {places} next, " if len(sources) > 1 else ""
         raw = (
             "tool calls (<tool_call>{...}</tool_call> blocks, several in a turn, or an assistant "
@@ -112,13 +117,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run ``hopgym play``."""
     from hopgym.turns.actions import Answer, Route, Search, Think
+    from hopgym.turns.registry import get_protocol
 
     cfg = config_from_args(args, EnvConfig)
     env = make_env(cfg.env, env_kwargs(args, cfg.kw))
     obs, info = env.reset(seed=cfg.seed)
     sources = tuple(getattr(env.unwrapped, "source_names", ()))
-    protocol = getattr(getattr(env.unwrapped, "protocol", None), "name", "tags")
-    tools = protocol == "tools"
+    protocol = getattr(env.unwrapped, "protocol", None) or "tags"
+    tools = get_protocol(protocol).chat_tools
     print(shortcuts_help(sources, protocol))
     if tools:
         specs = env.unwrapped.tool_specs

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hopgym.errors import InvalidOptionError
-from hopgym.turns.tools import ToolProtocol
+from hopgym.turns.base import Protocol
+from hopgym.turns.registry import get_protocol
 
 __all__ = ["Conversation", "DEFAULT_TOOLS_BLOCK"]
 
@@ -53,6 +54,8 @@ class Conversation:
         tools: the tool schemas (``env.unwrapped.tool_specs``).
         system: the system message's text (``None``: no system message, unless a template
             without tool support needs one for the tools block).
+        protocol: the chat-tools protocol whose text renders calls and results for a template
+            without tool support (a name or an instance).
 
     Example:
         >>> import gymnasium as gym, hopgym
@@ -68,20 +71,23 @@ class Conversation:
         messages: Iterable[Mapping[str, Any]] = (),
         tools: Sequence[Mapping[str, Any]] = (),
         system: str | None = None,
+        protocol: str | Protocol = "tools",
     ) -> None:
         self._messages = [dict(m) for m in messages]
         self.tools = [dict(t) for t in tools]
         self.system = system
+        self.protocol = get_protocol(protocol)
 
     @classmethod
     def from_env(cls, env: Any, system: str | None = None) -> Conversation:
-        """The episode so far of ``env`` (any wrapper of a ``tools``-protocol text env)."""
+        """The episode so far of ``env`` (any wrapper of a text env whose protocol acts by chat
+        tools, such as ``tools``)."""
         base = env.unwrapped
-        if getattr(base.protocol, "name", None) != "tools":
+        if not getattr(base.protocol, "chat_tools", False):
             raise InvalidOptionError(
                 f"Conversation needs an env with protocol='tools', this one speaks {base.protocol.name!r}"
             )
-        return cls(copy.deepcopy(base.transcript), base.tool_specs, system)
+        return cls(copy.deepcopy(base.transcript), base.tool_specs, system, base.protocol)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -120,9 +126,9 @@ class Conversation:
             if m["role"] == "system":
                 plain.append({"role": "system", "content": f"{m['content']}\n\n{block}".lstrip()})
             elif m["role"] == "assistant":
-                plain.append({"role": "assistant", "content": ToolProtocol.assistant_text(self._as_json(m))})
+                plain.append({"role": "assistant", "content": self.protocol.assistant_text(self._as_json(m))})
             elif m["role"] == "tool":
-                text = ToolProtocol().observation_text([m]).rstrip("\n")
+                text = self.protocol.observation_text([m]).rstrip("\n")
                 if plain and plain[-1]["role"] == "user" and plain[-1].get("_tool"):
                     plain[-1]["content"] += "\n" + text
                 else:

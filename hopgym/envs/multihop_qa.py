@@ -508,7 +508,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
     def tool_specs(self) -> list[dict[str, Any]]:
         """The env's tools as OpenAI function schemas (``search`` and ``answer``; ``search`` takes
         a ``source`` enum when there are several sources), for ``apply_chat_template(tools=...)``
-        and OpenAI-compatible servers. Meant for the ``tools`` protocol; the same for any."""
+        and OpenAI-compatible servers, when the protocol acts by chat tools (``tools``); else ``[]``."""
         return self.protocol.tool_specs({n: s.description for n, s in self.task.sources.items()})
 
     # ------------------------------------------------------------------ helpers

@@ -119,11 +119,9 @@ class HopgymTaskset(vf.Taskset[HopgymTask, HopgymTasksetConfig]):
 
 
 def uses_tools(env: gym.Env) -> list[dict[str, Any]]:
-    """``env.unwrapped.tool_specs`` when ``env`` plays the tools protocol, else ``[]``."""
-    inner = env.unwrapped
-    if getattr(inner.options, "protocol", None) != "tools":  # type: ignore[attr-defined]
-        return []
-    return list(inner.tool_specs)  # type: ignore[attr-defined]
+    """``env.unwrapped.tool_specs``: the env's tools when its protocol acts by chat tools
+    (``tools``), else ``[]``."""
+    return list(getattr(env.unwrapped, "tool_specs", ()))
 
 
 def tools_system_prompt(tools: list[dict[str, Any]]) -> str:

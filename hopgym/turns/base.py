@@ -267,6 +267,18 @@ def cut_blocks(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) ->
     return out
 
 
+def split_docs(body: str, first: str, between: str, sep: str, count: int) -> list[tuple[str, str]]:
+    """The ``(title, text)`` pairs of ``count`` documents that :func:`join_docs` joined: the body
+    starts with ``first``, the next ones with the pattern ``between``, a title ends at ``sep``
+    (``[]`` when that is not so)."""
+    if not body.startswith(first):
+        return []
+    pairs = [p.split(sep, 1) for p in re.split(between, body[len(first) :])]
+    if len(pairs) != count or any(len(p) != 2 for p in pairs):
+        return []
+    return [(title.strip(), text.strip()) for title, text in pairs]
+
+
 def join_docs(docs: Sequence[Passage], doc_chars: int | None, fmt: str) -> str:
     """The documents of an observation, each written with ``fmt``, joined and cut at ``doc_chars``."""
     body = "\n".join(fmt.format(i=i + 1, title=d.title, text=d.text) for i, d in enumerate(docs))
@@ -372,6 +384,11 @@ class Protocol:
     closed_book_prompt: str = ""
     #: Whether a turn may be an assistant message dict (tool calls), not only text.
     accepts_messages: bool = False
+    #: Whether the model is given the env's tools as chat tools (``tools=`` of a chat template
+    #: or an OpenAI-compatible server) and acts by calling them: :meth:`tool_specs` lists them,
+    #: the env's replies are tool messages, and a route is a search's ``source``
+    #: (:meth:`route_action`). Agents, trainers and adapters ask this, not the protocol's name.
+    chat_tools: bool = False
     #: The last-turn notice (see :meth:`last_turn`).
     LAST_TURN: str = ""
 
@@ -477,8 +494,23 @@ class Protocol:
         raise NotImplementedError
 
     def tool_specs(self, sources: Mapping[str, str] | Sequence[str]) -> list[dict[str, Any]]:
-        """The env's tools as OpenAI function schemas (see :func:`hopgym.turns.specs.tool_specs`)."""
-        return tool_specs(sources)
+        """The env's tools as OpenAI function schemas (see :func:`hopgym.turns.specs.tool_specs`)
+        when the model gets chat tools (:attr:`chat_tools`), else ``[]``."""
+        return tool_specs(sources) if self.chat_tools else []
+
+    def route_action(self, source: str, think: str = "") -> Action:
+        """The action that makes ``source`` the one later searches use."""
+        return Route(source, think)
+
+    def assistant_text(self, message: Mapping[str, Any]) -> str:
+        """An assistant message of the transcript as the text the model wrote."""
+        return str(message.get("content") or "")
+
+    def documents_of(self, observation: str, count: int) -> list[tuple[str, str]] | None:
+        """The ``(title, text)`` of the documents of an observation :meth:`format_documents`
+        wrote, read back (a record that kept only the text); ``[]`` when they do not read as
+        ``count`` documents, ``None`` for an observation this protocol does not write."""
+        return None
 
     def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
         """The first observation: instructions, the question and optional background documents."""

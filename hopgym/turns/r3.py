@@ -8,7 +8,16 @@ from dataclasses import replace
 
 from hopgym.corpora.types import Passage
 from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Route, Search, Think
-from hopgym.turns.base import Protocol, join_docs, make_action, over_limit, quote, two_actions, valid_issues
+from hopgym.turns.base import (
+    Protocol,
+    join_docs,
+    make_action,
+    over_limit,
+    quote,
+    split_docs,
+    two_actions,
+    valid_issues,
+)
 
 __all__ = ["R3Protocol"]
 
@@ -245,6 +254,13 @@ class R3Protocol(Protocol):
 
     def format_notice(self, message: str, turn: int) -> str:
         return f"\nThe retrieval documents: {message}\nStep {turn + 1}:\n"
+
+    def documents_of(self, observation: str, count: int) -> list[tuple[str, str]] | None:
+        body = observation.strip()
+        if "The retrieval documents:" not in body:
+            return None
+        body = re.split(r"\nStep \d+:", body.split("The retrieval documents:", 1)[1])[0].strip()
+        return split_docs(body, "(1) ", r"\n\(\d+\) ", ": ", count)
 
     def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
         return (

@@ -42,6 +42,7 @@ from hopgym.turns.base import (
     over_limit,
     quote,
     routes,
+    split_docs,
     strip_spans,
     two_actions,
     valid_issues,
@@ -429,6 +430,13 @@ class TagsProtocol(Protocol):
 
     def format_notice(self, message: str, turn: int) -> str:
         return f"\n<information>{message}</information>\n"
+
+    def documents_of(self, observation: str, count: int) -> list[tuple[str, str]] | None:
+        body = observation.strip()
+        if "<information>" not in body:
+            return None
+        body = body.split("<information>", 1)[1].rsplit("</information>", 1)[0].strip()
+        return split_docs(body, "Doc 1 (Title: ", r"\nDoc \d+ \(Title: ", ") ", count)
 
     def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
         actions = (

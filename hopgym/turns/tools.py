@@ -230,6 +230,7 @@ class ToolProtocol(Protocol):
     name = "tools"
     stop = ()
     accepts_messages = True
+    chat_tools = True
     closed_book_prompt = ""
 
     # ------------------------------------------------------------------ reading
@@ -538,8 +539,11 @@ class ToolProtocol(Protocol):
         inside a tool result, where a model reads it as data)."""
         return [*messages, {"role": "user", "content": self.LAST_TURN}]
 
-    @staticmethod
-    def assistant_text(message: Mapping[str, Any]) -> str:
+    def route_action(self, source: str, think: str = "") -> Action:
+        """A search of ``source`` for its name (there is no route tool: a search names its source)."""
+        return Search(source, think, source=source)
+
+    def assistant_text(self, message: Mapping[str, Any]) -> str:
         """An assistant message as hermes text: its content, then a ``<tool_call>`` block per call."""
         parts = [message.get("content") or ""]
         for call in message.get("tool_calls") or ():
