@@ -422,7 +422,7 @@ def run_suite(
     if index is not None:
         from hopgym.retrieval.index_store import load_index
 
-        backend = load_index(index)
+        backend = load_index(index, nprobe=spec.nprobe, ef_search=spec.ef_search)
         passages = list(getattr(backend, "passages", []))
         manifest = Path(index) / "manifest.json"
         corpus_info = {"index": str(index)}

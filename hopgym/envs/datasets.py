@@ -318,6 +318,8 @@ def _source_backend(spec: TaskSpec, ds: QADataset) -> Retriever:
                     model=r.model,
                     device=r.device,
                     index_backend=r.index_backend,
+                    nprobe=r.nprobe,
+                    ef_search=r.ef_search,
                 )
                 if hasattr(loaded, "configure_cache"):  # the spec's cache bounds, as if built
                     loaded.configure_cache(*r.cache_bounds())

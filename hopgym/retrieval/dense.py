@@ -912,6 +912,50 @@ class DenseRetriever(BatchScoredRetriever):
         if ivf is not None:
             ivf.nprobe = self.nprobe
 
+    def set_search(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """How widely a search looks, without touching the index: ``nprobe`` inverted lists
+        (``ivf``, ``ivfpq``; at most ``nlist``) or ``ef_search`` HNSW candidates (``hnsw``).
+        ``None`` keeps the current value; the query cache is emptied (its rankings came from the
+        old setting). ``hopgym serve --nprobe/--ef-search`` and ``load_index(nprobe=...)`` call it.
+
+        Raises:
+            hopgym.errors.InvalidOptionError: a value below 1, ``nprobe`` above ``nlist``, or a
+                setting this index type does not have.
+
+        Example:
+            >>> r = DenseRetriever(
+            ...     [Passage(f"d{i}", f"t{i}", f"passage {i}") for i in range(400)],
+            ...     embedder="hashing-16", index_type="ivf", nlist=8,
+            ... )
+            >>> r.set_search(nprobe=4); r.nprobe
+            4
+            >>> r.set_search(ef_search=32)
+            Traceback (most recent call last):
+                ...
+            hopgym.errors.InvalidOptionError: ef_search is for hnsw indexes; this one is 'ivf'
+        """
+        for name, value, types in (("nprobe", nprobe, IVF_TYPES), ("ef_search", ef_search, ("hnsw",))):
+            if value is None:
+                continue
+            if self.index_type not in types:
+                raise InvalidOptionError(
+                    f"{name} is for {'/'.join(types)} indexes; this one is {self.index_type!r}"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
+        if nprobe is not None and self.nlist is not None and nprobe > self.nlist:
+            raise InvalidOptionError(f"nprobe={nprobe} is more than the index's nlist={self.nlist} lists")
+        self.nprobe = self.nprobe if nprobe is None else nprobe
+        self.ef_search = self.ef_search if ef_search is None else ef_search
+        if self.host_index is not None:
+            self._configure_search()
+        if self.index is not self.host_index and self.index is not None:  # a GPU copy
+            if ef_search is not None and hasattr(self.index, "hnsw"):
+                self.index.hnsw.efSearch = self.ef_search
+            if nprobe is not None and hasattr(self.index, "nprobe"):
+                self.index.nprobe = self.nprobe
+        self.cache_clear()
+
     def __len__(self) -> int:
         return len(self.passages)
 

@@ -717,6 +717,7 @@ def _dense_codec(root: Path, manifest: Manifest, mmap: bool) -> tuple[Any, np.nd
             vectors = np.load(vpath, mmap_mode="r" if mmap else None)
         except (OSError, ValueError) as exc:
             raise CorruptIndexError(f"cannot read {vpath} ({exc}): rebuild the index") from None
+        _advise_random(vectors)
         want = (manifest.num_passages, dp.get("dim"))
         if vectors.shape != want or vectors.dtype != np.float32:
             raise CorruptIndexError(
@@ -724,6 +725,18 @@ def _dense_codec(root: Path, manifest: Manifest, mmap: bool) -> tuple[Any, np.nd
                 f"wants float32 {want}: rebuild it: `{rebuild_command(root, manifest)}`"
             )
     return index, vectors
+
+
+def _advise_random(vectors: np.ndarray) -> None:
+    """Tell the kernel that a memory-mapped re-ranking file is read at random rows: no read-ahead
+    around a row a short list touches, so a search brings in (and keeps resident) the pages of
+    its short list only, not neighbouring megabytes of a file as large as a flat index."""
+    import mmap
+
+    region = getattr(vectors, "_mmap", None)  # numpy.memmap's mapping (np.load's mmap_mode)
+    advise = getattr(region, "madvise", None)
+    if advise is not None and hasattr(mmap, "MADV_RANDOM"):
+        advise(mmap.MADV_RANDOM)
 
 
 def _embedder_for(manifest: Manifest, model: Any, where: str, device: str) -> Any:
@@ -757,6 +770,8 @@ def load_index(
     index_backend: str = "auto",
     verify: str = "sample",
     rebuild: bool = False,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
 ) -> Retriever:
     """Load a saved index, checking its files, and that it fits the corpus and the request.
 
@@ -782,6 +797,9 @@ def load_index(
             file, a changed corpus), build it again from ``passages``, ``corpus`` or the corpus
             file the manifest records (same kind, model and FAISS index type) instead of raising;
             an :class:`IndexIntegrityWarning` says why. A foreign index is never rebuilt.
+        nprobe, ef_search: search an ``ivf``/``ivfpq`` index's ``nprobe`` lists, or an ``hnsw``
+            one with ``ef_search`` candidates, instead of the manifest's setting (``None``: the
+            manifest's; see :meth:`~hopgym.retrieval.dense.DenseRetriever.set_search`).
 
     Raises:
         IndexStoreError: no index, a directory of index files without a manifest, or an
@@ -802,6 +820,8 @@ def load_index(
         "blas_min_queries": blas_min_queries,
         "device": device,
         "index_backend": index_backend,
+        "nprobe": nprobe,
+        "ef_search": ef_search,
     }
     try:
         return _load_index(path, verify, **settings)
@@ -871,6 +891,8 @@ def _load_index(
     blas_min_queries: int | None,
     device: str,
     index_backend: str,
+    nprobe: int | None,
+    ef_search: int | None,
 ) -> Retriever:
     root = Path(path)
     where = os.fspath(path)
@@ -899,6 +921,10 @@ def _load_index(
     _check_corpus(Path(path), manifest, passages, origin)
     params = manifest.params
     if manifest.retriever == "bm25":
+        if nprobe is not None or ef_search is not None:
+            raise InvalidOptionError(
+                f"{where} holds a bm25 index: nprobe and ef_search are for dense ivf/ivfpq/hnsw ones"
+            )
         return _load_bm25(root / "bm25", passages, params.get("bm25", {}), mmap)
     from hopgym.retrieval.dense import DenseRetriever
 
@@ -930,6 +956,10 @@ def _load_index(
         device=device,
         index_backend=index_backend,
     )
+    try:
+        dense.set_search(nprobe=nprobe, ef_search=ef_search)
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"{where}: {exc}") from None
     if manifest.retriever == "dense":
         return dense
     from hopgym.retrieval.hybrid import HybridRetriever

@@ -258,7 +258,16 @@ class RetrieverSpec:
         "ivf/ivfpq: inverted lists (None: 4*sqrt(passages), at most passages/39)",
         cli="ivf/ivfpq: inverted lists (left out: 4*sqrt(passages), at most passages/39)",
     )
-    nprobe: int = _setting(8, "ivf/ivfpq: lists searched per query")
+    nprobe: int | None = _setting(
+        None,
+        "ivf/ivfpq: lists searched per query (None: 8 for a new index, a saved index's own)",
+        cli="ivf/ivfpq: lists searched per query (left out: 8 for a new index, a saved index's own)",
+    )
+    ef_search: int | None = _setting(
+        None,
+        "hnsw: candidates a search keeps (None: 64 for a new index, a saved index's own)",
+        cli="hnsw: candidates a search keeps (left out: 64 for a new index, a saved index's own)",
+    )
     pq_m: int | None = _setting(
         None,
         "ivfpq: sub-vectors, each coded in pq_bits (None: dim/4); must divide the dimension",
@@ -388,7 +397,8 @@ class RetrieverSpec:
             ("threads", 1, True),
             ("retries", 0, True),
             ("nlist", 1, True),
-            ("nprobe", 1, False),
+            ("nprobe", 1, True),
+            ("ef_search", 1, True),
             ("pq_m", 1, True),
             ("pq_bits", 1, False),
             ("rerank", 0, True),
@@ -646,7 +656,7 @@ def _build_dense(spec: RetrieverSpec, passages: Any, cache: MutableMapping[Any, 
         embedder=_embedder(spec, cache),
         index_type=spec.index_type,
         nlist=spec.nlist,
-        nprobe=spec.nprobe,
+        **{k: getattr(spec, k) for k in ("nprobe", "ef_search") if getattr(spec, k) is not None},
         pq_m=spec.pq_m,
         pq_bits=spec.pq_bits,
         opq=spec.opq,

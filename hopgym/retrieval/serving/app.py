@@ -483,6 +483,8 @@ def load_served_index(cfg: ServeConfig) -> tuple[Retriever, Any]:
         index_backend=cfg.index_backend,
         verify=cfg.verify,
         rebuild=cfg.rebuild,
+        nprobe=cfg.nprobe,
+        ef_search=cfg.ef_search,
     )
     configure = getattr(retriever, "configure_cache", None)
     if configure is not None:

@@ -61,6 +61,17 @@ class ServeConfig:
         "The dense index's engine: auto, faiss or torch (the same FAISS file).",
         choices=INDEX_BACKENDS,
     )
+    nprobe: int | None = _opt(
+        None,
+        "Inverted lists an ivf/ivfpq index searches per query (default: the index's own, from "
+        "its build): more finds more of the exact top k, and takes longer.",
+        metavar="N",
+    )
+    ef_search: int | None = _opt(
+        None,
+        "Candidates an hnsw index's search keeps (default: the index's own, from its build).",
+        metavar="N",
+    )
     verify: str = _opt(
         "sample",
         "How the index files are checked against the manifest's checksums when "
@@ -188,8 +199,9 @@ class ServeConfig:
         whole("topk", 1)
         if self.topk > self.max_topk:
             raise InvalidOptionError(f"need 1 <= topk <= max_topk ({self.max_topk}), got topk={self.topk}")
-        if self.threads is not None:
-            whole("threads", 1)
+        for name in ("threads", "nprobe", "ef_search"):
+            if getattr(self, name) is not None:
+                whole(name, 1)
         seconds("max_wait_ms", inclusive=True)
         for name in ("read_timeout", "keep_alive", "request_timeout", "shutdown_timeout"):
             seconds(name)
