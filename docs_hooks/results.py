@@ -1345,6 +1345,12 @@ def verl_agent_loop() -> str:
         + f"`rollout.n={data['rollout_n']}`, `{data['env_id']}` with `{data['env_kwargs']}`, "
         f"{data['seconds']:.0f} s."
     )
+    without = data.get("without_agent_loop_yaml")
+    if without:
+        note += (
+            " The same step without `agent_loop_config_path`, `hopgym.integrations.verl` imported in the "
+            f"launching process only: `{without['error']}`."
+        )
     return note + "\n\n" + _table(header, rows)
 
 

@@ -122,8 +122,9 @@ def tiny_model_dir(out: Path) -> Path:
     return out
 
 
-def verl_config(model_dir: Path, work: Path, data: Path, n: int, num_workers: int) -> Any:
-    """The trainer config of verl (its ``ppo_trainer.yaml``) with the recipe's overrides."""
+def verl_config(model_dir: Path, work: Path, data: Path, n: int, num_workers: int, yaml: bool = True) -> Any:
+    """The trainer config of verl (its ``ppo_trainer.yaml``) with the recipe's overrides
+    (``yaml=False``: without ``agent_loop_config_path``)."""
     import verl
     from hydra import compose, initialize_config_dir
 
@@ -140,7 +141,11 @@ def verl_config(model_dir: Path, work: Path, data: Path, n: int, num_workers: in
         "actor_rollout_ref.rollout.mode=async",
         f"actor_rollout_ref.rollout.n={n}",
         f"actor_rollout_ref.rollout.agent.num_workers={num_workers}",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={work / 'agent_loops.yaml'}",
+        *(
+            [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={work / 'agent_loops.yaml'}"]
+            if yaml
+            else []
+        ),
         "actor_rollout_ref.rollout.agent.default_agent_loop=hopgym_agent",
     ]
     config_dir = Path(verl.__file__).parent / "trainer" / "config"
@@ -155,6 +160,7 @@ def run_check(
     n: int = 2,
     num_workers: int = 2,
     rows: int = 3,
+    agent_loop_yaml: bool = True,
 ) -> dict[str, Any]:
     """One rollout step of verl's agent-loop manager on hopgym rows; verl's rewards against hopgym's.
 
@@ -180,7 +186,7 @@ def run_check(
         work = Path(tmp)
         model_dir = model_dir or tiny_model_dir(work / "model")
         data = write_dataset(work / "train.parquet", env_id, **env_kwargs)
-        config, overrides = verl_config(model_dir, work, data, n, num_workers)
+        config, overrides = verl_config(model_dir, work, data, n, num_workers, yaml=agent_loop_yaml)
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(model_dir)
@@ -202,11 +208,24 @@ def run_check(
             llm_client=ScriptedClient(str(model_dir), env_id, tag),
             reward_loop_worker_handles=None,
         )
-        # each worker's process id and agent-loop registry, read inside the actor before any rollout
-        workers = [ray.get(w.__ray_call__.remote(_worker_state)) for w in manager.agent_loop_workers]
-        out = manager.generate_sequences(gen)
-        if own_ray:
-            ray.shutdown()
+        try:
+            # each worker's process id and agent-loop registry, read inside the actor before any rollout
+            workers = [ray.get(w.__ray_call__.remote(_worker_state)) for w in manager.agent_loop_workers]
+            if not agent_loop_yaml:  # the launching process imported the module (write_dataset did)
+                assert "hopgym.integrations.verl" in sys.modules
+                try:
+                    manager.generate_sequences(gen)
+                except Exception as exc:  # what verl's workers raise, whatever its type
+                    lines = [line for line in str(exc).splitlines() if "not registered" in line]
+                    return {
+                        "workers": workers,
+                        "error": f"{type(exc).__name__}: {(lines or [str(exc)])[-1].strip()}",
+                    }
+                return {"workers": workers, "error": None}
+            out = manager.generate_sequences(gen)
+        finally:
+            if own_ray:
+                ray.shutdown()
 
     scores = out.batch["rm_scores"].sum(dim=-1).tolist()
     episodes = []
@@ -268,6 +287,10 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="write the result JSON here")
     args = p.parse_args()
     result = run_check(args.model, n=args.n, num_workers=args.workers, rows=args.rows)
+    # the same step without the YAML, the module imported in the launching process only
+    result["without_agent_loop_yaml"] = run_check(
+        args.model, n=args.n, num_workers=args.workers, rows=args.rows, agent_loop_yaml=False
+    )
     text = json.dumps(result, indent=1, sort_keys=False)
     if args.out:
         args.out.write_text(text + "\n")

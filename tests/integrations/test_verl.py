@@ -166,15 +166,9 @@ def test_agent_loop_from_config_path_in_verls_ray_workers():
     (agent_loop_config_path = the recipe's YAML); they play rows of the parquet file hopgym writes
     (read by verl's dataset), rollout.n per row; verl's rm_scores equal hopgym's episode rewards,
     term by term. The LLM server is a scripted client (examples/verl_agent_loop_check.py)."""
-    import importlib.util as iu
     import os
 
-    path = Path(__file__).resolve().parents[2] / "examples" / "verl_agent_loop_check.py"
-    spec = iu.spec_from_file_location("verl_agent_loop_check", path)
-    check = iu.module_from_spec(spec)
-    sys.modules[spec.name] = check
-    spec.loader.exec_module(check)
-    result = check.run_check(n=2, num_workers=2, rows=2)
+    result = _check_module().run_check(n=2, num_workers=2, rows=2)
     for worker in result["workers"]:  # loaded from the YAML inside the actor, not by an import
         assert worker["pid"] != os.getpid()
         assert worker["hopgym_agent_entry"] == {
@@ -216,3 +210,26 @@ def test_dataset_command_writes_one_row_per_question(tmp_path, capsys):
     assert rows["prompt"][5][0]["role"] == "user" and rows["prompt"][5][0]["content"].endswith("?")
     with pytest.raises(HopgymError, match="max_turnz"):
         main([str(tmp_path / "x.parquet"), "--env", "hopgym/Tiny-v1", "--kw", "max_turnz=4"])
+
+
+def _check_module():
+    """``examples/verl_agent_loop_check.py`` as a module (Ray pickles its client by value)."""
+    import importlib.util as iu
+
+    if "verl_agent_loop_check" not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "examples" / "verl_agent_loop_check.py"
+        spec = iu.spec_from_file_location("verl_agent_loop_check", path)
+        module = iu.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["verl_agent_loop_check"]
+
+
+@needs_verl
+def test_an_import_in_the_launching_process_does_not_reach_verls_workers():
+    """Without agent_loop_config_path, verl's Ray workers know no hopgym_agent, though the
+    launching process imported hopgym.integrations.verl: why the recipe names the class in YAML."""
+    result = _check_module().run_check(n=1, num_workers=1, rows=1, agent_loop_yaml=False)
+    (worker,) = result["workers"]
+    assert worker["hopgym_agent_entry"] is None and not worker["hopgym_module_imported"]
+    assert "hopgym_agent not registered" in result["error"]
