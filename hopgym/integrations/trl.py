@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
 from hopgym.errors import InvalidOptionError
 from hopgym.rewards.base import RewardTermWrapper
+from hopgym.turns import StepInfo, get_protocol
 
 __all__ = [
     "HopgymToolEnv",
@@ -157,7 +158,7 @@ def _settle(env: gym.Env, info: dict[str, Any]) -> dict[str, float]:
     while isinstance(env, gym.Wrapper):
         if isinstance(env, RewardTermWrapper) and not env._ended:
             env._ended = True
-            for name, value in env._end_terms(info, False).items():
+            for name, value in env._end_terms(cast(StepInfo, info), False).items():
                 out[name] = out.get(name, 0.0) + float(value)
         env = env.env
     return out
@@ -208,11 +209,11 @@ def environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], HopgymTo
         >>> env.search("more") == EPISODE_OVER, env.get_reward()  # the env is not stepped again
         (True, 1.0)
     """
-    if env_kwargs.get("protocol", "tools") != "tools":
+    kwargs = {**env_kwargs, "protocol": env_kwargs.get("protocol", "tools")}
+    if not get_protocol(kwargs["protocol"]).chat_tools:
         raise InvalidOptionError(
             f"environment_factory speaks protocol='tools', got protocol={env_kwargs['protocol']!r}"
         )
-    kwargs = {**env_kwargs, "protocol": "tools"}
     probe = gym.make(env_id, **kwargs)
     sources = tuple(getattr(probe.unwrapped, "source_names", ()))
     probe.close()
@@ -378,12 +379,10 @@ def use_hopgym_tool_parser(tokenizer: Any, env_id: str, **env_kwargs: Any) -> An
         >>> tok.parse_response('{"name": "answer", "arguments": {"answer": "1962"}}<|im_end|>')["tool_calls"]
         [{'type': 'function', 'function': {'name': 'answer', 'arguments': {'answer': '1962'}}}]
     """
-    from hopgym.turns import get_protocol
-
     probe = gym.make(env_id, **{**env_kwargs, "protocol": "tools"})
     sources = tuple(getattr(probe.unwrapped, "source_names", ()))
     probe.close()
-    protocol = get_protocol("tools")
+    protocol = probe.unwrapped.protocol  # type: ignore[attr-defined]  # the env's reader, its parse mode too
 
     def parse_response(ids: Any, prefix: Any = None, tools: Any = None) -> dict[str, Any]:
         text = ids if isinstance(ids, str) else tokenizer.decode(ids, skip_special_tokens=False)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 
 from hopgym.rewards.base import RewardArgumentError, RewardTermWrapper, check_number
 from hopgym.rewards.judges import Judge, as_score
 from hopgym.rewards.scoring import METRICS, admissible, answer_score
+from hopgym.turns.info import StepInfo
 
 __all__ = ["AnswerCheck", "OutcomeReward", "OUTCOME_METRICS"]
 
@@ -171,7 +171,7 @@ class OutcomeReward(RewardTermWrapper):
         self.name = name
         self._init_terms(env, (name,))
 
-    def _end_terms(self, info: dict[str, Any], answered: bool) -> dict[str, float]:
+    def _end_terms(self, info: StepInfo, answered: bool) -> dict[str, float]:
         if not answered:
             return {self.name: self.no_answer}
         sample = self.unwrapped.sample  # type: ignore[attr-defined]

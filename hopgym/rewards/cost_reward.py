@@ -14,6 +14,7 @@ import gymnasium as gym
 
 from hopgym.rewards.base import RewardArgumentError, RewardTermWrapper, check_number
 from hopgym.rewards.scoring import bow_similarity, normalize_answer, query_key
+from hopgym.turns.info import StepInfo
 
 __all__ = ["SearchCostReward", "RedundancyReward", "STIE_THRESHOLDS"]
 
@@ -98,7 +99,7 @@ class SearchCostReward(RewardTermWrapper):
         self.name = name
         self._init_terms(env, (name,))
 
-    def _step_terms(self, info: dict[str, Any]) -> dict[str, float]:
+    def _step_terms(self, info: StepInfo) -> dict[str, float]:
         kind = info.get("action_type")
         if kind == "search":
             source = info.get("source")
@@ -206,7 +207,7 @@ class RedundancyReward(RewardTermWrapper):
         self._retrieved: set[str] = set()
         self._answers: list[str] = []
 
-    def _step_terms(self, info: dict[str, Any]) -> dict[str, float]:
+    def _step_terms(self, info: StepInfo) -> dict[str, float]:
         kind = info.get("action_type")
         out: dict[str, float] = {}
         if kind == "search":
@@ -220,8 +221,7 @@ class RedundancyReward(RewardTermWrapper):
                 if again:
                     out[self.docs_name] = -self.doc_penalty * again
             self._retrieved.update(ids)
-        elif kind == "answer" and isinstance(info.get("answer"), str):
-            answer = info["answer"]
+        elif kind == "answer" and isinstance(answer := info.get("answer"), str):
             if self.answer_penalty and self._stie_blocks(answer):
                 out[self.answer_name] = -self.answer_penalty
             self._answers.append(answer)

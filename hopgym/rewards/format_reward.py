@@ -11,6 +11,7 @@ import gymnasium as gym
 
 from hopgym.rewards.base import RewardArgumentError, RewardTermWrapper, check_number
 from hopgym.rewards.scoring import answer_tokens
+from hopgym.turns.info import StepInfo
 
 __all__ = ["FormatReward"]
 
@@ -100,7 +101,7 @@ class FormatReward(RewardTermWrapper):
         self.invalid_turns = 0
         self.issue_turns = 0
 
-    def _step_terms(self, info: dict[str, Any]) -> dict[str, float]:
+    def _step_terms(self, info: StepInfo) -> dict[str, float]:
         if self._ended:
             return {}
         charge = 0.0
@@ -112,12 +113,12 @@ class FormatReward(RewardTermWrapper):
             charge = self.issue_penalty
         return {self.name: -charge} if charge and self.name in self.term_names else {}
 
-    def _ends_episode(self, info: dict[str, Any]) -> bool:
+    def _ends_episode(self, info: StepInfo) -> bool:
         return self.terminate and info.get("action_type") == "invalid"
 
-    def _end_terms(self, info: dict[str, Any], answered: bool) -> dict[str, float]:
+    def _end_terms(self, info: StepInfo, answered: bool) -> dict[str, float]:
         if self.bonus <= 0 or not answered or self.invalid_turns or self.issue_turns:
             return {}
-        if not answer_tokens(info["answer"]):
+        if not answer_tokens(info["answer"] or ""):
             return {}
         return {self.bonus_name: self.bonus}

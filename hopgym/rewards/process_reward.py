@@ -12,6 +12,7 @@ import gymnasium as gym
 from hopgym.rewards.answer_reward import AnswerCheck
 from hopgym.rewards.base import RewardArgumentError, RewardTermWrapper, check_number
 from hopgym.rewards.judges import Judge, as_score
+from hopgym.turns.info import StepInfo
 
 __all__ = ["RelevanceReward"]
 
@@ -127,7 +128,7 @@ class RelevanceReward(RewardTermWrapper):
         self._found: set[str] = set()
         self._paid = 0.0
 
-    def _relevance(self, info: dict[str, Any]) -> float:
+    def _relevance(self, info: StepInfo) -> float:
         sample = self.unwrapped.sample  # type: ignore[attr-defined]
         if self.mode == "gold":
             gold = set(sample.supporting_ids)
@@ -155,7 +156,7 @@ class RelevanceReward(RewardTermWrapper):
             agg /= len(self._scores)
         return self.weight * agg
 
-    def _step_terms(self, info: dict[str, Any]) -> dict[str, float]:
+    def _step_terms(self, info: StepInfo) -> dict[str, float]:
         if info.get("action_type") != "search" or self._ended:
             return {}
         self._scores.append(self._relevance(info))
@@ -163,7 +164,7 @@ class RelevanceReward(RewardTermWrapper):
         delta, self._paid = total - self._paid, total
         return {self.name: delta}
 
-    def _end_terms(self, info: dict[str, Any], answered: bool) -> dict[str, float]:
+    def _end_terms(self, info: StepInfo, answered: bool) -> dict[str, float]:
         if self.scaling is None or not self._scores:
             return {}
         if not answered:

@@ -3,6 +3,8 @@
 The env (:class:`~hopgym.envs.multihop_qa.MultiHopQAEnv`) sets them on every step; the reward
 wrappers, agents and adapters read them. Code reads them as ``info["answer"]`` and so on: a
 ``StepInfo`` is a plain dict at run time, the type says which keys there are and what they hold.
+The reward wrappers' hooks (``_step_terms``, ``_end_terms``...) take the info as a ``StepInfo``,
+so mypy checks what they read.
 Wrappers add keys of their own (``reward_terms``...), which are not listed here.
 """
 
@@ -18,7 +20,7 @@ __all__ = ["StepInfo", "STEP_INFO_KEYS"]
 
 class _ToolsInfo(TypedDict, total=False):
     #: Under ``tools``: each call's own info, in order (a call that did not run has none).
-    calls: list[dict[str, Any]]
+    calls: list[StepInfo]
     #: Under ``tools``: the step's reply messages (tool messages; a corrective as a user message).
     tool_messages: list[dict[str, Any]]
 
