@@ -39,7 +39,7 @@ def run(protocol: str, cases: int, seed: int) -> int:
         nonlocal count
         check(readers, turn)
         count += 1
-        if count % 10_000 == 0:
+        if count % 1_000 == 0:
             print(f"{protocol}: {count} turns checked so far, all agree", flush=True)
 
     from hypothesis import seed as hseed
