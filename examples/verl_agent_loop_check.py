@@ -241,11 +241,16 @@ def run_check(
                 "turns": len(turns),
                 "verl_rm_score": scores[i],
                 "verl_reward_terms": dict(out.non_tensor_batch["reward_terms"][i]),
+                "verl_reward_extra_info": {
+                    k: float(out.non_tensor_batch[k][i]) for k in out.meta_info.get("reward_extra_keys", [])
+                },
                 "verl_num_turns": int(out.non_tensor_batch["__num_turns__"][i]),
                 "hopgym_reward": total,
                 "hopgym_reward_terms": terms,
                 "match": math.isclose(scores[i], total, rel_tol=1e-6, abs_tol=1e-6)
-                and dict(out.non_tensor_batch["reward_terms"][i]) == terms,
+                and dict(out.non_tensor_batch["reward_terms"][i]) == terms
+                and {k: float(out.non_tensor_batch[k][i]) for k in out.meta_info.get("reward_extra_keys", [])}
+                == {f"reward/{k}": v for k, v in terms.items()},
                 "policy_tokens": int(out.batch["response_mask"][i].sum()),
                 "env_tokens": int(out.batch["attention_mask"][i, -out.batch["responses"].shape[1] :].sum())
                 - int(out.batch["response_mask"][i].sum()),

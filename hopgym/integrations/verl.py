@@ -23,10 +23,12 @@ hopgym's env on the row's question, chats with the policy through verl's server 
 steps hopgym's env with each reply, appends its observation as a user message (masked out of the
 loss: ``response_mask`` 0) and stops when hopgym's env ends the episode or the response reaches
 ``rollout.response_length``; ``reward_score`` is hopgym's episode reward, ``extra_fields`` holds
-its reward terms and per-turn rewards (``turn_scores``). With ``protocol="tools"`` the env's tool
-schemas go to the chat template (``tools=``) and the model's tool calls, written in its text, are
-hopgym's turns. hopgym's ``reset``/``step`` run in worker threads
-(:class:`~hopgym.envs.async_pool.AsyncEnv`), never on verl's event loop.
+its reward terms and per-turn rewards (``turn_scores``), and the terms again as verl's
+``reward_extra_info`` (``reward/<term>``: batch columns that verl's validation reports as
+metrics). With ``protocol="tools"`` the env's tool schemas go to the chat template (``tools=``)
+and the model's tool calls, written in its text, are hopgym's turns. hopgym's
+``reset``/``step`` run in worker threads (:class:`~hopgym.envs.async_pool.AsyncEnv`), never on
+verl's event loop.
 
 Needs ``pip install 'hopgym[verl]'``; without it, importing this module raises
 :class:`~hopgym.errors.DependencyNotInstalled`.
@@ -121,7 +123,13 @@ class HopgymAgentLoop(AgentLoopBase):
             num_turns=len(messages),
             reward_score=sum(turn_scores),
             metrics={},
-            extra_fields={"reward_terms": terms, "turn_scores": turn_scores, "tool_rewards": []},
+            extra_fields={
+                "reward_terms": terms,
+                "turn_scores": turn_scores,
+                "tool_rewards": [],
+                # verl's per-sample reward details: columns of the batch, metrics of its validation
+                "reward_extra_info": {f"reward/{k}": v for k, v in terms.items()},
+            },
         )
 
 

@@ -123,6 +123,7 @@ def test_scripted_episode_matches_hopgym(tokenizer, tiny_sample):
     total, terms, observations = reference_episode("hopgym/Tiny-v1", "tiny-6", turns, reward="searchr1")
     assert math.isclose(out.reward_score, total) and total > 0
     assert out.extra_fields["reward_terms"] == terms
+    assert out.extra_fields["reward_extra_info"] == {f"reward/{k}": v for k, v in terms.items()}
     assert len(out.extra_fields["turn_scores"]) == len(turns)
     assert len(out.response_ids) == len(out.response_mask) and out.num_turns == 2 * len(turns)
     # the policy's tokens carry loss, hopgym's observations (between them) do not
@@ -182,6 +183,7 @@ def test_agent_loop_from_config_path_in_verls_ray_workers():
     for e in episodes:
         assert math.isclose(e["verl_rm_score"], e["hopgym_reward"], abs_tol=1e-6)
         assert e["verl_reward_terms"] == e["hopgym_reward_terms"] and len(e["hopgym_reward_terms"]) > 1
+        assert e["verl_reward_extra_info"] == {f"reward/{k}": v for k, v in e["hopgym_reward_terms"].items()}
         assert e["verl_num_turns"] == 2 * e["turns"] and e["policy_tokens"] > 0 and e["env_tokens"] > 0
     assert len({e["hopgym_reward"] for e in episodes}) == 2  # two questions, two different rewards
 
