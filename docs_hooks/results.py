@@ -1281,6 +1281,7 @@ def retrieval_scale_ray() -> str:
             str(r["ray_replicas"]),
             f"{r['rss_mib_total']:,.0f} MiB",
             f"{r['pss_mib_total']:,.0f} MiB",
+            f"{r['uss_mib_total']:,.0f} MiB",
             f"{r['index_rss_mib_total']:,.0f} MiB",
             f"{r['index_pss_mib_total']:,.0f} MiB",
             f"{r['ray_session_pss_mib']:,.0f} MiB ({r['ray_session_processes']} processes)",
@@ -1292,6 +1293,7 @@ def retrieval_scale_ray() -> str:
         "Ray Serve replicas",
         "Rss, all replicas",
         "Pss, all replicas",
+        "Uss, all replicas",
         "index file Rss, summed",
         "index file Pss, summed",
         "Pss of the whole Ray session",
@@ -1326,6 +1328,7 @@ def retrieval_scale_workers() -> str:
             str(r["workers"]),
             f"{r['rss_mib_total']:,.0f} MiB",
             f"{r['pss_mib_total']:,.0f} MiB",
+            f"{r['uss_mib_total']:,.0f} MiB",
             f"{r['index_rss_mib_total']:,.0f} MiB",
             f"{r['index_pss_mib_total']:,.0f} MiB",
         ]
@@ -1336,6 +1339,7 @@ def retrieval_scale_workers() -> str:
         "workers",
         "Rss, all workers",
         "Pss, all workers",
+        "Uss, all workers",
         "index file Rss, summed",
         "index file Pss, summed",
     ]
