@@ -399,6 +399,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_up(client: Any, proc: subprocess.Popen[Any], what: str, seconds: float) -> None:
+    """Wait until ``client``'s server answers ``/health``; raise if ``proc`` exits or time is up."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            client.health()
+            return
+        except Exception:  # noqa: BLE001 - not up yet
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(1.0)
+
+
+def memory_of(pid: int) -> dict[str, int]:
+    """A serving process's Rss/Pss/Uss, and the Rss/Pss of its mapped index file (KiB)."""
+    return {**rollup(pid), **{f"index_{k}": v for k, v in mapped(pid, ("dense.faiss",)).items()}}
+
+
+def totals(each: list[dict[str, int]]) -> dict[str, float]:
+    """:func:`memory_of` summed over processes, in MiB."""
+    keys = ("rss", "pss", "uss", "index_rss", "index_pss")
+    return {f"{k}_mib_total": round(sum(e[f"{k}_kib"] for e in each) / 1024, 1) for k in keys}
+
+
 def workers(index: Path, counts: list[int], n_queries: int, queries: list[str]) -> list[dict[str, Any]]:
     from hopgym.retrieval.http import HTTPRetriever
 
@@ -418,36 +442,17 @@ def workers(index: Path, counts: list[int], n_queries: int, queries: list[str]) 
             clients.append(HTTPRetriever(f"http://127.0.0.1:{port}", timeout=600.0, retries=0))
         try:
             for c, p in zip(clients, procs, strict=True):
-                deadline = time.monotonic() + 1800
-                while True:
-                    try:
-                        c.health()
-                        break
-                    except Exception:  # noqa: BLE001 - not up yet
-                        if p.poll() is not None or time.monotonic() > deadline:
-                            raise RuntimeError(f"a worker on {index} did not start") from None
-                        time.sleep(1.0)
+                wait_up(c, p, f"a worker on {index}", 1800)
             for c in clients:
                 for i in range(n_queries):
                     c.search(queries[i % len(queries)], 3)
-            each = [
-                {**rollup(p.pid), **{f"index_{k}": v for k, v in mapped(p.pid, ("dense.faiss",)).items()}}
-                for p in procs
-            ]
+            each = [memory_of(p.pid) for p in procs]
         finally:
             for p in procs:
                 p.terminate()
             for p in procs:
                 p.wait(timeout=60)
-        row = {
-            "index": index.name,
-            "workers": count,
-            "rss_mib_total": round(sum(e["rss_kib"] for e in each) / 1024, 1),
-            "pss_mib_total": round(sum(e["pss_kib"] for e in each) / 1024, 1),
-            "uss_mib_total": round(sum(e["uss_kib"] for e in each) / 1024, 1),
-            "index_rss_mib_total": round(sum(e["index_rss_kib"] for e in each) / 1024, 1),
-            "index_pss_mib_total": round(sum(e["index_pss_kib"] for e in each) / 1024, 1),
-        }
+        row = {"index": index.name, "workers": count, **totals(each)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -496,22 +501,10 @@ def ray_replicas(index: Path, replicas: int, n_queries: int, queries: list[str])
     client = HTTPRetriever(f"http://127.0.0.1:{port}", timeout=600.0, retries=0)
     started = set()
     try:
-        deadline = time.monotonic() + 1200
-        while True:
-            try:
-                client.health()
-                break
-            except Exception:  # noqa: BLE001 - not up yet
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"Ray Serve on {index} did not start (see {log.name})") from None
-                time.sleep(2.0)
+        wait_up(client, proc, f"Ray Serve on {index} (see {log.name})", 1200)
         for i in range(n_queries * replicas):
             client.search(queries[i % len(queries)], 3)
-        pids = index_pids(index / "dense.faiss")
-        each = [
-            {**rollup(pid), **{f"index_{k}": v for k, v in mapped(pid, ("dense.faiss",)).items()}}
-            for pid in pids
-        ]
+        each = [memory_of(pid) for pid in index_pids(index / "dense.faiss")]
         started = descendants(proc.pid)
         session = []
         for pid in started:
@@ -536,11 +529,7 @@ def ray_replicas(index: Path, replicas: int, n_queries: int, queries: list[str])
         "index": index.name,
         "ray_replicas": replicas,
         "replica_processes": len(each),
-        "rss_mib_total": round(sum(e["rss_kib"] for e in each) / 1024, 1),
-        "pss_mib_total": round(sum(e["pss_kib"] for e in each) / 1024, 1),
-        "uss_mib_total": round(sum(e["uss_kib"] for e in each) / 1024, 1),
-        "index_rss_mib_total": round(sum(e["index_rss_kib"] for e in each) / 1024, 1),
-        "index_pss_mib_total": round(sum(e["index_pss_kib"] for e in each) / 1024, 1),
+        **totals(each),
         "ray_session_processes": len(session),
         "ray_session_pss_mib": round(sum(session) / 1024, 1),
     }
