@@ -20,7 +20,13 @@ episodes in which the model called ``answer`` or wrote ``<answer>`` itself withi
 ``--max-turns`` turns). CPU seconds are this process's (``time.process_time``). Rows already
 written under ``--out`` are read back (``--fresh`` reruns them), so an interrupted run resumes.
 
-Run (about 40 minutes of two cores)::
+A model whose own chat template renders no tools (SmolLM2's) gets hopgym's tool chat template
+for the ``tools`` rows and the ``tools`` SFT with ``--tool-template hopgym``
+(:func:`hopgym.integrations.trl.use_tool_chat_template`, the template of the TRL recipe
+``examples/trl_grpo_tools.py``; the row's model is labelled so). By default (``own``) it keeps the
+model's template, to which the env adds its default tools block.
+
+Run (about 40 minutes of two otherwise idle cores)::
 
     python benchmarks/tools_vs_tags.py --model runs/smollm2-135m-instruct \\
         --hotpot hotpotqa_dev_first30.jsonl --out runs/tools_vs_tags \\
@@ -64,6 +70,32 @@ def _env_fn(args: argparse.Namespace, protocol: str, ds: str) -> Any:
     return lambda: gym.make("hopgym/HotpotQA-v1", path=args.hotpot, limit=args.hot_episodes, **opts)
 
 
+def _tools_model(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The model the ``tools`` rows start from, and the template label when it is not the model's own.
+
+    With ``--tool-template hopgym`` and a chat template that renders no tool calls, a copy of
+    ``--model`` (weights linked, tokenizer saved with hopgym's tool chat template) under ``--out``.
+    """
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import supports_tool_calling
+
+    from hopgym.integrations.trl import use_tool_chat_template
+
+    tok = AutoTokenizer.from_pretrained(args.model)
+    if args.tool_template == "own" or supports_tool_calling(tok):
+        return args.model, None
+    use_tool_chat_template(tok)
+    dst = Path(args.out) / "model_tool_template"
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in Path(args.model).iterdir():
+        if f.is_file() and not (f.name.startswith("tokenizer") or f.name.startswith("chat_template")):
+            link = dst / f.name
+            if not link.exists():
+                link.symlink_to(f.resolve())
+    tok.save_pretrained(dst)
+    return str(dst), "hopgym tool template"
+
+
 def _sft(args: argparse.Namespace, protocol: str) -> tuple[Path, dict[str, Any]]:
     """The model fine-tuned on ``protocol``'s oracle trajectories (reused when already written)."""
     from hopgym.agents.sft import SFTRunConfig
@@ -77,7 +109,7 @@ def _sft(args: argparse.Namespace, protocol: str) -> tuple[Path, dict[str, Any]]
     start = time.process_time()
     summary = run_sft(
         TrainConfig(
-            model=args.model,
+            model=args.tools_model if protocol == "tools" else args.model,
             env="hopgym/Synthetic-v1",
             kw={"hops": 2, "protocol": protocol, "max_turns": args.max_turns},
             split="train",
@@ -97,6 +129,9 @@ def _sft(args: argparse.Namespace, protocol: str) -> tuple[Path, dict[str, Any]]
         SFTDataConfig(teacher="oracle"),
     )
     summary["cpu_s"] = round(time.process_time() - start, 1)
+    saved = json.loads(done.read_text())  # kept with the model, for a later run that reuses it
+    saved["summary"]["cpu_s"] = summary["cpu_s"]
+    done.write_text(json.dumps(saved, indent=2, default=str))
     print(f"[sft {protocol}] {summary}", flush=True)
     return out, summary
 
@@ -127,11 +162,22 @@ def _run_row(args: argparse.Namespace, row: tuple[str, str, str], model_dir: str
     trajectories = col.collect(qids, 1, seed=0)
     return {
         "row": list(row),
+        "label": _label(args, row),
         "questions": len(qids),
         "metrics": summarize(trajectories),
         "cpu_s": round(time.process_time() - start, 1),
         "wall_s": round(time.perf_counter() - wall, 1),
     }
+
+
+def _label(args: argparse.Namespace, row: tuple[str, str, str]) -> str:
+    """The table's model cell: ``base``/``sft``, and the chat template when it is not the model's."""
+    protocol, model, _ = row
+    return (
+        f"{model} ({args.tools_template_label})"
+        if protocol == "tools" and args.tools_template_label
+        else model
+    )
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -144,6 +190,7 @@ def table(results: list[dict[str, Any]]) -> str:
     ]
     for r in results:
         protocol, model, ds = r["row"]
+        model = r.get("label", model)
         m = r["metrics"]
         lines.append(
             f"| {labels[ds]} ({r['questions']}) | {protocol} | {model} | {m['em']:.3f} | {m['f1']:.3f} "
@@ -171,6 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-batch", type=int, default=4)
     p.add_argument("--sft-lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--tool-template",
+        choices=("hopgym", "own"),
+        default="own",
+        help="tools rows of a model whose chat template renders no tools: hopgym's tool chat template, "
+        "or the model's own (with the env's default tools block).",
+    )
+    p.add_argument("--notes", help="A paragraph written beside the table (the docs render it under it).")
     p.add_argument("--rows", nargs="*", help="Only these rows (names as in --out, e.g. tools_sft_syn).")
     p.add_argument("--fresh", action="store_true", help="Rerun rows and SFT already written.")
     args = p.parse_args(argv)
@@ -184,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in ROWS if args.hotpot or r[2] != "hot"]
     if args.rows:
         rows = [r for r in rows if _row_name(r) in args.rows]
+    args.tools_model, args.tools_template_label = _tools_model(args)
     sft: dict[str, tuple[Path, dict[str, Any]]] = {}
     results = []
     for row in rows:
@@ -195,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         if model == "sft" and protocol not in sft:
             sft[protocol] = _sft(args, protocol)
         print(f"[row] {_row_name(row)} ...", flush=True)
-        result = _run_row(args, row, str(sft[protocol][0]) if model == "sft" else args.model)
+        base = args.tools_model if protocol == "tools" else args.model
+        result = _run_row(args, row, str(sft[protocol][0]) if model == "sft" else base)
         path.write_text(json.dumps(result, indent=2))
         results.append(result)
         print(table([result]).splitlines()[-1], flush=True)
@@ -210,14 +267,23 @@ def main(argv: list[str] | None = None) -> int:
                 summaries[p] = json.loads(done.read_text())["summary"]
         result = {
             "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
-            "settings": {k: v for k, v in vars(args).items() if k not in ("fresh", "rows", "json")},
+            "settings": {
+                k: v
+                for k, v in vars(args).items()
+                if k not in ("fresh", "rows", "json", "notes", "tools_model", "tools_template_label")
+            },
             "threads": int(os.environ["OMP_NUM_THREADS"]),
             "sft": summaries,
             "rows": results,
             "table": text,
         }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
+        if args.notes:
+            result["notes"] = args.notes
+        dst = Path(args.json)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(dst.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        tmp.replace(dst)
     return 0
 
 
