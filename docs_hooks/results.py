@@ -1480,6 +1480,15 @@ def skyrl_generator() -> str:
         f"{v['python']}, CPU; `{data['env_id']}`, every row, "
         f"`generator.max_turns={data['generator_max_turns']}`."
     )
+    for run in data.get("with_step_rewards", []):
+        note += (
+            f" With `env_config.step_rewards: true` (each step's own reward), the {run['path']} path "
+            f"trains `{run['preset']}` on "
+            + " / ".join(f"{e['skyrl_reward']:.3f}" for e in run["episodes"])
+            + " (hopgym: "
+            + " / ".join(f"{e['hopgym_reward']:.3f}" for e in run["episodes"])
+            + ")."
+        )
     return note + "\n\n" + _table(header, rows)
 
 

@@ -119,9 +119,18 @@ def tokenizer() -> Any:
 
 
 def run_check(
-    env_id: str = "hopgym/Tiny-v1", presets: tuple[str, ...] = ("r3rag", "kunlun"), max_turns: int = 6
+    env_id: str = "hopgym/Tiny-v1",
+    presets: tuple[str, ...] = ("r3rag", "kunlun"),
+    max_turns: int = 6,
+    paths: list[tuple[str, dict]] | None = None,
+    step_rewards: bool = False,
 ) -> dict[str, Any]:
-    """``SkyRLGymGenerator.generate`` over every row of ``env_id``, per preset and generator path."""
+    """``SkyRLGymGenerator.generate`` over every row of ``env_id``, per preset and generator path.
+
+    ``step_rewards=True`` gives the env ``env_config.step_rewards: true`` (each step's own reward, not
+    the episode's on its last step), set on SkyRL's gym config as a SkyRL version that takes an env
+    config of its own would.
+    """
     import gymnasium as gym
     import skyrl
     import transformers
@@ -139,7 +148,7 @@ def run_check(
     for preset in presets:
         malformed = preset == "kunlun"  # its format term: one malformed turn costs 0.1
         rows = dataset_rows(env_id, reward=preset)
-        for name, fields in PATHS:
+        for name, fields in paths or PATHS:
             cfg = GeneratorConfig(
                 max_turns=max_turns,
                 max_input_length=4096,
@@ -151,7 +160,10 @@ def run_check(
                 cfg.chat_template.source = fields["chat_template"]["source"]
                 cfg.chat_template.name_or_path = fields["chat_template"]["name_or_path"]
             engine = ScriptedEngine(tok, samples, malformed)
-            generator = SkyRLGymGenerator(cfg, SkyRLGymConfig(max_env_workers=2), engine, tok)
+            gym_cfg = SkyRLGymConfig(max_env_workers=2)
+            if step_rewards:
+                gym_cfg.hopgym = {"step_rewards": True}  # type: ignore[attr-defined]
+            generator = SkyRLGymGenerator(cfg, gym_cfg, engine, tok)
             batch = {
                 "prompts": [r["prompt"] for r in rows],
                 "env_classes": [r["env_class"] for r in rows],
@@ -217,6 +229,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="write the result JSON here")
     args = p.parse_args()
     result = run_check()
+    # what the re-tokenizing path would train on with each step's own reward (the env's option)
+    result["with_step_rewards"] = run_check(presets=("r3rag",), paths=PATHS[2:], step_rewards=True)["runs"]
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

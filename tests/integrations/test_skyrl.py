@@ -261,3 +261,9 @@ def test_skyrls_own_generator_trains_on_hopgyms_episode_reward():
             assert e["policy_tokens"] > 0
     forms = [run["episodes"][0]["skyrl_reward_form"] for run in result["runs"]]
     assert forms == ["per-token list (summed)", "per-token list (summed)", "scalar"]
+    # with each step's own reward (env_config.step_rewards), the re-tokenizing path keeps the last: 2.6
+    check = _check_module()
+    (run,) = check.run_check(presets=("r3rag",), max_turns=4, paths=check.PATHS[2:], step_rewards=True)[
+        "runs"
+    ]
+    assert [e["skyrl_reward"] for e in run["episodes"]] == pytest.approx([2.6] * 6)
