@@ -356,14 +356,15 @@ def grpo_smollm2_timing() -> str:
 
 def tools_vs_tags() -> str:
     """SmolLM2-135M-Instruct zero-shot and after the same SFT budget, tool calls vs tags
-    (``benchmarks/tools_vs_tags.py``): the table it printed, and each SFT's budget."""
+    (``benchmarks/tools_vs_tags.py``): the table it printed, each SFT's budget, and the run's notes."""
     data = _load("tools_vs_tags")
     budget = "; ".join(
         f"{p}: {s['steps']} steps on {s['examples']} oracle episodes, final loss {s['final_loss']:.3f}, "
         f"{s['cpu_s']:.0f} CPU s" + (f" ({s['source']})" if s.get("source") else "")
         for p, s in sorted(data["sft"].items())
     )
-    return f"{data['table']}\n\nSFT (same budget for both): {budget}."
+    notes = f"\n\n{data['notes']}" if data.get("notes") else ""
+    return f"{data['table']}\n\nSFT (same budget for both): {budget}.{notes}"
 
 
 #: The runs of ``examples/grpo_smollm2.py`` on SmolLM2-135M-Instruct, in the table's order: the
