@@ -256,7 +256,8 @@ class TagsProtocol(Protocol):
         issues: tuple[FormatIssue, ...] = ()
         if rest.strip():
             issues = (FormatIssue("text_outside_tags", f"text outside the tags: {quote(rest)}"),)
-        think = "\n".join(body.strip() for kind, body, _ in blocks if kind == "think")
+        thoughts = (body.strip() for kind, body, _ in blocks if kind == "think")
+        think = "\n".join(t for t in thoughts if t)
         acts = [(kind, body.strip()) for kind, body, _ in blocks if kind != "think"]
         if not acts:
             if think:

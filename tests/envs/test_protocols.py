@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import gymnasium as gym
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hopgym.corpora.types import Passage
@@ -314,6 +314,7 @@ TAG_SOUP = st.lists(
 
 @settings(max_examples=400, deadline=None)
 @given(text=st.one_of(st.text(max_size=200), TAG_SOUP))
+@example(text="<think></think><think></think>")  # strict once joined empty thoughts into "\n"
 def test_tag_soup_in_both_modes(text):
     strict = TagsProtocol(parse="strict").parse(text, SOURCES)
     lenient = TagsProtocol(parse="lenient").parse(text, SOURCES)
