@@ -26,6 +26,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from hopgym._atomic import check_writable, write_text
+
 
 class ChatML:
     """The one tokenizer method GEM's ``concat_chat`` wrapper calls (a ChatML template)."""
@@ -125,10 +127,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, help="write the result JSON here")
     args = p.parse_args()
+    if args.out:
+        check_writable(args.out)  # before the run, not after it
     result = run_check()
     text = json.dumps(result, indent=1)
     if args.out:
-        args.out.write_text(text + "\n")
+        write_text(args.out, text + "\n")
     print(text)
     if not (result["all_match"] and result["groups_share_question"]):
         raise SystemExit("GEM's reward differs from hopgym's, or a group's questions differ (see above)")

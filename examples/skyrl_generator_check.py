@@ -38,6 +38,8 @@ from typing import Any
 
 import typing_extensions
 
+from hopgym._atomic import check_writable, write_text
+
 if sys.version_info < (3, 12):  # see the module docstring
     typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]
 
@@ -228,12 +230,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, help="write the result JSON here")
     args = p.parse_args()
+    if args.out:
+        check_writable(args.out)  # before the run, not after it
     result = run_check()
     # what the re-tokenizing path would train on with each step's own reward (the env's option)
     result["with_step_rewards"] = run_check(presets=("r3rag",), paths=PATHS[2:], step_rewards=True)["runs"]
     text = json.dumps(result, indent=1)
     if args.out:
-        args.out.write_text(text + "\n")
+        write_text(args.out, text + "\n")
     print(text)
     if not result["all_match"]:
         raise SystemExit("SkyRL's reward differs from hopgym's (see the runs above)")

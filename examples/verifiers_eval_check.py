@@ -34,6 +34,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from hopgym._atomic import check_writable, write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The searcher's query and the answer: single added tokens (a bigram chain repeats no token).
@@ -175,10 +177,12 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=3, help="questions per model")
     p.add_argument("--out", type=Path, help="write the result JSON here")
     args = p.parse_args()
+    if args.out:
+        check_writable(args.out)  # before the run, not after it
     result = run_check(args.limit)
     text = json.dumps(result, indent=1)
     if args.out:
-        args.out.write_text(text + "\n")
+        write_text(args.out, text + "\n")
     print(text)
     if not result["all_match"]:
         raise SystemExit("vf-eval's rewards differ from hopgym's (see above)")

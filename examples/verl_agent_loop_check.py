@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hopgym._atomic import check_writable, write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The agent-loop config file of the recipe (docs/integrations.md shows the same two lines).
@@ -291,6 +293,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2, help="agent-loop workers (Ray actors)")
     p.add_argument("--out", type=Path, help="write the result JSON here")
     args = p.parse_args()
+    if args.out:
+        check_writable(args.out)  # before the run, not after it
     result = run_check(args.model, n=args.n, num_workers=args.workers, rows=args.rows)
     # the same step without the YAML, the module imported in the launching process only
     result["without_agent_loop_yaml"] = run_check(
@@ -298,7 +302,7 @@ def main() -> None:
     )
     text = json.dumps(result, indent=1, sort_keys=False)
     if args.out:
-        args.out.write_text(text + "\n")
+        write_text(args.out, text + "\n")
     print(text)
     if not (result["all_match"] and result["groups_share_question"]):
         raise SystemExit("verl's reward differs from hopgym's (see the episodes above)")
