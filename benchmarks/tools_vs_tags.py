@@ -200,6 +200,20 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _without_notes(argv: list[str]) -> list[str]:
+    """The command line without ``--notes`` and its text (the results file keeps the notes apart)."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--notes":
+            skip = True
+        elif not a.startswith("--notes="):
+            out.append(a)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -266,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             if p not in summaries and done.exists():
                 summaries[p] = json.loads(done.read_text())["summary"]
         result = {
-            "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+            "command": "python "
+            + " ".join([sys.argv[0], *_without_notes(argv if argv is not None else sys.argv[1:])]),
             "settings": {
                 k: v
                 for k, v in vars(args).items()

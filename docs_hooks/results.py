@@ -367,6 +367,20 @@ def tools_vs_tags() -> str:
     return f"{data['table']}\n\nSFT (same budget for both): {budget}.{notes}"
 
 
+def tools_vs_tags_current() -> str:
+    """The same script rerun on the current tools rules (``tools_vs_tags_current.json``): its table,
+    each SFT's budget (where it ran), its command and its notes."""
+    data = _load("tools_vs_tags_current")
+    budget = "; ".join(
+        f"{p}: {s['steps']} steps on {s['examples']} oracle episodes, final loss {s['final_loss']:.3f}, "
+        f"{s['cpu_s']:.0f} CPU s"
+        for p, s in sorted(data["sft"].items())
+    )
+    out = data["table"] + (f"\n\nSFT (same budget for both): {budget}." if budget else "")
+    out += f"\n\nCommand ({data['threads']} thread each): `{data['command']}`."
+    return out + (f"\n\n{data['notes']}" if data.get("notes") else "")
+
+
 #: The runs of ``examples/grpo_smollm2.py`` on SmolLM2-135M-Instruct, in the table's order: the
 #: results file each wrote (``benchmarks/results/<name>.json``) and what the row changes.
 GRPO_SMOLLM2_RUNS = {
@@ -1594,6 +1608,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_cpu_tiny": grpo_cpu_tiny,
     "grpo_smollm2_timing": grpo_smollm2_timing,
     "tools_vs_tags": tools_vs_tags,
+    "tools_vs_tags_current": tools_vs_tags_current,
     "grpo_smollm2_runs": grpo_smollm2_runs,
     "grpo_smollm2_quick": grpo_smollm2_quick,
     "grpo_smollm2_quick_training": grpo_smollm2_quick_training,
