@@ -60,6 +60,8 @@ sys.path.insert(0, str(ROOT))
 
 import hopgym  # noqa: E402, F401 - registers the ids
 
+ADVERSARY_ROW_SESSIONS = 16  # the honest sessions of the adversarial row and the row before it
+
 
 def oracle_actions(env: gym.Env, index: int) -> list[str]:
     """The oracle's turns for question ``index``: each hop's search, then the gold answer."""
@@ -130,7 +132,8 @@ async def _client(url: str, queue: asyncio.Queue, plans: list[list[str]], out: d
         await ws.send(json.dumps({"type": "close"}))
 
 
-async def over_server(base: str, plans: list[list[str]], concurrency: int) -> dict[str, Any]:
+async def _run_clients(base: str, plans: list[list[str]], clients: int, client: Any) -> dict[str, Any]:
+    """Run ``clients`` copies of ``client(url, queue, plans, out)`` over one queue of episodes."""
     url = base.replace("http", "ws", 1) + "/ws"
     queue: asyncio.Queue = asyncio.Queue()
     for i in range(len(plans)):
@@ -138,12 +141,16 @@ async def over_server(base: str, plans: list[list[str]], concurrency: int) -> di
     out: dict[str, Any] = {"latencies": [], "steps": 0, "reward": 0.0, "errors": 0}
     started = time.perf_counter()
     results = await asyncio.gather(
-        *(_client(url, queue, plans, out) for _ in range(concurrency)), return_exceptions=True
+        *(client(url, queue, plans, out) for _ in range(clients)), return_exceptions=True
     )
     out["errors"] += sum(isinstance(r, BaseException) for r in results)
     out["wall"] = time.perf_counter() - started
     out["episodes"] = len(plans)
     return out
+
+
+async def over_server(base: str, plans: list[list[str]], concurrency: int) -> dict[str, Any]:
+    return await _run_clients(base, plans, concurrency, _client)
 
 
 async def _batched_client(
@@ -192,19 +199,11 @@ async def _batched_client(
 async def batched(base: str, plans: list[list[str]], width: int, connections: int = 1) -> dict[str, Any]:
     """:func:`over_server` with ``connections`` connections, each stepping ``width`` sessions
     per message (while the server answers one, the client reads and writes another's)."""
-    url = base.replace("http", "ws", 1) + "/ws"
-    queue: asyncio.Queue = asyncio.Queue()
-    for i in range(len(plans)):
-        queue.put_nowait(i)
-    out: dict[str, Any] = {"latencies": [], "steps": 0, "reward": 0.0, "errors": 0}
-    started = time.perf_counter()
-    results = await asyncio.gather(
-        *(_batched_client(url, queue, plans, width, out) for _ in range(connections)), return_exceptions=True
-    )
-    out["errors"] += sum(isinstance(r, BaseException) for r in results)
-    out["wall"] = time.perf_counter() - started
-    out["episodes"] = len(plans)
-    return out
+
+    def client(url: str, queue: asyncio.Queue, plans: list[list[str]], out: dict[str, Any]) -> Any:
+        return _batched_client(url, queue, plans, width, out)
+
+    return await _run_clients(base, plans, connections, client)
 
 
 #: Turns built to be slow to read, each within the server's --max-action-bytes (64 KiB): repeated
@@ -379,9 +378,9 @@ def main() -> None:
     # own, and the row's ratio is the median of those pairs' ratios: a machine whose load
     # changes between rows moves both sides of each ratio alike.
     plans = [oracle_actions(gym.make(args.env), i) for i in range(args.episodes)]
-    proc, url = start_server(
-        args.env, max([*args.concurrency, *(c for c, _ in batched_rows)]) + 2, args.workers, args.step_batch
-    )
+    # the fixed rows run 16 sessions and one adversary (+ the killed client's session)
+    sessions = max([ADVERSARY_ROW_SESSIONS + 1, *args.concurrency, *(c for c, _ in batched_rows)]) + 2
+    proc, url = start_server(args.env, sessions, args.workers, args.step_batch)
     inproc: list[dict[str, Any]] = []
 
     def paired(run: Any) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
@@ -401,9 +400,12 @@ def main() -> None:
             name = f"server, {c} sessions batched ({k} connection{'s' * (k > 1)}, 1 message a round each)"
             rows.append(row(name, paired(lambda c=c, k=k: batched(url, plans, c // k, k))))
         rows.append(
-            row("server, 16 sessions (again, for the next row)", paired(lambda: over_server(url, plans, 16)))
+            row(
+                "server, 16 sessions (again, for the next row)",
+                paired(lambda: over_server(url, plans, ADVERSARY_ROW_SESSIONS)),
+            )
         )
-        noisy_pairs = paired(lambda: with_adversary(url, plans, 16))
+        noisy_pairs = paired(lambda: with_adversary(url, plans, ADVERSARY_ROW_SESSIONS))
         rows.append(row("server, 16 sessions + 1 adversarial client", noisy_pairs))
         noisy = sorted((r for r, _ in noisy_pairs), key=lambda r: r["episodes"] / r["wall"])[
             len(noisy_pairs) // 2
