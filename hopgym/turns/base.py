@@ -22,7 +22,7 @@ from typing import Any
 
 from hopgym.corpora.types import Passage
 from hopgym.errors import InvalidOptionError
-from hopgym.turns.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think
+from hopgym.turns.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think, fast_init
 from hopgym.turns.json_scan import dumps
 from hopgym.turns.specs import tool_specs
 
@@ -79,6 +79,7 @@ def check_parse_mode(parse: object, *, optional: bool = False) -> None:
         raise InvalidOptionError(f"parse must be {allowed}, got {parse!r}")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Call:
     """One action of a turn as read (a tool call under ``tools``; the action block otherwise).
@@ -140,7 +141,7 @@ class Turn:
         if act is None:
             return cls(content, parsed.think, error=parsed.error, truncated=parsed.truncated, parsed=parsed)
         if isinstance(act, Think):
-            return cls(content, parsed.think, issues=parsed.issues, parsed=parsed)
+            return cls(content, parsed.think, (), None, parsed.issues, False, 0, parsed)
         return cls(content, parsed.think, (Call(act.kind, _argument(act), None, parsed),))
 
     def whole(self) -> ParsedTurn:
@@ -428,7 +429,7 @@ class Protocol:
         else:
             shown = repr(action)[:60]
             return Turn(shown, "", error=f"a turn must be a string, got {type(action).__name__} {shown}")
-        if not text.strip():
+        if not text or text.isspace():  # not text.strip(), without the copy
             return Turn(text, "", error="empty turn")
         if max_chars is not None and len(text) > max_chars:
             return Turn(text[:max_chars], "", error=f"turn too long ({len(text)} > {max_chars} characters)")

@@ -473,5 +473,5 @@ def _canonical_turn(m: re.Match[str], sources: Sequence[str]) -> ParsedTurn | No
     thought, kind, body = m.groups()
     think = thought.strip() if thought is not None else ""
     if kind is None:
-        return ParsedTurn(Think(think), think=think) if think else None
+        return ParsedTurn(Think(think), think) if think else None
     return make_action(kind, body, think, sources)
