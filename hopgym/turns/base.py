@@ -142,7 +142,7 @@ class Turn:
             return cls(content, parsed.think, error=parsed.error, truncated=parsed.truncated, parsed=parsed)
         if isinstance(act, Think):
             return cls(content, parsed.think, (), None, parsed.issues, False, 0, parsed)
-        return cls(content, parsed.think, (Call(act.kind, _argument(act), None, parsed),))
+        return cls(content, parsed.think, (Call(act.kind, argument(act), None, parsed),))
 
     def whole(self) -> ParsedTurn:
         """A turn without calls as one :class:`ParsedTurn`: its error, or a think step."""
@@ -198,7 +198,8 @@ class Turn:
         return self.issues + tuple(i for _, p in self.run(max_calls) for i in p.issues)
 
 
-def _argument(act: Action) -> str:
+def argument(act: Action) -> str:
+    """What an action acts on: the query, the source, the answer or the thought."""
     if isinstance(act, Search):
         return act.query
     if isinstance(act, Route):

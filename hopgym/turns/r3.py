@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hopgym.corpora.types import Passage
-from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Route, Search, Think
+from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Think
 from hopgym.turns.base import (
     Protocol,
+    argument,
     join_docs,
     make_action,
     over_limit,
@@ -27,6 +28,7 @@ _R3_FIELDS = {
     "the retrieval source:": "route",
     "the final answer:": "answer",
 }
+_R3_LABEL = {kind: label.capitalize() for label, kind in _R3_FIELDS.items()}  # "The final answer:"
 _R3_LABELS = (
     r"(the problem analysis:|the retrieval query:|the retrieval source:"
     r"|the final answer:|the retrieval documents:)"
@@ -218,14 +220,10 @@ class R3Protocol(Protocol):
 
     def render(self, action: Action) -> str:
         think = action.text if isinstance(action, Think) else action.think
-        head = f"The problem analysis: {think or '-'}\n"
+        head = f"The problem analysis: {think or '-'}"
         if isinstance(action, Think):
-            return head.rstrip("\n")
-        if isinstance(action, Search):
-            return head + f"The retrieval query: {action.query}"
-        if isinstance(action, Route):
-            return head + f"The retrieval source: {action.source}"
-        return head + f"The final answer: {action.text}"
+            return head
+        return f"{head}\n{_R3_LABEL[action.kind]} {argument(action)}"
 
     def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
         lines = [

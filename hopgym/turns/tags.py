@@ -33,9 +33,10 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from hopgym.corpora.types import Passage
-from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Route, Search, Think
+from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Think
 from hopgym.turns.base import (
     Protocol,
+    argument,
     cut_blocks,
     join_docs,
     make_action,
@@ -389,14 +390,10 @@ class TagsProtocol(Protocol):
 
     # ------------------------------------------------------------------ writing
     def render(self, action: Action) -> str:
-        think = f"<think>{action.think}</think>" if not isinstance(action, Think) and action.think else ""
         if isinstance(action, Think):
             return f"<think>{action.text}</think>"
-        if isinstance(action, Search):
-            return f"{think}<search>{action.query}</search>"
-        if isinstance(action, Route):
-            return f"{think}<route>{action.source}</route>"
-        return f"{think}<answer>{action.text}</answer>"
+        think = f"<think>{action.think}</think>" if action.think else ""
+        return f"{think}<{action.kind}>{argument(action)}</{action.kind}>"
 
     def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
         lines = [
