@@ -148,13 +148,8 @@ class Turn:
         """A turn without calls as one :class:`ParsedTurn`: its error, or a think step."""
         if self.parsed is not None:
             return self.parsed
-        return ParsedTurn(
-            None if self.error is not None else Think(self.think),
-            think=self.think,
-            error=self.error,
-            issues=self.issues,
-            truncated=self.truncated,
-        )
+        act = None if self.error is not None else Think(self.think)
+        return ParsedTurn(act, self.think, self.error, self.issues, self.truncated)
 
     def run(self, max_calls: int = DEFAULT_MAX_TOOL_CALLS) -> Iterator[tuple[Call, ParsedTurn]]:
         """The calls the env runs, each with what it runs as: in order, until one cannot run

@@ -168,17 +168,16 @@ def _json_values(text: str, start: int) -> list[Any] | JSONTextError | None:
     ``None`` for a later one."""
     out: list[Any] = []
     pos, n = start, len(text)
-    while pos < n and (text[pos].isspace() or text[pos] == ";"):
-        pos += 1
-    while pos < n and len(out) < MAX_CALLS_READ:
+    while True:
+        while pos < n and (text[pos].isspace() or text[pos] == ";"):
+            pos += 1
+        if pos >= n or len(out) >= MAX_CALLS_READ:
+            return out
         try:
             obj, pos = decode(text, pos)
         except JSONTextError as exc:
             return None if out else exc
         out.append(obj)
-        while pos < n and (text[pos].isspace() or text[pos] == ";"):
-            pos += 1
-    return out
 
 
 def _flatten(objs: list[Any]) -> list[Any]:
