@@ -65,6 +65,10 @@ def fast_init(cls: type[_C]) -> type[_C]:
     """Give a frozen slotted dataclass an ``__init__`` that sets its fields through their slot
     descriptors: the one a frozen dataclass gets calls ``object.__setattr__`` per field, about
     twice the cost (these are built on every turn). The signature and defaults are the same."""
+    if hasattr(cls, "__post_init__") or any(f.default_factory is not MISSING for f in fields(cls)):  # type: ignore[arg-type]
+        raise TypeError(
+            f"fast_init: {cls.__name__} has __post_init__ or a default_factory, which it would skip"
+        )
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
     ns: dict[str, Any] = {f"_set_{n}": getattr(cls, n).__set__ for n in names}
     ns |= {f"_default_{f.name}": f.default for f in fields(cls) if f.default is not MISSING}  # type: ignore[arg-type]
