@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple, TypeVar
 
+from hopgym.errors import InvalidOptionTypeError
+
 _C = TypeVar("_C")
 
 __all__ = [
@@ -66,7 +68,7 @@ def fast_init(cls: type[_C]) -> type[_C]:
     descriptors: the one a frozen dataclass gets calls ``object.__setattr__`` per field, about
     twice the cost (these are built on every turn). The signature and defaults are the same."""
     if hasattr(cls, "__post_init__") or any(f.default_factory is not MISSING for f in fields(cls)):  # type: ignore[arg-type]
-        raise TypeError(
+        raise InvalidOptionTypeError(
             f"fast_init: {cls.__name__} has __post_init__ or a default_factory, which it would skip"
         )
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
