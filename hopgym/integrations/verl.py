@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+from hopgym._atomic import atomic_write, check_writable
 from hopgym._kwargs import parse_kwargs
 from hopgym.envs.async_pool import AsyncEnv
 from hopgym.integrations._common import add_terms, check_question, make_env, question_rows, require
@@ -172,9 +173,10 @@ def write_dataset(path: str | Path, env_id: str = "hopgym/Synthetic-v1", **env_k
     """
     import pandas as pd  # verl's own dependency
 
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(dataset_rows(env_id, **env_kwargs)).to_parquet(out)
+    out = check_writable(path)  # before the rows are made
+    frame = pd.DataFrame(dataset_rows(env_id, **env_kwargs))
+    with atomic_write(out, "wb", encoding=None) as fh:  # complete or absent, never cut
+        frame.to_parquet(fh)
     return out
 
 
