@@ -16,6 +16,7 @@ run either (:meth:`Turn.answer`).
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -169,24 +170,23 @@ class Turn:
             if parsed.action is None or isinstance(parsed.action, Answer):
                 return
 
+    def _last(self, max_calls: int) -> ParsedTurn | None:
+        """What the last call run ran as: the one that answered or could not run, if any."""
+        last = deque(self.run(max_calls), maxlen=1)
+        return last[0][1] if last else None
+
     def answer(self, max_calls: int = DEFAULT_MAX_TOOL_CALLS) -> str | None:
         """The answer this turn ends the episode with, as the env takes it (``None``: none)."""
-        if self.error is not None:
-            return None
-        for _, parsed in self.run(max_calls):
-            if isinstance(parsed.action, Answer):
-                return parsed.action.text
-        return None
+        last = None if self.error is not None else self._last(max_calls)
+        return last.action.text if last is not None and isinstance(last.action, Answer) else None
 
     def invalid(self, max_calls: int = DEFAULT_MAX_TOOL_CALLS) -> str | None:
         """Why the env's step of this turn is invalid (``info["invalid_action"]``), or ``None``:
         the turn-level error, else the error of the call the run stopped at."""
         if self.error is not None:
             return self.error
-        for _, parsed in self.run(max_calls):
-            if parsed.action is None:
-                return parsed.error
-        return None
+        last = self._last(max_calls)
+        return last.error if last is not None else None
 
     def all_issues(self, max_calls: int = DEFAULT_MAX_TOOL_CALLS) -> tuple[FormatIssue, ...]:
         """The turn's format issues and those of the calls that run."""
@@ -321,14 +321,24 @@ def over_limit(text: str, patterns: Iterable[re.Pattern[str]], what: str) -> Par
     return None
 
 
-def two_actions(kinds: Iterable[str], think: str, issues: Iterable[FormatIssue], unit: str) -> ParsedTurn:
-    """The refusal of a ``unit`` (turn, step) with several actions of ``kinds``."""
-    return ParsedTurn(
-        None,
-        think=think,
-        issues=tuple(issues),
-        error=f"two actions in one {unit} ({', '.join(kinds)}): write exactly one",
-    )
+def one_action(
+    acts: Sequence[tuple[str, str]],
+    think: str,
+    issues: Iterable[FormatIssue],
+    sources: Sequence[str],
+    unit: str,
+    duplicate: str | None,
+) -> ParsedTurn:
+    """The turn of its actions ``acts`` (``(kind, body)``, at least one): several different ones
+    in one ``unit`` (turn, step) are refused; one written again is the format issue
+    ``duplicate`` (its detail), or refused when that is ``None``."""
+    if len(dict.fromkeys(acts)) > 1 or (len(acts) > 1 and duplicate is None):
+        kinds = ", ".join(k for k, _ in acts)
+        error = f"two actions in one {unit} ({kinds}): write exactly one"
+        return ParsedTurn(None, think=think, error=error, issues=tuple(issues))
+    if len(acts) > 1:
+        issues = [*issues, FormatIssue("duplicate_action", str(duplicate))]
+    return make_action(*acts[0], think, sources, tuple(issues))
 
 
 def valid_issues(turn: ParsedTurn) -> ParsedTurn:
@@ -336,21 +346,19 @@ def valid_issues(turn: ParsedTurn) -> ParsedTurn:
     return turn if turn.action is not None or not turn.issues else replace(turn, issues=())
 
 
-def make_action(kind: str, body: str, think: str, sources: Sequence[str]) -> ParsedTurn:
-    """The action of a ``kind`` block with ``body`` (or why it cannot run)."""
+def make_action(
+    kind: str, body: str, think: str, sources: Sequence[str], issues: tuple[FormatIssue, ...] = ()
+) -> ParsedTurn:
+    """The action of a ``kind`` block with ``body`` (or why it cannot run) and its ``issues``."""
     body = " ".join(body.split())
-    if kind == "search":
-        if not body:
-            return ParsedTurn(None, think=think, error="empty search query")
-        return ParsedTurn(Search(body, think), think=think)
-    if kind == "route":
-        if body not in sources:
-            known = ", ".join(sources)
-            return ParsedTurn(None, think=think, error=f"unknown source {body!r}; sources: {known}")
-        return ParsedTurn(Route(body, think), think=think)
-    if not body:
-        return ParsedTurn(None, think=think, error="empty answer")
-    return ParsedTurn(Answer(body, think), think=think)
+    if kind == "route" and body not in sources:
+        error = f"unknown source {body!r}; sources: {', '.join(sources)}"
+    elif not body and kind != "route":
+        error = "empty search query" if kind == "search" else "empty answer"
+    else:
+        cls = Search if kind == "search" else Route if kind == "route" else Answer
+        return ParsedTurn(cls(body, think), think=think, issues=issues)
+    return ParsedTurn(None, think=think, error=error)
 
 
 class Protocol:
@@ -424,11 +432,16 @@ class Protocol:
             text = self.render(action)
         else:
             shown = repr(action)[:60]
-            return Turn(shown, "", error=f"a turn must be a string, got {type(action).__name__} {shown}")
+            what = "a string or a message dict" if self.accepts_messages else "a string"
+            return Turn(shown, "", error=f"a turn must be {what}, got {type(action).__name__} {shown}")
         if not text or text.isspace():  # not text.strip(), without the copy
             return Turn(text, "", error="empty turn")
         if max_chars is not None and len(text) > max_chars:
             return Turn(text[:max_chars], "", error=f"turn too long ({len(text)} > {max_chars} characters)")
+        return self.read_text(text, sources, max_calls)
+
+    def read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
+        """Read a turn's text (not blank, within the length limit); never raises."""
         return Turn.of(text, self.parse(text, sources))
 
     def split_text(self, text: str) -> list[str]:
@@ -545,9 +558,9 @@ class Protocol:
                 "You already searched for this, and it finds no new documents: search for "
                 "something else, or answer."
             )
-        if dedup:
-            return "You already searched for this; here are the next results."
-        return "You already searched for this; here are the same results again."
+        return f"You already searched for this; here are the {'next' if dedup else 'same'} results" + (
+            "." if dedup else " again."
+        )
 
     def last_turn(self, observation: str, turn: int) -> str:
         """``observation`` with the notice that one turn is left and the answer is due now."""
@@ -570,9 +583,10 @@ class Protocol:
         return "".join([str(m["content"]) for m in messages])
 
     def render_transcript(self, transcript: Sequence[Mapping[str, Any]]) -> str:
-        """A transcript as text (``render()`` in ``ansi`` mode): each turn on its own line."""
+        """A transcript as text (``render()`` in ``ansi`` mode): each model turn on its own line."""
         return "".join(
-            str(m["content"]) if m["role"] == "user" else str(m["content"]) + "\n" for m in transcript
+            self.assistant_text(m) + "\n" if m["role"] == "assistant" else self.observation_text([m])
+            for m in transcript
         )
 
     def with_last_turn(self, messages: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 
 from hopgym.corpora.types import Passage
 from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Think
@@ -12,11 +11,10 @@ from hopgym.turns.base import (
     Protocol,
     argument,
     join_docs,
-    make_action,
+    one_action,
     over_limit,
     quote,
     split_docs,
-    two_actions,
     valid_issues,
 )
 
@@ -211,12 +209,8 @@ class R3Protocol(Protocol):
                 issues=tuple(issues),
                 error="no 'The retrieval query:' or 'The final answer:' line",
             )
-        if len(dict.fromkeys(acts)) > 1 or (len(acts) > 1 and not lenient):
-            return two_actions((k for k, _ in acts), think, issues, "step")
-        if len(acts) > 1:
-            issue("duplicate_action", f"the {acts[0][0]} line written {len(acts)} times")
-        kind, body = acts[0]
-        return replace(make_action(kind, body, think, sources), issues=tuple(issues))
+        duplicate = f"the {acts[0][0]} line written {len(acts)} times" if lenient else None
+        return one_action(acts, think, issues, sources, "step", duplicate)
 
     def render(self, action: Action) -> str:
         think = action.text if isinstance(action, Think) else action.think

@@ -29,7 +29,6 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import NamedTuple
 
 from hopgym.corpora.types import Passage
@@ -40,12 +39,12 @@ from hopgym.turns.base import (
     cut_blocks,
     join_docs,
     make_action,
+    one_action,
     over_limit,
     quote,
     routes,
     split_docs,
     strip_spans,
-    two_actions,
     valid_issues,
 )
 
@@ -264,10 +263,7 @@ class TagsProtocol(Protocol):
             if think:
                 return ParsedTurn(Think(think), think=think, issues=issues)
             return ParsedTurn(None, error=_no_action_error(sources), issues=issues)
-        if len(acts) > 1:
-            return two_actions((k for k, _ in acts), think, issues, "turn")
-        kind, body = acts[0]
-        return replace(make_action(kind, body, think, sources), issues=issues)
+        return one_action(acts, think, issues, sources, "turn", None)
 
     # ------------------------------------------------------------------ lenient
     def _parse_lenient(self, text: str, sources: Sequence[str]) -> ParsedTurn:
@@ -380,13 +376,7 @@ class TagsProtocol(Protocol):
             if think:
                 return ParsedTurn(Think(think), think=think, issues=tuple(issues))
             return ParsedTurn(None, error=_no_action_error(sources), issues=tuple(issues))
-        distinct = list(dict.fromkeys(acts))
-        if len(distinct) > 1:
-            return two_actions((k for k, _ in acts), think, issues, "turn")
-        if len(acts) > 1:
-            issue("duplicate_action", f"<{acts[0][0]}> written {len(acts)} times")
-        kind, body = acts[0]
-        return replace(make_action(kind, body, think, sources), issues=tuple(issues))
+        return one_action(acts, think, issues, sources, "turn", f"<{acts[0][0]}> written {len(acts)} times")
 
     # ------------------------------------------------------------------ writing
     def render(self, action: Action) -> str:

@@ -80,6 +80,11 @@ _RESPONSE_CLOSE = re.compile(r"</tool_response>")
 _BARE_START = re.compile(r'\{\s*+"name"\s*+:')
 _MISTRAL_V11_RE = re.compile(r"\[TOOL_CALLS\]\s*+([A-Za-z_][\w.-]*+)\s*+\[ARGS\]")
 _ROUTE_ERROR = "there is no route tool: pass search a source to search there"
+#: Per tool: its argument, and how to call it (what a corrective shows).
+_ARGUMENT = {
+    "search": ("query", 'call search with {"query": "<a few keywords>"}'),
+    "answer": ("answer", 'call answer with {"answer": "<a short span: a name, a place, a date>"}'),
+}
 _NO_CALL = "no tool call: call search(query) to search or answer(answer) to answer"
 #: The most calls read from one turn's text (the env runs at most ``max_tool_calls`` of them and
 #: counts the rest as dropped; beyond this many the text is not read further).
@@ -235,10 +240,8 @@ class ToolProtocol(Protocol):
     # ------------------------------------------------------------------ reading
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         turn = self.read(text, sources)
-        if turn.error is not None:
-            return ParsedTurn(None, think=turn.think, error=turn.error, truncated=turn.truncated)
-        if not turn.calls:
-            return ParsedTurn(Think(turn.think), think=turn.think)
+        if turn.error is not None or not turn.calls:
+            return turn.whole()
         first = turn.calls[0].parsed
         return first if first.action is None else ParsedTurn(first.action, first.think, issues=turn.issues)
 
@@ -262,35 +265,28 @@ class ToolProtocol(Protocol):
         """
         if isinstance(action, Route):
             return Turn("", action.think, error=_ROUTE_ERROR)
-        if isinstance(action, (Think, Search, Answer)):
-            action = self.render(action)
-        if isinstance(action, str):
-            if not action.strip():
-                return Turn("", "", error="empty turn")
-            if max_chars is not None and len(action) > max_chars:
-                return Turn("", "", error=f"turn too long ({len(action)} > {max_chars} characters)")
-            stripped = action.strip()
-            if stripped.startswith("{") and '"tool_calls"' in stripped[:_MESSAGE_SCAN]:
-                try:
-                    message, end = decode(stripped)
-                except JSONTextError:
-                    message, end = None, 0
-                if isinstance(message, dict) and "tool_calls" in message and not stripped[end:].strip():
-                    return self._read_message(message, sources, max_calls)
-            return self._read_text(action, sources, max_calls)
-        if isinstance(action, Mapping):
-            if max_chars is not None:
-                try:
-                    size = len(json.dumps(action, default=str))
-                except (TypeError, ValueError, RecursionError) as exc:
-                    return Turn("", "", error=f"the message is not JSON-serialisable ({type(exc).__name__})")
-                if size > max_chars:
-                    return Turn("", "", error=f"turn too long ({size} > {max_chars} characters)")
-            return self._read_message(action, sources, max_calls)
-        shown = repr(action)[:60]
-        return Turn(
-            "", "", error=f"a turn must be a string or a message dict, got {type(action).__name__} {shown}"
-        )
+        if not isinstance(action, Mapping):
+            return super().read(action, sources, max_calls, max_chars=max_chars)
+        if max_chars is not None:
+            try:
+                size = len(json.dumps(action, default=str))
+            except (TypeError, ValueError, RecursionError) as exc:
+                return Turn("", "", error=f"the message is not JSON-serialisable ({type(exc).__name__})")
+            if size > max_chars:
+                return Turn("", "", error=f"turn too long ({size} > {max_chars} characters)")
+        return self._read_message(action, sources, max_calls)
+
+    def read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
+        """A turn's text: an assistant message's JSON, or calls written in text."""
+        stripped = text.strip()
+        if stripped.startswith("{") and '"tool_calls"' in stripped[:_MESSAGE_SCAN]:
+            try:
+                message, end = decode(stripped)
+            except JSONTextError:
+                message, end = None, 0
+            if isinstance(message, dict) and "tool_calls" in message and not stripped[end:].strip():
+                return self._read_message(message, sources, max_calls)
+        return self._read_text(text, sources, max_calls)
 
     def _read_message(self, message: Mapping[str, Any], sources: Sequence[str], max_calls: int) -> Turn:
         content = message.get("content")
@@ -406,28 +402,16 @@ class ToolProtocol(Protocol):
             return bad(f"unknown tool {name[:40]!r}: the tools are {', '.join(TOOL_NAMES)}")
         if not isinstance(args, Mapping):
             return bad(f"{name}: the arguments must be a JSON object, got {_kind(args)}")
-        allowed = (
-            ("query", "source")
-            if name == "search" and routes(sources)
-            else (name if name == "answer" else "query",)
-        )
-        required = "answer" if name == "answer" else "query"
-        how = (
-            'call answer with {"answer": "<a short span: a name, a place, a date>"}'
-            if name == "answer"
-            else 'call search with {"query": "<a few keywords>"}'
-        )
-        extra = [k for k in args if k not in allowed]
-        issues: tuple[FormatIssue, ...] = ()
-        if extra:
-            shown = ", ".join(repr(str(k)[:40]) for k in extra[:3])
-            if self.parse_mode == "strict":
-                return bad(f"{name}: unexpected argument {shown}; it takes {', '.join(allowed)}")
-            issues = (FormatIssue("extra_argument", f"{name}: unexpected argument {shown}"),)
-        if required not in args:
-            return bad(f"{name}: missing argument {required!r}: {how}")
-        value = args[required]
+        required, how = _ARGUMENT[name]
+        allowed = (required, "source") if name == "search" and routes(sources) else (required,)
+        extra = ", ".join(repr(str(k)[:40]) for k in [k for k in args if k not in allowed][:3])
+        if extra and self.parse_mode == "strict":
+            return bad(f"{name}: unexpected argument {extra}; it takes {', '.join(allowed)}")
+        issues = (FormatIssue("extra_argument", f"{name}: unexpected argument {extra}"),) if extra else ()
+        value = args.get(required)
         if not isinstance(value, str):
+            if required not in args:
+                return bad(f"{name}: missing argument {required!r}: {how}")
             return bad(f"{name}: argument {required!r} must be a string, got {_kind(value)}")
         value = " ".join(value.split())
         if not value:
@@ -435,11 +419,10 @@ class ToolProtocol(Protocol):
         if name == "answer":
             return ParsedTurn(Answer(value, think), think=think, issues=issues)
         source = args.get("source") if "source" in allowed else None
-        if source is not None:
-            if not isinstance(source, str):
-                return bad(f"search: argument 'source' must be a string, got {_kind(source)}")
-            if source not in sources:
-                return bad(f"search: unknown source {source[:40]!r}; sources: {', '.join(sources)}")
+        if source is not None and not isinstance(source, str):
+            return bad(f"search: argument 'source' must be a string, got {_kind(source)}")
+        if source is not None and source not in sources:
+            return bad(f"search: unknown source {source[:40]!r}; sources: {', '.join(sources)}")
         return ParsedTurn(Search(value, think, source=source), think=think, issues=issues)
 
     def split_text(self, text: str) -> list[str]:
@@ -553,15 +536,6 @@ class ToolProtocol(Protocol):
                 args = fn["arguments"]
             parts.append(f"<tool_call>\n{dumps({'name': fn['name'], 'arguments': args})}\n</tool_call>")
         return "\n".join(p for p in parts if p)
-
-    def render_transcript(self, transcript: Sequence[Mapping[str, Any]]) -> str:
-        out = []
-        for m in transcript:
-            if m["role"] == "assistant":
-                out.append(self.assistant_text(m) + "\n")
-            else:
-                out.append(self.observation_text([m]))
-        return "".join(out)
 
     def observation_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
         """The text of a step's observation: each tool message in a hermes ``<tool_response>``
