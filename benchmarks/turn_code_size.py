@@ -4,8 +4,9 @@
 
 A source line is a line that holds code: blank lines, comments and docstrings are not counted
 (a statement over several lines counts each line). The baseline is read from git
-(``git show 59f03b1:<path>``): the modules that held the turn format then, and the second step
-path of the ``tools`` protocol in the env (its functions named below). Now: ``hopgym/turns``
+(``git show 59f03b1:<path>``): the modules that held the turn format then, and the functions of
+other modules that read or rendered turns then and whose work ``hopgym/turns`` does now (named
+below: the second step path of the ``tools`` protocol in the env, among others). Now: ``hopgym/turns``
 and the same modules, where they still exist. Prints each file's count, the totals and the
 ratio of now to before.
 """
@@ -30,8 +31,16 @@ BASE_FILES = (
     "hopgym/backends/stops.py",
     "hopgym/rewards/trl.py",
 )
-#: Functions of the baseline's env that read and stepped ``tools`` turns on a path of their own.
-BASE_FUNCTIONS = {"hopgym/envs/multihop_qa.py": ("_read_tools", "_step_tools")}
+#: Functions (and classes) of other baseline modules that read or rendered turns and whose work
+#: ``hopgym/turns`` does now: the env's second step path for ``tools`` (``_read_tools``,
+#: ``_step_tools``), its reading of a text turn (``_read``: now ``Protocol.read``) and its text
+#: rendering of a transcript (``render``: now ``Protocol.render_transcript``); the trajectory
+#: files' reader of documents out of an observation (now ``Protocol.documents_of``) and their
+#: any-source container (now ``ANY_SOURCE``).
+BASE_FUNCTIONS = {
+    "hopgym/envs/multihop_qa.py": ("_read_tools", "_step_tools", "_read", "render"),
+    "hopgym/agents/trajectories.py": ("_docs_from_observation", "_AnySource"),
+}
 #: The turn code now: the package, and the baseline's modules that are left.
 NOW_GLOBS = ("hopgym/turns/*.py", *BASE_FILES)
 _SKIP = {
@@ -62,11 +71,12 @@ def sloc(source: str) -> int:
 
 
 def _functions(source: str, names: tuple[str, ...]) -> str:
-    """The source of the named functions (methods too) of ``source``, dedented, one after another."""
+    """The source of the named functions and classes (methods too) of ``source``, dedented, one
+    after another."""
     lines = source.splitlines(keepends=True)
     out = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef) and node.name in names:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
             start = min([d.lineno for d in node.decorator_list] + [node.lineno])
             out.append(textwrap.dedent("".join(lines[start - 1 : node.end_lineno])))
     return "".join(out)
