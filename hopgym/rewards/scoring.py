@@ -54,6 +54,13 @@ METRICS: tuple[str, ...] = ("em", "f1", "cover_em")
 # Punctuation, deleted by str.translate in one C loop.
 _DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+# The same for ASCII text, on bytes (bytes.translate deletes without a lookup dict: several times
+# faster). ASCII text holding only letters, digits, punctuation and white space splits into
+# whole words, so the articles are the words "a", "an" and "the"; a control character that is
+# not white space (a word boundary without splitting) takes the general path.
+_DROP_PUNCT_BYTES = string.punctuation.encode("ascii")
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1b\x7f]")
+_ARTICLE_WORDS = frozenset(("a", "an", "the"))
 _YES_NO = frozenset({"yes", "no", "noanswer"})
 
 #: What separates candidates in a hedged answer ("A, B", "A or B", "A/B"). Word separators are
@@ -83,19 +90,21 @@ def normalize_answer(text: str) -> str:
         >>> normalize_answer("U.S.A.")
         'usa'
     """
-    text = text.lower().translate(_DROP_PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+    return " ".join(answer_tokens(text))
 
 
 def answer_tokens(text: str) -> list[str]:
-    """The tokens of the normalised text.
+    """The tokens of the normalised text (:func:`normalize_answer`'s words).
 
     Example:
         >>> answer_tokens("The Glass Orchard")
         ['glass', 'orchard']
     """
-    return normalize_answer(text).split()
+    if text.isascii():
+        raw = text.lower().encode("ascii").translate(None, _DROP_PUNCT_BYTES)
+        if _CONTROL.search(raw) is None:
+            return [w for w in raw.decode("ascii").split() if w not in _ARTICLE_WORDS]
+    return _ARTICLES.sub(" ", text.lower().translate(_DROP_PUNCT)).split()
 
 
 def _golds(golds: str | Iterable[str]) -> list[str]:
@@ -297,12 +306,12 @@ def answer_score(
         raise InvalidOptionError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
     if max_extra_tokens < 0:
         raise InvalidOptionError(f"max_extra_tokens must be >= 0, got {max_extra_tokens}")
+    if metric == "em":  # 0.0 for a prediction without tokens too, normalised once
+        return exact_match(prediction, golds)
     n_pred = len(answer_tokens(prediction))
     if n_pred == 0:
         return 0.0
     best = 0.0
-    if metric == "em":
-        return exact_match(prediction, golds)
     for gold in _golds(golds):
         if not _admissible(n_pred, prediction, gold, hedge_guard, length_guard):
             continue

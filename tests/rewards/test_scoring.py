@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+import re
+import string
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,6 +39,24 @@ from hopgym.rewards.scoring import (
 )
 def test_normalize_answer(text, norm):
     assert normalize_answer(text) == norm
+
+
+def _squad_normalize(text: str) -> str:
+    """SQuAD's normalisation as written in its evaluation script (the reference)."""
+    text = "".join(c for c in text.lower() if c not in string.punctuation)
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def test_normalize_answer_is_squads_on_any_text():
+    # The ASCII fast path (bytes, words) and the general path (regex) against the reference, on
+    # text mixing every ASCII character (control characters that are word boundaries without
+    # being white space included), articles and a few non-ASCII letters, spaces and marks.
+    rng = random.Random(0)
+    alphabet = [chr(c) for c in range(128)] + ["the", "The", "a", " an ", "é", "’", "\u00a0", "\u0085", "—"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        assert normalize_answer(text) == _squad_normalize(text), text
+        assert answer_tokens(text) == _squad_normalize(text).split(), text
 
 
 @pytest.mark.parametrize(
