@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -276,13 +276,19 @@ def split_docs(body: str, first: str, between: str, sep: str, count: int) -> lis
     return [(title.strip(), text.strip()) for title, text in pairs]
 
 
-def join_docs(docs: Sequence[Passage], doc_chars: int | None, fmt: str) -> str:
-    """The documents of an observation, each written with ``fmt``, joined and cut at ``doc_chars``."""
-    body = "\n".join(fmt.format(i=i + 1, title=d.title, text=d.text) for i, d in enumerate(docs))
+def join_docs(docs: Sequence[Passage], doc_chars: int | None, fmt: Callable[[int, Passage], str]) -> str:
+    """The documents of an observation, the k-th (from 1) written by ``fmt(k, doc)``, joined by
+    newlines and cut at ``doc_chars``."""
+    body = "\n".join([fmt(i, d) for i, d in enumerate(docs, 1)])
     if doc_chars is not None and len(body) > doc_chars:
         # R3-RAG cuts the joined document string, not each document.
         body = body[:doc_chars].rstrip() + " …"
     return body
+
+
+def titled_doc(i: int, doc: Passage) -> str:
+    """A document as Search-R1 writes it: ``Doc 1 (Title: T) text``."""
+    return f"Doc {i} (Title: {doc.title}) {doc.text}"
 
 
 def quote(text: str, limit: int = 40) -> str:

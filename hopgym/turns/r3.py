@@ -77,6 +77,10 @@ def _at_line_starts(body: re.Pattern[str], text: str) -> list[tuple[int, int, re
     return out
 
 
+def _r3_doc(i: int, doc: Passage) -> str:
+    return f"({i}) {doc.title}: {doc.text}"
+
+
 class R3Protocol(Protocol):
     """R3-RAG's plain-text step format.
 
@@ -240,7 +244,7 @@ class R3Protocol(Protocol):
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
     ) -> str:
-        body = join_docs(docs, doc_chars, "({i}) {title}: {text}")
+        body = join_docs(docs, doc_chars, _r3_doc)
         head = f"\n{note}" if note else ""
         return f"{head}\nThe retrieval documents: {body}\nStep {turn + 1}:\n"
 

@@ -45,6 +45,7 @@ from hopgym.turns.base import (
     routes,
     split_docs,
     strip_spans,
+    titled_doc,
     valid_issues,
 )
 
@@ -412,7 +413,7 @@ class TagsProtocol(Protocol):
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
     ) -> str:
-        body = join_docs(docs, doc_chars, "Doc {i} (Title: {title}) {text}")
+        body = join_docs(docs, doc_chars, titled_doc)
         head = f"{note}\n" if note else ""
         return f"\n<information>{head}{body}</information>\n"
 

@@ -58,6 +58,7 @@ from hopgym.turns.base import (
     quote,
     routes,
     strip_spans,
+    titled_doc,
 )
 from hopgym.turns.json_scan import TOO_DEEP, JSONTextError, decode, dumps, repair
 from hopgym.turns.specs import TOOL_NAMES, tool_specs
@@ -496,7 +497,7 @@ class ToolProtocol(Protocol):
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
     ) -> str:
-        body = join_docs(docs, doc_chars, "Doc {i} (Title: {title}) {text}")
+        body = join_docs(docs, doc_chars, titled_doc)
         return f"{note}\n{body}" if note else body
 
     def format_notice(self, message: str, turn: int) -> str:
