@@ -27,7 +27,7 @@ functions, the agents) reads it through this parser, in time linear in the turn'
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -85,6 +85,25 @@ def _truncated_error(tag: str) -> str:
         f"the turn ended inside <{tag}> before any complete action (cut off at the length "
         "limit?): keep your thoughts short"
     )
+
+
+def _finish(
+    acts: list[tuple[str, str]],
+    think: str,
+    issues: Sequence[FormatIssue],
+    sources: Sequence[str],
+    open_tag: str | None,
+    duplicate: str | None,
+) -> ParsedTurn:
+    """The turn of its action blocks ``acts`` (see :func:`~hopgym.turns.base.one_action`); with
+    none, a turn cut inside ``open_tag``, a think step or a turn without an action."""
+    if acts:
+        return one_action(acts, think, issues, sources, "turn", duplicate)
+    if open_tag is not None:
+        return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
+    if think:
+        return ParsedTurn(Think(think), think=think, issues=tuple(issues))
+    return ParsedTurn(None, error=_no_action_error(sources))
 
 
 class _Tag(NamedTuple):
@@ -149,26 +168,15 @@ def _tag_blocks(text: str) -> tuple[list[tuple[str, str, tuple[int, int]]], str]
             closes[name].append(m.start())
         else:
             opens.append((m.start(), m.end(), name))
-    nxt = dict.fromkeys(_TAG_NAMES, 0)  # per name, the first closing tag not yet passed
     blocks: list[tuple[str, str, tuple[int, int]]] = []
-    pieces: list[str] = []
     pos = 0  # end of the last block
     for start, end, name in opens:
-        if start < pos:
-            continue
-        ends, k = closes[name], nxt[name]
-        while k < len(ends) and ends[k] < end:
-            k += 1
-        nxt[name] = k
-        if k == len(ends):
-            continue
-        close = ends[k]
-        stop = close + len(name) + 3  # len("</name>")
-        blocks.append((name, text[end:close], (start, stop)))
-        pieces.append(text[pos:start])
-        pos = stop
-    pieces.append(text[pos:])
-    return blocks, "".join(pieces)
+        k = bisect_left(closes[name], end)  # the first closing tag after the opening one
+        if start >= pos and k < len(closes[name]):
+            close = closes[name][k]
+            pos = close + len(name) + 3  # len("</name>")
+            blocks.append((name, text[end:close], (start, pos)))
+    return blocks, strip_spans(text, [span for _, _, span in blocks])
 
 
 class TagsProtocol(Protocol):
@@ -260,11 +268,7 @@ class TagsProtocol(Protocol):
         thoughts = (body.strip() for kind, body, _ in blocks if kind == "think")
         think = "\n".join(t for t in thoughts if t)
         acts = [(kind, body.strip()) for kind, body, _ in blocks if kind != "think"]
-        if not acts:
-            if think:
-                return ParsedTurn(Think(think), think=think, issues=issues)
-            return ParsedTurn(None, error=_no_action_error(sources), issues=issues)
-        return one_action(acts, think, issues, sources, "turn", None)
+        return _finish(acts, think, issues, sources, None, None)
 
     # ------------------------------------------------------------------ lenient
     def _parse_lenient(self, text: str, sources: Sequence[str]) -> ParsedTurn:
@@ -283,15 +287,10 @@ class TagsProtocol(Protocol):
             if all(i.code != code for i in issues):  # one entry per kind is enough
                 issues.append(FormatIssue(code, detail))
 
-        # Per name, the indices of its closing tags, and the indices of the think tags: the
-        # lookups below bisect them instead of scanning the tags that follow (quadratic).
-        closing_at: dict[str, list[int]] = {name: [] for name in _TAG_NAMES}
-        think_tags: list[int] = []
-        for k, u in enumerate(tags):
-            if u.closing:
-                closing_at[u.name].append(k)
-            if u.name == "think":
-                think_tags.append(k)
+        # Per name, the index of its last closing tag, and the indices of the think tags: the
+        # lookups below use them instead of scanning the tags that follow (quadratic).
+        last_closing = {u.name: k for k, u in enumerate(tags) if u.closing}
+        think_tags = [k for k, u in enumerate(tags) if u.name == "think"]
         bad = next((t for t in tags if not t.exact), None)
         if bad is not None:
             issue("malformed_tag", f"spaces inside a tag: {text[bad.start : bad.end]!r}")
@@ -302,7 +301,8 @@ class TagsProtocol(Protocol):
         prev_end = 0  # end of the last tag handled
         i = 0
         while i < len(tags):
-            t = tags[i]
+            t, last_end = tags[i], prev_end
+            prev_end, i = t.end, i + 1
             if t.name == "think":
                 if not t.closing:
                     if think_at is not None:  # a second <think> while one is open
@@ -314,34 +314,27 @@ class TagsProtocol(Protocol):
                     # "reasoning</think>": the text since the last tag is the thought (a chat
                     # template may have opened the <think> already).
                     issue("unopened_think", "</think> without <think>")
-                    thoughts.append(text[prev_end : t.start])
-                    covered.append((prev_end, t.end))
+                    thoughts.append(text[last_end : t.start])
+                    covered.append((last_end, t.end))
                 else:
                     thoughts.append(text[think_at : t.start])
                     covered.append((think_at, t.end))
                     think_at = None
-                prev_end = t.end
-                i += 1
                 continue
-            if t.closing:
-                issue("stray_tag", f"{text[t.start : t.end]} without its opening tag")
+            close = tags[i] if i < len(tags) else None  # a block is an opening tag and its closing one
+            if t.closing or close is None or close[2:4] != (True, t.name):
+                if not t.closing and last_closing.get(t.name, -1) > i:  # closed after other tags
+                    return ParsedTurn(None, error=_NESTED_ERROR, issues=tuple(issues))
+                stray = (
+                    f"{text[t.start : t.end]} without its opening tag"
+                    if t.closing
+                    else f"<{t.name}> is never closed"
+                )
+                issue("stray_tag", stray)
                 covered.append((t.start, t.end))
-                prev_end = t.end
-                i += 1
                 continue
-            after = closing_at[t.name]
-            n = bisect_right(after, i)
-            j = after[n] if n < len(after) else None  # the first closing tag of this name
-            if j is None:
-                issue("stray_tag", f"<{t.name}> is never closed")
-                covered.append((t.start, t.end))
-                prev_end = t.end
-                i += 1
-                continue
-            if j > i + 1:
-                return ParsedTurn(None, error=_NESTED_ERROR, issues=tuple(issues))
             if think_at is not None:
-                n = bisect_right(think_tags, j)
+                n = bisect_right(think_tags, i)
                 later = tags[think_tags[n]] if n < len(think_tags) else None  # the next think tag
                 if later is not None and later.closing:
                     return ParsedTurn(None, error=_IN_THINK_ERROR, issues=tuple(issues))
@@ -349,18 +342,10 @@ class TagsProtocol(Protocol):
                 thoughts.append(text[think_at : t.start])
                 covered.append((think_at, t.start))
                 think_at = None
-            acts.append((t.name, " ".join(text[t.end : tags[j].start].split())))
-            covered.append((t.start, tags[j].end))
-            prev_end = tags[j].end
-            i = j + 1
+            acts.append((t.name, " ".join(text[t.end : close.start].split())))
+            covered.append((t.start, close.end))
+            prev_end, i = close.end, i + 1
         if think_at is not None:
-            if not acts:
-                return ParsedTurn(
-                    None,
-                    error=_truncated_error(_open_at_end(tags) or "think"),
-                    issues=tuple(issues),
-                    truncated=True,
-                )
             issue("unclosed_think", "<think> is never closed")
             thoughts.append(text[think_at:])
             covered.append((think_at, len(text)))
@@ -368,16 +353,10 @@ class TagsProtocol(Protocol):
         if outside.strip():
             issue("text_outside_tags", f"text outside the tags: {quote(outside)}")
         think = "\n".join(s.strip() for s in thoughts if s.strip())
-        if not acts:
-            open_tag = _open_at_end(tags)
-            if open_tag is not None:
-                return ParsedTurn(
-                    None, error=_truncated_error(open_tag), issues=tuple(issues), truncated=True
-                )
-            if think:
-                return ParsedTurn(Think(think), think=think, issues=tuple(issues))
-            return ParsedTurn(None, error=_no_action_error(sources), issues=tuple(issues))
-        return one_action(acts, think, issues, sources, "turn", f"<{acts[0][0]}> written {len(acts)} times")
+        # With no action, a turn that ends inside a tag (an open <think> at least) was cut short.
+        open_tag = None if acts else _open_at_end(tags) or ("think" if think_at is not None else None)
+        duplicate = f"<{acts[0][0]}> written {len(acts)} times" if acts else None
+        return _finish(acts, think, issues, sources, open_tag, duplicate)
 
     # ------------------------------------------------------------------ writing
     def render(self, action: Action) -> str:

@@ -90,7 +90,8 @@ class ReferenceTagsProtocol(TagsProtocol):
         issues: tuple[FormatIssue, ...] = ()
         if rest.strip():
             issues = (FormatIssue("text_outside_tags", f"text outside the tags: {_quote(rest)}"),)
-        think = "\n".join(body.strip() for kind, body, _ in blocks if kind == "think")
+        # Blank thoughts dropped, as in lenient mode (commit 91d24e9 fixed this in the parser).
+        think = "\n".join(b for b in (body.strip() for kind, body, _ in blocks if kind == "think") if b)
         acts = [(kind, body.strip()) for kind, body, _ in blocks if kind != "think"]
         if not acts:
             if think:
