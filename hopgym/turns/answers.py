@@ -37,6 +37,7 @@ __all__ = [
 ANSWER_PROTOCOLS: tuple[str, ...] = ("auto", "boxed")
 _BOXED = "\\boxed{"
 _BRACE = re.compile(r"[{}]")
+_PLAIN = Protocol()  # its turns of a completion are the assistant messages' text, whole
 
 
 def check_answer_protocol(protocol: object, *, concrete: bool = False) -> None:
@@ -56,17 +57,7 @@ def check_answer_protocol(protocol: object, *, concrete: bool = False) -> None:
 
 def _text_of(completion: Any) -> str:
     """All the text of a completion (for :func:`detect_protocol` and ``boxed``)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Mapping):
-        completion = [completion]
-    parts = []
-    if isinstance(completion, Sequence):
-        for m in completion:
-            if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant":
-                content = m.get("content")
-                parts.append(content if isinstance(content, str) else "")
-    return "\n".join(parts)
+    return "\n".join(_PLAIN.rollout_turns(completion))
 
 
 def detect_protocol(completion: Any) -> str:
@@ -176,8 +167,6 @@ def is_well_formed(
         >>> is_well_formed("Cardell <answer>Cardell</answer>")
         False
     """
-    if protocol == "auto":
-        raise InvalidOptionError("is_well_formed needs a concrete protocol, such as 'tags', 'r3' or 'boxed'")
     check_answer_protocol(protocol, concrete=True)
     if protocol == "boxed":
         return extract_answer(completion, "boxed") is not None

@@ -28,44 +28,37 @@ def tool_specs(sources: Mapping[str, str] | Sequence[str]) -> list[dict[str, Any
         ['local', 'web']
     """
     names = list(sources)
-    query = {"type": "string", "description": "The search query: a few keywords."}
-    props: dict[str, Any] = {"query": query}
+    props: dict[str, Any] = {"query": _string("The search query: a few keywords.")}
     if len(names) > 1:
         desc = sources if isinstance(sources, Mapping) else {}
         listed = ", ".join(f"{n} ({desc[n]})" if desc.get(n) else n for n in names)
-        props["source"] = {
-            "type": "string",
-            "enum": names,
-            "description": f"Where to search: {listed}. Default: the last source searched "
-            f"(at first {names[0]}).",
-        }
-    search = {
+        where = f"Where to search: {listed}. Default: the last source searched (at first {names[0]})."
+        props["source"] = {"type": "string", "enum": names, "description": where}
+    answer = _string(
+        "The answer only, as a short span such as 'Oslo' or '1921', no explanation and no full sentence."
+    )
+    return [
+        _function(
+            "search", "Search for documents about the query; returns the best new documents.", props, "query"
+        ),
+        _function(
+            "answer",
+            "Give the final answer to the question; this ends the episode. The answer is a short span "
+            "(a name, a place, a date, yes or no), not a sentence.",
+            {"answer": answer},
+            "answer",
+        ),
+    ]
+
+
+def _string(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+def _function(name: str, description: str, props: dict[str, Any], required: str) -> dict[str, Any]:
+    """An OpenAI function schema of one tool with object ``props``, of which ``required`` is required."""
+    parameters = {"type": "object", "properties": props, "required": [required]}
+    return {
         "type": "function",
-        "function": {
-            "name": "search",
-            "description": "Search for documents about the query; returns the best new documents.",
-            "parameters": {"type": "object", "properties": props, "required": ["query"]},
-        },
+        "function": {"name": name, "description": description, "parameters": parameters},
     }
-    answer = {
-        "type": "function",
-        "function": {
-            "name": "answer",
-            "description": (
-                "Give the final answer to the question; this ends the episode. The answer is a "
-                "short span (a name, a place, a date, yes or no), not a sentence."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "answer": {
-                        "type": "string",
-                        "description": "The answer only, as a short span such as 'Oslo' or '1921', "
-                        "no explanation and no full sentence.",
-                    }
-                },
-                "required": ["answer"],
-            },
-        },
-    }
-    return [search, answer]
