@@ -337,10 +337,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
         }
         background = ""
         if opts.background_k:
-            docs, raw, error, kind = self._search(self.sample.question, opts.background_k)
+            docs, ids, raw, error, kind = self._search(self.sample.question, opts.background_k)
             info.update(
                 retrieved_ids=raw,
-                new_ids=[d.doc_id for d in docs],
+                new_ids=ids,
                 documents=docs,
                 retrieval_error=error,
                 retrieval_error_kind=kind,
@@ -404,7 +404,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
         infos: list[StepInfo] = []
         terminated = False
         ran = 0
-        for i, (call, parsed) in enumerate(turn.run(self.options.max_tool_calls)):
+        calls, max_calls = turn.calls, self.options.max_tool_calls
+        # One call within the limit (every tag or r3 turn) runs as itself: what ``turn.run``
+        # yields then, without its generator.
+        runs = ((calls[0], calls[0].parsed),) if len(calls) == 1 and max_calls >= 1 else turn.run(max_calls)
+        for i, (call, parsed) in enumerate(runs):
             ran += 1
             one = self._blank_info(parsed)
             if i == 0 and turn.issues:
@@ -433,9 +437,9 @@ class MultiHopQAEnv(gym.Env[str, str]):
                 text = self._do_search(act.query, one)
                 self._supplied = None
             messages.append(protocol.reply(call, text))
-        if ran < len(turn.calls):
+        if ran < len(calls):
             why = "the answer ended the episode" if terminated else "an earlier call of this turn failed"
-            messages += [protocol.reply(c, f"Not run: {why}.") for c in turn.calls[ran:]]
+            messages += [protocol.reply(c, f"Not run: {why}.") for c in calls[ran:]]
         # The last info's counts are current: each call's info is made after the searches before it.
         last = infos[-1]
         if not protocol.accepts_messages:
@@ -587,11 +591,13 @@ class MultiHopQAEnv(gym.Env[str, str]):
         unseen ones can remain."""
         return k + len(self.seen_ids) if self.options.dedup else k
 
-    def _search(self, query: str, k: int) -> tuple[list[Passage], list[str], str | None, str | None]:
-        """Search the current source; returns (shown docs, raw ids, error, its kind)."""
+    def _search(
+        self, query: str, k: int
+    ) -> tuple[list[Passage], list[str], list[str], str | None, str | None]:
+        """Search the current source; returns (shown docs, their ids, raw ids, error, its kind)."""
         budget = self._budget(k)
         if budget <= 0:
-            return [], [], None, None
+            return [], [], [], None, None
         supplied, self._supplied = self._supplied, None
         try:
             # The request of :meth:`_request`, without building it: the step's usual case.
@@ -607,48 +613,49 @@ class MultiHopQAEnv(gym.Env[str, str]):
                 hits = retriever.search(query, ask)
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes an observation
             self.failed_searches += 1
-            return [], [], f"{type(exc).__name__}: {exc}", failure_kind(exc)
+            return [], [], [], f"{type(exc).__name__}: {exc}", failure_kind(exc)
         raw = [p.doc_id for p in hits]
         seen = self.seen_ids
-        if self.options.dedup:
-            hits = [p for p in hits if p.doc_id not in seen]
-        docs = hits[:budget]
-        seen.update([p.doc_id for p in docs])
+        if self.options.dedup and not seen.isdisjoint(raw):
+            docs = [p for p in hits if p.doc_id not in seen][:budget]
+            ids = [p.doc_id for p in docs]
+        else:  # nothing to drop: the ids are the first of ``raw``
+            docs, ids = hits[:budget], raw[:budget]
+        seen.update(ids)
         self.shown += len(docs)
-        return docs, raw, None, None
+        return docs, ids, raw, None, None
 
     def _docs_text(self, docs: Sequence[Passage]) -> str:
         return "\n".join(f"Doc {i + 1} (Title: {d.title}) {d.text}" for i, d in enumerate(docs))
 
     def _do_search(self, query: str, info: StepInfo) -> str:
+        source, protocol, opts = self.source, self.protocol, self.options
         self.searches += 1
-        self.searches_by_source[self.source] += 1
+        self.searches_by_source[source] += 1
         info["searches"] = self.searches
-        info["searches_by_source"][self.source] += 1  # the step's own copy
-        opts = self.options
+        info["searches_by_source"][source] += 1  # the step's own copy
         key = query_key(query)
-        repeated = info["repeated_query"] = key in self._queries
-        self._queries.add(key)
-        note = self.protocol.repeat_note(opts.dedup) if repeated and opts.repeat_notice else ""
+        queries = self._queries
+        repeated = info["repeated_query"] = key in queries
+        queries.add(key)
+        note = protocol.repeat_note(opts.dedup) if repeated and opts.repeat_notice else ""
         if opts.max_docs is not None and self.shown >= opts.max_docs:
-            return self.protocol.format_notice(
+            return protocol.format_notice(
                 f"Document limit reached ({opts.max_docs} per episode): answer now.", self.turn
             )
-        docs, raw, error, kind = self._search(query, opts.top_k)
-        info["retrieved_ids"], info["new_ids"], info["documents"] = raw, [d.doc_id for d in docs], docs
-        info["retrieval_error"], info["retrieval_error_kind"] = error, kind
+        docs, ids, raw, error, kind = self._search(query, opts.top_k)
+        info["retrieved_ids"], info["new_ids"], info["documents"] = raw, ids, docs
         if error is not None:
-            return self.protocol.format_notice(
+            info["retrieval_error"], info["retrieval_error_kind"] = error, kind
+            return protocol.format_notice(
                 f"Search failed ({error}). Try again, route elsewhere or answer.", self.turn
             )
         if not docs:
             if note:
-                return self.protocol.format_notice(
-                    self.protocol.repeat_note(opts.dedup, exhausted=True), self.turn
-                )
+                return protocol.format_notice(protocol.repeat_note(opts.dedup, exhausted=True), self.turn)
             what = "No new documents found" if raw else "No documents found"
-            return self.protocol.format_notice(f"{what} for this query.", self.turn)
-        return self.protocol.format_documents(docs, opts.doc_chars, self.turn, note=note)
+            return protocol.format_notice(f"{what} for this query.", self.turn)
+        return protocol.format_documents(docs, opts.doc_chars, self.turn, note=note)
 
 
 def qa_env(env: gym.Env[Any, Any]) -> MultiHopQAEnv:

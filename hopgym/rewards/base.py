@@ -25,7 +25,7 @@ Contract (it holds for any stack of these wrappers, in any order):
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import Any
 
 import gymnasium as gym
 
@@ -107,6 +107,7 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         cls = type(self)
         self._scores_steps = cls._step_terms is not RewardTermWrapper._step_terms
         self._may_end = cls._ends_episode is not RewardTermWrapper._ends_episode
+        self._quiet = not (self._scores_steps or self._may_end)
 
     # ------------------------------------------------------------------ hooks
     def _on_reset(self, info: dict[str, Any]) -> None:
@@ -138,6 +139,11 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         # ``info`` is updated in place, as Gymnasium's wrappers do (RecordEpisodeStatistics); the
         # terms below are copied, so the dict an inner wrapper wrote is never changed.
         inner = info.get(TERMS_KEY)
+        if self._quiet and not (inner or reward or terminated or truncated):
+            # The usual mid-episode step of a wrapper that pays only at the end (OutcomeReward):
+            # nothing below paid, nothing here scores steps or ends episodes: every term is 0.
+            info[TERMS_KEY] = dict.fromkeys(self.term_names, 0.0)
+            return obs, 0.0, terminated, truncated, info
         terms: dict[str, float] = dict(inner) if inner else {}
         # Keep any reward an inner wrapper added without a term, so the sum stays the reward.
         rest = float(reward) - math.fsum(terms.values()) if terms else float(reward)
@@ -150,7 +156,7 @@ class RewardTermWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
                 f"this wrapper: {sorted(terms)}); pass name=... to use other names"
             )
         own = dict.fromkeys(self.term_names, 0.0)
-        step = cast(StepInfo, info)  # the keys the hooks read, checked against StepInfo
+        step: StepInfo = info  # type: ignore[assignment]  # the keys the hooks read, checked against StepInfo
         # A turn of several tool calls (the ``tools`` protocol) is scored call by call, each
         # call's info shaped like a tag turn's, so that N searches cost what N tag turns cost.
         if self._scores_steps:
