@@ -146,11 +146,8 @@ class AnswerRewardFunc:
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         if self.answers_column not in kwargs:
-            cols = sorted(
-                k
-                for k in kwargs
-                if k not in ("prompts", "completion_ids", "trainer_state", "log_extra", "log_metric")
-            )
+            trl_own = ("prompts", "completion_ids", "trainer_state", "log_extra", "log_metric")
+            cols = sorted(k for k in kwargs if k not in trl_own)
             raise InvalidOptionError(
                 f"{self.__name__}: the dataset has no {self.answers_column!r} column "
                 f"(columns: {cols}); pass answers_column=..."
@@ -172,11 +169,7 @@ class AnswerRewardFunc:
             score = self.check.string_score(answer, golds)
             if self.check.needs_judge(answer, golds, score):
                 question = (
-                    str(questions[i])
-                    if questions is not None
-                    else _prompt_text(prompts[i])
-                    if prompts is not None
-                    else ""
+                    str(questions[i]) if questions is not None else _prompt_text(prompts and prompts[i])
                 )
                 pending.append((i, (question, answer, golds)))
             out.append(self.weight * score)

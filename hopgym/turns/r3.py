@@ -81,6 +81,13 @@ def _r3_doc(i: int, doc: Passage) -> str:
     return f"({i}) {doc.title}: {doc.text}"
 
 
+def _steps(text: str) -> list[str]:
+    """``text`` cut at each ``Step k:`` header (at the start of a line), the headers dropped."""
+    steps = _at_line_starts(_R3_STEP_RE, text)
+    cuts = [0] + [i for start, end, _ in steps for i in (start, end)] + [len(text)]
+    return [text[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True)]
+
+
 class R3Protocol(Protocol):
     """R3-RAG's plain-text step format.
 
@@ -136,14 +143,7 @@ class R3Protocol(Protocol):
             ...                         "Step 2:\\nThe final answer: b")
             ['The retrieval query: a\\n', '\\nThe final answer: b']
         """
-        steps = _at_line_starts(_R3_STEP_RE, text)
-        cuts = [0] + [i for start, end, _ in steps for i in (start, end)] + [len(text)]
-        out = []
-        for a, b in zip(cuts[::2], cuts[1::2], strict=True):
-            piece = text[a:b]
-            env = _at_line_starts(_R3_ENV_RE, piece)
-            out.append(piece[: env[0][0]] if env else piece)
-        return out
+        return [p[: env[0][0]] if (env := _at_line_starts(_R3_ENV_RE, p)) else p for p in _steps(text)]
 
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         return valid_issues(self._parse(text, sources))
@@ -157,10 +157,7 @@ class R3Protocol(Protocol):
             text = _R3_STEP_HEAD_RE.sub("", text)
             marks = [(m.start(), m.end(), m) for m in _R3_LOOSE_RE.finditer(text)]
         else:
-            steps = _at_line_starts(_R3_STEP_RE, text)
-            if steps:
-                cuts = [0] + [i for start, end, _ in steps for i in (start, end)] + [len(text)]
-                text = "".join(text[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True))
+            text = "".join(_steps(text))
             marks = _at_line_starts(_R3_RE, text)
         issues: list[FormatIssue] = []
 
@@ -176,7 +173,7 @@ class R3Protocol(Protocol):
             end = marks[i + 1][0] if i + 1 < len(marks) else len(text)
             key = m.group(1).lower()
             if key == "the retrieval documents:":
-                return ParsedTurn(None, error=_R3_DOCS_ERROR, issues=tuple(issues))
+                return ParsedTurn(None, error=_R3_DOCS_ERROR)
             # Text before the label on its line; only since the previous label is looked at
             # (on the previous label's line, that label is such text), so this stays linear.
             since = marks[i - 1][0] if i else 0
@@ -203,16 +200,8 @@ class R3Protocol(Protocol):
                     m.group(1).lower() != "the problem analysis:" for m in _R3_LOOSE_RE.finditer(text)
                 )
             )
-            if cut:
-                return ParsedTurn(
-                    None, think=think, error=_R3_TRUNCATED_ERROR, issues=tuple(issues), truncated=True
-                )
-            return ParsedTurn(
-                None,
-                think=think,
-                issues=tuple(issues),
-                error="no 'The retrieval query:' or 'The final answer:' line",
-            )
+            error = _R3_TRUNCATED_ERROR if cut else "no 'The retrieval query:' or 'The final answer:' line"
+            return ParsedTurn(None, think=think, error=error, truncated=cut)
         duplicate = f"the {acts[0][0]} line written {len(acts)} times" if lenient else None
         return one_action(acts, think, issues, sources, "step", duplicate)
 
