@@ -92,8 +92,8 @@ _NO_CALL = "no tool call: call search(query) to search or answer(answer) to answ
 MAX_CALLS_READ = 256
 _MESSAGE_SCAN = 200_000  # how far into a string turn '"tool_calls"' marks an assistant message
 
-# (start, end, the call's JSON value or why it cannot be read, its id)
-_Found = tuple[int, int, Any, "str | None"]
+# (start, end, the call's JSON value or why it cannot be read)
+_Found = tuple[int, int, Any]
 
 
 def _kind(value: Any) -> str:
@@ -186,13 +186,6 @@ def _json_values(text: str, start: int) -> list[Any] | JSONTextError | None:
         out.append(obj)
 
 
-def _flatten(objs: list[Any]) -> list[Any]:
-    out: list[Any] = []
-    for o in objs:
-        out.extend(o if isinstance(o, list) else [o])
-    return out
-
-
 def _bare_calls(text: str) -> list[_Found]:
     """Bare JSON calls in free text: each ``{"name": …`` object, in one pass (an object read or
     refused is skipped whole; one the text ends inside is the last)."""
@@ -204,12 +197,12 @@ def _bare_calls(text: str) -> list[_Found]:
             obj, end = decode(text, start)
         except JSONTextError as exc:
             if exc.unfinished:
-                out.append((start, len(text), _unread(text[start:], text[start:].strip(), exc), None))
+                out.append((start, len(text), _unread(text[start:], text[start:].strip(), exc)))
                 break
-            out.append((start, exc.end, _BadJSON(text[start : exc.end], f"{exc.reason}"), None))
+            out.append((start, exc.end, _BadJSON(text[start : exc.end], exc.reason)))
             pos = max(exc.end, start + 1)
             continue
-        out.append((start, end, obj, None))
+        out.append((start, end, obj))
         pos = end
     return out
 
@@ -301,11 +294,8 @@ class ToolProtocol(Protocol):
         if not raw:
             return self._read_text(content, sources, max_calls)  # calls written in the text itself
         think = _think_of(content)
-        calls: list[Call] = []
-        for entry in raw[: max_calls + 1]:
-            call_id = entry.get("id") if isinstance(entry, Mapping) else None
-            calls.append(self._call(entry, sources, think, call_id if isinstance(call_id, str) else None))
-        return Turn(content, think, tuple(calls), dropped=max(len(raw) - max_calls - 1, 0))
+        calls = tuple(self._call(entry, sources, think) for entry in raw[: max_calls + 1])
+        return Turn(content, think, calls, dropped=max(len(raw) - max_calls - 1, 0))
 
     def _find(self, text: str) -> tuple[list[_Found], list[FormatIssue]]:
         """The calls of a turn's text (closed thoughts blanked out), in order, and the format
@@ -322,35 +312,36 @@ class ToolProtocol(Protocol):
                     )
                 elif not isinstance(value, (_Repaired, _BadJSON)):
                     issues.append(FormatIssue("unclosed_tool_call", "<tool_call> without </tool_call>"))
-            found.append((start, end, value, None))
+            found.append((start, end, value))
         if not found and "[TOOL_CALLS]" in text:
             found = _mistral(text)
-        if not found and "<|python_tag|>" in text:
-            at = text.index("<|python_tag|>")
-            values = _json_values(text, at + len("<|python_tag|>"))
-            if isinstance(values, list):
-                found = [(at, len(text), v, None) for v in _flatten(values)]
-        if not found and text.lstrip()[:1] in ("{", "["):
-            at = len(text) - len(text.lstrip())
-            values = _json_values(text, at)  # the whole turn is JSON: Llama 3.x's own form
-            if isinstance(values, list) and values and all(isinstance(v, (dict, list)) for v in values):
-                found = [(0, len(text), v, None) for v in _flatten(values)]
-            elif isinstance(values, JSONTextError) and values.reason == TOO_DEEP:
-                found = [(0, len(text), _value(text, 0, len(text)), None)]
+        tag = text.find("<|python_tag|>")  # Llama 3.x: JSON after the tag, or the whole turn
+        if not found and (tag >= 0 or text.lstrip()[:1] in ("{", "[")):
+            values = _json_values(
+                text, tag + len("<|python_tag|>") if tag >= 0 else len(text) - len(text.lstrip())
+            )
+            if isinstance(values, list) and (
+                tag >= 0 or values and all(isinstance(v, (dict, list)) for v in values)
+            ):
+                found = [
+                    (max(tag, 0), len(text), v) for o in values for v in (o if isinstance(o, list) else [o])
+                ]
+            elif tag < 0 and isinstance(values, JSONTextError) and values.reason == TOO_DEEP:
+                found = [(0, len(text), _value(text, 0, len(text)))]
         if self.parse_mode == "lenient" and len(found) < MAX_CALLS_READ:
-            rest = strip_spans(text, [(a, b) for a, b, *_ in found], None)
+            rest = strip_spans(text, [(a, b) for a, b, _ in found], None)
             bare = _bare_calls(rest)
             if bare:
                 issues.append(FormatIssue("bare_tool_call", "a JSON call without the template's markers"))
                 found = sorted(found + bare, key=lambda f: f[0])
-        if any(isinstance(v, _Repaired) for _, _, v, _ in found):
+        if any(isinstance(v, _Repaired) for _, _, v in found):
             issues.append(FormatIssue("repaired_tool_call", "a call the turn ended inside, closed"))
-            found = [(a, b, v.value if isinstance(v, _Repaired) else v, i) for a, b, v, i in found]
+            found = [(a, b, v.value if isinstance(v, _Repaired) else v) for a, b, v in found]
         return found, issues
 
     def _read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
         found, issues = self._find(strip_spans(text, _closed_thoughts(text), None))
-        content = strip_spans(text, [(a, b) for a, b, *_ in found])
+        content = strip_spans(text, [(a, b) for a, b, _ in found])
         think = _think_of(content)
         if not found:
             if _think_only(text) and think:
@@ -360,7 +351,7 @@ class ToolProtocol(Protocol):
             bad = found[0][2]
             if bad.cut:
                 return Turn(content.strip(), think, error=bad.reason, truncated=True)
-        calls = [self._call(obj, sources, think, call_id) for _, _, obj, call_id in found[: max_calls + 1]]
+        calls = [self._call(obj, sources, think) for _, _, obj in found[: max_calls + 1]]
         return Turn(
             content.strip(),
             think,
@@ -369,8 +360,10 @@ class ToolProtocol(Protocol):
             dropped=max(len(found) - max_calls - 1, 0),
         )
 
-    def _call(self, entry: Any, sources: Sequence[str], think: str, call_id: str | None) -> Call:
+    def _call(self, entry: Any, sources: Sequence[str], think: str) -> Call:
         """One call entry (hermes/llama/mistral object or OpenAI ``tool_calls`` entry) checked."""
+        call_id = entry.get("id") if isinstance(entry, Mapping) else None
+        call_id = call_id if isinstance(call_id, str) else None
 
         def bad(name: str, args: Any, error: str) -> Call:
             return Call(name, args, call_id, ParsedTurn(None, think=think, error=error))
@@ -627,29 +620,21 @@ def step_calls(assistant: Mapping[str, Any], info: Mapping[str, Any]) -> list[di
     return out
 
 
-def _mistral(text: str) -> list[tuple[int, int, Any, str | None]]:
+def _mistral(text: str) -> list[_Found]:
     """Mistral's ``[TOOL_CALLS][{…}, …]`` (v3) and ``[TOOL_CALLS]name[ARGS]{…}`` (v11+)."""
-    at = text.index("[TOOL_CALLS]")
-    v11 = list(_MISTRAL_V11_RE.finditer(text))
-    if v11:
-        out: list[tuple[int, int, Any, str | None]] = []
-        for m in v11:
-            at = m.end() + len(text[m.end() :]) - len(text[m.end() :].lstrip())
-            try:
-                args, end = decode(text, at)
-            except JSONTextError as exc:
-                out.append((m.start(), len(text), _BadJSON(text[m.end() :], exc.reason), None))
-                break
-            out.append((m.start(), end, {"name": m.group(1), "arguments": args}, None))
+    out: list[_Found] = []
+    for m in _MISTRAL_V11_RE.finditer(text):
+        try:
+            args, end = decode(text, len(text) - len(text[m.end() :].lstrip()))
+        except JSONTextError as exc:
+            return [*out, (m.start(), len(text), _BadJSON(text[m.end() :], exc.reason))]
+        out.append((m.start(), end, {"name": m.group(1), "arguments": args}))
+    if out:
         return out
+    at = text.index("[TOOL_CALLS]")
     body = text[at + len("[TOOL_CALLS]") :]
     try:
-        obj, end = decode(body.lstrip())
+        obj, end = decode(text, len(text) - len(body.lstrip()))
     except JSONTextError as exc:
-        return [(at, len(text), _BadJSON(body, exc.reason), None)]
-    stop = at + len("[TOOL_CALLS]") + (len(body) - len(body.lstrip())) + end
-    items = obj if isinstance(obj, list) else [obj]
-    return [
-        (at, stop, o, o.get("id") if isinstance(o, dict) and isinstance(o.get("id"), str) else None)
-        for o in items
-    ]
+        return [(at, len(text), _BadJSON(body, exc.reason))]
+    return [(at, end, o) for o in (obj if isinstance(obj, list) else [obj])]
