@@ -361,12 +361,12 @@ class MultiHopQAEnv(gym.Env[str, str]):
             self._supplied = None
             return self._after_end()
         opts, protocol = self.options, self.protocol
-        self.turn += 1
+        self.turn = n = self.turn + 1
         if prepared is not None and prepared[0] is action:
             turn = prepared[1]
         else:
             turn = protocol.read(
-                action, self._source_names, max_chars=opts.max_action_chars, max_calls=opts.max_tool_calls
+                action, self._source_names, opts.max_tool_calls, max_chars=opts.max_action_chars
             )
         self.transcript.append(protocol.assistant_message(turn))
         terminated = False
@@ -378,17 +378,18 @@ class MultiHopQAEnv(gym.Env[str, str]):
             # The blank info is this step's info: no search ran, so its counts are current.
             info = self._blank_info(turn.whole())  # type: ignore[assignment]  # a StepInfo is a dict
             text = (
-                protocol.format_error(turn.error, self.turn, self._source_names)
+                protocol.format_error(turn.error, n, self._source_names)
                 if turn.error is not None
-                else protocol.format_think(self.turn)
+                else protocol.format_think(n)
             )
             messages = [protocol.reply(None, text)] if text else []
         # The one step budget, checked once: an answer on the last turn is a termination only.
-        truncated = not terminated and self.turn >= opts.max_turns
+        max_turns = opts.max_turns
+        truncated = not terminated and n >= max_turns
         if terminated or truncated:
             self.ended = "terminated" if terminated else "truncated"
-        elif opts.last_turn_notice and self.turn == opts.max_turns - 1:
-            messages = protocol.with_last_turn(messages, self.turn)
+        elif n == max_turns - 1 and opts.last_turn_notice:
+            messages = protocol.with_last_turn(messages, n)
         if messages:
             self.transcript.extend(messages)
         if protocol.accepts_messages:
@@ -531,10 +532,10 @@ class MultiHopQAEnv(gym.Env[str, str]):
         A copy of the episode's :attr:`_info_base` (a dict copy is several times cheaper than
         building a dict of 21 keys) with the step's own values; every list and dict in it is new.
         """
-        act = parsed.action
+        act, turn = parsed.action, self.turn
         info = self._info_base.copy()
-        left = self.options.max_turns - self.turn
-        info["turn"] = self.turn
+        left = self.options.max_turns - turn
+        info["turn"] = turn
         info["turns_left"] = left if left > 0 else 0
         info["action_type"] = "invalid" if act is None else act.kind
         info["invalid_action"] = parsed.error
@@ -601,7 +602,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         supplied, self._supplied = self._supplied, None
         try:
             # The request of :meth:`_request`, without building it: the step's usual case.
-            retriever, ask = self._retriever(self.source), self._ask(k)
+            retriever = self._retrievers.get(self.source) or self._retriever(self.source)
+            ask = self._ask(k)
             if (
                 supplied is not None
                 and supplied[0].retriever is retriever

@@ -13,7 +13,7 @@ import gymnasium as gym
 
 from hopgym.rewards.base import RewardArgumentError, RewardTermWrapper, check_number
 from hopgym.rewards.judges import Judge, as_score
-from hopgym.rewards.scoring import METRICS, admissible, answer_score
+from hopgym.rewards.scoring import METRICS, admissible, answer_score, exact_match
 from hopgym.turns.info import StepInfo
 
 __all__ = ["AnswerCheck", "OutcomeReward", "OUTCOME_METRICS"]
@@ -73,6 +73,8 @@ class AnswerCheck:
 
     def string_score(self, prediction: str, golds: Sequence[str]) -> float:
         """The guarded string score alone."""
+        if self.metric in ("em", "judge"):  # answer_score's "em", whose arguments were checked here
+            return exact_match(prediction, golds)
         return answer_score(
             prediction,
             golds,
