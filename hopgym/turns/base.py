@@ -402,6 +402,11 @@ class Protocol:
     chat_tools: bool = False
     #: The last-turn notice (see :meth:`last_turn`).
     LAST_TURN: str = ""
+    #: The first observation (:meth:`prompt`), in four parts, each ending its lines: the
+    #: instructions before the routing line; the routing line, shown with several sources
+    #: (``{names}``: the sources, ``{first}``: the default one); the rest (``{max_turns}``,
+    #: ``{question}``); the background documents, when there are some (``{background}``).
+    PROMPT: tuple[str, str, str, str] = ("", "", "", "")
 
     def __init__(self, parse: str = "lenient") -> None:
         check_parse_mode(parse)
@@ -529,8 +534,14 @@ class Protocol:
         return None
 
     def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
-        """The first observation: instructions, the question and optional background documents."""
-        raise NotImplementedError
+        """The first observation: instructions, the question and optional background documents,
+        written from :attr:`PROMPT`."""
+        head, routing, rest, documents = self.PROMPT
+        if len(sources) > 1:
+            names = ", ".join(f"{n} ({d})" if d else n for n, d in sources.items())
+            head += routing.format(names=names, first=next(iter(sources)))
+        text = head + rest.format(max_turns=max_turns, question=question)
+        return text + documents.format(background=background) if background else text
 
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""

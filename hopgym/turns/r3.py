@@ -133,6 +133,15 @@ class R3Protocol(Protocol):
         "'The final answer: ...' that holds only the answer as a short span, for example "
         "'The final answer: Paris'."
     )
+    PROMPT = (
+        "Solve the question step by step. Each step starts with 'The problem analysis:' and ends with "
+        "either 'The retrieval query:' (a search query; documents follow) or 'The final answer:' (a short "
+        "answer; this ends the episode).\n",
+        "Instead of a query, 'The retrieval source:' chooses where later queries go: {names}. Queries "
+        "start in {first}.\n",
+        "You have at most {max_turns} steps.\nThe question: {question}\n",
+        "The retrieval documents: {background}\n",
+    )
 
     def split_text(self, text: str) -> list[str]:
         """The model's steps of a rollout's text: cut at each ``Step k:`` header, and each cut
@@ -213,22 +222,7 @@ class R3Protocol(Protocol):
         return f"{head}\n{_R3_LABEL[action.kind]} {argument(action)}"
 
     def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
-        lines = [
-            "Solve the question step by step. Each step starts with 'The problem analysis:' and "
-            "ends with either 'The retrieval query:' (a search query; documents follow) or "
-            "'The final answer:' (a short answer; this ends the episode).",
-        ]
-        if len(sources) > 1:
-            names = ", ".join(f"{n} ({d})" if d else n for n, d in sources.items())
-            lines.append(
-                f"Instead of a query, 'The retrieval source:' chooses where later "
-                f"queries go: {names}. Queries start in {next(iter(sources))}."
-            )
-        lines.append(f"You have at most {max_turns} steps.")
-        text = "\n".join(lines) + f"\nThe question: {question}\n"
-        if background:
-            text += f"The retrieval documents: {background}\n"
-        return text + "Step 1:\n"
+        return super().prompt(question, sources, max_turns, background) + "Step 1:\n"
 
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""

@@ -123,14 +123,8 @@ def _tag_name(written: str) -> str:
 
 
 def _tags(text: str) -> list[_Tag]:
-    return [
-        _Tag(
-            m.start(),
-            m.end(),
-            bool(m.group(1)),
-            _tag_name(m.group(2)),
-            m.group(0).lower() == f"<{m.group(1)}{m.group(2)}>".lower(),
-        )
+    return [  # exact: no white space matched inside the brackets
+        _Tag(m.start(), m.end(), m[1] == "/", _tag_name(m[2]), len(m[0]) == len(m[1] + m[2]) + 2)
         for m in _LOOSE_TAG_RE.finditer(text)
     ]
 
@@ -221,6 +215,15 @@ class TagsProtocol(Protocol):
     closed_book_prompt = (
         "Answer the question from your own knowledge, without searching. Reply with the answer "
         "only, as a short span inside <answer> and </answer>, for example <answer>Paris</answer>."
+    )
+    PROMPT = (
+        "Answer the question by reasoning and searching step by step. In every turn, first reason inside "
+        "<think> and </think>, then do exactly one of:\n- <search> query </search> to search; the results "
+        "come back between <information> and </information>.\n",
+        "- <route> source </route> to choose where later searches go: {names}. Searches start in {first}.\n",
+        "- <answer> answer </answer> to give the final answer as a short span, without explanation. This "
+        "ends the episode.\nYou have at most {max_turns} turns.\nQuestion: {question}\n",
+        "<information>{background}</information>\n",
     )
 
     def split_text(self, text: str) -> list[str]:
@@ -364,30 +367,6 @@ class TagsProtocol(Protocol):
             return f"<think>{action.text}</think>"
         think = f"<think>{action.think}</think>" if action.think else ""
         return f"{think}<{action.kind}>{argument(action)}</{action.kind}>"
-
-    def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
-        lines = [
-            "Answer the question by reasoning and searching step by step. In every turn, first "
-            "reason inside <think> and </think>, then do exactly one of:",
-            "- <search> query </search> to search; the results come back between <information> "
-            "and </information>.",
-        ]
-        if len(sources) > 1:
-            names = ", ".join(f"{n} ({d})" if d else n for n, d in sources.items())
-            lines.append(
-                f"- <route> source </route> to choose where later searches go: {names}. "
-                f"Searches start in {next(iter(sources))}."
-            )
-        lines += [
-            "- <answer> answer </answer> to give the final answer as a short span, without "
-            "explanation. This ends the episode.",
-            f"You have at most {max_turns} turns.",
-            f"Question: {question}",
-        ]
-        text = "\n".join(lines) + "\n"
-        if background:
-            text += f"<information>{background}</information>\n"
-        return text
 
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""

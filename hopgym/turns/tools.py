@@ -230,6 +230,14 @@ class ToolProtocol(Protocol):
     accepts_messages = True
     chat_tools = True
     closed_book_prompt = ""
+    PROMPT = (
+        "Answer the question by searching step by step with the search tool; you may reason before each "
+        "call. When you know the answer, call the answer tool with a short span, without explanation: "
+        "this ends the episode.\n",
+        "The search tool's source argument chooses where to search: {names}.\n",
+        "You have at most {max_turns} turns.\nQuestion: {question}\n",
+        "Background documents:\n{background}\n",
+    )
 
     # ------------------------------------------------------------------ reading
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
@@ -347,17 +355,11 @@ class ToolProtocol(Protocol):
             if _think_only(text) and think:
                 return Turn(content, think)  # a think-only turn
             return Turn(content, think, error=_NO_CALL)
-        if len(found) == 1 and isinstance(found[0][2], _BadJSON) and found[0][1] == len(text):
-            bad = found[0][2]
-            if bad.cut:
-                return Turn(content.strip(), think, error=bad.reason, truncated=True)
-        calls = [self._call(obj, sources, think) for _, _, obj in found[: max_calls + 1]]
+        if len(found) == 1 and getattr(found[0][2], "cut", False):  # the turn ends inside its one call
+            return Turn(content.strip(), think, error=found[0][2].reason, truncated=True)
+        calls = tuple(self._call(obj, sources, think) for _, _, obj in found[: max_calls + 1])
         return Turn(
-            content.strip(),
-            think,
-            tuple(calls),
-            issues=tuple(issues),
-            dropped=max(len(found) - max_calls - 1, 0),
+            content.strip(), think, calls, issues=tuple(issues), dropped=max(len(found) - max_calls - 1, 0)
         )
 
     def _call(self, entry: Any, sources: Sequence[str], think: str) -> Call:
@@ -472,21 +474,6 @@ class ToolProtocol(Protocol):
             args["source"] = action.source
         return {"type": "function", "function": {"name": action.kind, "arguments": dumps(args)}}
 
-    def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
-        lines = [
-            "Answer the question by searching step by step with the search tool; you may reason "
-            "before each call. When you know the answer, call the answer tool with a short span, "
-            "without explanation: this ends the episode.",
-        ]
-        if len(sources) > 1:
-            names = ", ".join(f"{n} ({d})" if d else n for n, d in sources.items())
-            lines.append(f"The search tool's source argument chooses where to search: {names}.")
-        lines += [f"You have at most {max_turns} turns.", f"Question: {question}"]
-        text = "\n".join(lines) + "\n"
-        if background:
-            text += f"Background documents:\n{background}\n"
-        return text
-
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
     ) -> str:
@@ -534,13 +521,8 @@ class ToolProtocol(Protocol):
     def observation_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
         """The text of a step's observation: each tool message in a hermes ``<tool_response>``
         block, any other message (a corrective or notice) as a line of its own."""
-        out = []
-        for m in messages:
-            if m["role"] == "tool":
-                out.append(f"<tool_response>\n{m['content']}\n</tool_response>\n")
-            else:
-                out.append(f"{m['content']}\n")
-        return "".join(out)
+        tool = "<tool_response>\n{}\n</tool_response>\n"
+        return "".join((tool if m["role"] == "tool" else "{}\n").format(m["content"]) for m in messages)
 
 
 def fold_routes(actions: Iterable[Any]) -> list[Any]:
