@@ -23,7 +23,9 @@ Two side-by-side measurements, client CPU time (``time.process_time``), one thre
    (``gymnasium.utils.seeding.np_random(seed)``, which ``reset(seed=...)`` runs) is printed
    beside it. Target: at most 25% at 100k passages.
 
-``--json`` writes both measurements to a results file.
+``--json`` writes both measurements to a results file, with the machine's load average (1, 5
+and 15 minutes) before and after the run: the figures are CPU times of one thread, but a busy
+machine slows both sides' caches, so compare only ratios measured in one run.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()
     name, ours, theirs = think_turns(args.blocks, args.turns)
     bare = statistics.median(_bare_turns(args.turns) for _ in range(args.blocks))
     print("think-only turn, client CPU per turn (median of interleaved blocks)")
@@ -182,6 +185,7 @@ def main() -> None:
     if args.json is not None:
         result = {
             "python": platform.python_version(),
+            "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
             "wrappers": "gym.make's: OrderEnforcing, PassiveEnvChecker, OutcomeReward (reward='default')",
             "think_only": {
                 "turns": args.turns,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 from pathlib import Path
@@ -29,12 +30,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=20_000, help="think-only turns per block")
     p.add_argument("--blocks", type=int, default=5, help="interleaved blocks per side")
     args = p.parse_args(argv)
+    load_before = os.getloadavg()
     name, wrapped, other = think_turns(args.blocks, args.turns)
     bare = statistics.median(_bare_turns(args.turns) for _ in range(args.blocks))
     result = {
         "turns": args.turns,
         "blocks": args.blocks,
         "python": platform.python_version(),
+        # The machine's load (1, 5, 15 minutes) before and after: a busy machine slows both sides.
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "us_per_turn": {
             "hopgym, default wrappers": wrapped * 1e6,
             "hopgym, bare env": bare * 1e6,
