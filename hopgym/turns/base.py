@@ -407,6 +407,8 @@ class Protocol:
     #: (``{names}``: the sources, ``{first}``: the default one); the rest (``{max_turns}``,
     #: ``{question}``); the background documents, when there are some (``{background}``).
     PROMPT: tuple[str, str, str, str] = ("", "", "", "")
+    #: How an observation holds its text (a notice's message, the documents): ``{}`` is the text.
+    NOTICE: str = "{}"
 
     def __init__(self, parse: str = "lenient") -> None:
         check_parse_mode(parse)
@@ -546,12 +548,15 @@ class Protocol:
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
     ) -> str:
-        """The observation after a search; ``note`` (e.g. a repeated-query notice) comes first."""
-        raise NotImplementedError
+        """The observation after a search; ``note`` (e.g. a repeated-query notice) comes first:
+        a notice (:meth:`format_notice`) of the documents, each as :func:`titled_doc` writes it."""
+        body = join_docs(docs, doc_chars, titled_doc)
+        return self.format_notice(f"{note}\n{body}" if note else body, turn)
 
     def format_notice(self, message: str, turn: int) -> str:
-        """An observation that carries a short message (route done, no documents, search failed)."""
-        raise NotImplementedError
+        """An observation that carries a short message (route done, no documents, search
+        failed): :attr:`NOTICE` with the message."""
+        return self.NOTICE.format(message)
 
     def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
         """The corrective observation after a malformed turn (``sources``: the env's source

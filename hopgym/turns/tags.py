@@ -31,13 +31,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hopgym.corpora.types import Passage
 from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Think
 from hopgym.turns.base import (
     Protocol,
     argument,
     cut_blocks,
-    join_docs,
     make_action,
     one_action,
     over_limit,
@@ -45,7 +43,6 @@ from hopgym.turns.base import (
     routes,
     split_docs,
     strip_spans,
-    titled_doc,
     valid_issues,
 )
 
@@ -225,6 +222,7 @@ class TagsProtocol(Protocol):
         "ends the episode.\nYou have at most {max_turns} turns.\nQuestion: {question}\n",
         "<information>{background}</information>\n",
     )
+    NOTICE = "\n<information>{}</information>\n"
 
     def split_text(self, text: str) -> list[str]:
         """The model's turns of a rollout's text: the ``<information>…</information>`` blocks
@@ -367,16 +365,6 @@ class TagsProtocol(Protocol):
             return f"<think>{action.text}</think>"
         think = f"<think>{action.think}</think>" if action.think else ""
         return f"{think}<{action.kind}>{argument(action)}</{action.kind}>"
-
-    def format_documents(
-        self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
-    ) -> str:
-        body = join_docs(docs, doc_chars, titled_doc)
-        head = f"{note}\n" if note else ""
-        return f"\n<information>{head}{body}</information>\n"
-
-    def format_notice(self, message: str, turn: int) -> str:
-        return f"\n<information>{message}</information>\n"
 
     def documents_of(self, observation: str, count: int) -> list[tuple[str, str]] | None:
         body = observation.strip()

@@ -43,7 +43,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hopgym.corpora.types import Passage
 from hopgym.turns.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think
 from hopgym.turns.base import (
     DEFAULT_MAX_TOOL_CALLS,
@@ -54,11 +53,9 @@ from hopgym.turns.base import (
     Turn,
     blocks,
     cut_blocks,
-    join_docs,
     quote,
     routes,
     strip_spans,
-    titled_doc,
 )
 from hopgym.turns.json_scan import TOO_DEEP, JSONTextError, decode, dumps, repair
 from hopgym.turns.specs import TOOL_NAMES, tool_specs
@@ -473,15 +470,6 @@ class ToolProtocol(Protocol):
         if isinstance(action, Search) and action.source is not None:
             args["source"] = action.source
         return {"type": "function", "function": {"name": action.kind, "arguments": dumps(args)}}
-
-    def format_documents(
-        self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
-    ) -> str:
-        body = join_docs(docs, doc_chars, titled_doc)
-        return f"{note}\n{body}" if note else body
-
-    def format_notice(self, message: str, turn: int) -> str:
-        return message
 
     def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
         return f"Error: {reason}. Call search(query) to search or answer(answer) to answer."
