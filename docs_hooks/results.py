@@ -1381,41 +1381,56 @@ def retrieval_scale_bm25() -> str:
 
 def trl_grpo_tools() -> str:
     """SmolLM2 with TRL's GRPOTrainer on hopgym's tools, after an SFT warm-up
-    (``examples/trl_grpo_tools.py``): each GRPO step's mean reward."""
+    (``examples/trl_grpo_tools.py``): each GRPO step's mean reward, its spread and cost."""
     data = _load("trl_grpo_tools_smollm2")
-    s = data["settings"]
+    s, env, hist = data["settings"], data["env_kwargs"], data["grpo_history"]
+    nan = float("nan")
     rows = [
         [
             str(h["step"]),
             f"{h['reward']:.3f}",
             f"{h['reward_std']:.3f}",
-            f"{h.get('tools/call_frequency', float('nan')):.2f}",
-            f"{h.get('grad_norm', float('nan')):.3f}",
+            f"{h.get('frac_reward_zero_std', nan):.2f}",
+            f"{h.get('tools/call_frequency', nan):.2f}",
+            f"{h.get('completions/mean_length', nan):.0f}",
+            f"{h.get('grad_norm', nan):.3f}",
+            f"{h.get('step_time', nan):.0f}",
+            f"{h.get('load_average', nan):.1f}",
         ]
-        for h in data["grpo_history"]
+        for h in hist
     ]
     header = [
         "GRPO step",
         f"mean reward ({s['rollouts_per_step']} rollouts)",
         "reward std",
+        "groups with equal rewards",
         "tool calls per rollout",
+        "completion tokens",
         "grad norm",
+        "step s",
+        "load average",
     ]
-    k = max(1, len(rows) // 4)
+    sft = data["sft_losses"]
     note = (
-        f"{data['model']} on `{data['env']}` (train split, `{data['env_kwargs']['reward']}` reward, "
-        f"{data['env_kwargs']['max_turns']} turns, top {data['env_kwargs']['top_k']} documents): "
-        f"{len(data['sft_losses'])} SFT steps (loss {data['sft_losses'][0]:.2f} to "
-        f"{data['sft_losses'][-1]:.2f}), then {len(rows)} GRPO steps of {s['group']}-rollout groups "
-        f"(lr {s['lr']:g}), {data['seconds_per_grpo_step']:.0f} s a step on a shared 2-core CPU."
+        f"{data['model']} on `{data['env']}` (train split, `{env['reward']}` reward, {env['max_turns']} "
+        f"turns, top {env['top_k']} documents): {len(sft)} SFT steps (loss {sft[0]:.2f} to {sft[-1]:.2f}), "
+        f"then {len(hist)} of {s['steps']} GRPO steps, each {s['groups_per_step']} groups of {s['group']} "
+        f"rollouts (lr {s['lr']:g}, constant), {s['threads']} torch thread(s), "
+        f"{data['seconds_per_grpo_step']:.0f} s a step on average on a 2-core CPU shared with other jobs."
     )
-    if len(rows) >= 2:
+    if len(hist) >= 4:
+        k = len(hist) // 4
+        first, last = data["reward_first_quarter"], data["reward_last_quarter"]
+        verdict = "higher" if last > first else "not higher"
         note += (
-            f" Mean reward of the first {k} step(s) {data['reward_first_quarter']:.3f}, of the last {k} "
-            f"{data['reward_last_quarter']:.3f}."
+            f" Mean reward of the first {k} steps {first:.3f}, of the last {k} {last:.3f}: the last "
+            f"quarter's is {verdict} by {abs(last - first):.3f}."
         )
-    if not data.get("complete", True):
-        note += f" The run was {data['stopped']}."
+    if not data["complete"]:
+        note += (
+            f" The run stopped after step {hist[-1]['step'] if hist else 0} of {s['steps']} (a time limit); "
+            "the same command with `--resume` goes on from its last checkpoint."
+        )
     return note + "\n\n" + _table(header, rows)
 
 

