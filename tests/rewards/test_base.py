@@ -152,6 +152,23 @@ def test_reward_without_a_term_is_kept_as_unattributed():
     assert r == pytest.approx(0.4)
 
 
+def test_an_end_only_wrapper_mid_episode():
+    # OutcomeReward scores no step: mid-episode it writes its term as 0.0, keeps a reward paid
+    # below it without a term, and still refuses a term name written below it.
+    env = OutcomeReward(tiny(None))
+    env.reset(seed=0)
+    _, r, te, tr, info = env.step("<think>first</think>")
+    assert (r, te, tr, info["reward_terms"]) == (0.0, False, False, {"outcome": 0.0})
+    env = OutcomeReward(_AddsReward(tiny(None)))
+    env.reset(seed=0)
+    _, r, *_, info = env.step("<think>first</think>")
+    assert (r, info["reward_terms"]) == (0.5, {"unattributed": 0.5, "outcome": 0.0})
+    env = OutcomeReward(_AddsTerm(tiny(None)))
+    env.reset(seed=0)
+    with pytest.raises(RewardTermError, match="already has \\['outcome'\\]"):
+        env.step("<think>first</think>")
+
+
 def test_pickling_and_deepcopy_of_wrapped_envs_keep_behaviour():
     env = stack(tiny(None, sources=("local", "web"), max_turns=5), tuple(LAYERS))
     env.reset(options={"question_id": "tiny-5"})
