@@ -11,12 +11,19 @@
    ``track_kl``: *rollout other*), TRL's per-token log-prob passes outside the loss
    (old/reference log-probs: *logprobs*), the loss forward (*loss forward*), ``backward``
    (*backward*), and what is left of the step (optimizer, TRL's bookkeeping: *other*). Also the
-   process's peak RSS; ``--micro-batch N`` runs the step's loss in passes of N episodes
-   (``GRPORunConfig.micro_batch_size``): run it once with and once without, in two processes, to
-   compare memory and time on the same episodes. ``--plain-logprobs`` scores the loss's log-probs
-   through TRL's own path instead of hopgym's tiled one (``GRPORunConfig.chunked_logprobs``);
-   ``--compare`` runs the profile twice, each in its own process (TRL's path, then the tiled
-   one, the same seed and so the same episodes), and writes both with their ratios.
+   process's peak RSS, and per phase (sampled every 20 ms); ``--micro-batch N`` runs the
+   step's loss in passes of N episodes (``GRPORunConfig.micro_batch_size``).
+   ``--plain-logprobs`` scores the loss's log-probs through TRL's own path instead of hopgym's
+   tiled one (``GRPORunConfig.chunked_logprobs``); ``--full-logits-kl`` scores ``track_kl``'s
+   reference log-probs from full logits at every completion position (as before they were
+   scored at the model's tokens only); ``--trl gradient_checkpointing=False`` keeps activations.
+   ``--compare`` runs the profile once with the ``--before`` options (default: the step before
+   this tiling, TRL's path and full-logits KL) and once per ``--after NAME=OPTIONS``, each in its
+   own process (the same seed and so the same episodes), and writes them with their ratios::
+
+       OMP_NUM_THREADS=1 python benchmarks/grpo_step_profile.py --compare --skip-throughput \
+           --model runs/smollm2-135m-instruct --steps 1 --questions 2 --group 8 \
+           --after "micro1=--micro-batch 1 --trl gradient_checkpointing=False" --json out.json
 2. **Throughput**: ``--throughput-questions`` questions (the first of the train split), 8 episodes
    each, sampled by :class:`~hopgym.agents.rollout.RolloutCollector` a group at a time
    (``batch_size=8``: every turn of the 8 in one forward pass per token), two groups at a time
@@ -48,6 +55,7 @@ import functools  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
+import shlex  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -113,6 +121,36 @@ class Timers:
         setattr(owner, name, timed)
 
 
+class PhaseRSS:
+    """Peak resident memory (MiB) per phase: a thread reads the process's RSS every ``every`` s and
+    charges it to the innermost timed phase running then (``outside``: model load, the optimizer
+    step, TRL's bookkeeping)."""
+
+    def __init__(self, timers: Timers, every: float = 0.02) -> None:
+        import threading
+
+        self.timers, self.every = timers, every
+        self.peak: dict[str, float] = defaultdict(float)
+        self._stop = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE") / 2**20
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with open("/proc/self/statm") as f:
+            while not self._stop.wait(self.every):
+                f.seek(0)
+                rss = int(f.read().split()[1]) * self._page
+                stack = self.timers.stack
+                phase = stack[-1] if stack else "outside"
+                self.peak[phase] = max(self.peak[phase], rss)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return {k: round(v, 1) for k, v in sorted(self.peak.items())}
+
+
 class ForwardPasses:
     """Wall seconds of a model's forward passes: prefills (more than one position per row) in all,
     and decoding steps (one position) by the number of rows they ran."""
@@ -168,6 +206,10 @@ def profile(args: argparse.Namespace) -> dict:
     from hopgym.agents.rollout import RolloutCollector
 
     trainer_class = GRPOTrainer if args.plain_logprobs else chunked_grpo_trainer()
+    if args.full_logits_kl:
+        import hopgym.agents.rollout as rollout
+
+        rollout._plain_head = lambda model: None  # every model then takes the full-logits path
 
     model, tok = load(args.model, args.hidden, args.layers)
     timers = Timers()
@@ -207,9 +249,11 @@ def profile(args: argparse.Namespace) -> dict:
 
         def timed(*b, **kwb):
             t = time.perf_counter()
+            timers.stack.append("backward")
             try:
                 return inner(*b, **kwb)
             finally:
+                timers.stack.pop()
                 backward["s"] += time.perf_counter() - t
 
         self.accelerator.backward = timed
@@ -217,9 +261,11 @@ def profile(args: argparse.Namespace) -> dict:
     GRPOTrainer.__init__ = init
     episodes: list = []
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    phase_rss = PhaseRSS(timers)
     t0 = time.perf_counter()
     train_grpo(model, tok, env_fn, qids, cfg, on_trajectories=episodes.extend)
     wall = time.perf_counter() - t0
+    rss_by_phase = phase_rss.stop()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     T = timers.total
     gen, turn, roll = T["generation"], T["model_turn"], T["rollout"]
@@ -249,8 +295,12 @@ def profile(args: argparse.Namespace) -> dict:
         "micro_batch": args.micro_batch or len(episodes) // args.steps,
         "loss_passes_per_step": timers.calls["loss"] // args.steps,
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        # Sampled every 20 ms, by the innermost phase running (generation, rollout, loss, backward...).
+        "peak_rss_mib_by_phase": rss_by_phase,
         "logprobs": "trl" if args.plain_logprobs else "tiled",
         "track_kl": args.track_kl,
+        "kl_logprobs": "full logits" if args.full_logits_kl else "tiled, model tokens",
+        "gradient_checkpointing": getattr(cfg.trl_config(), "gradient_checkpointing", None),
         # Of the training (model load excluded): user and kernel CPU seconds, minor page faults.
         "cpu_user_s": round(usage.ru_utime - usage0.ru_utime, 1),
         "cpu_system_s": round(usage.ru_stime - usage0.ru_stime, 1),
@@ -262,31 +312,39 @@ def profile(args: argparse.Namespace) -> dict:
     }
 
 
-def compare(argv: list[str]) -> dict:
-    """The profile with TRL's log-prob path, then with the tiled one, each in a fresh process."""
+def compare(argv: list[str], sides: dict[str, list[str]]) -> dict:
+    """The profile with each side's options (``before`` first), each in a fresh process; each
+    later side's ratios to ``before``."""
     runs = {}
-    for name, extra in (("trl", ["--plain-logprobs"]), ("tiled", [])):
+    for name, extra in sides.items():
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "run.json"
-            cmd = [sys.executable, __file__, *argv, "--skip-throughput", "--json", str(out), *extra]
+            cmd = [sys.executable, __file__, *argv, *extra, "--skip-throughput", "--json", str(out)]
             subprocess.run(cmd, check=True)
-            runs[name] = json.loads(out.read_text())["profile"]
+            runs[name] = {"options": extra, **json.loads(out.read_text())["profile"]}
         print(name, json.dumps(runs[name], indent=1), flush=True)
-    trl, tiled = runs["trl"], runs["tiled"]
-    return {
-        **runs,
-        "same_episodes": trl["episodes_digest"] == tiled["episodes_digest"],
+    b = runs["before"]
+
+    def cpu(r: dict) -> float:
+        return r["cpu_user_s"] + r["cpu_system_s"]
+
+    def lfb(r: dict) -> float:
+        return r["seconds"]["loss_forward"] + r["seconds"]["backward"]
+
+    ratios = {}
+    for name, a in runs.items():
+        if name == "before":
+            continue
         # After / before: below 1 is a gain.
-        "ratio": {
-            key: round(tiled[key] / trl[key], 3)
+        ratios[name] = {
+            key: round(a[key] / b[key], 3)
             for key in ("step_s", "peak_rss_mib", "minor_page_faults", "cpu_system_s")
-            if trl[key]
-        },
-        "ratio_loss_forward_backward": round(
-            (tiled["seconds"]["loss_forward"] + tiled["seconds"]["backward"])
-            / (trl["seconds"]["loss_forward"] + trl["seconds"]["backward"]),
-            3,
-        ),
+            if b[key]
+        } | {"cpu_s": round(cpu(a) / cpu(b), 3), "loss_forward_backward": round(lfb(a) / lfb(b), 3)}
+    return {
+        "runs": runs,
+        "same_episodes": len({r["episodes_digest"] for r in runs.values()}) == 1,
+        "ratio": ratios,
     }
 
 
@@ -394,7 +452,26 @@ def main() -> None:
     p.add_argument(
         "--compare",
         action="store_true",
-        help="Profile TRL's log-prob path and the tiled one, each in its own process; no throughput.",
+        help="Profile the step with the --before options, then with the --after ones, each in its "
+        "own process (the same seed: the same episodes); no throughput.",
+    )
+    p.add_argument(
+        "--before",
+        default="--plain-logprobs --full-logits-kl",
+        help="Options of --compare's first run (default: the step before the tiled scoring).",
+    )
+    p.add_argument(
+        "--after",
+        action="append",
+        metavar="NAME=OPTIONS",
+        help="A later run of --compare and its options (repeat for more; default: after=, the "
+        "current defaults).",
+    )
+    p.add_argument(
+        "--full-logits-kl",
+        action="store_true",
+        help="track_kl's reference log-probs from the model's full logits at every completion "
+        "position (sequence_logprobs before it scored only the model's tokens through the LM head).",
     )
     p.add_argument(
         "--track-kl",
@@ -434,7 +511,6 @@ def main() -> None:
             *("--steps", str(args.steps), "--questions", str(args.questions), "--group", str(args.group)),
             *("--max-new-tokens", str(args.max_new_tokens), "--scratch", args.scratch),
             "--track-kl" if args.track_kl else "--no-track-kl",
-            *(("--micro-batch", str(args.micro_batch)) if args.micro_batch else ()),
             *(("--trl", *(f"{k}={v!r}" for k, v in args.trl.items())) if args.trl else ()),
         ]
         result["settings"] = {
@@ -443,12 +519,15 @@ def main() -> None:
             "episodes_per_step": args.questions * args.group,
             "steps": args.steps,
             "max_new_tokens": args.max_new_tokens,
-            "micro_batch": args.micro_batch,
             "track_kl": args.track_kl,
             "env": {"id": "hopgym/Synthetic-v1", **ENV_KW},
         }
         result["note"] = args.note
-        result["compare"] = compare(child)
+        sides = {"before": shlex.split(args.before)}
+        for item in args.after or ["after="]:
+            name, _, options = item.partition("=")
+            sides[name] = shlex.split(options)
+        result["compare"] = compare(child, sides)
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         return

@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import inspect
 import json
 import math
 import os
@@ -91,6 +92,22 @@ class Args:
         metadata={"help": "gym.make keywords: the world and the env options."},
     )
     reward: str = field(default="default", metadata={"help": "Reward preset of GRPO and RFT."})
+    costs: dict[str, dict[str, Any]] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Cost terms over the reward preset, of GRPO's, RFT's and the evaluation's env: "
+            "'search_cost' (SearchCostReward keywords) and 'redundancy' (RedundancyReward "
+            "keywords); {}: none. With 'redundancy', each evaluation counts repeated queries "
+            "(redundant_searches_per_episode)."
+        },
+    )
+    teacher: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "TeacherConfig fields of the SFT and continue-SFT teacher (an ImperfectTeacher: "
+            "{'extra_searches': 1} repeats every search); {}: the oracle."
+        },
+    )
     tiny: dict[str, Any] = field(
         default_factory=lambda: dict(layers=1, hidden=32, heads=2, ffn=64, max_positions=2048),
         metadata={"help": "TinyLMConfig when model is 'tiny'."},
@@ -291,6 +308,20 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def with_costs(env: Any, costs: dict[str, dict[str, Any]]) -> Any:
+    """``env`` wrapped in the cost terms of ``costs`` (:attr:`Args.costs`)."""
+    from hopgym.rewards.cost_reward import RedundancyReward, SearchCostReward
+
+    unknown = set(costs) - {"search_cost", "redundancy"}
+    if unknown:
+        raise ValueError(f"unknown cost terms {sorted(unknown)}: choose from search_cost, redundancy")
+    if "search_cost" in costs:
+        env = SearchCostReward(env, **costs["search_cost"])
+    if "redundancy" in costs:
+        env = RedundancyReward(env, **costs["redundancy"])
+    return env
+
+
 def paired(before: list[str], after: list[str]) -> dict[str, Any]:
     """Two methods on the same held-out questions, question by question: how many the second
     answered right that the first did not (``gained``), the reverse (``lost``), and the exact
@@ -315,8 +346,10 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
     from hopgym.agents.rollout import RolloutCollector, RolloutConfig, summarize
     from hopgym.agents.scripted import OracleAgent
     from hopgym.agents.sft import SFTRunConfig, teacher_examples, train_sft
+    from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
     from hopgym.agents.tool_calls import speak_tools
     from hopgym.cli.train_jobs import load_policy
+    from hopgym.rewards.cost_reward import RedundancyReward
 
     # TRY NOT TO MODIFY: seeding (a script may seed globally; TRL's trainers seed too)
     torch.manual_seed(a.seed)
@@ -324,7 +357,13 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
     out = Path(a.out)
 
     def env_fn(split: str, reward: str | None) -> Any:
-        return lambda: gym.make(a.env, split=split, reward=reward, **a.env_kw)
+        def make() -> Any:
+            env = gym.make(a.env, split=split, reward=reward, **a.env_kw)
+            if reward is not None:
+                env = with_costs(env, a.costs)
+            return env
+
+        return make
 
     model, tok = load_policy(a.model, env_fn("train", None)(), a.tiny, a.seed)
     if torch.cuda.is_available():
@@ -354,6 +393,12 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
         )
         trajs = col.collect(test_q, 1, seed=0)
         res[name] = summarize(trajs)
+        if "redundancy" in a.costs:  # each repeated query costs query_penalty
+            default = inspect.signature(RedundancyReward).parameters["query_penalty"].default
+            penalty = a.costs["redundancy"].get("query_penalty", default)
+            res[name]["redundant_searches_per_episode"] = (
+                -res[name].get("reward_terms/redundancy_query", 0.0) / penalty
+            )
         # Which questions: two methods compare question by question on the same held-out set.
         res[f"{name}_right"] = [t.question_id for t in trajs if t.em]
         res[f"em_{name}"] = res[name]["em"]
@@ -372,9 +417,13 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
 
     def oracle_data(n: int, offset: int) -> list[dict[str, Any]]:
         draw = [train_q[int(i)] for i in rng.integers(len(train_q), size=n)]
-        return teacher_examples(
-            env_fn("train", None), lambda e: speak_tools(OracleAgent(e), e), draw, tok, seed=a.seed + offset
-        )
+
+        def agent(e: Any) -> Any:
+            if not a.teacher:
+                return speak_tools(OracleAgent(e), e)
+            return speak_tools(ImperfectTeacher(e, TeacherConfig(**a.teacher), seed=a.seed + offset), e)
+
+        return teacher_examples(env_fn("train", None), agent, draw, tok, seed=a.seed + offset)
 
     lora = a.lora_config()
 

@@ -144,7 +144,9 @@ class GRPORunConfig:
             "help": "Episodes per loss forward and backward pass: a step's B x num_generations "
             "episodes go through the loss in passes of this many and their gradients add up "
             "(TRL's gradient_accumulation_steps): the same update and one rollout per step, in "
-            "less memory. Unset: the whole step in one pass."
+            "less memory. With chunked_logprobs, the passes take the episodes by length, each "
+            "without its all-padding columns (less padding than TRL's shuffled passes). Unset: "
+            "the whole step in one pass."
         },
     )
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})

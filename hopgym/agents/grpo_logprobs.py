@@ -22,6 +22,15 @@ function on the same hidden state); a position left out is 0, as TRL leaves prom
 and the loss multiplies it by a mask of 0. So the loss, the gradient and the logged metrics are
 those of TRL's path (``tests/agents/test_grpo_logprobs.py`` compares them).
 
+With a step in several loss passes (``GRPORunConfig.micro_batch_size``: TRL's gradient
+accumulation, one optimizer step per generation batch), TRL's shuffled passes are re-cut by
+length: each takes rows of similar length (prompt + completion tokens) and drops the columns that
+are padding in all of them, so that fewer padding positions go through the backbone. The loss
+terms of the passes still add up to the step's loss (DAPO's normaliser counts the whole batch's
+tokens; only ``bnpo`` normalises each pass by its own tokens, which depend on the split, as they
+do in TRL's shuffled passes), and a row's positions shift by the prompt padding dropped, which rotary position
+embeddings do not see; so the update is the same up to float rounding.
+
 A case this path does not cover runs TRL's own: a wrapped model (DDP, ``torch.compile``), image
 inputs, an MoE auxiliary loss, logits scaled or soft-capped by the model's config.
 """
@@ -39,19 +48,28 @@ TOKENS_PER_TILE = 1024
 #: threshold (32 MB), so the tiles' buffers come back from the heap instead of fresh pages.
 VOCAB_PER_TILE = 4096
 
-#: Config fields that scale or cap the logits; a model with any of them runs TRL's own path.
-_SCALED_LOGITS = (
-    "final_logit_softcapping",
-    "logit_scale",
-    "output_multiplier",
-    "lm_head_multiplier",
-    "logits_scaling",
-)
-
 #: Inputs of the loss it takes the exponential of a difference with (a left-out position's 0 minus a
 #: stored value could overflow there, and 0 x inf is not 0). The sampling log-probs a rollout
 #: returns are only subtracted and masked (TRL's off-policy mask).
 _STORED_LOGPROBS = ("old_per_token_logps", "ref_per_token_logps")
+
+#: The keys of a generation batch that :func:`_length_sorted` knows how to cut (prompt columns,
+#: completion columns, one value per row, one per batch); a batch with any other one (images, vLLM
+#: importance sampling) keeps TRL's shuffled micro-batches.
+_MICRO_BATCH_KEYS = frozenset(
+    {
+        "prompt_ids",
+        "prompt_mask",
+        "completion_ids",
+        "completion_mask",
+        "tool_mask",
+        "sampling_per_token_logps",
+        "old_per_token_logps",
+        "ref_per_token_logps",
+        "advantages",
+        "num_items_in_batch",
+    }
+)
 
 _TRAINER: Any = None
 
@@ -74,10 +92,29 @@ def _build() -> Any:
     from trl.extras.profiling import profiling_decorator
     from trl.kernels import ChunkedLogProbFunction
 
+    from hopgym.agents.rollout import SCALED_LOGITS
+
     class ChunkedLogprobGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         """``GRPOTrainer`` whose per-token log-probs skip the positions the loss masks out."""
 
         _score_mask: Any = None
+
+        def _prepare_inputs(self, generation_batch: Any) -> Any:
+            # TRL shuffles a fresh generation batch and splits it into its micro-batches; here
+            # they are then re-cut by length, each with its all-padding columns dropped.
+            buffered = self._buffered_inputs
+            inputs = super()._prepare_inputs(generation_batch)
+            fresh = self._buffered_inputs
+            if (
+                fresh is not buffered
+                and self.model.training
+                and len(fresh) > 1
+                and self.args.steps_per_generation == self.args.gradient_accumulation_steps
+                and all(v is None or k in _MICRO_BATCH_KEYS for k, v in fresh[0].items())
+            ):
+                self._buffered_inputs = _length_sorted(fresh)
+                inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+            return inputs
 
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             # The env mask is known here only; positions it drops are read by nothing else when
@@ -107,7 +144,7 @@ def _build() -> Any:
                 compute_aux_loss
                 or any(v is not None for v in inputs.values())
                 or self.accelerator.unwrap_model(model) is not model
-                or any(getattr(config, k, None) is not None for k in _SCALED_LOGITS)
+                or any(getattr(config, k, None) is not None for k in SCALED_LOGITS)
             ):
                 return super()._get_per_token_logps_and_entropies(
                     model,
@@ -151,6 +188,33 @@ def _build() -> Any:
                 torch.cat(entropies) if compute_entropy else None,
                 None,
             )
+
+    def _length_sorted(micro_batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows of ``micro_batches`` re-cut into as many micro-batches of as many rows, by
+        length (prompt + completion tokens), each without the columns that are padding in all
+        its rows (left of the prompts, right of the completions)."""
+        first = micro_batches[0]
+        whole = {
+            k: torch.cat([m[k] for m in micro_batches]) if v is not None and v.ndim else v
+            for k, v in first.items()
+        }
+        rows = first["prompt_ids"].size(0)
+        length = whole["prompt_mask"].sum(1) + whole["completion_mask"].sum(1)
+        order = torch.argsort(length, stable=True)
+        out = []
+        for start in range(0, order.numel(), rows):
+            take = order[start : start + rows]
+            part: dict[str, Any] = {k: v[take] if v is not None and v.ndim else v for k, v in whole.items()}
+            used = part["prompt_mask"].any(0).nonzero()
+            left = int(used[0]) if used.numel() else part["prompt_mask"].size(1) - 1
+            used = part["completion_mask"].any(0).nonzero()
+            right = int(used[-1]) + 1 if used.numel() else 1
+            for k in _MICRO_BATCH_KEYS:
+                if part.get(k) is None or part[k].ndim < 2:
+                    continue
+                part[k] = part[k][:, left:] if k.startswith("prompt_") else part[k][:, :right]
+            out.append(part)
+        return out
 
     def _score(
         hidden: Any, targets: Any, head: Any, outputs: tuple[str, ...], temperature: float, fp32_head: bool

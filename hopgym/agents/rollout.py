@@ -781,22 +781,34 @@ def _cut_at_stops(
 LOGPROB_PASS_POSITIONS = 4096
 
 
+#: Logits of one tile of :func:`sequence_logprobs`'s LM-head pass, in bytes (positions x vocabulary x
+#: 4): 16 MB, under glibc's largest mmap threshold (32 MB), so the tiles' buffers come back from
+#: the heap instead of fresh pages (SmolLM2's 49,152 tokens: 85 positions a tile).
+LOGPROB_TILE_BYTES = 16 * 2**20
+
+
 def sequence_logprobs(
     model: Any,
     trajectories: Sequence[Trajectory],
     temperature: float = 1.0,
     max_positions: int = LOGPROB_PASS_POSITIONS,
+    model_tokens_only: bool = False,
 ) -> list[list[float]]:
     """Log-probs of every completion token of each trajectory under ``model`` (a forward pass).
 
     Computed as TRL recomputes them, ``log_softmax(logits / temperature)``; env tokens get values
-    too (callers mask them). ``temperature`` 0 means 1 (greedy rollouts have no sampling scale).
-    Trajectories of similar length share a pass, as many as keep the positions whose logits are
-    computed (from the shortest prompt on) under ``max_positions``; a longer one runs alone.
+    too (callers mask them), or with ``model_tokens_only`` 0.0 without being scored. ``temperature``
+    0 means 1 (greedy rollouts have no sampling scale). Trajectories of similar length share a
+    pass, as many as keep the positions from the shortest prompt on under ``max_positions``; a
+    longer one runs alone. A causal LM with a plain output layer (``base_model`` and
+    ``get_output_embeddings``, no logit scaling) runs its backbone once and projects only the
+    scored positions onto the vocabulary, in tiles of :data:`LOGPROB_TILE_BYTES`; another model
+    projects every position of the pass.
     """
     torch = _torch()
     scale = temperature if temperature > 0 else 1.0
     device = next(model.parameters()).device
+    head = _plain_head(model)
     keep = "logits_to_keep" in _logits_kwargs(model)
     out: list[list[float]] = [[] for _ in trajectories]
     prompt = [len(t.prompt_ids) for t in trajectories]
@@ -812,7 +824,7 @@ def sequence_logprobs(
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.inference_mode():
             for rows in chunks:
                 seqs = [trajectories[j].prompt_ids + trajectories[j].completion_ids for j in rows]
                 width = max(total[j] for j in rows)
@@ -823,6 +835,24 @@ def sequence_logprobs(
                     ids[r, : len(x)] = torch.tensor(x, dtype=torch.long)
                     attn[r, : len(x)] = 1
                 ids, attn = ids.to(device), attn.to(device)
+                if head is not None:
+                    # Row r's completion token i sits at position prompt + i, predicted by the one before.
+                    at = [
+                        (r, prompt[j] - 1 + i)
+                        for r, j in enumerate(rows)
+                        for i, m in enumerate(trajectories[j].mask)
+                        if m or not model_tokens_only
+                    ]
+                    hidden = model.base_model(input_ids=ids, attention_mask=attn, use_cache=False)
+                    hidden = hidden.last_hidden_state
+                    r_at = torch.tensor([r for r, _ in at], dtype=torch.long, device=device)
+                    p_at = torch.tensor([p for _, p in at], dtype=torch.long, device=device)
+                    scored = _tiled_logprobs(hidden[r_at, p_at], ids[r_at, p_at + 1], head, scale).tolist()
+                    values = iter(scored)
+                    for j in rows:
+                        mask = trajectories[j].mask
+                        out[j] = [next(values) if m or not model_tokens_only else 0.0 for m in mask]
+                    continue
                 kw = {"logits_to_keep": width - first} if keep else {}
                 logits = model(input_ids=ids, attention_mask=attn, **kw).logits
                 logits = logits[:, -(width - first) :][:, :-1].float() / scale  # positions first..width-2
@@ -830,10 +860,56 @@ def sequence_logprobs(
                 logp = logits.gather(-1, targets)[..., 0] - torch.logsumexp(logits, -1)
                 for r, j in enumerate(rows):
                     p = prompt[j] - 1 - first
-                    out[j] = logp[r, p : p + len(trajectories[j].completion_ids)].tolist()
+                    lps = logp[r, p : p + len(trajectories[j].completion_ids)].tolist()
+                    mask = trajectories[j].mask
+                    out[j] = [
+                        v if m or not model_tokens_only else 0.0 for v, m in zip(lps, mask, strict=True)
+                    ]
     finally:
         model.train(was_training)
     return out
+
+
+#: Config fields that scale or cap a model's logits: such a model's log-probs come from its own
+#: forward (its ``logits``), not from its backbone and output layer.
+SCALED_LOGITS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
+
+
+def _plain_head(model: Any) -> Any:
+    """``model``'s output layer when its logits are ``head(base_model(...).last_hidden_state)``."""
+    base = getattr(model, "base_model", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    config: Any = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if (
+        base is None
+        or base is model
+        or head is None
+        or not hasattr(head, "weight")
+        or any(getattr(text, k, None) is not None for k in SCALED_LOGITS)
+    ):
+        return None
+    return head
+
+
+def _tiled_logprobs(hidden: Any, targets: Any, head: Any, scale: float) -> Any:
+    """Log-probs of ``targets`` [N] after ``hidden`` [N, H] under ``head``, in tiles of
+    :data:`LOGPROB_TILE_BYTES` of fp32 logits."""
+    torch = _torch()
+    rows = max(1, LOGPROB_TILE_BYTES // (4 * head.weight.size(0)))
+    out = []
+    for start in range(0, hidden.size(0), rows):
+        logits = head(hidden[start : start + rows]).float() / scale
+        tgt = targets[start : start + rows, None]
+        out.append(logits.gather(-1, tgt)[:, 0] - torch.logsumexp(logits, -1))
+    return torch.cat(out) if out else hidden.new_zeros(0)
 
 
 def frozen_copy(model: Any) -> Any:
@@ -873,7 +949,7 @@ def policy_stats(
     nll = -sum(lp for t in trajectories for lp, m in zip(t.logprobs, t.mask, strict=True) if m)
     out = {"entropy": nll / max(n_tok, 1)}
     if ref_model is not None and n_tok:
-        ref = sequence_logprobs(ref_model, trajectories, temperature)
+        ref = sequence_logprobs(ref_model, trajectories, temperature, model_tokens_only=True)
         total = 0.0
         for t, r in zip(trajectories, ref, strict=True):
             for lp, rp, m in zip(t.logprobs, r, t.mask, strict=True):

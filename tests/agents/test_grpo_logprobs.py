@@ -100,7 +100,9 @@ def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float):
     tok = build_tokenizer(task_texts(env.unwrapped.task))
     qids = [s.id for s in env.unwrapped.task.samples]
     runs = []
-    for chunked in (False, True):
+    # The tiled path in one loss pass, and in passes of 2 episodes re-cut by length (whose
+    # gradients add up to the same update).
+    for chunked, micro in ((False, None), (True, None), (True, 2)):
         model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
         seen: list[Trajectory] = []
         run = train_grpo(
@@ -109,8 +111,9 @@ def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float):
             lambda: LengthReward(make_env(None)),
             qids,
             GRPORunConfig(
-                output_dir=str(tmp_path / f"{chunked}"),
+                output_dir=str(tmp_path / f"{chunked}{micro}"),
                 questions_per_step=2,
+                micro_batch_size=micro,
                 max_new_tokens=8,
                 plot=False,
                 track_kl=False,
@@ -121,20 +124,28 @@ def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float):
                     "learning_rate": 1e-1,
                     "optim": "sgd",
                     "beta": beta,
-                    "max_completion_length": 120,
+                    "max_completion_length": 400,
                 },
             ),
             on_trajectories=seen.extend,
         )
         assert isinstance(run.trainer, grpo_logprobs.chunked_grpo_trainer()) == chunked
+        if micro:  # 3 passes of 2 rows, shortest first, each as wide as its longest completion
+            passes = run.trainer._buffered_inputs
+            lengths = [m["completion_mask"].sum(1).tolist() for m in passes]
+            assert len(passes) == 3 and sum(lengths, []) == sorted(len(t.completion_ids) for t in seen)
+            assert [m["completion_ids"].size(1) for m in passes] == [max(n) for n in lengths]
         runs.append((snapshot(model), [(t.completion_ids, t.mask) for t in seen], run.history[0]))
-    (w_plain, eps_plain, log_plain), (w_tiled, eps_tiled, log_tiled) = runs
-    assert eps_plain == eps_tiled
+    (w_plain, eps_plain, log_plain), (w_tiled, eps_tiled, log_tiled), (w_micro, eps_micro, _) = runs
+    assert eps_plain == eps_tiled == eps_micro
+    # The episodes differ in length: the micro-batches are cut from sorted rows, with less padding.
+    assert len({len(ids) for ids, _ in eps_plain}) > 1
     # Observation tokens inside the completions: the env mask leaves positions out of the tiled path.
     assert any(0 in mask[:-1] for _, mask in eps_plain)
     start = snapshot(build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0))
     assert max((a - b).abs().max().item() for a, b in zip(start, w_plain, strict=True)) > 1e-3
-    for a, b in zip(w_plain, w_tiled, strict=True):
+    for a, b, c in zip(w_plain, w_tiled, w_micro, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-6)
     for key in ("loss", "entropy"):
         assert log_tiled[key] == pytest.approx(log_plain[key], rel=1e-4, abs=1e-6), key

@@ -146,6 +146,26 @@ def test_sequence_logprobs_are_the_sampling_logprobs_in_any_packing(tok, model, 
     assert policy_stats(trajs, model, cfg.temperature)["kl_ref"] < 1e-6  # the model against itself
 
 
+def test_sequence_logprobs_tiled_head_matches_full_logits(tok, model, qids, monkeypatch):
+    """The backbone-and-tiled-head pass gives the full-logits pass's values at every completion
+    token; with model_tokens_only, the model's tokens keep them and env tokens are 0.0."""
+    import hopgym.agents.rollout as rollout
+
+    cfg = RolloutConfig(temperature=0.7, max_new_tokens=10, max_completion_tokens=240)
+    trajs = RolloutCollector(model, tok, lambda: make_env(None), cfg).collect(qids[:2], 2, seed=2)
+    assert any(0 in t.mask for t in trajs)  # observation tokens inside the completions
+    assert rollout._plain_head(model) is not None
+    monkeypatch.setattr(rollout, "LOGPROB_TILE_BYTES", 4 * len(tok) * 3)  # tiles of 3 positions
+    tiled = sequence_logprobs(model, trajs, cfg.temperature)
+    only = sequence_logprobs(model, trajs, cfg.temperature, model_tokens_only=True)
+    monkeypatch.setattr(rollout, "_plain_head", lambda m: None)
+    full = sequence_logprobs(model, trajs, cfg.temperature)
+    for t, a, b, c in zip(trajs, tiled, full, only, strict=True):
+        assert a == pytest.approx(b, abs=1e-5)
+        assert c == pytest.approx([x if m else 0.0 for x, m in zip(a, t.mask, strict=True)], abs=1e-5)
+        assert all(x == 0.0 for x, m in zip(c, t.mask, strict=True) if not m)
+
+
 def test_collect_is_reproducible_by_seed(tok, model, qids):
     col = RolloutCollector(
         model,

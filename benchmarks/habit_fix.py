@@ -1,0 +1,185 @@
+"""Fix a flawed teacher's habit by reward: over-searching, on SmolLM2-135M-Instruct (or a tiny model).
+
+1. **SFT** on :class:`~hopgym.agents.teachers.ImperfectTeacher` episodes with
+   ``extra_searches=1`` (every search repeated): the student learns the habit.
+2. From that checkpoint, each of ``--methods`` on the same budget of sampled episodes:
+
+   - ``grpo``: GRPO with the outcome reward plus
+     :class:`~hopgym.rewards.cost_reward.RedundancyReward` (a repeated query costs) and
+     :class:`~hopgym.rewards.cost_reward.SearchCostReward` (every search costs);
+   - ``rft``: rejection-sampling fine-tuning with the same reward (the highest-reward episodes);
+   - ``continue_sft``: more SFT on the same flawed teacher, as many episodes as GRPO sampled.
+
+3. After each: greedy held-out EM, searches and redundant (repeated-query) searches per episode
+   on the first ``n_eval`` test questions, and each method against the SFT question by question
+   (gained, lost, exact McNemar p). The goal (issue 40): redundant searches down by at least
+   half from the SFT at held-out EM no lower.
+
+Each phase is a run of ``examples/grpo_smollm2.py`` (its :func:`run`, with ``teacher`` and
+``costs`` set): the SFT one saves ``<out>/sft/checkpoint``; each method then starts from it. The
+results file is written after every phase, and a phase whose results it already has is skipped,
+so the same command resumes a stopped run at its first unfinished phase (a phase stopped midway
+starts over)::
+
+    OMP_NUM_THREADS=1 nohup python benchmarks/habit_fix.py --preset cpu --seed 0 \\
+        --json benchmarks/results/habit_fix_searches_seed0.json > /tmp/habit_fix_seed0.log 2>&1 &
+
+``--preset smoke`` runs every phase in seconds on a small model folder (``--model DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grpo_smollm2.py"
+
+#: The habit and the reward that prices it (both presets).
+HABIT: dict[str, Any] = {
+    "teacher": {"extra_searches": 1},
+    "costs": {"redundancy": {"query_penalty": 0.2}, "search_cost": {"per_search": 0.02}},
+    "reward": "default",
+}
+
+#: Settings over examples/grpo_smollm2.py's Args, per preset.
+PRESETS: dict[str, dict[str, Any]] = {
+    # SmolLM2 on 2 cores: a 24-step SFT, then 6 steps x 4 questions x 4 episodes = 96 sampled
+    # episodes per method, fp32; 100 held-out questions.
+    "cpu": dict(
+        model="runs/smollm2-135m-instruct",
+        sft_steps=24,
+        sft_batch=4,
+        sft_lr=1e-4,
+        grpo_steps=6,
+        questions_per_step=4,
+        group_size=4,
+        micro_batch=4,
+        grpo_lr=2e-5,
+        rft_lr=1e-5,
+        max_new_tokens=48,
+        n_eval=100,
+        bf16=False,
+    ),
+    # Seconds: every phase on a small model (no learning expected).
+    "smoke": dict(
+        env_kw={"hops": 2, "max_turns": 4, "n_entities": 100, "n_questions": 60},
+        sft_steps=2,
+        sft_batch=2,
+        sft_lr=1e-3,
+        grpo_steps=1,
+        questions_per_step=2,
+        group_size=2,
+        grpo_lr=1e-3,
+        max_new_tokens=8,
+        max_length=1024,
+        n_eval=3,
+        bf16=False,
+    ),
+}
+
+METHODS = ("grpo", "rft", "continue_sft")
+
+
+def load_example() -> Any:
+    """``examples/grpo_smollm2.py`` as a module."""
+    spec = importlib.util.spec_from_file_location("grpo_smollm2_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def redundant(stats: dict[str, Any]) -> float:
+    return stats["redundant_searches_per_episode"]
+
+
+def summary(res: dict[str, Any], example: Any) -> dict[str, Any]:
+    """Per method: redundant searches against the SFT's, and EM against it question by question."""
+    out: dict[str, Any] = {}
+    if "sft" not in res:
+        return out
+    base = redundant(res["sft"])
+    for m in METHODS:
+        if m not in res:
+            continue
+        pair = example.paired(res["sft_right"], res[f"{m}_right"])
+        drop = (base - redundant(res[m])) / base if base else None
+        out[m] = {
+            "redundant_sft": base,
+            "redundant": redundant(res[m]),
+            "redundant_drop": drop,
+            "em_sft": res["em_sft"],
+            "em": res[f"em_{m}"],
+            **pair,
+            # The goal: at least half the repeats gone, and EM not lower (no significant loss).
+            "goal_met": drop is not None
+            and drop >= 0.5
+            and not (pair["lost"] > pair["gained"] and pair["p_value"] < 0.05),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
+    p.add_argument("--model", default=None, help="A transformers folder (default: the preset's).")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--out", default=None, help="Run folder (default: runs/habit_fix/<preset>_seed<seed>).")
+    p.add_argument("--json", required=True, help="The results file (read back to resume).")
+    ns = p.parse_args(argv)
+    example = load_example()
+    out = Path(ns.out or f"runs/habit_fix/{ns.preset}_seed{ns.seed}")
+    sets = {**PRESETS[ns.preset], **HABIT, "seed": ns.seed, "out": str(out)}
+    if ns.model:
+        sets["model"] = ns.model
+    base = example.make_args("smoke" if ns.preset == "smoke" else "cpu", sets)
+    path = Path(ns.json)
+    res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    if res and res.get("args", {}).get("seed") != ns.seed:
+        raise SystemExit(f"{path} holds a run of seed {res['args'].get('seed')}, not {ns.seed}")
+    res.setdefault("phases", {})
+
+    def save() -> None:
+        res["args"] = asdict(base)
+        res["summary"] = summary(res, example)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(res, indent=1, default=str))
+        tmp.replace(path)
+
+    def phase(name: str, a: Any) -> None:
+        t0, c0 = time.perf_counter(), time.process_time()
+        got = example.run(a)
+        res.update({k: v for k, v in got.items() if k not in ("train_fields",)})
+        res["phases"][name] = {
+            "seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - c0,
+            "threads": int(os.environ["OMP_NUM_THREADS"]),
+        }
+        save()
+        print(f"[habit_fix] {name} done: {json.dumps(res['summary'].get(name, {}))}", flush=True)
+
+    checkpoint = out / "sft" / "checkpoint"
+    if "sft" not in res["phases"]:
+        phase("sft", replace(base, methods=()))
+    for m in ns.methods:
+        if m not in res["phases"]:
+            phase(m, replace(base, model=str(checkpoint), sft_steps=0, eval_start=False, methods=(m,)))
+    save()
+    return res
+
+
+if __name__ == "__main__":
+    main()
