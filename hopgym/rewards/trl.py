@@ -26,6 +26,7 @@ answer inside a closed ``<think>``), so hedging and hiding answers in thoughts e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from hopgym.errors import InvalidOptionError
@@ -81,6 +82,7 @@ def _prompt_text(prompt: Any) -> str:
     return ""
 
 
+@dataclass(eq=False, repr=False)
 class AnswerRewardFunc:
     """TRL reward: the guarded answer score of each completion (EM, F1, cover-EM, or a judge).
 
@@ -113,33 +115,25 @@ class AnswerRewardFunc:
         'hopgym_em'
     """
 
-    def __init__(
-        self,
-        metric: str = "em",
-        *,
-        answers_column: str = "answers",
-        question_column: str = "question",
-        protocol: str = "auto",
-        judge: Judge | None = None,
-        weight: float = 1.0,
-        hedge_guard: bool = True,
-        max_extra_tokens: int = 3,
-        name: str | None = None,
-        parse: str | None = None,
-        sources: Sequence[str] = ANY_SOURCE,
-    ) -> None:
-        check_answer_protocol(protocol)
-        check_parse_mode(parse, optional=True)
-        self.parse = parse
-        self.sources = sources
-        self.check = AnswerCheck(metric, judge, hedge_guard, max_extra_tokens)
-        self.metric = metric
-        self.answers_column = answers_column
-        self.question_column = question_column
-        self.protocol = protocol
-        self.judge = judge
-        self.weight = float(weight)
-        self.__name__ = name or f"hopgym_{metric}"
+    metric: str = "em"
+    _: KW_ONLY
+    answers_column: str = "answers"
+    question_column: str = "question"
+    protocol: str = "auto"
+    judge: Judge | None = None
+    weight: float = 1.0
+    hedge_guard: bool = True
+    max_extra_tokens: int = 3
+    name: str | None = None
+    parse: str | None = None
+    sources: Sequence[str] = ANY_SOURCE
+
+    def __post_init__(self) -> None:
+        check_answer_protocol(self.protocol)
+        check_parse_mode(self.parse, optional=True)
+        self.check = AnswerCheck(self.metric, self.judge, self.hedge_guard, self.max_extra_tokens)
+        self.weight = float(self.weight)
+        self.__name__ = self.name or f"hopgym_{self.metric}"
 
     def __repr__(self) -> str:
         return f"AnswerRewardFunc({self.metric!r}, name={self.__name__!r})"
@@ -180,6 +174,7 @@ class AnswerRewardFunc:
         return out
 
 
+@dataclass(eq=False, repr=False)
 class FormatRewardFunc:
     """TRL reward: ``value`` for a completion that :func:`is_well_formed`, else 0.
 
@@ -195,22 +190,18 @@ class FormatRewardFunc:
         [1.0, 0.0]
     """
 
-    def __init__(
-        self,
-        protocol: str = "tags",
-        *,
-        value: float = 1.0,
-        name: str = "hopgym_format",
-        parse: str | None = None,
-        sources: Sequence[str] = ANY_SOURCE,
-    ) -> None:
-        check_answer_protocol(protocol, concrete=True)
-        check_parse_mode(parse, optional=True)
-        self.parse = parse
-        self.sources = sources
-        self.protocol = protocol
-        self.value = float(value)
-        self.__name__ = name
+    protocol: str = "tags"
+    _: KW_ONLY
+    value: float = 1.0
+    name: str = "hopgym_format"
+    parse: str | None = None
+    sources: Sequence[str] = ANY_SOURCE
+
+    def __post_init__(self) -> None:
+        check_answer_protocol(self.protocol, concrete=True)
+        check_parse_mode(self.parse, optional=True)
+        self.value = float(self.value)
+        self.__name__ = self.name
 
     def __repr__(self) -> str:
         return f"FormatRewardFunc({self.protocol!r}, name={self.__name__!r})"
