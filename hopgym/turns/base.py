@@ -451,10 +451,13 @@ class Protocol:
             return Turn(text, "", error="empty turn")
         if max_chars is not None and len(text) > max_chars:
             return Turn(text[:max_chars], "", error=f"turn too long ({len(text)} > {max_chars} characters)")
-        return self.read_text(text, sources, max_calls)
+        if self.accepts_messages:
+            return self.read_text(text, sources, max_calls)
+        return Turn.of(text, self.parse(text, sources))
 
     def read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
-        """Read a turn's text (not blank, within the length limit); never raises."""
+        """Read a turn's text (not blank, within the length limit) of a protocol that
+        :attr:`accepts_messages`; never raises."""
         return Turn.of(text, self.parse(text, sources))
 
     def split_text(self, text: str) -> list[str]:

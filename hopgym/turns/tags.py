@@ -236,10 +236,13 @@ class TagsProtocol(Protocol):
 
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         m = _CANONICAL_RE.fullmatch(text)
-        if m is not None:
-            turn = _canonical_turn(m, sources)
-            if turn is not None:
-                return turn
+        if m is not None:  # as both modes read it (a blank thought: the general parser says why)
+            thought, kind, body = m.groups()
+            think = thought.strip() if thought is not None else ""
+            if kind is not None:
+                return make_action(kind, body, think, sources)
+            if think:
+                return ParsedTurn(Think(think), think)
         refused = over_limit(text, (_LOOSE_TAG_RE,), "tags in one turn")
         if refused is not None:
             return refused
@@ -398,14 +401,3 @@ class TagsProtocol(Protocol):
 answer now, as a short answer in the answer tags.\\n'
         """
         return (observation or "\n") + self.LAST_TURN + "\n"
-
-
-def _canonical_turn(m: re.Match[str], sources: Sequence[str]) -> ParsedTurn | None:
-    """The turn a :data:`_CANONICAL_RE` match holds, read as both parse modes read it (``None``
-    when neither block is there, or for a think-only turn whose thought is blank: the general
-    parser says what is wrong)."""
-    thought, kind, body = m.groups()
-    think = thought.strip() if thought is not None else ""
-    if kind is None:
-        return ParsedTurn(Think(think), think) if think else None
-    return make_action(kind, body, think, sources)

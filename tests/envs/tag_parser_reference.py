@@ -16,12 +16,10 @@ from hopgym.turns.base import quote as _quote
 from hopgym.turns.base import strip_spans as _strip_spans
 from hopgym.turns.tags import (
     _ANY_TAG_RE,
-    _CANONICAL_RE,
     _IN_THINK_ERROR,
     _INFO_ERROR,
     _NESTED_ERROR,
     TagsProtocol,
-    _canonical_turn,
     _no_action_error,
     _Tag,
     _truncated_error,
@@ -62,11 +60,6 @@ class ReferenceTagsProtocol(TagsProtocol):
     """:class:`~hopgym.turns.TagsProtocol` with the old (quadratic) parser."""
 
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
-        m = _CANONICAL_RE.fullmatch(text)
-        if m is not None:
-            turn = _canonical_turn(m, sources)
-            if turn is not None:
-                return turn
         if self.parse_mode == "strict":
             return _valid_issues(self._parse_strict(text, sources))
         return _valid_issues(self._parse_lenient(text, sources))
