@@ -179,6 +179,15 @@ class GRPORunConfig:
         },
     )
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
+    resume_from_checkpoint: str | None = field(
+        default=None,
+        metadata={
+            "help": "Continue a stopped run from one of its TRL checkpoints (saved with --trl "
+            "save_strategy='steps' save_steps=N): weights, optimizer, scheduler, step and RNG "
+            "states. A checkpoint-N folder, or 'last': the newest under output_dir (none there: "
+            "start afresh). The log keeps its rows up to that step; sampling seeds go on from it."
+        },
+    )
     track_kl: bool = field(
         default=True,
         metadata={
@@ -585,9 +594,20 @@ def train_grpo(
         _prepare_vllm(model, tokenizer, env_fn, config, args, out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "log.jsonl"
+    resume = _checkpoint_to_resume(config.resume_from_checkpoint, out)
+    kept: list[dict[str, Any]] = []
+    if resume is not None:
+        step = json.loads((resume / "trainer_state.json").read_text())["global_step"]
+        if log_path.exists():  # rows after the checkpoint are done again
+            rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+            kept = [r for r in rows if r.get("step", 0) <= step]
+        rollout.calls = step // args.num_iterations  # one rollout per generation batch
     if log_path.exists():
         log_path.unlink()
     curve = make_curve_callback(log_path)
+    if kept:
+        curve.history.extend(kept)
+        log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
     cbs = [curve, *callbacks]
     if config.time_limit_s is not None:
         cbs.append(TimeLimitCallback.make(config.time_limit_s))
@@ -618,10 +638,28 @@ def train_grpo(
     finally:
         model.config._name_or_path = name_or_path
     drop_log_printer(trainer, cbs)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     if config.plot:
         plot_curves(curve.history, out / "curves.png", title=f"GRPO ({args.loss_type})")
     return GRPOResult(trainer, curve.history, rollout)
+
+
+def _checkpoint_to_resume(value: str | None, out: Path) -> Path | None:
+    """The checkpoint folder :attr:`GRPORunConfig.resume_from_checkpoint` names, or ``None``."""
+    if value is None:
+        return None
+    if value == "last":
+        found = sorted(
+            (p for p in out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+            key=lambda p: int(p.name.split("-")[-1]),
+        )
+        return found[-1] if found else None
+    path = Path(value)
+    if not (path / "trainer_state.json").is_file():
+        raise InvalidOptionError(
+            f"resume_from_checkpoint: {path} is not a TRL checkpoint (no trainer_state.json)"
+        )
+    return path
 
 
 def _prepare_vllm(

@@ -1,0 +1,64 @@
+"""A GRPO run stopped after a checkpoint and resumed (``resume_from_checkpoint``) ends where the
+run that was never stopped ends: the same episodes at the resumed step, the same weights, the
+log's rows of both steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from test_train import LengthReward, make_env, snapshot  # noqa: E402
+
+from hopgym.agents.grpo import GRPORunConfig, train_grpo  # noqa: E402
+from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts  # noqa: E402
+from hopgym.errors import InvalidOptionError  # noqa: E402
+
+
+def _run(tok, qids, out: Path, steps: int, resume: str | None = None):
+    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    seen: list = []
+    run = train_grpo(
+        model,
+        tok,
+        lambda: LengthReward(make_env(None)),
+        qids,
+        GRPORunConfig(
+            output_dir=str(out),
+            questions_per_step=2,
+            max_new_tokens=8,
+            plot=False,
+            track_kl=False,
+            resume_from_checkpoint=resume,
+            trl={
+                "max_steps": steps,
+                "num_generations": 2,
+                "learning_rate": 1e-1,
+                "optim": "sgd",
+                "max_completion_length": 120,
+                "save_strategy": "steps",
+                "save_steps": 1,
+            },
+        ),
+        on_trajectories=lambda t: seen.append([x.completion_ids for x in t]),
+    )
+    return snapshot(model), seen, [r["step"] for r in run.history if "loss" in r]
+
+
+def test_resumed_run_matches_the_uninterrupted_one(tmp_path: Path):
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples]
+    w_whole, eps_whole, steps_whole = _run(tok, qids, tmp_path / "whole", 2)
+    _run(tok, qids, tmp_path / "cut", 1)  # stopped after step 1 (its checkpoint-1 saved)
+    assert (tmp_path / "cut" / "checkpoint-1" / "trainer_state.json").exists()
+    w_resumed, eps_resumed, steps_resumed = _run(tok, qids, tmp_path / "cut", 2, resume="last")
+    assert steps_whole == steps_resumed == [1, 2]
+    assert eps_resumed == eps_whole[1:]  # only step 2 sampled, with step 2's seed
+    for a, b in zip(w_whole, w_resumed, strict=True):
+        torch.testing.assert_close(b, a)
+    with pytest.raises(InvalidOptionError, match="not a TRL checkpoint"):
+        _run(tok, qids, tmp_path / "x", 1, resume=str(tmp_path / "nowhere"))
