@@ -327,24 +327,29 @@ def over_limit(text: str, patterns: Iterable[re.Pattern[str]], what: str) -> Par
     return None
 
 
-def one_action(
-    acts: Sequence[tuple[str, str]],
-    think: str,
-    issues: Iterable[FormatIssue],
-    sources: Sequence[str],
-    unit: str,
-    duplicate: str | None,
-) -> ParsedTurn:
-    """The turn of its actions ``acts`` (``(kind, body)``, at least one): several different ones
-    in one ``unit`` (turn, step) are refused; one written again is the format issue
-    ``duplicate`` (its detail), or refused when that is ``None``."""
-    if len(dict.fromkeys(acts)) > 1 or (len(acts) > 1 and duplicate is None):
-        kinds = ", ".join(k for k, _ in acts)
-        error = f"two actions in one {unit} ({kinds}): write exactly one"
-        return ParsedTurn(None, think=think, error=error, issues=tuple(issues))
-    if len(acts) > 1:
-        issues = [*issues, FormatIssue("duplicate_action", str(duplicate))]
-    return make_action(*acts[0], think, sources, tuple(issues))
+class Reading:
+    """What a text protocol's parser has read of a turn: its format issues (the first of each
+    code), its thoughts and its action blocks ``(kind, body)``."""
+
+    def __init__(self) -> None:
+        self.issues: dict[str, FormatIssue] = {}
+        self.thoughts: list[str] = []
+        self.acts: list[tuple[str, str]] = []
+
+    def issue(self, code: str, detail: str) -> None:
+        self.issues.setdefault(code, FormatIssue(code, detail))
+
+    def action(self, think: str, sources: Sequence[str], unit: str, duplicate: str | None) -> ParsedTurn:
+        """The turn of the action blocks (at least one): several different ones in one ``unit``
+        (turn, step) are refused; one written again is the format issue ``duplicate`` (its
+        detail), or refused when that is ``None``."""
+        acts, issues = self.acts, tuple(self.issues.values())
+        if len(dict.fromkeys(acts)) > 1 or (len(acts) > 1 and duplicate is None):
+            error = f"two actions in one {unit} ({', '.join(k for k, _ in acts)}): write exactly one"
+            return ParsedTurn(None, think=think, error=error)
+        if len(acts) > 1:
+            issues += (FormatIssue("duplicate_action", str(duplicate)),)
+        return make_action(*acts[0], think, sources, issues)
 
 
 def valid_issues(turn: ParsedTurn) -> ParsedTurn:

@@ -6,12 +6,12 @@ import re
 from collections.abc import Sequence
 
 from hopgym.corpora.types import Passage
-from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Think
+from hopgym.turns.actions import Action, ParsedTurn, Think
 from hopgym.turns.base import (
     Protocol,
+    Reading,
     argument,
     join_docs,
-    one_action,
     over_limit,
     quote,
     split_docs,
@@ -168,15 +168,10 @@ class R3Protocol(Protocol):
         else:
             text = "".join(_steps(text))
             marks = _at_line_starts(_R3_RE, text)
-        issues: list[FormatIssue] = []
-
-        def issue(code: str, detail: str) -> None:
-            if all(i.code != code for i in issues):
-                issues.append(FormatIssue(code, detail))
-
+        r = Reading()
         head = text[: marks[0][0]] if marks else ""
         if head.strip():
-            issue("text_outside_fields", f"text before the first field: {quote(head)}")
+            r.issue("text_outside_fields", f"text before the first field: {quote(head)}")
         fields: list[tuple[str, str]] = []
         for i, (start, label_end, m) in enumerate(marks):
             end = marks[i + 1][0] if i + 1 < len(marks) else len(text)
@@ -188,16 +183,16 @@ class R3Protocol(Protocol):
             since = marks[i - 1][0] if i else 0
             newline = text.rfind("\n", since, start)
             if (newline < 0 and i > 0) or text[newline + 1 if newline >= 0 else 0 : start].strip():
-                issue("inline_field", f"{m.group(1)!r} inside a line")
+                r.issue("inline_field", f"{m.group(1)!r} inside a line")
             kind, value = _R3_FIELDS[key], text[label_end:end].strip()
             if lenient and kind != "think" and "\n" in value:
                 value, rest = value.split("\n", 1)
                 if rest.strip():
-                    issue("text_outside_fields", f"text after the {kind} line: {quote(rest)}")
+                    r.issue("text_outside_fields", f"text after the {kind} line: {quote(rest)}")
             fields.append((kind, value))
         think = "\n".join(v for k, v in fields if k == "think")
         if not any(k == "think" for k, _ in fields):
-            issue("missing_analysis", "no 'The problem analysis:' line")
+            r.issue("missing_analysis", "no 'The problem analysis:' line")
         acts = [(k, " ".join(v.split())) for k, v in fields if k != "think"]
         if not acts:
             # Cut mid-sentence, with no action label anywhere (not even one strict mode skips).
@@ -211,8 +206,9 @@ class R3Protocol(Protocol):
             )
             error = _R3_TRUNCATED_ERROR if cut else "no 'The retrieval query:' or 'The final answer:' line"
             return ParsedTurn(None, think=think, error=error, truncated=cut)
+        r.acts = acts
         duplicate = f"the {acts[0][0]} line written {len(acts)} times" if lenient else None
-        return one_action(acts, think, issues, sources, "step", duplicate)
+        return r.action(think, sources, "step", duplicate)
 
     def render(self, action: Action) -> str:
         think = action.text if isinstance(action, Think) else action.think

@@ -31,13 +31,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hopgym.turns.actions import Action, FormatIssue, ParsedTurn, Think
+from hopgym.turns.actions import Action, ParsedTurn, Think
 from hopgym.turns.base import (
     Protocol,
+    Reading,
     argument,
     cut_blocks,
     make_action,
-    one_action,
     over_limit,
     quote,
     routes,
@@ -84,22 +84,17 @@ def _truncated_error(tag: str) -> str:
     )
 
 
-def _finish(
-    acts: list[tuple[str, str]],
-    think: str,
-    issues: Sequence[FormatIssue],
-    sources: Sequence[str],
-    open_tag: str | None,
-    duplicate: str | None,
-) -> ParsedTurn:
-    """The turn of its action blocks ``acts`` (see :func:`~hopgym.turns.base.one_action`); with
-    none, a turn cut inside ``open_tag``, a think step or a turn without an action."""
-    if acts:
-        return one_action(acts, think, issues, sources, "turn", duplicate)
+def _finish(r: Reading, sources: Sequence[str], open_tag: str | None, strict: bool) -> ParsedTurn:
+    """The turn of what was read (see :meth:`~hopgym.turns.base.Reading.action`); without an
+    action block, a turn cut inside ``open_tag``, a think step or a turn without an action."""
+    think = "\n".join(t.strip() for t in r.thoughts if t.strip())
+    if r.acts:
+        duplicate = None if strict else f"<{r.acts[0][0]}> written {len(r.acts)} times"
+        return r.action(think, sources, "turn", duplicate)
     if open_tag is not None:
         return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
     if think:
-        return ParsedTurn(Think(think), think=think, issues=tuple(issues))
+        return ParsedTurn(Think(think), think=think, issues=tuple(r.issues.values()))
     return ParsedTurn(None, error=_no_action_error(sources))
 
 
@@ -266,13 +261,12 @@ class TagsProtocol(Protocol):
             if open_tag is not None and not any(k != "think" for k, _, _ in blocks):
                 return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
             return ParsedTurn(None, error=f"unbalanced tag {tag}: close every tag you open")
-        issues: tuple[FormatIssue, ...] = ()
+        r = Reading()
         if rest.strip():
-            issues = (FormatIssue("text_outside_tags", f"text outside the tags: {quote(rest)}"),)
-        thoughts = (body.strip() for kind, body, _ in blocks if kind == "think")
-        think = "\n".join(t for t in thoughts if t)
-        acts = [(kind, body.strip()) for kind, body, _ in blocks if kind != "think"]
-        return _finish(acts, think, issues, sources, None, None)
+            r.issue("text_outside_tags", f"text outside the tags: {quote(rest)}")
+        r.thoughts = [body for kind, body, _ in blocks if kind == "think"]
+        r.acts = [(kind, body.strip()) for kind, body, _ in blocks if kind != "think"]
+        return _finish(r, sources, None, True)
 
     # ------------------------------------------------------------------ lenient
     def _parse_lenient(self, text: str, sources: Sequence[str]) -> ParsedTurn:
@@ -285,21 +279,14 @@ class TagsProtocol(Protocol):
         tags = _tags(text)
         if any(t.name == "information" for t in tags):
             return ParsedTurn(None, error=_INFO_ERROR)
-        issues: list[FormatIssue] = []
-
-        def issue(code: str, detail: str) -> None:
-            if all(i.code != code for i in issues):  # one entry per kind is enough
-                issues.append(FormatIssue(code, detail))
-
+        r = Reading()
         # Per name, the index of its last closing tag, and the indices of the think tags: the
         # lookups below use them instead of scanning the tags that follow (quadratic).
         last_closing = {u.name: k for k, u in enumerate(tags) if u.closing}
         think_tags = [k for k, u in enumerate(tags) if u.name == "think"]
         bad = next((t for t in tags if not t.exact), None)
         if bad is not None:
-            issue("malformed_tag", f"spaces inside a tag: {text[bad.start : bad.end]!r}")
-        thoughts: list[str] = []
-        acts: list[tuple[str, str]] = []
+            r.issue("malformed_tag", f"spaces inside a tag: {text[bad.start : bad.end]!r}")
         covered: list[tuple[int, int]] = []  # thought and action spans, tags included
         think_at: int | None = None  # where the open <think>'s text starts
         prev_end = 0  # end of the last tag handled
@@ -310,57 +297,55 @@ class TagsProtocol(Protocol):
             if t.name == "think":
                 if not t.closing:
                     if think_at is not None:  # a second <think> while one is open
-                        issue("unclosed_think", "<think> opened again before </think>")
-                        thoughts.append(text[think_at : t.start])
+                        r.issue("unclosed_think", "<think> opened again before </think>")
+                        r.thoughts.append(text[think_at : t.start])
                     think_at = t.end
                     covered.append((t.start, t.end))
                 elif think_at is None:
                     # "reasoning</think>": the text since the last tag is the thought (a chat
                     # template may have opened the <think> already).
-                    issue("unopened_think", "</think> without <think>")
-                    thoughts.append(text[last_end : t.start])
+                    r.issue("unopened_think", "</think> without <think>")
+                    r.thoughts.append(text[last_end : t.start])
                     covered.append((last_end, t.end))
                 else:
-                    thoughts.append(text[think_at : t.start])
+                    r.thoughts.append(text[think_at : t.start])
                     covered.append((think_at, t.end))
                     think_at = None
                 continue
             close = tags[i] if i < len(tags) else None  # a block is an opening tag and its closing one
             if t.closing or close is None or close[2:4] != (True, t.name):
                 if not t.closing and last_closing.get(t.name, -1) > i:  # closed after other tags
-                    return ParsedTurn(None, error=_NESTED_ERROR, issues=tuple(issues))
+                    return ParsedTurn(None, error=_NESTED_ERROR)
                 stray = (
                     f"{text[t.start : t.end]} without its opening tag"
                     if t.closing
                     else f"<{t.name}> is never closed"
                 )
-                issue("stray_tag", stray)
+                r.issue("stray_tag", stray)
                 covered.append((t.start, t.end))
                 continue
             if think_at is not None:
                 n = bisect_right(think_tags, i)
                 later = tags[think_tags[n]] if n < len(think_tags) else None  # the next think tag
                 if later is not None and later.closing:
-                    return ParsedTurn(None, error=_IN_THINK_ERROR, issues=tuple(issues))
-                issue("unclosed_think", "<think> is never closed")
-                thoughts.append(text[think_at : t.start])
+                    return ParsedTurn(None, error=_IN_THINK_ERROR)
+                r.issue("unclosed_think", "<think> is never closed")
+                r.thoughts.append(text[think_at : t.start])
                 covered.append((think_at, t.start))
                 think_at = None
-            acts.append((t.name, " ".join(text[t.end : close.start].split())))
+            r.acts.append((t.name, " ".join(text[t.end : close.start].split())))
             covered.append((t.start, close.end))
             prev_end, i = close.end, i + 1
         if think_at is not None:
-            issue("unclosed_think", "<think> is never closed")
-            thoughts.append(text[think_at:])
+            r.issue("unclosed_think", "<think> is never closed")
+            r.thoughts.append(text[think_at:])
             covered.append((think_at, len(text)))
         outside = strip_spans(text, covered, " ")
         if outside.strip():
-            issue("text_outside_tags", f"text outside the tags: {quote(outside)}")
-        think = "\n".join(s.strip() for s in thoughts if s.strip())
+            r.issue("text_outside_tags", f"text outside the tags: {quote(outside)}")
         # With no action, a turn that ends inside a tag (an open <think> at least) was cut short.
-        open_tag = None if acts else _open_at_end(tags) or ("think" if think_at is not None else None)
-        duplicate = f"<{acts[0][0]}> written {len(acts)} times" if acts else None
-        return _finish(acts, think, issues, sources, open_tag, duplicate)
+        open_tag = None if r.acts else _open_at_end(tags) or ("think" if think_at is not None else None)
+        return _finish(r, sources, open_tag, False)
 
     # ------------------------------------------------------------------ writing
     def render(self, action: Action) -> str:
