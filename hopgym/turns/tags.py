@@ -367,9 +367,8 @@ class TagsProtocol(Protocol):
             if routes(sources)
             else "either <search>query</search> or <answer>answer</answer>"
         )
-        return (
-            f"\n<information>Invalid turn: {reason}. Write <think>…</think> followed by "
-            f"{actions}.</information>\n"
+        return self.format_notice(
+            f"Invalid turn: {reason}. Write <think>…</think> followed by {actions}.", turn
         )
 
     #: The last-turn notice (a line of its own after the observation). It holds no tag: a model
