@@ -19,8 +19,9 @@ Each phase is a run of ``examples/grpo_smollm2.py`` (its :func:`run`, with ``tea
 ``costs`` set): the SFT one saves ``<out>/sft/checkpoint``; each method then starts from it. The
 results file is written after every phase, and a phase whose results it already has is skipped,
 so the same command resumes a stopped run at its first unfinished phase. GRPO saves a TRL
-checkpoint after every step and a stopped GRPO phase resumes from the newest one
-(``GRPORunConfig.resume_from_checkpoint``); an RFT or SFT phase stopped midway starts over::
+checkpoint after every step, and a stopped GRPO phase resumes from the newest one (TRL's
+``resume_from_checkpoint="last"``, which hopgym's GRPO acts on); an RFT or SFT phase stopped
+midway starts over::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/habit_fix.py --preset cpu --seed 0 \\
         --json benchmarks/results/habit_fix_searches_seed0.json > /tmp/habit_fix_seed0.log 2>&1 &
@@ -51,8 +52,12 @@ HABIT: dict[str, Any] = {
     "teacher": {"extra_searches": 1},
     "costs": {"redundancy": {"query_penalty": 0.2}, "search_cost": {"per_search": 0.02}},
     "reward": "default",
-    "grpo_resume": "last",
-    "trl": {"save_strategy": "steps", "save_steps": 1, "save_total_limit": 1},
+    "trl": {
+        "save_strategy": "steps",
+        "save_steps": 1,
+        "save_total_limit": 1,
+        "resume_from_checkpoint": "last",
+    },
 }
 
 #: Settings over examples/grpo_smollm2.py's Args, per preset.

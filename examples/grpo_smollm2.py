@@ -136,14 +136,6 @@ class Args:
         },
     )
     grpo_lr: float = field(default=1e-5, metadata={"help": "GRPO learning rate."})
-    grpo_resume: str | None = field(
-        default=None,
-        metadata={
-            "help": "GRPORunConfig.resume_from_checkpoint: 'last' continues from the newest TRL "
-            "checkpoint under <out>/grpo (saved with trl={'save_strategy': 'steps', "
-            "'save_steps': N}); None: start afresh."
-        },
-    )
     loss_type: str = field(default="dapo", metadata={"help": "TRL loss_type."})
     beta: float = field(default=0.0, metadata={"help": "GRPO KL coefficient."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (GRPO, RFT)."})
@@ -506,7 +498,6 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
                 resample_rounds=a.resample_rounds,
                 max_new_tokens=a.max_new_tokens,
                 rollout_batch_size=a.questions_per_step * a.group_size,
-                resume_from_checkpoint=a.grpo_resume,
                 trl={
                     "max_steps": a.grpo_steps,
                     "num_generations": a.group_size,

@@ -179,15 +179,6 @@ class GRPORunConfig:
         },
     )
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
-    resume_from_checkpoint: str | None = field(
-        default=None,
-        metadata={
-            "help": "Continue a stopped run from one of its TRL checkpoints (saved with --trl "
-            "save_strategy='steps' save_steps=N): weights, optimizer, scheduler, step and RNG "
-            "states. A checkpoint-N folder, or 'last': the newest under output_dir (none there: "
-            "start afresh). The log keeps its rows up to that step; sampling seeds go on from it."
-        },
-    )
     track_kl: bool = field(
         default=True,
         metadata={
@@ -594,7 +585,9 @@ def train_grpo(
         _prepare_vllm(model, tokenizer, env_fn, config, args, out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "log.jsonl"
-    resume = _checkpoint_to_resume(config.resume_from_checkpoint, out)
+    # TRL's resume_from_checkpoint (a field TrainingArguments has but does not act on): a
+    # checkpoint-N folder of this run, or "last", the newest under output_dir (none: afresh).
+    resume = _checkpoint_to_resume(args.resume_from_checkpoint, out)
     kept: list[dict[str, Any]] = []
     if resume is not None:
         step = json.loads((resume / "trainer_state.json").read_text())["global_step"]
@@ -645,7 +638,9 @@ def train_grpo(
 
 
 def _checkpoint_to_resume(value: str | None, out: Path) -> Path | None:
-    """The checkpoint folder :attr:`GRPORunConfig.resume_from_checkpoint` names, or ``None``."""
+    """The checkpoint folder that TRL's ``resume_from_checkpoint`` names, or ``None``: a
+    stopped run (saved with ``save_strategy="steps"``) goes on with its weights, optimizer,
+    scheduler, step and RNG states, the log's rows up to that step, and its sampling seeds."""
     if value is None:
         return None
     if value == "last":

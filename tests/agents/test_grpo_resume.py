@@ -1,4 +1,4 @@
-"""A GRPO run stopped after a checkpoint and resumed (``resume_from_checkpoint``) ends where the
+"""A GRPO run stopped after a checkpoint and resumed (TRL's ``resume_from_checkpoint``) ends where the
 run that was never stopped ends: the same episodes at the resumed step, the same weights, the
 log's rows of both steps."""
 
@@ -32,7 +32,6 @@ def _run(tok, qids, out: Path, steps: int, resume: str | None = None):
             max_new_tokens=8,
             plot=False,
             track_kl=False,
-            resume_from_checkpoint=resume,
             trl={
                 "max_steps": steps,
                 "num_generations": 2,
@@ -41,6 +40,7 @@ def _run(tok, qids, out: Path, steps: int, resume: str | None = None):
                 "max_completion_length": 120,
                 "save_strategy": "steps",
                 "save_steps": 1,
+                "resume_from_checkpoint": resume,
             },
         ),
         on_trajectories=lambda t: seen.append([x.completion_ids for x in t]),
