@@ -285,7 +285,19 @@ class ToolProtocol(Protocol):
                 message, end = None, 0
             if isinstance(message, dict) and "tool_calls" in message and not stripped[end:].strip():
                 return self._read_message(message, sources, max_calls)
-        return self._read_text(text, sources, max_calls)
+        found, issues = self._find(strip_spans(text, _closed_thoughts(text), None))
+        content = strip_spans(text, [(a, b) for a, b, _ in found])
+        think = _think_of(content)
+        if not found:
+            if _think_only(text) and think:
+                return Turn(content, think)  # a think-only turn
+            return Turn(content, think, error=_NO_CALL)
+        if len(found) == 1 and getattr(found[0][2], "cut", False):  # the turn ends inside its one call
+            return Turn(content.strip(), think, error=found[0][2].reason, truncated=True)
+        calls = tuple(self._call(obj, sources, think) for _, _, obj in found[: max_calls + 1])
+        return Turn(
+            content.strip(), think, calls, issues=tuple(issues), dropped=max(len(found) - max_calls - 1, 0)
+        )
 
     def _read_message(self, message: Mapping[str, Any], sources: Sequence[str], max_calls: int) -> Turn:
         content = message.get("content")
@@ -297,7 +309,7 @@ class ToolProtocol(Protocol):
         if not isinstance(raw, list):
             return Turn(content, "", error=f"tool_calls must be an array, got {_kind(raw)}")
         if not raw:
-            return self._read_text(content, sources, max_calls)  # calls written in the text itself
+            return self.read_text(content, sources, max_calls)  # calls written in the text itself
         think = _think_of(content)
         calls = tuple(self._call(entry, sources, think) for entry in raw[: max_calls + 1])
         return Turn(content, think, calls, dropped=max(len(raw) - max_calls - 1, 0))
@@ -343,21 +355,6 @@ class ToolProtocol(Protocol):
             issues.append(FormatIssue("repaired_tool_call", "a call the turn ended inside, closed"))
             found = [(a, b, v.value if isinstance(v, _Repaired) else v) for a, b, v in found]
         return found, issues
-
-    def _read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
-        found, issues = self._find(strip_spans(text, _closed_thoughts(text), None))
-        content = strip_spans(text, [(a, b) for a, b, _ in found])
-        think = _think_of(content)
-        if not found:
-            if _think_only(text) and think:
-                return Turn(content, think)  # a think-only turn
-            return Turn(content, think, error=_NO_CALL)
-        if len(found) == 1 and getattr(found[0][2], "cut", False):  # the turn ends inside its one call
-            return Turn(content.strip(), think, error=found[0][2].reason, truncated=True)
-        calls = tuple(self._call(obj, sources, think) for _, _, obj in found[: max_calls + 1])
-        return Turn(
-            content.strip(), think, calls, issues=tuple(issues), dropped=max(len(found) - max_calls - 1, 0)
-        )
 
     def _call(self, entry: Any, sources: Sequence[str], think: str) -> Call:
         """One call entry (hermes/llama/mistral object or OpenAI ``tool_calls`` entry) checked."""
