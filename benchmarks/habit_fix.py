@@ -63,7 +63,8 @@ HABIT: dict[str, Any] = {
 #: Settings over examples/grpo_smollm2.py's Args, per preset.
 PRESETS: dict[str, dict[str, Any]] = {
     # SmolLM2 on 2 cores: a 24-step SFT, then 6 steps x 4 questions x 4 episodes = 96 sampled
-    # episodes per method, fp32; 100 held-out questions.
+    # episodes per method, fp32; 100 held-out questions. GRPO's loss runs one episode a pass
+    # without checkpointing (less memory and time than checkpointed passes: docs/experiments.md).
     "cpu": dict(
         model="runs/smollm2-135m-instruct",
         sft_steps=24,
@@ -72,7 +73,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         grpo_steps=6,
         questions_per_step=4,
         group_size=4,
-        micro_batch=4,
+        micro_batch=1,
+        gradient_checkpointing=False,
         grpo_lr=2e-5,
         rft_lr=1e-5,
         max_new_tokens=48,
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         phase("sft", replace(base, methods=()))
     for m in ns.methods:
         if m not in res["phases"]:
-            phase(m, replace(base, model=str(checkpoint), sft_steps=0, eval_start=False, methods=(m,)))
+            after_sft = dict(sft_steps=0, skip_draws=base.sft_steps * base.sft_batch, eval_start=False)
+            phase(m, replace(base, model=str(checkpoint), methods=(m,), **after_sft))
     save()
     return res
 

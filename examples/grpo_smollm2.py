@@ -183,6 +183,14 @@ class Args:
         },
     )
     seed: int = field(default=0, metadata={"help": "Seeds SFT data, training and sampling."})
+    skip_draws: int = field(
+        default=0,
+        metadata={
+            "help": "Teacher questions drawn before this run's own: a run from another run's SFT "
+            "checkpoint (sft_steps=0) skips that SFT's sft_steps x sft_batch draws, so that "
+            "continue-SFT gets fresh questions, as it does after the SFT in one run."
+        },
+    )
     out: str = field(default="runs/grpo_smollm2", metadata={"help": "Output folder."})
 
     def __post_init__(self) -> None:
@@ -373,6 +381,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
     test_q = [s.id for s in env_fn("test", None)().unwrapped.task.samples][: a.n_eval]
     test_fn = env_fn("test", "default")
     rng = np.random.default_rng(a.seed)
+    rng.integers(len(train_q), size=a.skip_draws)  # another run's SFT draws: fresh questions after
     res: dict[str, Any] = {
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_questions": len(train_q),
