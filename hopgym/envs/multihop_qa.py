@@ -331,7 +331,7 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "question_id": self.sample.id,
             "question": self.sample.question,
             "source": self.source,
-            "sources": self.source_names,
+            "sources": self._source_names,
             "turn": 0,
             "max_turns": opts.max_turns,
         }
@@ -577,33 +577,33 @@ class MultiHopQAEnv(gym.Env[str, str]):
             "failed_searches": 0,
         }
 
-    def _budget(self, k: int) -> int:
-        max_docs = self.options.max_docs
-        return k if max_docs is None else min(k, max_docs - self.shown)
+    def _sizes(self, k: int) -> tuple[int, int]:
+        """How many documents a search for ``k`` may show (under ``max_docs``) and how many results
+        it asks for: with de-duplication, enough that that many unseen ones can remain."""
+        opts = self.options
+        budget = k if opts.max_docs is None else min(k, opts.max_docs - self.shown)
+        return budget, k + len(self.seen_ids) if opts.dedup else k
 
     def _request(self, query: str, k: int) -> SearchRequest | None:
         """The search :meth:`_search` runs for ``query`` (``None``: none, the cap is reached)."""
-        if self._budget(k) <= 0:
+        budget, ask = self._sizes(k)
+        if budget <= 0:
             return None
-        return SearchRequest(self._retriever(self.source), query, self._ask(k))
-
-    def _ask(self, k: int) -> int:
-        """How many results to ask for to show ``k``: with de-duplication, enough that ``k``
-        unseen ones can remain."""
-        return k + len(self.seen_ids) if self.options.dedup else k
+        return SearchRequest(self._retriever(self.source), query, ask)
 
     def _search(
         self, query: str, k: int
     ) -> tuple[list[Passage], list[str], list[str], str | None, str | None]:
         """Search the current source; returns (shown docs, their ids, raw ids, error, its kind)."""
-        budget = self._budget(k)
+        budget, ask = self._sizes(k)
         if budget <= 0:
             return [], [], [], None, None
         supplied, self._supplied = self._supplied, None
         try:
             # The request of :meth:`_request`, without building it: the step's usual case.
-            retriever = self._retrievers.get(self.source) or self._retriever(self.source)
-            ask = self._ask(k)
+            retriever = self._retrievers.get(self.source)
+            if retriever is None:
+                retriever = self._retriever(self.source)
             if (
                 supplied is not None
                 and supplied[0].retriever is retriever

@@ -98,7 +98,7 @@ class AnswerCheck:
         if not prediction:
             return 0.0
         s = self.string_score(prediction, golds)
-        if self.needs_judge(prediction, golds, s):
+        if self.judge is not None and self.needs_judge(prediction, golds, s):
             assert self.judge is not None
             s = max(s, as_score(self.judge.judge_answer(question, prediction, tuple(golds))))
         return s

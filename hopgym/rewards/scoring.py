@@ -25,6 +25,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import filterfalse
 from typing import Literal
 
 from hopgym.errors import InvalidOptionError
@@ -60,7 +61,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 # not white space (a word boundary without splitting) takes the general path.
 _DROP_PUNCT_BYTES = string.punctuation.encode("ascii")
 _CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1b\x7f]")
-_ARTICLE_WORDS = frozenset(("a", "an", "the"))
+_IS_ARTICLE = frozenset(("a", "an", "the")).__contains__
 _YES_NO = frozenset({"yes", "no", "noanswer"})
 
 #: What separates candidates in a hedged answer ("A, B", "A or B", "A/B"). Word separators are
@@ -103,7 +104,7 @@ def answer_tokens(text: str) -> list[str]:
     if text.isascii():
         raw = text.lower().encode("ascii").translate(None, _DROP_PUNCT_BYTES)
         if _CONTROL.search(raw) is None:
-            return [w for w in raw.decode("ascii").split() if w not in _ARTICLE_WORDS]
+            return list(filterfalse(_IS_ARTICLE, raw.decode("ascii").split()))
     return _ARTICLES.sub(" ", text.lower().translate(_DROP_PUNCT)).split()
 
 
@@ -126,9 +127,11 @@ def exact_match(prediction: str, golds: str | Iterable[str]) -> float:
         0.0
     """
     pred = normalize_answer(prediction)
-    if not pred:
-        return 0.0
-    return float(any(pred == normalize_answer(g) for g in _golds(golds)))
+    if pred:
+        for gold in _golds(golds):
+            if pred == normalize_answer(gold):
+                return 1.0
+    return 0.0
 
 
 def _f1(pred: list[str], gold: list[str]) -> float:
