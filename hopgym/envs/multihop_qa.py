@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from types import FrameType
 from typing import Any
 
@@ -27,6 +28,7 @@ from hopgym.turns.registry import get_protocol
 __all__ = ["MultiHopQAEnv", "SearchRequest", "qa_env"]
 
 _OBS_MAX = 1 << 22
+_DOC_ID = attrgetter("doc_id")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -616,11 +618,11 @@ class MultiHopQAEnv(gym.Env[str, str]):
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes an observation
             self.failed_searches += 1
             return [], [], [], f"{type(exc).__name__}: {exc}", failure_kind(exc)
-        raw = [p.doc_id for p in hits]
+        raw = list(map(_DOC_ID, hits))  # map, not a comprehension: no Python frame
         seen = self.seen_ids
         if self.options.dedup and not seen.isdisjoint(raw):
             docs = [p for p in hits if p.doc_id not in seen][:budget]
-            ids = [p.doc_id for p in docs]
+            ids = list(map(_DOC_ID, docs))
         else:  # nothing to drop: the ids are the first of ``raw``
             docs, ids = hits[:budget], raw[:budget]
         seen.update(ids)

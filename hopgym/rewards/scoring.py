@@ -126,10 +126,11 @@ def exact_match(prediction: str, golds: str | Iterable[str]) -> float:
         >>> exact_match("", [""])
         0.0
     """
-    pred = normalize_answer(prediction)
+    # Token lists compare as their normalised strings do (tokens hold no white space).
+    pred = answer_tokens(prediction)
     if pred:
         for gold in _golds(golds):
-            if pred == normalize_answer(gold):
+            if pred == answer_tokens(gold):
                 return 1.0
     return 0.0
 
