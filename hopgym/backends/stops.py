@@ -34,16 +34,10 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
         >>> cut_at_stop("The final answer: Oslo\\nStep 3:", ["\\nStep "])
         'The final answer: Oslo'
     """
-    best: tuple[int, str] | None = None
-    for stop in stops:
-        if not stop:
-            continue
-        i = text.find(stop)
-        if i >= 0 and (best is None or i < best[0] or (i == best[0] and len(stop) > len(best[1]))):
-            best = (i, stop)
-    if best is None:
+    found = [(at, -len(stop), stop) for stop in stops if stop and (at := text.find(stop)) >= 0]
+    if not found:
         return text
-    i, stop = best
+    i, _, stop = min(found)  # the first, and the longest of those that start there
     return text[: i + len(stop)] if stop_is_kept(stop) else text[:i]
 
 

@@ -496,11 +496,8 @@ class ToolProtocol(Protocol):
         parts = [message.get("content") or ""]
         for call in message.get("tool_calls") or ():
             fn = call["function"]
-            try:
-                args = decode(fn["arguments"].strip())[0]
-            except (JSONTextError, AttributeError, IndexError):
-                args = fn["arguments"]
-            parts.append(f"<tool_call>\n{dumps({'name': fn['name'], 'arguments': args})}\n</tool_call>")
+            call_json = dumps({"name": fn["name"], "arguments": _arguments(fn["arguments"])})
+            parts.append(f"<tool_call>\n{call_json}\n</tool_call>")
         return "\n".join(p for p in parts if p)
 
     def observation_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
@@ -565,12 +562,6 @@ def step_calls(assistant: Mapping[str, Any], info: Mapping[str, Any]) -> list[di
     out = []
     for i, call in enumerate(assistant.get("tool_calls") or ()):
         fn = call.get("function") or {}
-        args = fn.get("arguments")
-        if isinstance(args, str):
-            try:
-                args = decode(args.strip())[0]
-            except (JSONTextError, IndexError):
-                pass  # shown as written: the call's error says what is wrong with it
         call_info = ran[i] if i < len(ran) else None
         # Every call gets a tool message but an answer that ran (it ends the episode).
         answered = call_info is not None and call_info.get("answer") is not None
@@ -578,13 +569,22 @@ def step_calls(assistant: Mapping[str, Any], info: Mapping[str, Any]) -> list[di
         out.append(
             {
                 "name": fn.get("name") or "",
-                "arguments": args,
+                "arguments": _arguments(fn.get("arguments")),
                 "id": call.get("id"),
                 "info": call_info,
                 "result": None if reply is None else reply.get("content"),
             }
         )
     return out
+
+
+def _arguments(args: Any) -> Any:
+    """A call's arguments: a JSON string decoded, anything else (or a string that is not JSON:
+    the call's error says what is wrong with it) as written."""
+    try:
+        return decode(args.strip())[0] if isinstance(args, str) else args
+    except JSONTextError:
+        return args
 
 
 def _mistral(text: str) -> list[_Found]:
