@@ -84,15 +84,13 @@ def _truncated_error(tag: str) -> str:
     )
 
 
-def _finish(r: Reading, sources: Sequence[str], open_tag: str | None, strict: bool) -> ParsedTurn:
+def _finish(r: Reading, sources: Sequence[str], strict: bool) -> ParsedTurn:
     """The turn of what was read (see :meth:`~hopgym.turns.base.Reading.action`); without an
-    action block, a turn cut inside ``open_tag``, a think step or a turn without an action."""
+    action block, a think step or a turn without an action."""
     think = "\n".join(t.strip() for t in r.thoughts if t.strip())
     if r.acts:
         duplicate = None if strict else f"<{r.acts[0][0]}> written {len(r.acts)} times"
         return r.action(think, sources, "turn", duplicate)
-    if open_tag is not None:
-        return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
     if think:
         return ParsedTurn(Think(think), think=think, issues=tuple(r.issues.values()))
     return ParsedTurn(None, error=_no_action_error(sources))
@@ -266,7 +264,7 @@ class TagsProtocol(Protocol):
             r.issue("text_outside_tags", f"text outside the tags: {quote(rest)}")
         r.thoughts = [body for kind, body, _ in blocks if kind == "think"]
         r.acts = [(kind, body.strip()) for kind, body, _ in blocks if kind != "think"]
-        return _finish(r, sources, None, True)
+        return _finish(r, sources, True)
 
     # ------------------------------------------------------------------ lenient
     def _parse_lenient(self, text: str, sources: Sequence[str]) -> ParsedTurn:
@@ -336,6 +334,10 @@ class TagsProtocol(Protocol):
             r.acts.append((t.name, " ".join(text[t.end : close.start].split())))
             covered.append((t.start, close.end))
             prev_end, i = close.end, i + 1
+        # With no action, a turn that ends inside a tag (an open <think> at least) was cut short.
+        open_tag = None if r.acts else _open_at_end(tags) or ("think" if think_at is not None else None)
+        if open_tag is not None:
+            return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
         if think_at is not None:
             r.issue("unclosed_think", "<think> is never closed")
             r.thoughts.append(text[think_at:])
@@ -343,9 +345,7 @@ class TagsProtocol(Protocol):
         outside = strip_spans(text, covered, " ")
         if outside.strip():
             r.issue("text_outside_tags", f"text outside the tags: {quote(outside)}")
-        # With no action, a turn that ends inside a tag (an open <think> at least) was cut short.
-        open_tag = None if r.acts else _open_at_end(tags) or ("think" if think_at is not None else None)
-        return _finish(r, sources, open_tag, False)
+        return _finish(r, sources, False)
 
     # ------------------------------------------------------------------ writing
     def render(self, action: Action) -> str:
