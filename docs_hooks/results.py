@@ -1411,12 +1411,20 @@ def trl_grpo_tools() -> str:
         "load average",
     ]
     sft = data["sft_losses"]
+
+    def n(count: int, noun: str) -> str:
+        return f"{count} {noun}" + ("" if count == 1 else "s")
+
     note = (
         f"{data['model']} on `{data['env']}` (train split, `{env['reward']}` reward, {env['max_turns']} "
-        f"turns, top {env['top_k']} documents): {len(sft)} SFT steps (loss {sft[0]:.2f} to {sft[-1]:.2f}), "
-        f"then {len(hist)} of {s['steps']} GRPO steps, each {s['groups_per_step']} groups of {s['group']} "
-        f"rollouts (lr {s['lr']:g}, constant), {s['threads']} torch thread(s), "
-        f"{data['seconds_per_grpo_step']:.0f} s a step on average on a 2-core CPU shared with other jobs."
+        f"turns, top {n(env['top_k'], 'document')} per search): {len(sft)} SFT steps (loss "
+        f"{sft[0]:.2f} to {sft[-1]:.2f}), then {len(hist)} of {s['steps']} GRPO steps, each "
+        f"{n(s['groups_per_step'], 'group')} of {s['group']} "
+        f"rollouts (lr {s['lr']:g}, constant), {n(s['threads'], 'torch thread')}, "
+        f"{data['seconds_per_grpo_step']:.0f} s a step on average on a 2-core CPU shared with other jobs. "
+        f"Completion budget {s['max_completion_length']} tokens, tool replies included; the warm-up's "
+        f"oracle episodes take up to {max(data['sft_completion_tokens'])} with their closing reply (after "
+        "the `answer` call, which has settled the reward)."
     )
     if len(hist) >= 4:
         k = len(hist) // 4

@@ -87,15 +87,18 @@ def tool_episode(env: Any, sample: Any) -> list[dict[str, Any]]:
     return messages
 
 
-def sft_warmup(model: Any, tokenizer: Any, conversations: list, tools: list, steps: int, lr: float) -> list:
-    """``steps`` Adam steps (one conversation each, in order) on the assistant's tokens."""
+def sft_warmup(
+    model: Any, tokenizer: Any, conversations: list, tools: list, steps: int, lr: float
+) -> tuple[list[float], list[int]]:
+    """``steps`` Adam steps (one conversation each, in order) on the assistant's tokens; returns
+    the losses and each conversation's tokens after the prompt (tool replies included)."""
     import torch
     from trl.chat_template_utils import get_training_chat_template
 
     template = get_training_chat_template(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
-    losses = []
+    losses, lengths = [], []
     for step in range(steps):
         rendered = tokenizer.apply_chat_template(
             conversations[step % len(conversations)],
@@ -107,13 +110,14 @@ def sft_warmup(model: Any, tokenizer: Any, conversations: list, tools: list, ste
         ids = torch.tensor([rendered["input_ids"]])
         labels = ids.clone()
         labels[0, torch.tensor(rendered["assistant_masks"]) == 0] = -100
+        lengths.append(len(rendered["input_ids"]) - rendered["assistant_masks"].index(1))
         loss = model(input_ids=ids, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(round(loss.item(), 4))
         print(f"sft step {step + 1}/{steps}: loss {losses[-1]:.3f}", flush=True)
-    return losses
+    return losses, lengths
 
 
 def load(model_dir: str) -> tuple[Any, Any]:
@@ -178,19 +182,20 @@ def main() -> None:
         "searches, format; graded, so a group's rollouts differ even when none answers right)",
     )
     parser.add_argument("--max-turns", type=int, default=3)
-    parser.add_argument("--top-k", type=int, default=2, help="documents per search (shorter tool replies)")
+    parser.add_argument("--top-k", type=int, default=1, help="documents per search (shorter tool replies)")
     parser.add_argument("--sft-steps", type=int, default=12)
     parser.add_argument("--sft-lr", type=float, default=5e-5)
-    parser.add_argument("--steps", type=int, default=12, help="GRPO steps")
+    parser.add_argument("--steps", type=int, default=16, help="GRPO steps")
     parser.add_argument("--questions", type=int, default=64, help="train-split questions GRPO draws from")
     parser.add_argument("--group", type=int, default=4, help="rollouts per question (GRPO group)")
-    parser.add_argument("--groups-per-step", type=int, default=2)
+    parser.add_argument("--groups-per-step", type=int, default=1)
     parser.add_argument("--lr", type=float, default=2e-5, help="GRPO learning rate (constant)")
     parser.add_argument(
         "--max-completion-length",
         type=int,
-        default=256,
-        help="tokens of a rollout after the prompt, tool replies included (default: %(default)s)",
+        default=512,
+        help="tokens of a rollout after the prompt, tool replies included (default: %(default)s; the "
+        "oracle's episodes must fit, or the rollouts that search as it does are cut before they answer)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
@@ -233,12 +238,16 @@ def main() -> None:
         t0 = time.time()
         warmup = samples[a.questions : a.questions + a.sft_steps]
         conversations = [tool_episode(factory(), s) for s in warmup]
-        sft_losses = sft_warmup(model, tokenizer, conversations, tools, a.sft_steps, a.sft_lr)
-        sft = {"losses": sft_losses, "seconds": round(time.time() - t0, 1)}
+        sft_losses, lengths = sft_warmup(model, tokenizer, conversations, tools, a.sft_steps, a.sft_lr)
+        sft = {"losses": sft_losses, "seconds": round(time.time() - t0, 1), "completion_tokens": lengths}
         sft_record.write_text(json.dumps(sft) + "\n")
     else:
         sft = json.loads(sft_record.read_text())
     sft_losses, sft_seconds = sft["losses"], sft["seconds"]
+    longest = max(sft["completion_tokens"])
+    print(f"oracle episodes: up to {longest} tokens after the prompt; budget {a.max_completion_length}")
+    if longest > a.max_completion_length:
+        print(f"warning: --max-completion-length {a.max_completion_length} cuts the oracle's longest episode")
 
     # --- GRPO with TRL's environment_factory
     history: list[dict[str, Any]] = []  # one row per GRPO step, from TRL's log (resumed ones too)
@@ -253,6 +262,7 @@ def main() -> None:
             "env": ENV_ID,
             "env_kwargs": env_kwargs,
             "sft_losses": sft_losses,
+            "sft_completion_tokens": sft["completion_tokens"],
             "grpo_history": history,
             "reward_first_quarter": sum(rewards[:k]) / k if rewards else None,
             "reward_last_quarter": sum(rewards[-k:]) / k if rewards else None,

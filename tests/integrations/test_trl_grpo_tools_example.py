@@ -29,7 +29,8 @@ def test_run_then_resume_from_the_last_checkpoint(tmp_path: Path, monkeypatch):
     main()
     first = json.loads(out.read_text())
     assert first["complete"] and [h["step"] for h in first["grpo_history"]] == [1]
-    assert len(first["sft_losses"]) == 2 and first["settings"]["rollouts_per_step"] == 4
+    assert len(first["sft_losses"]) == len(first["sft_completion_tokens"]) == 2
+    assert first["settings"]["rollouts_per_step"] == 4
     assert (run / "checkpoint-1").is_dir() and out.with_suffix(".png").is_file()
 
     monkeypatch.setattr(sys, "argv", [*argv, "--steps", "2", "--resume"])
