@@ -18,7 +18,8 @@
 Each phase is a run of ``examples/grpo_smollm2.py`` (its :func:`run`, with ``teacher`` and
 ``costs`` set): the SFT one saves ``<out>/sft/checkpoint``; each method then starts from it. The
 results file is written after every phase, and a phase whose results it already has is skipped,
-so the same command resumes a stopped run at its first unfinished phase. GRPO saves a TRL
+so the same command resumes a stopped run at its first unfinished phase (an SFT that finished
+training only evaluates its saved checkpoint). GRPO saves a TRL
 checkpoint after every step, and a stopped GRPO phase resumes from the newest one (TRL's
 ``resume_from_checkpoint="last"``, which hopgym's GRPO acts on); an RFT or SFT phase stopped
 midway starts over::
@@ -183,7 +184,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"[habit_fix] {name} done: {json.dumps(res['summary'].get(name, {}))}", flush=True)
 
     checkpoint = out / "sft" / "checkpoint"
-    if "sft" not in res["phases"]:
+    if "sft" not in res["phases"] and (checkpoint / "sft_budget.json").exists():
+        # SFT trained before the run stopped, its evaluation unfinished: evaluate the checkpoint.
+        res["sft_budget"] = json.loads((checkpoint / "sft_budget.json").read_text())
+        phase("sft", replace(base, model=str(checkpoint), sft_steps=0, methods=()))
+    elif "sft" not in res["phases"]:
         phase("sft", replace(base, methods=()))
     for m in ns.methods:
         if m not in res["phases"]:

@@ -488,6 +488,8 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
         # the checkpoint other runs start from: --model OUT/sft/checkpoint --set sft_steps=0
         model.save_pretrained(out / "sft" / "checkpoint")
         tok.save_pretrained(out / "sft" / "checkpoint")
+        # with its budget, for a run stopped before its results file was written
+        (out / "sft" / "checkpoint" / "sft_budget.json").write_text(json.dumps(res["sft_budget"]))
     if a.eval_start:
         evaluate("sft")
     sft_state = copy.deepcopy(model.state_dict())

@@ -57,7 +57,7 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tmp_path: Path, monkeypat
     run = habit_fix.load_example().run
 
     def counted(a, *args, **kw):
-        calls.append(a.methods)
+        calls.append((*a.methods, a.sft_steps))
         return run(a, *args, **kw)
 
     real_load = habit_fix.load_example
@@ -74,5 +74,12 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tmp_path: Path, monkeypat
     del saved["phases"]["rft"]
     results.write_text(json.dumps(saved))
     again = habit_fix.main(argv)
-    assert calls == [("rft",)]
+    assert calls == [("rft", 0)]
     assert set(again["phases"]) == {"sft", "grpo", "rft", "continue_sft"}
+    # An SFT whose training finished (its checkpoint saved) but not its evaluation: evaluated only.
+    del saved["phases"]["sft"], saved["sft_budget"]
+    results.write_text(json.dumps(saved))
+    calls.clear()
+    again = habit_fix.main(argv)
+    assert calls == [(0,), ("rft", 0)]
+    assert again["sft_budget"]["steps"] == res["sft_budget"]["steps"] == 2
