@@ -378,7 +378,8 @@ class MultiHopQAEnv(gym.Env[str, str]):
         else:  # a think-only turn, or one that cannot be read at all: nothing to run
             self._supplied = None
             # The blank info is this step's info: no search ran, so its counts are current.
-            info = self._blank_info(turn.whole())  # type: ignore[assignment]  # a StepInfo is a dict
+            whole = turn.parsed if turn.parsed is not None else turn.whole()  # Turn.whole's first case
+            info = self._blank_info(whole)  # type: ignore[assignment]  # a StepInfo is a dict
             text = (
                 protocol.format_error(turn.error, n, self._source_names)
                 if turn.error is not None
