@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -143,7 +143,7 @@ class Turn:
             return cls(content, parsed.think, error=parsed.error, truncated=parsed.truncated, parsed=parsed)
         if isinstance(act, Think):
             return cls(content, parsed.think, (), None, parsed.issues, False, 0, parsed)
-        return cls(content, parsed.think, (Call(act.kind, argument(act), None, parsed),))
+        return cls(content, parsed.think, (Call(act.kind, getattr(act, ARGUMENT[act.kind]), None, parsed),))
 
     def whole(self) -> ParsedTurn:
         """A turn without calls as one :class:`ParsedTurn`: its error, or a think step."""
@@ -193,15 +193,8 @@ class Turn:
         return self.issues + tuple(i for _, p in self.run(max_calls) for i in p.issues)
 
 
-def argument(act: Action) -> str:
-    """What an action acts on: the query, the source, the answer or the thought."""
-    if isinstance(act, Search):
-        return act.query
-    if isinstance(act, Route):
-        return act.source
-    return act.text
-
-
+#: The field of each action that holds what it acts on: the query, the source, the answer or the thought.
+ARGUMENT = {"search": "query", "route": "source", "answer": "text", "think": "text"}
 #: A thought's opening and closing tags (any case), as every protocol that thinks in tags writes them.
 THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
@@ -276,19 +269,18 @@ def split_docs(body: str, first: str, between: str, sep: str, count: int) -> lis
     return [(title.strip(), text.strip()) for title, text in pairs]
 
 
-def join_docs(docs: Sequence[Passage], doc_chars: int | None, fmt: Callable[[int, Passage], str]) -> str:
-    """The documents of an observation, the k-th (from 1) written by ``fmt(k, doc)``, joined by
-    newlines and cut at ``doc_chars``."""
-    body = "\n".join([fmt(i, d) for i, d in enumerate(docs, 1)])
+def join_docs(docs: Sequence[Passage], doc_chars: int | None, fmt: str | None = None) -> str:
+    """The documents of an observation, each written with ``fmt.format(k, title, text)`` (``k``
+    from 1; by default as Search-R1 writes them, ``Doc 1 (Title: T) text``), joined by newlines
+    and cut at ``doc_chars``."""
+    if fmt is None:  # the usual case, in an f-string: no call per document
+        body = "\n".join([f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(docs, 1)])
+    else:
+        body = "\n".join([fmt.format(i, d.title, d.text) for i, d in enumerate(docs, 1)])
     if doc_chars is not None and len(body) > doc_chars:
         # R3-RAG cuts the joined document string, not each document.
         body = body[:doc_chars].rstrip() + " …"
     return body
-
-
-def titled_doc(i: int, doc: Passage) -> str:
-    """A document as Search-R1 writes it: ``Doc 1 (Title: T) text``."""
-    return f"Doc {i} (Title: {doc.title}) {doc.text}"
 
 
 def quote(text: str, limit: int = 40) -> str:
@@ -557,9 +549,9 @@ class Protocol:
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
     ) -> str:
         """The observation after a search; ``note`` (e.g. a repeated-query notice) comes first:
-        a notice (:meth:`format_notice`) of the documents, each as :func:`titled_doc` writes it."""
-        body = join_docs(docs, doc_chars, titled_doc)
-        return self.format_notice(f"{note}\n{body}" if note else body, turn)
+        :attr:`NOTICE` with the documents (:func:`join_docs`)."""
+        body = join_docs(docs, doc_chars)
+        return self.NOTICE.format(f"{note}\n{body}" if note else body)
 
     def format_notice(self, message: str, turn: int) -> str:
         """An observation that carries a short message (route done, no documents, search

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from hopgym.corpora.types import Passage
 from hopgym.turns.actions import Action, ParsedTurn, Think
 from hopgym.turns.base import (
+    ARGUMENT,
     Protocol,
     Reading,
-    argument,
     join_docs,
     over_limit,
     quote,
@@ -75,10 +75,6 @@ def _at_line_starts(body: re.Pattern[str], text: str) -> list[tuple[int, int, re
         out.append((start, m.end(), m))
         pos = m.end()
     return out
-
-
-def _r3_doc(i: int, doc: Passage) -> str:
-    return f"({i}) {doc.title}: {doc.text}"
 
 
 def _steps(text: str) -> list[str]:
@@ -215,7 +211,7 @@ class R3Protocol(Protocol):
         head = f"The problem analysis: {think or '-'}"
         if isinstance(action, Think):
             return head
-        return f"{head}\n{_R3_LABEL[action.kind]} {argument(action)}"
+        return f"{head}\n{_R3_LABEL[action.kind]} {getattr(action, ARGUMENT[action.kind])}"
 
     def prompt(self, question: str, sources: dict[str, str], max_turns: int, background: str = "") -> str:
         return super().prompt(question, sources, max_turns, background) + "Step 1:\n"
@@ -223,7 +219,7 @@ class R3Protocol(Protocol):
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
     ) -> str:
-        body = join_docs(docs, doc_chars, _r3_doc)
+        body = join_docs(docs, doc_chars, "({0}) {1}: {2}")
         head = f"\n{note}" if note else ""
         return f"{head}\nThe retrieval documents: {body}\nStep {turn + 1}:\n"
 

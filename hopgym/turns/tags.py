@@ -33,9 +33,9 @@ from typing import NamedTuple
 
 from hopgym.turns.actions import Action, ParsedTurn, Think
 from hopgym.turns.base import (
+    ARGUMENT,
     Protocol,
     Reading,
-    argument,
     cut_blocks,
     make_action,
     over_limit,
@@ -352,7 +352,7 @@ class TagsProtocol(Protocol):
         if isinstance(action, Think):
             return f"<think>{action.text}</think>"
         think = f"<think>{action.think}</think>" if action.think else ""
-        return f"{think}<{action.kind}>{argument(action)}</{action.kind}>"
+        return f"{think}<{action.kind}>{getattr(action, ARGUMENT[action.kind])}</{action.kind}>"
 
     def documents_of(self, observation: str, count: int) -> list[tuple[str, str]] | None:
         body = observation.strip()
