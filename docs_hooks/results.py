@@ -864,6 +864,82 @@ def grpo_step_chunked() -> str:
     return _table(header, rows)
 
 
+#: One 16-episode GRPO step on SmolLM2 before and after the step's cost work, the same episodes
+#: (``benchmarks/grpo_step_profile.py --compare``), and the issue's targets for it.
+GRPO_STEP_COST = "grpo_step_cost_smollm2_16ep"
+#: The targets of a 16-episode step: peak RSS at most 4 GB, step time at most half of before.
+GRPO_STEP_TARGETS = {"peak_rss_mib": 4096, "time_ratio": 0.5}
+
+
+def grpo_step_cost() -> str:
+    """Peak memory and time of one GRPO step on SmolLM2 with the settings before the step's cost
+    work and after it, on the same episodes, with each after-row's ratios and the targets."""
+    d = _load(GRPO_STEP_COST)
+    c = d["compare"]
+    runs, ratios = c["runs"], c["ratio"]
+    rows = []
+    for name, p in runs.items():
+        sec = p["seconds"]
+        rows.append(
+            [
+                f"**{name}**",
+                "`" + " ".join(p["options"]) + "`" if p["options"] else "(the defaults)",
+                f"{p['peak_rss_mib']:,.0f}",
+                f"{sec['generation'] + sec['env']:.0f}",
+                f"{sec['rollout_other']:.0f}",
+                f"{sec['loss_forward']:.0f}",
+                f"{sec['backward']:.0f}",
+                f"{p['step_s']:.0f}",
+                f"{p['cpu_user_s'] + p['cpu_system_s']:.0f}",
+                f"{p['minor_page_faults'] / 1e6:.1f}M",
+            ]
+        )
+        if name in ratios:
+            r = ratios[name]
+            rows.append(
+                [
+                    f"{name} / before",
+                    "",
+                    f"**{r['peak_rss_mib']:.2f}x**",
+                    "",
+                    "",
+                    f"{r['loss_forward_backward']:.2f}x (forward + backward)",
+                    "",
+                    f"**{r['step_s']:.2f}x**",
+                    f"**{r['cpu_s']:.2f}x**",
+                    f"{r['minor_page_faults']:.2f}x",
+                ]
+            )
+    header = [
+        "run",
+        "options",
+        "peak RSS (MiB)",
+        "sampling s",
+        "rest of rollout (KL-to-start) s",
+        "loss forward s",
+        "backward s",
+        "step wall s",
+        "CPU s (user + system)",
+        "minor page faults",
+    ]
+    lines = [_table(header, rows), ""]
+    if not c["same_episodes"]:
+        lines.append("The runs sampled different episodes: the comparison does not hold.")
+    limit, half = GRPO_STEP_TARGETS["peak_rss_mib"], GRPO_STEP_TARGETS["time_ratio"]
+    for name, r in ratios.items():
+        p = runs[name]
+        memory = "met" if p["peak_rss_mib"] <= limit else "not met"
+        wall = "met" if r["step_s"] <= half else "not met"
+        cpu = "met" if r["cpu_s"] <= half else "not met"
+        lines.append(
+            f"- **{name}**: peak RSS {p['peak_rss_mib']:,.0f} MiB against the {limit:,} MiB target: "
+            f"**{memory}**; step time {r['step_s']:.2f}x of before in wall seconds and "
+            f"{r['cpu_s']:.2f}x in CPU seconds against the {half}x target: **{wall}** (wall), "
+            f"**{cpu}** (CPU)."
+        )
+    return "\n".join(lines)
+
+
 #: The table of SFT -> GRPO / RFT / continue-SFT on SmolLM2 (``examples/grpo_smollm2.py``): each
 #: results file with the SFT checkpoint its run started from (docs/training.md says which is which).
 GRPO_SMOLLM2_TABLE = {
@@ -1649,6 +1725,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_step_profile": grpo_step_profile,
     "grpo_micro_batch": grpo_micro_batch,
     "grpo_step_chunked": grpo_step_chunked,
+    "grpo_step_cost": grpo_step_cost,
     "lora_memory": lora_memory,
     "logprob_memory": logprob_memory,
     "bf16_cpu": bf16_cpu,
