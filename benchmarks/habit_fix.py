@@ -51,7 +51,11 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grpo_smollm2.py"
 #: every step (the newest only) and resumes from the newest one there is.
 HABIT: dict[str, Any] = {
     "teacher": {"extra_searches": 1},
-    "costs": {"redundancy": {"query_penalty": 0.2}, "search_cost": {"per_search": 0.02}},
+    # The teacher's repeat is the query with "again" added: 0.6 of the words in common counts.
+    "costs": {
+        "redundancy": {"query_penalty": 0.2, "query_similarity": 0.6},
+        "search_cost": {"per_search": 0.02},
+    },
     "reward": "default",
     "trl": {
         "save_strategy": "steps",
@@ -61,43 +65,16 @@ HABIT: dict[str, Any] = {
     },
 }
 
-#: Settings over examples/grpo_smollm2.py's Args, per preset.
+#: Settings over the same-named preset of examples/grpo_smollm2.py (its ``cpu``: a 24-step SFT,
+#: then 6 steps x 4 questions x 4 episodes = 96 sampled episodes per method, 100 held-out
+#: questions; its ``smoke``: seconds on a small model). Here: fp32 (this experiment's CPUs have no
+#: fast bf16) with checkpointing (a fp32 SFT batch of 4 without it took over 11 GB), GRPO's loss
+#: one episode a pass, and turns enough for the teacher's 2 x 2 searches and its answer.
 PRESETS: dict[str, dict[str, Any]] = {
-    # SmolLM2 on 2 cores: a 24-step SFT, then 6 steps x 4 questions x 4 episodes = 96 sampled
-    # episodes per method, fp32; 100 held-out questions. GRPO's loss runs one episode a pass
-    # without checkpointing (less memory and time than checkpointed passes: docs/experiments.md).
-    "cpu": dict(
-        model="runs/smollm2-135m-instruct",
-        sft_steps=24,
-        sft_batch=4,
-        sft_lr=1e-4,
-        grpo_steps=6,
-        questions_per_step=4,
-        group_size=4,
-        micro_batch=1,
-        gradient_checkpointing=False,
-        grpo_lr=2e-5,
-        rft_lr=1e-5,
-        max_new_tokens=48,
-        n_eval=100,
-        bf16=False,
-    ),
-    # Seconds: every phase on a small model (no learning expected).
-    "smoke": dict(
-        env_kw={"hops": 2, "max_turns": 4, "n_entities": 100, "n_questions": 60},
-        sft_steps=2,
-        sft_batch=2,
-        sft_lr=1e-3,
-        grpo_steps=1,
-        questions_per_step=2,
-        group_size=2,
-        grpo_lr=1e-3,
-        max_new_tokens=8,
-        max_length=1024,
-        n_eval=3,
-        bf16=False,
-    ),
+    "cpu": dict(model="runs/smollm2-135m-instruct", micro_batch=1, gradient_checkpointing=True, bf16=False),
+    "smoke": dict(bf16=False),
 }
+ENV_KW: dict[str, Any] = {"max_turns": 6}
 
 METHODS = ("grpo", "rft", "continue_sft")
 
@@ -153,10 +130,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ns = p.parse_args(argv)
     example = load_example()
     out = Path(ns.out or f"runs/habit_fix/{ns.preset}_seed{ns.seed}")
-    sets = {**PRESETS[ns.preset], **HABIT, "seed": ns.seed, "out": str(out)}
+    env_kw = {**example.make_args(ns.preset, {}).env_kw, **ENV_KW}
+    sets = {**PRESETS[ns.preset], **HABIT, "env_kw": env_kw, "seed": ns.seed, "out": str(out)}
     if ns.model:
         sets["model"] = ns.model
-    base = example.make_args("smoke" if ns.preset == "smoke" else "cpu", sets)
+    base = example.make_args(ns.preset, sets)
     path = Path(ns.json)
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     if res and res.get("args", {}).get("seed") != ns.seed:
