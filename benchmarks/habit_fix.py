@@ -19,10 +19,10 @@ Each phase is a run of ``examples/grpo_smollm2.py`` (its :func:`run`, with ``tea
 ``costs`` set): the SFT one saves ``<out>/sft/checkpoint``; each method then starts from it. The
 results file is written after every phase, and a phase whose results it already has is skipped,
 so the same command resumes a stopped run at its first unfinished phase (an SFT that finished
-training only evaluates its saved checkpoint). GRPO saves a TRL
-checkpoint after every step, and a stopped GRPO phase resumes from the newest one (TRL's
-``resume_from_checkpoint="last"``, which hopgym's GRPO acts on); an RFT or SFT phase stopped
-midway starts over::
+training only evaluates its saved checkpoint). SFT, GRPO and continue-SFT save a TRL checkpoint
+after every step, and a phase stopped midway resumes from the newest one (TRL's
+``resume_from_checkpoint="last"``, which hopgym's trainers act on); an RFT phase stopped midway
+starts over::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/habit_fix.py --preset cpu --seed 0 \\
         --json benchmarks/results/habit_fix_searches_seed0.json > /tmp/habit_fix_seed0.log 2>&1 &
@@ -47,8 +47,16 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grpo_smollm2.py"
 
-#: The habit and the reward that prices it (both presets); GRPO saves a TRL checkpoint after
-#: every step (the newest only) and resumes from the newest one there is.
+#: TRL checkpoints of a phase's every step (the newest only), and resuming from the newest one.
+CHECKPOINTS: dict[str, Any] = {
+    "save_strategy": "steps",
+    "save_steps": 1,
+    "save_total_limit": 1,
+    "resume_from_checkpoint": "last",
+}
+
+#: The habit and the reward that prices it (both presets); SFT, continue-SFT and GRPO save a
+#: TRL checkpoint after every step and resume from the newest one there is.
 HABIT: dict[str, Any] = {
     "teacher": {"extra_searches": 1},
     # The teacher's repeat is the query with "again" added: 0.6 of the words in common counts.
@@ -57,12 +65,8 @@ HABIT: dict[str, Any] = {
         "search_cost": {"per_search": 0.02},
     },
     "reward": "default",
-    "trl": {
-        "save_strategy": "steps",
-        "save_steps": 1,
-        "save_total_limit": 1,
-        "resume_from_checkpoint": "last",
-    },
+    "trl": CHECKPOINTS,
+    "sft_trl": CHECKPOINTS,
 }
 
 #: Settings over the same-named preset of examples/grpo_smollm2.py (its ``cpu``: a 24-step SFT,

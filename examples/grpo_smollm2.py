@@ -142,6 +142,10 @@ class Args:
     trl: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "More GRPOConfig fields (over the ones above)."}
     )
+    sft_trl: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "More SFTConfig fields of the SFT and continue-SFT (over the ones above)."},
+    )
     bf16: bool | None = field(
         default=None,
         metadata={
@@ -466,6 +470,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
                     "logging_steps": 1,
                     "seed": a.seed,
                     **a.train_fields(),
+                    **a.sft_trl,
                 },
             ),
             lora=lora,

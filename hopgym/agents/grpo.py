@@ -62,7 +62,7 @@ from hopgym.agents.rollout import (
     stop_token_ids,
     summarize,
 )
-from hopgym.agents.sft import TimeLimitCallback, check_time_limit
+from hopgym.agents.sft import TimeLimitCallback, check_time_limit, checkpoint_to_resume
 from hopgym.envs.multihop_qa import qa_env
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
@@ -587,7 +587,7 @@ def train_grpo(
     log_path = out / "log.jsonl"
     # TRL's resume_from_checkpoint (a field TrainingArguments has but does not act on): a
     # checkpoint-N folder of this run, or "last", the newest under output_dir (none: afresh).
-    resume = _checkpoint_to_resume(args.resume_from_checkpoint, out)
+    resume = checkpoint_to_resume(args.resume_from_checkpoint, out)
     kept: list[dict[str, Any]] = []
     if resume is not None:
         step = json.loads((resume / "trainer_state.json").read_text())["global_step"]
@@ -635,26 +635,6 @@ def train_grpo(
     if config.plot:
         plot_curves(curve.history, out / "curves.png", title=f"GRPO ({args.loss_type})")
     return GRPOResult(trainer, curve.history, rollout)
-
-
-def _checkpoint_to_resume(value: str | None, out: Path) -> Path | None:
-    """The checkpoint folder that TRL's ``resume_from_checkpoint`` names, or ``None``: a
-    stopped run (saved with ``save_strategy="steps"``) goes on with its weights, optimizer,
-    scheduler, step and RNG states, the log's rows up to that step, and its sampling seeds."""
-    if value is None:
-        return None
-    if value == "last":
-        found = sorted(
-            (p for p in out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-            key=lambda p: int(p.name.split("-")[-1]),
-        )
-        return found[-1] if found else None
-    path = Path(value)
-    if not (path / "trainer_state.json").is_file():
-        raise InvalidOptionError(
-            f"resume_from_checkpoint: {path} is not a TRL checkpoint (no trainer_state.json)"
-        )
-    return path
 
 
 def _prepare_vllm(

@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -43,6 +44,7 @@ __all__ = [
     "TimeLimitCallback",
     "CLOCKS",
     "EntityRenamer",
+    "checkpoint_to_resume",
 ]
 
 #: What :func:`teacher_examples` does with a ``tools`` example whose ids differ from the template's.
@@ -454,5 +456,34 @@ def train_sft(
         peft_config=lora.peft_config() if lora is not None else None,
     )
     drop_log_printer(trainer, cbs)
-    trainer.train()
+    resume = checkpoint_to_resume(args.resume_from_checkpoint, Path(args.output_dir))
+    trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     return trainer
+
+
+def checkpoint_to_resume(value: str | None, out: Path) -> Path | None:
+    """The checkpoint folder that TRL's ``resume_from_checkpoint`` names, or ``None``.
+
+    ``value``: a ``checkpoint-N`` folder, or ``"last"``, the newest under ``out`` (the run's
+    ``output_dir``; none there: ``None``, a fresh start). :func:`train_sft` and
+    :func:`~hopgym.agents.grpo.train_grpo` resume from it (TRL's ``TrainingArguments`` has the
+    field but leaves acting on it to the script): a stopped run saved with
+    ``save_strategy="steps"`` goes on with its weights, optimizer, scheduler, step and RNG states.
+
+    Raises:
+        hopgym.errors.InvalidOptionError: ``value`` names a folder without ``trainer_state.json``.
+    """
+    if value is None:
+        return None
+    if value == "last":
+        found = sorted(
+            (p for p in out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+            key=lambda p: int(p.name.split("-")[-1]),
+        )
+        return found[-1] if found else None
+    path = Path(value)
+    if not (path / "trainer_state.json").is_file():
+        raise InvalidOptionError(
+            f"resume_from_checkpoint: {path} is not a TRL checkpoint (no trainer_state.json)"
+        )
+    return path

@@ -1,6 +1,6 @@
-"""A GRPO run stopped after a checkpoint and resumed (TRL's ``resume_from_checkpoint``) ends where the
-run that was never stopped ends: the same episodes at the resumed step, the same weights, the
-log's rows of both steps."""
+"""A GRPO or SFT run stopped after a checkpoint and resumed (TRL's ``resume_from_checkpoint``)
+ends where the run that was never stopped ends: for GRPO, the same episodes at the resumed step,
+the same weights, the log's rows of both steps; for SFT, the same weights."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ pytest.importorskip("trl")
 from test_train import LengthReward, make_env, snapshot  # noqa: E402
 
 from hopgym.agents.grpo import GRPORunConfig, train_grpo  # noqa: E402
+from hopgym.agents.scripted import OracleAgent  # noqa: E402
+from hopgym.agents.sft import SFTRunConfig, teacher_examples, train_sft  # noqa: E402
 from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts  # noqa: E402
 from hopgym.errors import InvalidOptionError  # noqa: E402
 
@@ -62,3 +64,25 @@ def test_resumed_run_matches_the_uninterrupted_one(tmp_path: Path):
         torch.testing.assert_close(b, a)
     with pytest.raises(InvalidOptionError, match="not a TRL checkpoint"):
         _run(tok, qids, tmp_path / "x", 1, resume=str(tmp_path / "nowhere"))
+
+
+def test_resumed_sft_matches_the_uninterrupted_one(tmp_path: Path):
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples][:4]
+    examples = teacher_examples(lambda: make_env(None), lambda e: OracleAgent(e), qids, tok)
+
+    def sft(out: Path, steps: int, resume: str | None = None) -> list:
+        model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+        trl = {"max_steps": steps, "per_device_train_batch_size": 2, "learning_rate": 1e-2}
+        trl |= {"save_strategy": "steps", "save_steps": 1, "resume_from_checkpoint": resume}
+        train_sft(model, tok, examples, SFTRunConfig(output_dir=str(out), trl=trl))
+        return snapshot(model)
+
+    whole = sft(tmp_path / "whole", 2)
+    sft(tmp_path / "cut", 1)
+    resumed = sft(tmp_path / "cut", 2, resume="last")
+    start = snapshot(build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0))
+    assert max((a - b).abs().max().item() for a, b in zip(start, whole, strict=True)) > 1e-4
+    for a, b in zip(whole, resumed, strict=True):
+        torch.testing.assert_close(b, a)

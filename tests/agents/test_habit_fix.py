@@ -41,7 +41,8 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tmp_path: Path, monkeypat
     argv = ["--preset", "smoke", "--model", str(model_dir), "--out", str(out), "--json", str(results)]
     res = habit_fix.main(argv)
     assert (out / "sft" / "checkpoint" / "config.json").exists()
-    assert (out / "grpo" / "checkpoint-1" / "trainer_state.json").exists()  # GRPO resumes from it
+    for phase, step in (("sft", 2), ("grpo", 1)):  # each resumes from its newest checkpoint
+        assert (out / phase / f"checkpoint-{step}" / "trainer_state.json").exists()
     assert set(res["phases"]) == {"sft", "grpo", "rft", "continue_sft"}
     assert res["args"]["teacher"] == {"extra_searches": 1}
     for name in ("sft", "grpo", "rft", "continue_sft"):
