@@ -464,8 +464,8 @@ def train_sft(
 def checkpoint_to_resume(value: str | None, out: Path) -> Path | None:
     """The checkpoint folder that TRL's ``resume_from_checkpoint`` names, or ``None``.
 
-    ``value``: a ``checkpoint-N`` folder, or ``"last"``, the newest under ``out`` (the run's
-    ``output_dir``; none there: ``None``, a fresh start). :func:`train_sft` and
+    ``value``: a ``checkpoint-N`` folder, or ``"last"``, the newest complete one under ``out``
+    (the run's ``output_dir``; none there: ``None``, a fresh start). :func:`train_sft` and
     :func:`~hopgym.agents.grpo.train_grpo` resume from it (TRL's ``TrainingArguments`` has the
     field but leaves acting on it to the script): a stopped run saved with
     ``save_strategy="steps"`` goes on with its weights, optimizer, scheduler, step and RNG states.
@@ -476,8 +476,13 @@ def checkpoint_to_resume(value: str | None, out: Path) -> Path | None:
     if value is None:
         return None
     if value == "last":
+        # A folder without trainer_state.json (written last) is a save that was cut short.
         found = sorted(
-            (p for p in out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+            (
+                p
+                for p in out.glob("checkpoint-*")
+                if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
+            ),
             key=lambda p: int(p.name.split("-")[-1]),
         )
         return found[-1] if found else None

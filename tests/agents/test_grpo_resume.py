@@ -81,6 +81,7 @@ def test_resumed_sft_matches_the_uninterrupted_one(tmp_path: Path):
 
     whole = sft(tmp_path / "whole", 2)
     sft(tmp_path / "cut", 1)
+    (tmp_path / "cut" / "checkpoint-7").mkdir()  # a save cut short: no trainer_state.json
     resumed = sft(tmp_path / "cut", 2, resume="last")
     start = snapshot(build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0))
     assert max((a - b).abs().max().item() for a, b in zip(start, whole, strict=True)) > 1e-4
