@@ -1506,9 +1506,13 @@ def trl_grpo_tools() -> str:
         k = len(hist) // 4
         first, last = data["reward_first_quarter"], data["reward_last_quarter"]
         verdict = "higher" if last > first else "not higher"
+        import statistics
+
+        spread = statistics.stdev(h["reward"] for h in hist)
         note += (
             f" Mean reward of the first {k} steps {first:.3f}, of the last {k} {last:.3f}: the last "
-            f"quarter's is {verdict} by {abs(last - first):.3f}."
+            f"quarter's is {verdict} by {abs(last - first):.3f} (the steps' means spread by {spread:.3f}, "
+            "one standard deviation)."
         )
     if not data["complete"]:
         note += (
