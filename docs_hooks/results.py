@@ -1514,6 +1514,8 @@ def trl_grpo_tools() -> str:
             f"quarter's is {verdict} by {abs(last - first):.3f} (the steps' means spread by {spread:.3f}, "
             "one standard deviation)."
         )
+    if s.get("resume"):
+        note += f" The last part of the run went on from a checkpoint (`--resume --steps {s['steps']}`)."
     if not data["complete"]:
         note += (
             f" The run stopped after step {hist[-1]['step'] if hist else 0} of {s['steps']} (a time limit); "
