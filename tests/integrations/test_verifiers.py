@@ -17,6 +17,7 @@ import json
 import math
 import sys
 import threading
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -416,7 +417,11 @@ def test_vf_eval_command_resolves_the_taskset(tmp_path):
 
     from hopgym.integrations.verifiers import TASKSET_ID
 
-    vf_eval = shutil.which("vf-eval") or pytest.skip("the vf-eval console script is not on PATH")
+    # The console script of the Python running the tests (a venv's bin/, activated or not), else PATH's.
+    here = Path(sys.executable).with_name("vf-eval")
+    vf_eval = str(here) if here.is_file() else shutil.which("vf-eval")
+    if vf_eval is None:
+        pytest.skip(f"the vf-eval console script is neither beside {sys.executable} nor on PATH")
     out = tmp_path / "out"
     argv = [vf_eval, TASKSET_ID, "--env.taskset.env-id", "hopgym/Tiny-v1", "--env.taskset.env-kwargs"]
     argv += ['{"reward": "searchr1"}', "--model", "m", "--dry-run", "--output-dir", str(out)]
