@@ -27,7 +27,7 @@ functions, the agents) reads it through this parser, in time linear in the turn'
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -49,14 +49,12 @@ from hopgym.turns.base import (
 __all__ = ["TagsProtocol"]
 
 _TAG_NAMES = ("think", "search", "route", "answer")
-# Both parsers are linear in the length of the turn (a 1 MB turn of tags parses in well under a
+# The parser is linear in the length of the turn (a 1 MB turn of tags parses in well under a
 # second): the regular expressions below never backtrack far (possessive white space; no lazy
 # ".*?" to a back-reference), and each tag is visited a bounded number of times.
-_EXACT_TAG_RE = re.compile(r"<(/?)(think|search|route|answer)>", re.IGNORECASE)
 _ANY_TAG_RE = re.compile(r"</?(think|search|route|answer|information)>", re.IGNORECASE)
 # Lenient mode also reads tags with spaces inside the brackets ("< search >", "</ answer>").
 _LOOSE_TAG_RE = re.compile(r"<\s*+(/?)\s*+(think|search|route|answer|information)\s*+>", re.IGNORECASE)
-_ACTION_NAMES = ("search", "route", "answer")
 # The canonical turn, as models trained on the protocol write it: an optional <think> block, then
 # at most one action block, in lower case, with nothing but white space around them and no "<"
 # inside. Both parse modes read such a turn the same way, so it skips the general parser.
@@ -82,18 +80,6 @@ def _truncated_error(tag: str) -> str:
         f"the turn ended inside <{tag}> before any complete action (cut off at the length "
         "limit?): keep your thoughts short"
     )
-
-
-def _finish(r: Reading, sources: Sequence[str], strict: bool) -> ParsedTurn:
-    """The turn of what was read (see :meth:`~hopgym.turns.base.Reading.action`); without an
-    action block, a think step or a turn without an action."""
-    think = "\n".join(t.strip() for t in r.thoughts if t.strip())
-    if r.acts:
-        duplicate = None if strict else f"<{r.acts[0][0]}> written {len(r.acts)} times"
-        return r.action(think, sources, "turn", duplicate)
-    if think:
-        return ParsedTurn(Think(think), think=think, issues=tuple(r.issues.values()))
-    return ParsedTurn(None, error=_no_action_error(sources))
 
 
 class _Tag(NamedTuple):
@@ -134,33 +120,6 @@ def _open_at_end(tags: Sequence[_Tag]) -> str | None:
                 depth[name] -= 1
             depth[name] -= 1
     return open_[-1] if open_ else None
-
-
-def _tag_blocks(text: str) -> tuple[list[tuple[str, str, tuple[int, int]]], str]:
-    """The well-formed ``<name>…</name>`` blocks of ``text`` (kind, body, span), left to right and
-    each closed by the first matching closing tag after it, and the text with the blocks removed.
-
-    What ``re.finditer(r"<(think|search|route|answer)>(.*?)</\\1>", text, re.I | re.S)`` finds,
-    in one pass: the lazy regular expression scans to the end of the text from every opening tag
-    that is never closed, which is quadratic in the number of tags.
-    """
-    opens: list[tuple[int, int, str]] = []
-    closes: dict[str, list[int]] = {name: [] for name in _TAG_NAMES}  # start of each </name>
-    for m in _EXACT_TAG_RE.finditer(text):
-        name = _tag_name(m.group(2))
-        if m.group(1):
-            closes[name].append(m.start())
-        else:
-            opens.append((m.start(), m.end(), name))
-    blocks: list[tuple[str, str, tuple[int, int]]] = []
-    pos = 0  # end of the last block
-    for start, end, name in opens:
-        k = bisect_left(closes[name], end)  # the first closing tag after the opening one
-        if start >= pos and k < len(closes[name]):
-            close = closes[name][k]
-            pos = close + len(name) + 3  # len("</name>")
-            blocks.append((name, text[end:close], (start, pos)))
-    return blocks, strip_spans(text, [span for _, _, span in blocks])
 
 
 class TagsProtocol(Protocol):
@@ -237,45 +196,22 @@ class TagsProtocol(Protocol):
             if think:
                 return ParsedTurn(Think(think), think)
         refused = over_limit(text, (_LOOSE_TAG_RE,), "tags in one turn")
-        if refused is not None:
-            return refused
-        if self.parse_mode == "strict":
-            return valid_issues(self._parse_strict(text, sources))
-        return valid_issues(self._parse_lenient(text, sources))
+        return refused if refused is not None else valid_issues(self._scan(text, sources))
 
-    # ------------------------------------------------------------------ strict
-    def _parse_strict(self, text: str, sources: Sequence[str]) -> ParsedTurn:
-        blocks, rest = _tag_blocks(text)
-        # Anything tag-shaped left after removing the well-formed blocks is unbalanced or stray.
-        stray = _ANY_TAG_RE.search(rest)
-        for _, body, _ in blocks:
-            if _ANY_TAG_RE.search(body):
-                return ParsedTurn(None, error=_NESTED_ERROR)
-        if stray is not None:
-            tag = stray.group(0)
-            if tag.lower() in ("<information>", "</information>"):
-                return ParsedTurn(None, error=_INFO_ERROR)
-            open_tag = _open_at_end([t for t in _tags(text) if t.exact])
-            if open_tag is not None and not any(k != "think" for k, _, _ in blocks):
-                return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
-            return ParsedTurn(None, error=f"unbalanced tag {tag}: close every tag you open")
-        r = Reading()
-        if rest.strip():
-            r.issue("text_outside_tags", f"text outside the tags: {quote(rest)}")
-        r.thoughts = [body for kind, body, _ in blocks if kind == "think"]
-        r.acts = [(kind, body.strip()) for kind, body, _ in blocks if kind != "think"]
-        return _finish(r, sources, True)
+    def _scan(self, text: str, sources: Sequence[str]) -> ParsedTurn:
+        """The general parser of both modes: one pass over the tags in order (strict mode reads
+        only the tags written without spaces). A block is an opening tag and the next tag, its
+        closing one; an opening tag closed only after other tags is nested; any other tag is
+        stray (lenient: a format issue; strict: the turn is invalid). Lenient mode reads a
+        ``<think>`` left open, or closed without being opened, as the thought around it.
 
-    # ------------------------------------------------------------------ lenient
-    def _parse_lenient(self, text: str, sources: Sequence[str]) -> ParsedTurn:
-        """Search-R1's reading: the first complete action block, everything else a format issue.
-
-        Longer than most functions on purpose: it is one pass over the tags in order, a small
-        state machine (the open ``<think>``, the end of the last tag handled, the spans covered),
-        and each branch's effect on that state reads best in one place.
+        Longer than most functions on purpose: it is a small state machine (the open
+        ``<think>``, the end of the last tag handled, the spans covered), and each branch's
+        effect on that state reads best in one place.
         """
-        tags = _tags(text)
-        if any(t.name == "information" for t in tags):
+        strict = self.parse_mode == "strict"
+        tags = [t for t in _tags(text) if t.exact or not strict]
+        if not strict and any(t.name == "information" for t in tags):
             return ParsedTurn(None, error=_INFO_ERROR)
         r = Reading()
         # Per name, the index of its last closing tag, and the indices of the think tags: the
@@ -292,7 +228,7 @@ class TagsProtocol(Protocol):
         while i < len(tags):
             t, last_end = tags[i], prev_end
             prev_end, i = t.end, i + 1
-            if t.name == "think":
+            if t.name == "think" and not strict:
                 if not t.closing:
                     if think_at is not None:  # a second <think> while one is open
                         r.issue("unclosed_think", "<think> opened again before </think>")
@@ -311,16 +247,17 @@ class TagsProtocol(Protocol):
                     think_at = None
                 continue
             close = tags[i] if i < len(tags) else None  # a block is an opening tag and its closing one
-            if t.closing or close is None or close[2:4] != (True, t.name):
-                if not t.closing and last_closing.get(t.name, -1) > i:  # closed after other tags
-                    return ParsedTurn(None, error=_NESTED_ERROR)
-                stray = (
-                    f"{text[t.start : t.end]} without its opening tag"
-                    if t.closing
-                    else f"<{t.name}> is never closed"
-                )
-                r.issue("stray_tag", stray)
-                covered.append((t.start, t.end))
+            if t.closing or close is None or close[2:4] != (True, t.name) or t.name == "information":
+                if not t.closing and t.name != "information" and last_closing.get(t.name, -1) > i:
+                    return ParsedTurn(None, error=_NESTED_ERROR)  # closed after other tags
+                if not strict:
+                    stray = (
+                        f"{text[t.start : t.end]} without its opening tag"
+                        if t.closing
+                        else f"<{t.name}> is never closed"
+                    )
+                    r.issue("stray_tag", stray)
+                    covered.append((t.start, t.end))
                 continue
             if think_at is not None:
                 n = bisect_right(think_tags, i)
@@ -331,21 +268,38 @@ class TagsProtocol(Protocol):
                 r.thoughts.append(text[think_at : t.start])
                 covered.append((think_at, t.start))
                 think_at = None
-            r.acts.append((t.name, " ".join(text[t.end : close.start].split())))
+            body = text[t.end : close.start]
+            if t.name == "think":
+                r.thoughts.append(body)
+            else:
+                r.acts.append((t.name, " ".join(body.split())))
             covered.append((t.start, close.end))
             prev_end, i = close.end, i + 1
+        # Strict: anything tag-shaped left once the blocks are cut out is unbalanced or stray.
+        stray_tag = _ANY_TAG_RE.search(strip_spans(text, covered)) if strict else None
+        if stray_tag is not None and stray_tag[0].lower() in ("<information>", "</information>"):
+            return ParsedTurn(None, error=_INFO_ERROR)
         # With no action, a turn that ends inside a tag (an open <think> at least) was cut short.
-        open_tag = None if r.acts else _open_at_end(tags) or ("think" if think_at is not None else None)
-        if open_tag is not None:
-            return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
+        if not r.acts and (strict is (stray_tag is not None)):
+            open_tag = _open_at_end(tags) or ("think" if think_at is not None else None)
+            if open_tag is not None:
+                return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
+        if stray_tag is not None:
+            return ParsedTurn(None, error=f"unbalanced tag {stray_tag[0]}: close every tag you open")
         if think_at is not None:
             r.issue("unclosed_think", "<think> is never closed")
             r.thoughts.append(text[think_at:])
             covered.append((think_at, len(text)))
-        outside = strip_spans(text, covered, " ")
+        outside = strip_spans(text, covered, "" if strict else " ")
         if outside.strip():
             r.issue("text_outside_tags", f"text outside the tags: {quote(outside)}")
-        return _finish(r, sources, False)
+        think = "\n".join(t.strip() for t in r.thoughts if t.strip())
+        if r.acts:
+            duplicate = None if strict else f"<{r.acts[0][0]}> written {len(r.acts)} times"
+            return r.action(think, sources, "turn", duplicate)
+        if think:
+            return ParsedTurn(Think(think), think=think, issues=tuple(r.issues.values()))
+        return ParsedTurn(None, error=_no_action_error(sources))
 
     # ------------------------------------------------------------------ writing
     def render(self, action: Action) -> str:

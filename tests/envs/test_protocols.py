@@ -452,9 +452,9 @@ CANONICAL_SOUP = st.lists(
 def test_the_canonical_fast_path_reads_as_the_general_parser(text):
     # parse() reads a canonical turn (an optional <think> block, then at most one action block)
     # without the general parser; both modes must give exactly what the general parser gives.
-    for mode, general in (("strict", "_parse_strict"), ("lenient", "_parse_lenient")):
+    for mode in ("strict", "lenient"):
         p = TagsProtocol(parse=mode)
-        assert p.parse(text, SOURCES) == _valid_issues(getattr(p, general)(text, SOURCES)), mode
+        assert p.parse(text, SOURCES) == _valid_issues(p._scan(text, SOURCES)), mode
 
 
 def test_the_corrective_observation_names_routing_only_with_several_sources():
