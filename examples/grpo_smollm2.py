@@ -64,18 +64,25 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 METHODS = ("grpo", "rft", "continue_sft")
-#: What the results keep of each GRPO step's and RFT round's log row.
+#: What the results keep of each GRPO step's and RFT round's log row (and every reward term,
+#: ``env/reward_terms/NAME``: :func:`history_row`).
 HISTORY_KEYS = (
     "step",
     "env/em",
     "env/reward",
     "env/searches_per_episode",
+    "env/right_source_rate",
     "policy/kl_ref",
     "policy/entropy",
     "frac_reward_zero_std",
     "env/groups_resampled",
     "rft/kept",
 )
+
+
+def history_row(row: dict[str, Any]) -> dict[str, Any]:
+    """What the results keep of a log row: :data:`HISTORY_KEYS` and the reward terms."""
+    return {k: v for k, v in row.items() if k in HISTORY_KEYS or k.startswith("env/reward_terms/")}
 
 
 @dataclass
@@ -98,7 +105,8 @@ class Args:
             "help": "Cost terms over the reward preset, of GRPO's, RFT's and the evaluation's env: "
             "'search_cost' (SearchCostReward keywords) and 'redundancy' (RedundancyReward "
             "keywords); {}: none. With 'redundancy', each evaluation counts repeated queries "
-            "(redundant_searches_per_episode)."
+            "(redundant_searches_per_episode); with 'search_cost', what the searches cost before "
+            "the term's weight (search_cost_per_episode: per_search plus the source's cost, each)."
         },
     )
     teacher: dict[str, Any] = field(
@@ -334,6 +342,25 @@ def with_costs(env: Any, costs: dict[str, dict[str, Any]]) -> Any:
     return env
 
 
+def cost_counts(stats: dict[str, Any], costs: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The cost terms of ``costs`` (:attr:`Args.costs`) in an evaluation's means ``stats``
+    (:func:`~hopgym.agents.rollout.summarize`'s ``reward_terms/NAME``) over their scale:
+    ``redundant_searches_per_episode`` (RedundancyReward's query term over ``query_penalty``: the
+    repeated queries) and ``search_cost_per_episode`` (SearchCostReward's term over ``weight``:
+    ``per_search`` plus the source's cost, summed over the searches)."""
+    from hopgym.rewards.cost_reward import RedundancyReward, SearchCostReward
+
+    out: dict[str, float] = {}
+    for term, cls, scale, suffix, key in (
+        ("redundancy", RedundancyReward, "query_penalty", "_query", "redundant_searches_per_episode"),
+        ("search_cost", SearchCostReward, "weight", "", "search_cost_per_episode"),
+    ):
+        if term in costs:
+            kw = {k: p.default for k, p in inspect.signature(cls).parameters.items()} | costs[term]
+            out[key] = -stats.get(f"reward_terms/{kw['name']}{suffix}", 0.0) / kw[scale]
+    return out
+
+
 def paired(before: list[str], after: list[str]) -> dict[str, Any]:
     """Two methods on the same held-out questions, question by question: how many the second
     answered right that the first did not (``gained``), the reverse (``lost``), and the exact
@@ -361,7 +388,6 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
     from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
     from hopgym.agents.tool_calls import speak_tools
     from hopgym.cli.train_jobs import load_policy
-    from hopgym.rewards.cost_reward import RedundancyReward
 
     # TRY NOT TO MODIFY: seeding (a script may seed globally; TRL's trainers seed too)
     torch.manual_seed(a.seed)
@@ -406,12 +432,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
         )
         trajs = col.collect(test_q, 1, seed=0)
         res[name] = summarize(trajs)
-        if "redundancy" in a.costs:  # each repeated query costs query_penalty
-            default = inspect.signature(RedundancyReward).parameters["query_penalty"].default
-            penalty = a.costs["redundancy"].get("query_penalty", default)
-            res[name]["redundant_searches_per_episode"] = (
-                -res[name].get("reward_terms/redundancy_query", 0.0) / penalty
-            )
+        res[name].update(cost_counts(res[name], a.costs))
         # Which questions: two methods compare question by question on the same held-out set.
         res[f"{name}_right"] = [t.question_id for t in trajs if t.em]
         res[f"em_{name}"] = res[name]["em"]
@@ -536,9 +557,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             "rollout_seconds": grpo.rollout.seconds,
             "cpu_seconds": time.process_time() - c0,
         }
-        res["grpo_history"] = [
-            {k: h[k] for k in HISTORY_KEYS if k in h} for h in grpo.history if "env/em" in h
-        ]
+        res["grpo_history"] = [history_row(h) for h in grpo.history if "env/em" in h]
         log(f"[grpo] {res['grpo_budget']}")
         trained("grpo", grpo.trainer.model)
         evaluate("grpo")
@@ -574,7 +593,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             "optimizer_steps": rft.optimizer_steps,
             "cpu_seconds": rft.cpu_seconds,
         }
-        res["rft_history"] = [{k: h[k] for k in HISTORY_KEYS if k in h} for h in rft.history]
+        res["rft_history"] = [history_row(h) for h in rft.history]
         log(f"[rft] {res['rft_budget']}")
         trained("rft", rft.model)
         evaluate("rft")

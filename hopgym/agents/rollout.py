@@ -169,6 +169,10 @@ class Trajectory:
         token_mismatch: ``protocol="tools"`` only: ``None``, or where the ids built turn by turn
             differ from the chat template's rendering of the whole episode (see
             :class:`~hopgym.agents.chat_tokens.ChatTokens`).
+        right_source_searches: in an env with more than one source, the searches made on the
+            source the oracle would search next: that of the first hop of the gold decomposition
+            whose document the episode has not seen yet (a search after every one was seen
+            counts as not right); ``None`` with one source or no gold decomposition.
     """
 
     question_id: str
@@ -190,6 +194,7 @@ class Trajectory:
     terminated: bool = False
     truncated: bool = False
     token_mismatch: str | None = None
+    right_source_searches: int | None = None
 
     def _append(self, kind: str, ids: Sequence[int], logps: Sequence[float] | None) -> None:
         if not ids:  # an observation cut to nothing by the token budget: no span
@@ -294,7 +299,9 @@ class _Episode:
     """Bookkeeping for one trajectory in flight, in sub-env ``index`` of the collector's vector
     env."""
 
-    def __init__(self, index: int, golds: Sequence[str], traj: Trajectory) -> None:
+    def __init__(
+        self, index: int, golds: Sequence[str], traj: Trajectory, hops: Sequence[Any] | None = None
+    ) -> None:
         self.index = index
         self.golds = list(golds)
         self.traj = traj
@@ -302,6 +309,19 @@ class _Episode:
         self.terms: dict[str, float] = defaultdict(float)
         #: ``protocol="tools"``: the episode as a chat, built turn by turn (ChatTokens).
         self.chat: Any = None
+        #: With several sources: ``(doc_id, source)`` of each gold hop, and the documents seen.
+        self.hops = [(h.doc_id, h.source) for h in hops or () if h.doc_id]
+        self.seen: set[str] = set()
+        if self.hops:
+            traj.right_source_searches = 0
+
+    def searched(self, info: Any) -> None:
+        """Count a search's source against the first gold hop not seen yet, then note what it showed."""
+        if self.hops:
+            want = next((hop for hop in self.hops if hop[0] not in self.seen), None)
+            right = want is not None and want[1] in (None, info.get("source"))
+            self.traj.right_source_searches = (self.traj.right_source_searches or 0) + right
+        self.seen.update(info.get("new_ids") or ())
 
 
 class _TurnCache:
@@ -458,6 +478,7 @@ class RolloutCollector:
         seeds = [None if seed is None or i >= len(rows) else seed + offset + i for i in range(n)]
         obs, _ = venv.reset(seed=seeds, options=[{"question_id": q} for q in rows] + [None] * (n - len(rows)))
         samples = venv.get_attr("sample")
+        several_sources = len(venv.get_attr("source_names")[0]) > 1
         tools = getattr(venv.get_attr("protocol")[0], "chat_tools", False)
         specs: Any = venv.get_attr("tool_specs") if tools else None
         episodes: list[_Episode] = []
@@ -470,7 +491,8 @@ class RolloutCollector:
                 prompt = list(chat.ids)
             else:
                 prompt = encode_prompt(self.tokenizer, obs[i], self.config.chat_template)
-            ep = _Episode(i, samples[i].answers, Trajectory(question_id=str(qid), prompt_ids=prompt))
+            hops = samples[i].decomposition if several_sources else None
+            ep = _Episode(i, samples[i].answers, Trajectory(question_id=str(qid), prompt_ids=prompt), hops)
             ep.chat = chat
             episodes.append(ep)
         keep = self.config.keep_cache and self.engine is None and _full_attention_only(self.model)
@@ -525,7 +547,10 @@ class RolloutCollector:
             ep.terms[name] += float(value)
         kind = info.get("action_type")
         # A tool-call turn may search several times: each call's info is in info["calls"].
-        traj.searches += sum(c.get("action_type") == "search" for c in info.get("calls") or (info,))
+        for call in info.get("calls") or (info,):
+            if call.get("action_type") == "search":
+                traj.searches += 1
+                ep.searched(call)
         traj.invalid += kind == "invalid"
         if info.get("answer") is not None:
             traj.answer = info["answer"]
@@ -733,7 +758,9 @@ class RolloutCollector:
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Means over trajectories: reward, each reward term, EM, F1, searches, invalid rate, length.
+    """Means over trajectories: reward, each reward term, EM, F1, searches, invalid rate, length;
+    with several sources also ``right_source_rate``, the share of the searches made on the source
+    the oracle would search next (:attr:`Trajectory.right_source_searches`).
 
     Example:
         >>> t = Trajectory("q", [1], reward=1.0, reward_terms={"em": 1.0}, em=1.0, f1=1.0,
@@ -752,6 +779,10 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "model_tokens": sum(sum(t.mask) for t in trajectories) / n,
         "completion_tokens": sum(len(t.completion_ids) for t in trajectories) / n,
     }
+    routed = [t for t in trajectories if t.right_source_searches is not None]
+    if routed:
+        right = sum(t.right_source_searches or 0 for t in routed)
+        out["right_source_rate"] = right / max(sum(t.searches for t in routed), 1)
     if any(t.token_mismatch is not None for t in trajectories):
         out["token_mismatch_rate"] = sum(t.token_mismatch is not None for t in trajectories) / n
     names = sorted({k for t in trajectories for k in t.reward_terms})

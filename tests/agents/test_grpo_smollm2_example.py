@@ -159,3 +159,40 @@ def test_paired_comparison_counts_and_exact_mcnemar(example):
     assert (pair["gained"], pair["lost"]) == (7, 2)
     assert pair["p_value"] == pytest.approx(92 / 512)
     assert example.paired(list("abc"), list("def"))["p_value"] == 1.0  # 3 vs 3: capped at 1
+
+
+def test_cost_counts_are_the_cost_terms_over_their_scale(example):
+    """An evaluation's repeated queries and search cost, from the reward terms' means: the
+    over-searching, randomly routing teacher in the routing world, counted from its infos."""
+    import gymnasium as gym
+
+    import hopgym  # noqa: F401
+    from hopgym.agents.teachers import ImperfectTeacher, TeacherConfig
+
+    costs = {
+        "redundancy": {"query_penalty": 0.2, "query_similarity": 0.6},
+        "search_cost": {"weight": 0.1, "per_search": 0.02},
+    }
+    kw = dict(hops=2, n_entities=100, n_questions=60, max_turns=8, reward="default")
+    env = example.with_costs(gym.make("hopgym/SyntheticRouting-v1", **kw), costs)
+    teacher = ImperfectTeacher(env, TeacherConfig(extra_searches=1, random_route=1.0), seed=0)
+    qids = [s.id for s in env.unwrapped.task.samples][:12]
+    terms: dict[str, float] = {}
+    repeats = charged = 0.0
+    for q in qids:
+        teacher.reset()
+        obs, info = env.reset(seed=0, options={"question_id": q})
+        done = False
+        while not done:
+            obs, _, term, trunc, info = env.step(env.unwrapped.protocol.render(teacher.act(obs, info)))
+            done = term or trunc
+            for k, v in info["reward_terms"].items():
+                terms[k] = terms.get(k, 0.0) + v
+            repeats += info["reward_terms"].get("redundant_query", 0.0) < 0
+        charged += 0.02 * info["searches"] + 1.0 * info["searches_by_source"]["web"]  # web costs 1
+    stats = {f"reward_terms/{k}": v / len(qids) for k, v in terms.items()}
+    counts = example.cost_counts(stats, costs)
+    assert repeats > 0
+    assert counts["redundant_searches_per_episode"] == pytest.approx(repeats / len(qids))
+    assert counts["search_cost_per_episode"] == pytest.approx(charged / len(qids))
+    assert example.cost_counts(stats, {}) == {}

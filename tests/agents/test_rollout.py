@@ -494,3 +494,50 @@ def test_a_tool_call_turn_counts_every_search_it_made():
     assert (ep.traj.searches, ep.traj.invalid) == (2, 1)
     collector._env_step(ep, "turn", ("a result", 0.0, False, False, {"action_type": "search"}))
     assert (ep.traj.searches, ep.traj.steps) == (3, 2)
+
+
+def test_right_source_searches_count_where_the_oracle_would_search_next():
+    # With two sources, a search is right when it is made on the source of the first gold hop
+    # whose document the episode has not seen: the oracle always is; a teacher that routes at
+    # random is not when it searches the web for local documents (or local for web ones).
+    from types import SimpleNamespace
+
+    from hopgym.agents.rollout import _Episode
+
+    collector = object.__new__(RolloutCollector)
+    collector.config = SimpleNamespace(max_completion_tokens=10_000)
+    collector.tokenizer = SimpleNamespace(
+        eos_token_id=None, encode=lambda text, add_special_tokens=False: [1]
+    )
+    env = gym.make(
+        "hopgym/SyntheticRouting-v1", hops=2, n_entities=100, n_questions=60, max_turns=6, reward=None
+    )
+    qids = [s.id for s in env.unwrapped.task.samples][:24]
+
+    def episodes(agent):
+        for q in qids:
+            agent.reset()
+            obs, info = env.reset(seed=0, options={"question_id": q})
+            sample = env.unwrapped.sample
+            ep = _Episode(0, sample.answers, Trajectory(q, [1]), sample.decomposition)
+            while not ep.done:
+                text = env.unwrapped.protocol.render(agent.act(obs, info))
+                result = env.step(text)
+                collector._env_step(ep, text, result)
+                obs, info = result[0], result[-1]
+            yield sample, ep.traj, info["searches_by_source"]
+
+    oracle = list(episodes(OracleAgent(env)))
+    assert all(t.right_source_searches == t.searches > 0 for _, t, _ in oracle)
+    assert summarize([t for _, t, _ in oracle])["right_source_rate"] == 1.0
+    wrong = 0
+    for sample, t, by_source in episodes(ImperfectTeacher(env, TeacherConfig(random_route=1.0), seed=0)):
+        assert 0 <= t.right_source_searches <= t.searches
+        if by_source["web"] and all(h.source == "local" for h in sample.decomposition):
+            assert t.right_source_searches == 0  # paid the web for local documents
+            wrong += 1
+    assert wrong > 0
+    # One source: nothing to route, no count and no rate.
+    single = Trajectory("q", [1], searches=2)
+    assert _Episode(0, ["x"], single).traj.right_source_searches is None
+    assert "right_source_rate" not in summarize([single])
