@@ -357,7 +357,7 @@ def cost_counts(stats: dict[str, Any], costs: dict[str, dict[str, Any]]) -> dict
     ):
         if term in costs:
             kw = {k: p.default for k, p in inspect.signature(cls).parameters.items()} | costs[term]
-            out[key] = -stats.get(f"reward_terms/{kw['name']}{suffix}", 0.0) / kw[scale]
+            out[key] = 0.0 - stats.get(f"reward_terms/{kw['name']}{suffix}", 0.0) / kw[scale]
     return out
 
 
@@ -630,7 +630,7 @@ def draw_curves(png: str, results: list[str]) -> Any:
     return plot_curves(runs, png, title="SmolLM2-135M-Instruct after SFT: per-step curves")
 
 
-def _parse_sets(items: list[str]) -> dict[str, Any]:
+def parse_sets(items: list[str]) -> dict[str, Any]:
     sets: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -678,7 +678,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ns = p.parse_args(argv)
     if ns.curves:
         return {"png": str(draw_curves(ns.curves[0], ns.curves[1:]))}
-    sets = _parse_sets(ns.sets)
+    sets = parse_sets(ns.sets)
     for name in ("model", "methods", "out"):
         if getattr(ns, name):
             sets[name] = getattr(ns, name)

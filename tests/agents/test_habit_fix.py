@@ -84,3 +84,81 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tmp_path: Path, monkeypat
     again = habit_fix.main(argv)
     assert calls == [(0,), ("rft", 0)]
     assert again["sft_budget"]["steps"] == res["sft_budget"]["steps"] == 2
+
+
+@pytest.mark.slow  # about 10 s on one thread, more on a loaded machine
+def test_routing_habit_runs_in_its_own_folder_and_file(habit_fix, tmp_path: Path, monkeypatch):
+    import torch
+
+    torch.set_num_threads(1)
+    tok = tiny_llm.build_tokenizer()
+    model_dir = tmp_path / "model"
+    tiny_llm.build_model(tok).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    monkeypatch.chdir(tmp_path)  # the default run folder is relative
+    argv = ["--habit", "routing", "--preset", "smoke", "--model", str(model_dir), "--methods", "grpo"]
+    res = habit_fix.main([*argv, "--json", "r.json"])
+    assert (tmp_path / "runs/habit_fix/routing_smoke_seed0/sft/checkpoint/config.json").exists()
+    assert res["habit"] == "routing" and set(res["phases"]) == {"sft", "grpo"}
+    a = res["args"]
+    assert a["env"] == "hopgym/SyntheticRouting-v1" and a["env_kw"]["local_coverage"] == 0.8
+    assert a["teacher"] == {"random_route": 1.0} and a["costs"] == {"search_cost": {"weight": 0.1}}
+    for name in ("sft", "grpo"):  # two sources: the evaluation counts cost and right sources
+        assert {"search_cost_per_episode", "right_source_rate"} <= set(res[name])
+    assert {"cost", "cost_drop", "right_source", "right_source_sft", "goal_met"} <= set(
+        res["summary"]["grpo"]
+    )
+    assert {"env/right_source_rate", "env/reward_terms/search_cost"} <= set(res["grpo_history"][0])
+    # A results file answers only for its own habit.
+    with pytest.raises(SystemExit, match="routing habit, not searches"):
+        habit_fix.main(["--preset", "smoke", "--model", str(model_dir), "--json", "r.json"])
+
+
+def _results(habit: str, sft: dict, after: dict, right_sft: list, right: list, **args) -> dict:
+    return {
+        "habit": habit,
+        "args": {"costs": {}, **args},
+        "sft": sft,
+        "grpo": after,
+        "sft_right": right_sft,
+        "grpo_right": right,
+        "em_sft": len(right_sft) / 20,
+        "em_grpo": len(right) / 20,
+    }
+
+
+def test_summary_computes_each_habits_goal(habit_fix):
+    example = habit_fix.load_example()
+    routing = habit_fix.HABITS["routing"]
+    costs = {"search_cost": {"weight": 0.1}}
+    sft = {"reward_terms/search_cost": -0.1, "right_source_rate": 0.5}
+    qs = [f"q{i}" for i in range(20)]
+
+    def goal(after: dict, right: list) -> dict:
+        res = _results("routing", sft, after, qs[:10], right, costs=costs)
+        return habit_fix.summary(res, example, routing)["grpo"]
+
+    # Cost 1.0 -> 0.6 web searches (-40%), right sources 0.5 -> 0.7, the same questions right.
+    met = goal({"reward_terms/search_cost": -0.06, "right_source_rate": 0.7}, qs[:10])
+    assert met["cost_sft"] == pytest.approx(1.0) and met["cost_drop"] == pytest.approx(0.4)
+    assert (met["right_source_sft"], met["right_source"], met["goal_met"]) == (0.5, 0.7, True)
+    # Cost down but right sources not up, or cost down by less than 30%: not met.
+    assert not goal({"reward_terms/search_cost": -0.06, "right_source_rate": 0.5}, qs[:10])["goal_met"]
+    assert not goal({"reward_terms/search_cost": -0.08, "right_source_rate": 0.7}, qs[:10])["goal_met"]
+    # Eight questions lost, none gained: EM significantly lower (p = 2 / 2**8).
+    lost = goal({"reward_terms/search_cost": 0.0, "right_source_rate": 0.9}, qs[:2])
+    assert (lost["lost"], lost["gained"], lost["goal_met"]) == (8, 0, False)
+    # Over-searching, from a file whose redundant count was written as 0 (the term's name was
+    # misread before): the count comes from the reward term again.
+    costs = {"redundancy": {"query_penalty": 0.2}}
+    res = _results(
+        "searches",
+        {"redundant_searches_per_episode": 0.0, "reward_terms/redundant_query": -0.4},
+        {"redundant_searches_per_episode": 0.0, "reward_terms/redundant_query": -0.1},
+        qs[:10],
+        qs[:11],
+        costs=costs,
+    )
+    s = habit_fix.summary(res, example, habit_fix.HABITS["searches"])["grpo"]
+    assert (s["redundant_sft"], s["redundant"], s["redundant_drop"]) == pytest.approx((2.0, 0.5, 0.75))
+    assert s["goal_met"] and s["gained"] == 1
