@@ -243,18 +243,19 @@ def without_thoughts(text: str) -> str:
     return strip_spans(text, [(a, d) for a, _, _, d in blocks(text, THINK_OPEN, THINK_CLOSE)])
 
 
+def between(text: str, spans: Sequence[tuple[int, int]]) -> list[str]:
+    """The pieces of ``text`` before, between and after ``spans`` (in order, not overlapping)."""
+    cuts = [0, *[i for span in spans for i in span], len(text)]
+    return [text[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True)]
+
+
 def cut_blocks(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> list[str]:
     """``text`` cut at each block from ``opening`` to the first ``closing`` after it (to the
     end when none), the blocks dropped: the pieces between them. One pass (linear).
     """
-    out, pos = [], 0
-    for a, _, c, d in blocks(text, opening, closing):
-        out.append(text[pos:a])
-        if c == d:  # never closed
-            return out
-        pos = d
-    out.append(text[pos:])
-    return out
+    found = blocks(text, opening, closing)
+    pieces = between(text, [(a, d) for a, _, _, d in found])
+    return pieces[:-1] if found and found[-1][2] == found[-1][3] else pieces  # the last never closed
 
 
 def split_docs(body: str, first: str, between: str, sep: str, count: int) -> list[tuple[str, str]]:
@@ -433,13 +434,27 @@ class Protocol:
         *,
         max_chars: int | None = None,
     ) -> Turn:
-        """Read one turn in any accepted form (text, or a structured action rendered first);
-        never raises. A non-string, an empty turn or one over ``max_chars`` is a turn-level error.
+        """Read one turn in any accepted form; never raises.
+
+        Args:
+            action: model text, a structured :class:`~hopgym.turns.actions.Action` (rendered
+                first; one the protocol cannot write, such as a ``Route`` under ``tools``, is a
+                turn-level error), or, for a protocol that :attr:`accepts_messages`, an
+                assistant message dict (:meth:`read_message`). Anything else, an empty turn or
+                one over ``max_chars`` is a turn-level error.
+            sources: the env's source names.
+            max_calls: the calls that may run; one more is kept (to be refused), the rest counted.
+            max_chars: the longest turn (a message: its JSON) read.
         """
         if type(action) is str or isinstance(action, str):
             text = action
         elif isinstance(action, (Think, Search, Route, Answer)):
-            text = self.render(action)
+            try:
+                text = self.render(action)
+            except KeyError as exc:  # the protocol has no way to write this action
+                return Turn("", getattr(action, "think", ""), error=str(exc.args[0]))
+        elif self.accepts_messages and isinstance(action, Mapping):
+            return self.read_message(action, sources, max_calls, max_chars)
         else:
             shown = repr(action)[:60]
             what = "a string or a message dict" if self.accepts_messages else "a string"
@@ -451,6 +466,12 @@ class Protocol:
         if self.accepts_messages:
             return self.read_text(text, sources, max_calls)
         return Turn.of(text, self.parse(text, sources))
+
+    def read_message(
+        self, message: Mapping[str, Any], sources: Sequence[str], max_calls: int, max_chars: int | None = None
+    ) -> Turn:
+        """Read an assistant message dict, for a protocol that :attr:`accepts_messages`."""
+        raise NotImplementedError
 
     def read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
         """Read a turn's text (not blank, within the length limit) of a protocol that

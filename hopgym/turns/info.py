@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 from hopgym.corpora.types import Passage
 from hopgym.turns.actions import FormatIssue
 
-__all__ = ["StepInfo", "STEP_INFO_KEYS"]
+__all__ = ["StepInfo"]
 
 
 class _ToolsInfo(TypedDict, total=False):
@@ -64,7 +64,3 @@ class StepInfo(_ToolsInfo):
     searches: int
     searches_by_source: dict[str, int]
     failed_searches: int
-
-
-#: The keys every step's ``info`` has (``calls`` and ``tool_messages`` only under ``tools``).
-STEP_INFO_KEYS: frozenset[str] = frozenset(StepInfo.__required_keys__)

@@ -93,31 +93,29 @@ def decode(text: str, start: int = 0) -> tuple[Any, int]:
         raise JSONTextError(str(exc), len(text)) from None
 
 
-def repair(text: str, error: JSONTextError | None = None) -> Any:
-    """The value of an unfinished JSON ``text`` closed with the brackets it leaves open, when
-    that is the one way to finish it: the text does not end inside a string or after a comma
-    or colon. Raises :class:`JSONTextError` (the original reason) otherwise. ``error``: what
-    :func:`decode` already raised on ``text`` (so it is not read again).
+def repair(text: str, error: JSONTextError) -> Any:
+    """The value of an unfinished JSON ``text`` (``error``: what :func:`decode` raised on it)
+    closed with the brackets it leaves open, when that is the one way to finish it: the text
+    does not end inside a string or after a comma or colon. Raises ``error`` otherwise.
 
     Example:
-        >>> repair('{"name": "answer", "arguments": {"answer": "China"}')
+        >>> def read(text):
+        ...     try:
+        ...         return decode(text)[0]
+        ...     except JSONTextError as exc:
+        ...         return repair(text, exc)
+        >>> read('{"name": "answer", "arguments": {"answer": "China"}')
         {'name': 'answer', 'arguments': {'answer': 'China'}}
-        >>> repair('{"name": "answer", "arguments": {"answer": "Chi')
+        >>> read('{"name": "answer", "arguments": {"answer": "Chi')
         Traceback (most recent call last):
             ...
         hopgym.turns.json_scan.JSONTextError: the text ends inside it
     """
-    text = text.rstrip()
-    start = len(text) - len(text.lstrip())
-    if error is None:
-        try:
-            return decode(text, start)[0]
-        except JSONTextError as exc:
-            error = exc
+    text = text.strip()
     if not (error.unfinished and error.closers) or text.endswith((",", ":")):
         raise error
     try:
-        return json.loads(text[start:] + error.closers)
+        return json.loads(text + error.closers)
     except ValueError:
         raise error from None
 

@@ -11,11 +11,11 @@ from hopgym.turns.base import (
     ARGUMENT,
     Protocol,
     Reading,
+    between,
     join_docs,
     over_limit,
     quote,
     split_docs,
-    valid_issues,
 )
 
 __all__ = ["R3Protocol"]
@@ -79,9 +79,7 @@ def _at_line_starts(body: re.Pattern[str], text: str) -> list[tuple[int, int, re
 
 def _steps(text: str) -> list[str]:
     """``text`` cut at each ``Step k:`` header (at the start of a line), the headers dropped."""
-    steps = _at_line_starts(_R3_STEP_RE, text)
-    cuts = [0] + [i for start, end, _ in steps for i in (start, end)] + [len(text)]
-    return [text[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True)]
+    return between(text, [(start, end) for start, end, _ in _at_line_starts(_R3_STEP_RE, text)])
 
 
 class R3Protocol(Protocol):
@@ -151,9 +149,6 @@ class R3Protocol(Protocol):
         return [p[: env[0][0]] if (env := _at_line_starts(_R3_ENV_RE, p)) else p for p in _steps(text)]
 
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
-        return valid_issues(self._parse(text, sources))
-
-    def _parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         refused = over_limit(text, (_R3_LOOSE_RE, _R3_STEP_HEAD_RE), "labels in one step")
         if refused is not None:
             return refused

@@ -43,12 +43,11 @@ from hopgym.turns.base import (
     routes,
     split_docs,
     strip_spans,
-    valid_issues,
 )
 
 __all__ = ["TagsProtocol"]
 
-_TAG_NAMES = ("think", "search", "route", "answer")
+_TAG_NAMES = ("think", "search", "route", "answer", "information")
 # The parser is linear in the length of the turn (a 1 MB turn of tags parses in well under a
 # second): the regular expressions below never backtrack far (possessive white space; no lazy
 # ".*?" to a back-reference), and each tag is visited a bounded number of times.
@@ -93,9 +92,7 @@ class _Tag(NamedTuple):
 def _tag_name(written: str) -> str:
     """The tag name that ``written`` matched case-insensitively (``"ſearch"`` is ``"search"``)."""
     name = written.lower()
-    if name in _TAG_NAMES or name == "information":
-        return name
-    return next(n for n in (*_TAG_NAMES, "information") if re.fullmatch(n, written, re.IGNORECASE))
+    return name if name in _TAG_NAMES else next(n for n in _TAG_NAMES if re.fullmatch(n, written, re.I))
 
 
 def _tags(text: str) -> list[_Tag]:
@@ -196,7 +193,7 @@ class TagsProtocol(Protocol):
             if think:
                 return ParsedTurn(Think(think), think)
         refused = over_limit(text, (_LOOSE_TAG_RE,), "tags in one turn")
-        return refused if refused is not None else valid_issues(self._scan(text, sources))
+        return refused if refused is not None else self._scan(text, sources)
 
     def _scan(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         """The general parser of both modes: one pass over the tags in order (strict mode reads

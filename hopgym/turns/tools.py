@@ -45,7 +45,6 @@ from typing import Any
 
 from hopgym.turns.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think
 from hopgym.turns.base import (
-    DEFAULT_MAX_TOOL_CALLS,
     THINK_CLOSE,
     THINK_OPEN,
     Call,
@@ -244,37 +243,6 @@ class ToolProtocol(Protocol):
         first = turn.calls[0].parsed
         return first if first.action is None else ParsedTurn(first.action, first.think, issues=turn.issues)
 
-    def read(
-        self,
-        action: Any,
-        sources: Sequence[str],
-        max_calls: int = DEFAULT_MAX_TOOL_CALLS,
-        *,
-        max_chars: int | None = None,
-    ) -> Turn:
-        """Read one turn in any accepted form (see the module docstring); never raises.
-
-        Args:
-            action: model text, an assistant message dict (or its JSON string), or a structured
-                :class:`~hopgym.turns.actions.Search` / :class:`~hopgym.turns.actions.Answer` /
-                :class:`~hopgym.turns.actions.Think`.
-            sources: the env's source names.
-            max_chars: the longest turn (a message: its JSON) read; longer is a turn-level error.
-            max_calls: the calls that may run; one more is kept (to be refused), the rest counted.
-        """
-        if isinstance(action, Route):
-            return Turn("", action.think, error=_ROUTE_ERROR)
-        if not isinstance(action, Mapping):
-            return super().read(action, sources, max_calls, max_chars=max_chars)
-        if max_chars is not None:
-            try:
-                size = len(json.dumps(action, default=str))
-            except (TypeError, ValueError, RecursionError) as exc:
-                return Turn("", "", error=f"the message is not JSON-serialisable ({type(exc).__name__})")
-            if size > max_chars:
-                return Turn("", "", error=f"turn too long ({size} > {max_chars} characters)")
-        return self._read_message(action, sources, max_calls)
-
     def read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
         """A turn's text: an assistant message's JSON, or calls written in text."""
         stripped = text.strip()
@@ -284,7 +252,7 @@ class ToolProtocol(Protocol):
             except JSONTextError:
                 message, end = None, 0
             if isinstance(message, dict) and "tool_calls" in message and not stripped[end:].strip():
-                return self._read_message(message, sources, max_calls)
+                return self.read_message(message, sources, max_calls)
         found, issues = self._find(strip_spans(text, _closed_thoughts(text), None))
         content = strip_spans(text, [(a, b) for a, b, _ in found])
         think = _think_of(content)
@@ -299,7 +267,17 @@ class ToolProtocol(Protocol):
             content.strip(), think, calls, issues=tuple(issues), dropped=max(len(found) - max_calls - 1, 0)
         )
 
-    def _read_message(self, message: Mapping[str, Any], sources: Sequence[str], max_calls: int) -> Turn:
+    def read_message(
+        self, message: Mapping[str, Any], sources: Sequence[str], max_calls: int, max_chars: int | None = None
+    ) -> Turn:
+        """An assistant message dict (``max_chars``: the longest JSON of it read)."""
+        if max_chars is not None:
+            try:
+                size = len(json.dumps(message, default=str))
+            except (TypeError, ValueError, RecursionError) as exc:
+                return Turn("", "", error=f"the message is not JSON-serialisable ({type(exc).__name__})")
+            if size > max_chars:
+                return Turn("", "", error=f"turn too long ({size} > {max_chars} characters)")
         content = message.get("content")
         if content is None:
             content = ""
@@ -357,7 +335,8 @@ class ToolProtocol(Protocol):
         return found, issues
 
     def _call(self, entry: Any, sources: Sequence[str], think: str) -> Call:
-        """One call entry (hermes/llama/mistral object or OpenAI ``tool_calls`` entry) checked."""
+        """One call entry (hermes/llama/mistral object or OpenAI ``tool_calls`` entry) checked:
+        its tool, its arguments and their types, the source a search names."""
         call_id = entry.get("id") if isinstance(entry, Mapping) else None
         call_id = call_id if isinstance(call_id, str) else None
 
@@ -382,38 +361,29 @@ class ToolProtocol(Protocol):
                 return bad(
                     name, args, f"{name}: malformed JSON arguments: {exc.reason}: {quote(stripped, 80)}"
                 )
-        return Call(name, args, call_id, self._check(name, args, sources, think))
-
-    def _check(self, name: str, args: Any, sources: Sequence[str], think: str) -> ParsedTurn:
-        def bad(error: str) -> ParsedTurn:
-            return ParsedTurn(None, think=think, error=error)
-
         if name not in TOOL_NAMES:
-            return bad(f"unknown tool {name[:40]!r}: the tools are {', '.join(TOOL_NAMES)}")
+            return bad(name, args, f"unknown tool {name[:40]!r}: the tools are {', '.join(TOOL_NAMES)}")
         if not isinstance(args, Mapping):
-            return bad(f"{name}: the arguments must be a JSON object, got {_kind(args)}")
+            return bad(name, args, f"{name}: the arguments must be a JSON object, got {_kind(args)}")
         required, how = _ARGUMENT[name]
         allowed = (required, "source") if name == "search" and routes(sources) else (required,)
         extra = ", ".join(repr(str(k)[:40]) for k in [k for k in args if k not in allowed][:3])
         if extra and self.parse_mode == "strict":
-            return bad(f"{name}: unexpected argument {extra}; it takes {', '.join(allowed)}")
+            return bad(name, args, f"{name}: unexpected argument {extra}; it takes {', '.join(allowed)}")
         issues = (FormatIssue("extra_argument", f"{name}: unexpected argument {extra}"),) if extra else ()
-        value = args.get(required)
+        value, source = args.get(required), args.get("source") if "source" in allowed else None
         if not isinstance(value, str):
             if required not in args:
-                return bad(f"{name}: missing argument {required!r}: {how}")
-            return bad(f"{name}: argument {required!r} must be a string, got {_kind(value)}")
-        value = " ".join(value.split())
-        if not value:
-            return bad(f"{name}: empty {required!r}: {how}")
-        if name == "answer":
-            return ParsedTurn(Answer(value, think), think=think, issues=issues)
-        source = args.get("source") if "source" in allowed else None
+                return bad(name, args, f"{name}: missing argument {required!r}: {how}")
+            return bad(name, args, f"{name}: argument {required!r} must be a string, got {_kind(value)}")
+        if not (value := " ".join(value.split())):
+            return bad(name, args, f"{name}: empty {required!r}: {how}")
         if source is not None and not isinstance(source, str):
-            return bad(f"search: argument 'source' must be a string, got {_kind(source)}")
+            return bad(name, args, f"search: argument 'source' must be a string, got {_kind(source)}")
         if source is not None and source not in sources:
-            return bad(f"search: unknown source {source[:40]!r}; sources: {', '.join(sources)}")
-        return ParsedTurn(Search(value, think, source=source), think=think, issues=issues)
+            return bad(name, args, f"search: unknown source {source[:40]!r}; sources: {', '.join(sources)}")
+        act = Answer(value, think) if name == "answer" else Search(value, think, source=source)
+        return Call(name, args, call_id, ParsedTurn(act, think=think, issues=issues))
 
     def split_text(self, text: str) -> list[str]:
         """The model's turns of a rollout's hermes text: the ``<tool_response>`` blocks cut out."""
@@ -453,12 +423,6 @@ class ToolProtocol(Protocol):
         head = f"<think>{think}</think>" if think else ""
         if isinstance(action, Think):
             return head
-        return self.assistant_text({"content": head, "tool_calls": [self.call_of(action)]})
-
-    @staticmethod
-    def call_of(action: Search | Route | Answer) -> dict[str, Any]:
-        """The OpenAI ``tool_calls`` entry (no id) that performs ``action``; a :class:`Route`
-        is a search of its source for nothing, so it has none: it raises ``KeyError``."""
         if isinstance(action, Route):
             raise KeyError(_ROUTE_ERROR)
         args: dict[str, Any] = (
@@ -466,7 +430,8 @@ class ToolProtocol(Protocol):
         )
         if isinstance(action, Search) and action.source is not None:
             args["source"] = action.source
-        return {"type": "function", "function": {"name": action.kind, "arguments": dumps(args)}}
+        call_json = dumps({"name": action.kind, "arguments": args})
+        return "\n".join(p for p in (head, f"<tool_call>\n{call_json}\n</tool_call>") if p)
 
     def format_error(self, reason: str, turn: int, sources: Sequence[str] = ()) -> str:
         return f"Error: {reason}. Call search(query) to search or answer(answer) to answer."

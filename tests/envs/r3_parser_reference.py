@@ -14,6 +14,7 @@ from dataclasses import replace
 from hopgym.turns import FormatIssue, ParsedTurn
 from hopgym.turns.base import make_action as _make_action
 from hopgym.turns.base import quote as _quote
+from hopgym.turns.base import valid_issues as _valid_issues
 from hopgym.turns.r3 import (
     _R3_DOCS_ERROR,
     _R3_FIELDS,
@@ -24,7 +25,6 @@ from hopgym.turns.r3 import (
     _SENTENCE_END,
     R3Protocol,
 )
-from hopgym.turns.tags import valid_issues as _valid_issues
 
 _R3_RE = re.compile(r"(?im)^\s*" + _R3_LABELS)
 _R3_STEP_RE = re.compile(r"(?im)^\s*step\s+\d+\s*:\s*$")

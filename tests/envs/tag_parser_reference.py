@@ -14,6 +14,7 @@ from hopgym.turns import FormatIssue, ParsedTurn, Think
 from hopgym.turns.base import make_action as _make_action
 from hopgym.turns.base import quote as _quote
 from hopgym.turns.base import strip_spans as _strip_spans
+from hopgym.turns.base import valid_issues as _valid_issues
 from hopgym.turns.tags import (
     _ANY_TAG_RE,
     _IN_THINK_ERROR,
@@ -24,7 +25,6 @@ from hopgym.turns.tags import (
     _Tag,
     _truncated_error,
 )
-from hopgym.turns.tags import valid_issues as _valid_issues
 
 _TAG_RE = re.compile(r"<(think|search|route|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
 _LOOSE_TAG_RE = re.compile(r"<\s*(/?)\s*(think|search|route|answer|information)\s*>", re.IGNORECASE)

@@ -22,7 +22,7 @@ from hopgym.turns import (
     Think,
     get_protocol,
 )
-from hopgym.turns.tags import valid_issues as _valid_issues
+from hopgym.turns.base import valid_issues as _valid_issues
 
 SOURCES = ("local", "web")
 _ACTIONS = ("search", "route", "answer")
