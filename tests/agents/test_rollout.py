@@ -541,3 +541,22 @@ def test_right_source_searches_count_where_the_oracle_would_search_next():
     single = Trajectory("q", [1], searches=2)
     assert _Episode(0, ["x"], single).traj.right_source_searches is None
     assert "right_source_rate" not in summarize([single])
+
+
+def test_greedy_episodes_in_one_batch_are_the_episodes_one_at_a_time(tok, qids):
+    # Evaluation samples every held-out episode's turns in batches (batch_size, 64 by default):
+    # greedy, the batch gives each episode what it gets alone (padding and shared prefills
+    # change nothing but float rounding).
+    model = build_model(TinyLMConfig(layers=2, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=3)
+    runs = {}
+    for batch in (1, 64):
+        cfg = RolloutConfig(temperature=0.0, max_new_tokens=10, max_completion_tokens=200, batch_size=batch)
+        col = RolloutCollector(model, tok, lambda: make_env("default"), cfg)
+        runs[batch] = col.collect(qids, 1, seed=0)
+        col.close()
+    one, batched = runs[1], runs[64]
+    assert sum(t.steps for t in batched) > len(batched)  # multi-turn episodes
+    assert [t.completion_ids for t in batched] == [t.completion_ids for t in one]
+    assert [(t.reward, t.em, t.searches) for t in batched] == [(t.reward, t.em, t.searches) for t in one]
+    for a, b in zip(batched, one, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
