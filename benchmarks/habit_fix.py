@@ -79,15 +79,25 @@ class Habit:
     #: Settings of examples/grpo_smollm2.py's ``Args`` (over the preset's; ``env_kw`` entries
     #: are added to the preset's env keywords).
     settings: dict[str, Any]
-    #: The evaluation's measure of the habit (lower is better) and its name in the summary.
+    #: The evaluation's measure of the habit (lower is better), its name in the summary, and in words.
     measure: str
     short: str
+    label: str
     #: The goal: the measure down by at least this share of the SFT's.
     min_drop: float
-    #: A measure that must also rise from the SFT's (its evaluation key, its summary name).
-    rises: tuple[str, str] | None = None
+    #: A measure that must also rise from the SFT's (its evaluation key, its summary name, in words).
+    rises: tuple[str, str, str] | None = None
     #: The run folder's name before ``<preset>_seed<seed>``.
     folder: str = ""
+
+    @property
+    def goal(self) -> str:
+        """The goal in words (:func:`summary`'s ``goal_met``)."""
+        also = f" and the {self.rises[2]} up" if self.rises else ""
+        return (
+            f"{self.label} down by at least {self.min_drop:.0%} from the SFT's{also}, at held-out "
+            "EM no lower (no significant loss: not more questions lost than gained at McNemar p < 0.05)"
+        )
 
 
 #: The settings of every habit: the outcome reward under the cost terms, and the checkpoints.
@@ -108,6 +118,7 @@ HABITS: dict[str, Habit] = {
         },
         measure="redundant_searches_per_episode",
         short="redundant",
+        label="redundant searches / episode",
         min_drop=0.5,
     ),
     "routing": Habit(
@@ -125,8 +136,9 @@ HABITS: dict[str, Habit] = {
         },
         measure="search_cost_per_episode",
         short="cost",
+        label="routing cost / episode (web searches)",
         min_drop=0.3,
-        rises=("right_source_rate", "right_source"),
+        rises=("right_source_rate", "right_source", "right-source rate"),
         folder="routing_",
     ),
 }
@@ -179,7 +191,7 @@ def summary(res: dict[str, Any], example: Any, habit: Habit) -> dict[str, Any]:
         row = {f"{short}_sft": base, short: got[habit.measure], f"{short}_drop": drop}
         rises = True
         if habit.rises is not None:
-            key, name = habit.rises
+            key, name, _ = habit.rises
             row.update({f"{name}_sft": sft.get(key), name: got.get(key)})
             rises = got.get(key) is not None and sft.get(key) is not None and got[key] > sft[key]
         out[m] = {

@@ -7,13 +7,19 @@ the site are the ones the benchmark scripts wrote, never retyped. An unknown nam
 
 from __future__ import annotations
 
+import base64
+import importlib.util
 import json
+import os
 import re
-from collections.abc import Callable
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 MARKER = re.compile(r"^<!-- results: ([\w-]+) -->$", re.MULTILINE)
 
 
@@ -1704,6 +1710,124 @@ def verifiers_eval() -> str:
     return note + "\n\n" + _table(header, rows)
 
 
+def _script(name: str) -> Any:
+    """``benchmarks/<name>.py`` as a module, without the environment defaults it sets for a
+    training process (``OMP_NUM_THREADS``...): the docs build is not one."""
+    before = set(os.environ)
+    try:
+        spec = importlib.util.spec_from_file_location(f"_docs_{name}", ROOT / "benchmarks" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        module.example = module.load_example() if hasattr(module, "load_example") else None
+    finally:
+        for key in set(os.environ) - before:
+            del os.environ[key]
+    return module
+
+
+#: The habit-fixing runs (``benchmarks/habit_fix.py``): one results file per habit and seed.
+HABIT_FIX_GLOB = "habit_fix_*_seed*.json"
+#: The per-step curves of their GRPO and RFT runs: (log key, panel title); a key no row has is
+#: left out (runs before the reward terms were kept per step have none).
+HABIT_FIX_CURVES = (
+    ("env/reward", "reward"),
+    ("env/reward_terms/redundant_query", "repeated-query term"),
+    ("env/reward_terms/search_cost", "search-cost term"),
+    ("env/searches_per_episode", "searches / episode"),
+    ("env/right_source_rate", "right-source rate"),
+    ("env/em", "sampled EM"),
+    ("policy/kl_ref", "KL to start"),
+    ("policy/entropy", "entropy"),
+)
+
+
+def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
+    """The habit-fixing runs, one row per method of each results file (``files``: name -> the
+    file's contents; default: every committed ``habit_fix_*_seed*.json``): the habit's measure
+    and its change from the SFT's, held-out EM, gained / lost against the SFT and McNemar p, CPU
+    seconds, and the goal, computed from the file by ``habit_fix.summary``; then each run's
+    settings and the phases it has not finished (a run still going), the goals, and one picture
+    per habit of the GRPO and RFT per-step curves."""
+    hf = _script("habit_fix")
+    if files is None:
+        files = {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(HABIT_FIX_GLOB))}
+    header = [
+        "habit",
+        "seed",
+        "method",
+        "habit measure (change from the SFT)",
+        "right-source rate",
+        "held-out EM",
+        "gained / lost vs SFT",
+        "McNemar p",
+        "CPU s (phase)",
+        "goal",
+    ]
+    phases_all = ("sft", *hf.METHODS)
+    rows, notes, curves = [], [], {}
+    for name, d in files.items():
+        habit_name = d.get("habit", "searches")  # files before --habit: the over-searching one
+        habit = hf.HABITS[habit_name]
+        a, phases = d["args"], d.get("phases", {})
+        summary = hf.summary(d, hf.example, habit)
+        for m in phases_all:
+            method = _METHOD_NAMES[m]
+            if m not in phases:
+                rows.append([habit_name, str(a["seed"]), method, "not run yet", *["–"] * 6])
+                continue
+            ev = hf.measures(d, m, hf.example)
+            s = summary.get(m, {})
+            drop = s.get(f"{habit.short}_drop")
+            pct = "" if drop is None else f" ({-drop:+.0%})".replace("-", "−")
+            change = " (no change)" if drop == 0 else pct
+            rises = f"{ev[habit.rises[0]]:.3f}" if habit.rises and habit.rises[0] in ev else "–"
+            rows.append(
+                [
+                    habit_name,
+                    str(a["seed"]),
+                    method,
+                    f"{ev[habit.measure]:.2f}{change}",
+                    rises,
+                    f"{ev['em']:.3f}",
+                    f"+{s['gained']} / −{s['lost']}" if s else "–",
+                    f"{s['p_value']:.3f}" if s else "–",
+                    f"{phases[m]['cpu_seconds']:,.0f}",
+                    ("**met**" if s["goal_met"] else "not met") if s else "–",
+                ]
+            )
+        todo = [_METHOD_NAMES[m] for m in phases_all if m not in phases]
+        state = f"still to run: {', '.join(todo)}" if todo else "every phase done"
+        notes.append(
+            f"- `{name}.json`: {habit_name}, seed {a['seed']}, model `{a['model']}`, `{a['env']}` "
+            f"`{json.dumps(a['env_kw'])}`, teacher `{json.dumps(a['teacher'])}`, cost terms "
+            f"`{json.dumps(a['costs'])}`, {d['test_questions']} held-out questions; {state}."
+        )
+        for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
+            if d.get(key):
+                curves.setdefault(habit_name, {})[f"{label} seed {a['seed']}"] = d[key]
+    if not rows:
+        rows.append(["no results file yet", *["–"] * (len(header) - 1)])
+    goals = [f"- **{n}**: {h.goal}." for n, h in hf.HABITS.items()]
+    parts = [_table(header, rows), "", *notes, "", "Goals:", "", *goals]
+    for habit_name, runs in curves.items():
+        png = _curves_png(runs, f"{habit_name}: per-step curves of GRPO and RFT after the SFT")
+        alt = f"Per-step curves of the {habit_name} runs (GRPO, RFT)"
+        parts += ["", f"![{alt}](data:image/png;base64,{png})" if png else f"({alt}: needs matplotlib.)"]
+    return "\n".join(parts)
+
+
+def _curves_png(runs: dict[str, list[dict[str, Any]]], title: str) -> str | None:
+    """The curves of ``runs`` as a base64 PNG (``hopgym.agents.grpo.plot_curves``); ``None``
+    without matplotlib."""
+    from hopgym.agents.grpo import plot_curves
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = plot_curves(runs, Path(tmp) / "curves.png", HABIT_FIX_CURVES, title=title, columns=4)
+        return base64.b64encode(path.read_bytes()).decode("ascii") if path else None
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -1732,6 +1856,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_micro_batch": grpo_micro_batch,
     "grpo_step_chunked": grpo_step_chunked,
     "grpo_step_cost": grpo_step_cost,
+    "habit_fix": habit_fix,
     "lora_memory": lora_memory,
     "logprob_memory": logprob_memory,
     "bf16_cpu": bf16_cpu,

@@ -460,6 +460,7 @@ def plot_curves(
     path: str | Path,
     keys: Sequence[str | tuple[str, str]] = CURVE_KEYS,
     title: str = "GRPO",
+    columns: int | None = None,
 ) -> Path | None:
     """One panel per key of ``keys`` against ``step``, in one PNG; ``None`` without matplotlib.
 
@@ -469,6 +470,7 @@ def plot_curves(
         path: the PNG.
         keys: log keys, or ``(key, panel title)`` pairs; a key no row has is left out.
         title: the figure's title.
+        columns: panels per row (``None``: every panel in one row).
     """
     try:
         import matplotlib
@@ -482,8 +484,12 @@ def plot_curves(
     panels = [(k, t) for k, t in panels if any(k in h for rows in runs.values() for h in rows)]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0), squeeze=False)
-    for ax, (key, name) in zip(axes[0], panels, strict=True):
+    ncols = min(columns or len(panels), len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.0 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (key, name) in zip(list(axes.flat)[: len(panels)], panels, strict=True):
         for label, rows in runs.items():
             pts = [(h["step"], h[key]) for h in rows if key in h]
             if pts:
@@ -498,7 +504,7 @@ def plot_curves(
         handles, labels = axes[0][0].get_legend_handles_labels()
         legend_rows = -(-len(labels) // 3)
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8)
-        fig.tight_layout(rect=(0, 0.07 * legend_rows + 0.02, 1, 1))
+        fig.tight_layout(rect=(0, (0.07 * legend_rows + 0.02) / nrows, 1, 1))
     else:
         fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -81,3 +81,49 @@ def test_first_run_results_are_of_the_training_pages_commands():
         c["command"] for c in json.loads((results.RESULTS / "train_first_run.json").read_text())["commands"]
     ]
     assert ran == module.page_commands(), "run python benchmarks/train_first_run.py --json ... again"
+
+
+def test_habit_fix_rows_of_a_run_still_going():
+    """The habit-fix table from a results file with the SFT and GRPO done: their rows, the goal
+    computed from the file, the phases still to run, and the per-step curves."""
+    qs = [f"q{i}" for i in range(10)]
+    d = {
+        "habit": "routing",
+        "args": {
+            "seed": 1,
+            "model": "m",
+            "env": "hopgym/SyntheticRouting-v1",
+            "env_kw": {"local_coverage": 0.8},
+            "teacher": {"random_route": 1.0},
+            "costs": {"search_cost": {"weight": 0.1}},
+        },
+        "test_questions": 10,
+        "phases": {"sft": {"cpu_seconds": 100.0}, "grpo": {"cpu_seconds": 2500.0}},
+        "sft": {"em": 0.5, "reward_terms/search_cost": -0.1, "right_source_rate": 0.5},
+        "em_sft": 0.5,
+        "sft_right": qs[:5],
+        "grpo": {"em": 0.6, "reward_terms/search_cost": -0.05, "right_source_rate": 0.8},
+        "em_grpo": 0.6,
+        "grpo_right": qs[1:7],
+        # Five curves: two rows of panels.
+        "grpo_history": [
+            dict.fromkeys(
+                ("env/reward", "env/em", "env/right_source_rate", "policy/kl_ref", "policy/entropy"), r
+            )
+            | {"step": k}
+            for k, r in ((1, 0.2), (2, 0.4))
+        ],
+    }
+    out = results.habit_fix({"habit_fix_routing_seed1": d})
+    rows = [line for line in out.splitlines() if line.startswith("| routing")]
+    assert rows[0] == "| routing | 1 | SFT | 1.00 | 0.500 | 0.500 | – | – | 100 | – |"
+    assert (
+        rows[1] == "| routing | 1 | GRPO | 0.50 (−50%) | 0.800 | 0.600 | +2 / −1 | 1.000 | 2,500 | **met** |"
+    )
+    assert [r.split(" | ")[2:4] for r in rows[2:]] == [
+        ["RFT", "not run yet"],
+        ["continue-SFT", "not run yet"],
+    ]
+    assert "still to run: RFT, continue-SFT." in out
+    pytest.importorskip("matplotlib")
+    assert "](data:image/png;base64," in out
