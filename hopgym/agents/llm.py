@@ -41,10 +41,8 @@ from hopgym.agents.prompts import (
     CLOSED_BOOK_SYSTEM_PROMPTS,
     answer_prefix,
     chat_messages,
-    close_open_tag,
     closed_book_prompt,
     continuation_parts,
-    cut_at_stop,
     default_system_prompt,
     few_shot_messages,
     few_shot_text,
@@ -65,7 +63,9 @@ from hopgym.backends import (
     SamplingParams,
     TransformersBackend,
     VLLMBackend,
+    close_open_tag,
     complete,
+    cut_at_stop,
     merge_reasoning,
 )
 from hopgym.envs.conversation import Conversation

@@ -1,7 +1,7 @@
-"""Prompts for LLM agents: system prompts per protocol, chat messages from an env transcript, stops.
+"""Prompts for LLM agents: system prompts per protocol, chat messages from an env transcript.
 
 Functions: :func:`default_system_prompt`, :func:`chat_messages`, :func:`continuation_parts`,
-:func:`plain_head`, :func:`cut_at_stop`, :func:`close_open_tag`, :func:`stop_is_kept`;
+:func:`plain_head`;
 for answer forcing, the closed-book baseline and few-shot examples: :func:`answer_prefix`,
 :func:`think_delimiters`, :func:`last_turn_message`, :func:`closed_book_prompt`,
 :func:`few_shot_messages`, :func:`few_shot_text`.
@@ -20,16 +20,14 @@ each other. Two renderings of a transcript are offered:
   turns and observations concatenated byte for byte — as one growing assistant message
   (:func:`continuation_parts`).
 
-Stop strings: a protocol's ``stop`` strings end one model turn. Those that close a tag
-(``</search>``) belong to the turn and are kept; the others (``r3``'s ``"\\nThe retrieval
-documents:"``, ``"\\nStep "``) are where the model starts writing the env's part, and are dropped.
+Stop strings (where a model's turn ends, and what of them the turn keeps) are
+:mod:`hopgym.backends.stops`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hopgym.backends.stops import close_open_tag, cut_at_stop, stop_is_kept  # re-exported
 from hopgym.errors import InvalidOptionError
 from hopgym.turns.actions import Answer, Think
 from hopgym.turns.base import Protocol
@@ -42,9 +40,6 @@ __all__ = [
     "chat_messages",
     "continuation_parts",
     "plain_head",
-    "cut_at_stop",
-    "close_open_tag",
-    "stop_is_kept",
     "CLOSED_BOOK_SYSTEM_PROMPTS",
     "answer_prefix",
     "think_delimiters",

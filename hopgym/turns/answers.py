@@ -49,10 +49,9 @@ def check_answer_protocol(protocol: object, *, concrete: bool = False) -> None:
     """
     if isinstance(protocol, Protocol) or protocol in PROTOCOLS or protocol == "boxed":
         return
-    if protocol == "auto" and not concrete:
-        return
-    allowed = sorted(PROTOCOLS) + ["boxed"] + ([] if concrete else ["auto"])
-    raise InvalidOptionError(f"protocol must be one of {allowed}, got {protocol!r}")
+    if protocol != "auto" or concrete:
+        allowed = sorted(PROTOCOLS) + ["boxed"] + ([] if concrete else ["auto"])
+        raise InvalidOptionError(f"protocol must be one of {allowed}, got {protocol!r}")
 
 
 def _text_of(completion: Any) -> str:

@@ -160,12 +160,8 @@ class Turn:
             parsed = call.parsed
             if i >= max_calls:
                 n = len(self.calls) + self.dropped
-                parsed = ParsedTurn(
-                    None,
-                    think=self.think,
-                    error=f"too many tool calls in one turn ({n} > {max_calls}): "
-                    f"only the first {max_calls} ran",
-                )
+                error = f"too many tool calls in one turn ({n} > {max_calls}): only the first {max_calls} ran"
+                parsed = ParsedTurn(None, self.think, error)
             yield call, parsed
             if parsed.action is None or isinstance(parsed.action, Answer):
                 return

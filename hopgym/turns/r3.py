@@ -214,9 +214,8 @@ class R3Protocol(Protocol):
     def format_documents(
         self, docs: Sequence[Passage], doc_chars: int | None, turn: int, note: str = ""
     ) -> str:
-        body = join_docs(docs, doc_chars, "({0}) {1}: {2}")
         head = f"\n{note}" if note else ""
-        return f"{head}\nThe retrieval documents: {body}\nStep {turn + 1}:\n"
+        return head + self.format_notice(join_docs(docs, doc_chars, "({0}) {1}: {2}"), turn)
 
     def format_notice(self, message: str, turn: int) -> str:
         return f"\nThe retrieval documents: {message}\nStep {turn + 1}:\n"

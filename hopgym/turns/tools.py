@@ -106,10 +106,6 @@ class _BadJSON:
         self.cut = False  # the turn itself ends inside the call (cut at the token limit)
 
 
-def _closed_thoughts(text: str) -> list[tuple[int, int]]:
-    return [(a, d) for a, _, c, d in blocks(text, THINK_OPEN, THINK_CLOSE) if c < d]
-
-
 def _think_of(content: str) -> str:
     """The reasoning of a turn's text: the first ``<think>`` block (to its close or the end),
     else the text with any stray think tag removed."""
@@ -123,9 +119,7 @@ def _think_of(content: str) -> str:
 def _think_only(text: str) -> bool:
     """Whether ``text`` ends with a closed, non-blank thought (then a turn without calls thinks)."""
     body = text.rstrip()
-    if not body.lower().endswith("</think>"):
-        return False
-    m = THINK_OPEN.search(body)
+    m = THINK_OPEN.search(body) if body.lower().endswith("</think>") else None
     return m is not None and bool(body[m.end() : len(body) - len("</think>")].strip())
 
 
@@ -253,7 +247,8 @@ class ToolProtocol(Protocol):
                 message, end = None, 0
             if isinstance(message, dict) and "tool_calls" in message and not stripped[end:].strip():
                 return self.read_message(message, sources, max_calls)
-        found, issues = self._find(strip_spans(text, _closed_thoughts(text), None))
+        thoughts = [(a, d) for a, _, c, d in blocks(text, THINK_OPEN, THINK_CLOSE) if c < d]  # closed ones
+        found, issues = self._find(strip_spans(text, thoughts, None))
         content = strip_spans(text, [(a, b) for a, b, _ in found])
         think = _think_of(content)
         if not found:

@@ -29,11 +29,10 @@ from hopgym.agents.llm import (
 from hopgym.agents.prompts import (
     CONTINUE_MESSAGE,
     chat_messages,
-    close_open_tag,
     continuation_parts,
-    cut_at_stop,
     default_system_prompt,
 )
+from hopgym.backends import close_open_tag, cut_at_stop
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
