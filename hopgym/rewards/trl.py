@@ -60,8 +60,6 @@ def completion_text(completion: Any) -> str:
 
 
 def _golds(value: Any) -> tuple[str, ...] | None:
-    if value is None:
-        return None
     if isinstance(value, str):
         return (value,) if value.strip() else None
     if isinstance(value, dict):  # e.g. {"text": [...]} as in SQuAD-style columns

@@ -273,9 +273,7 @@ class ToolProtocol(Protocol):
                 return Turn("", "", error=f"the message is not JSON-serialisable ({type(exc).__name__})")
             if size > max_chars:
                 return Turn("", "", error=f"turn too long ({size} > {max_chars} characters)")
-        content = message.get("content")
-        if content is None:
-            content = ""
+        content = "" if message.get("content") is None else message["content"]
         if not isinstance(content, str):
             return Turn("", "", error=f"the message's content must be a string, got {_kind(content)}")
         raw = message.get("tool_calls") or []
