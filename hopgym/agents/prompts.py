@@ -249,8 +249,6 @@ def few_shot_text(examples: Sequence[Sequence[dict[str, str]]]) -> str:
         Q?
         <answer>A</answer>
     """
-    parts = []
-    for i, example in enumerate(examples):
-        prompt, rollout = continuation_parts(example)
-        parts.append(f"Example {i + 1}:\n{prompt}{rollout}")
-    return "\n\n".join(parts)
+    return "\n\n".join(
+        f"Example {i}:\n" + "".join(continuation_parts(ex)) for i, ex in enumerate(examples, 1)
+    )

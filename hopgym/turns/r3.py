@@ -27,10 +27,7 @@ _R3_FIELDS = {
     "the final answer:": "answer",
 }
 _R3_LABEL = {kind: label.capitalize() for label, kind in _R3_FIELDS.items()}  # "The final answer:"
-_R3_LABELS = (
-    r"(the problem analysis:|the retrieval query:|the retrieval source:"
-    r"|the final answer:|the retrieval documents:)"
-)
+_R3_LABELS = f"({'|'.join([*_R3_FIELDS, 'the retrieval documents:'])})"  # the model's and the env's
 # Strict: a label at the start of a line, after white space (see _at_line_starts).
 _R3_RE = re.compile(r"(?i)" + _R3_LABELS)
 # Lenient: a label anywhere, as long as it starts a word ("...done. The final answer: X").

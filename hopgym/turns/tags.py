@@ -276,8 +276,9 @@ class TagsProtocol(Protocol):
         stray_tag = _ANY_TAG_RE.search(strip_spans(text, covered)) if strict else None
         if stray_tag is not None and stray_tag[0].lower() in ("<information>", "</information>"):
             return ParsedTurn(None, error=_INFO_ERROR)
-        # With no action, a turn that ends inside a tag (an open <think> at least) was cut short.
-        if not r.acts and (strict is (stray_tag is not None)):
+        # With no action, a turn that ends inside a tag (an open <think> at least) was cut short
+        # (in strict mode, only a turn with a stray tag can: without one, every tag is in a block).
+        if not r.acts:
             open_tag = _open_at_end(tags) or ("think" if think_at is not None else None)
             if open_tag is not None:
                 return ParsedTurn(None, error=_truncated_error(open_tag), truncated=True)
