@@ -1,6 +1,7 @@
 """GRPO's tiled log-probs (``hopgym.agents.grpo_logprobs``) give TRL's per-token log-probs,
 entropies, gradient and training step."""
 
+# ruff: noqa: F811  (test arguments take the imported fixtures' names)
 from __future__ import annotations
 
 import contextlib
@@ -13,12 +14,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from test_train import LengthReward, make_env, snapshot  # noqa: E402
+from test_train import LengthReward, make_env, snapshot, tiny_model  # noqa: E402
+from train_fixtures import tiny_grpo  # noqa: E402,F401  (fixtures)
 from trl import GRPOTrainer  # noqa: E402
 from trl.trainer.utils import add_fused_lm_head  # noqa: E402
 
 import hopgym.agents.grpo_logprobs as grpo_logprobs  # noqa: E402
-from hopgym.agents.grpo import GRPORunConfig, train_grpo  # noqa: E402
+from hopgym.agents.grpo import train_grpo  # noqa: E402
 from hopgym.agents.rollout import Trajectory  # noqa: E402
 from hopgym.agents.tiny_lm import TinyLMConfig, build_model, build_tokenizer, task_texts  # noqa: E402
 
@@ -92,7 +94,7 @@ def test_tiled_logprobs_and_gradient_match_trl(monkeypatch, with_env_mask: bool)
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
-def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float):
+def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float, tiny_grpo):
     # One GRPO step (plain SGD) with TRL's log-prob path and with the tiled one: the same
     # episodes, the same weights after it, the same logged loss and entropy. beta > 0 brings
     # TRL's reference log-probs (every completion position is then scored).
@@ -103,19 +105,16 @@ def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float):
     # The tiled path in one loss pass, and in passes of 2 episodes re-cut by length (whose
     # gradients add up to the same update).
     for chunked, micro in ((False, None), (True, None), (True, 2)):
-        model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+        model = tiny_model(tok)
         seen: list[Trajectory] = []
         run = train_grpo(
             model,
             tok,
             lambda: LengthReward(make_env(None)),
             qids,
-            GRPORunConfig(
-                output_dir=str(tmp_path / f"{chunked}{micro}"),
-                questions_per_step=2,
+            tiny_grpo(
+                tmp_path / f"{chunked}{micro}",
                 micro_batch_size=micro,
-                max_new_tokens=8,
-                plot=False,
                 track_kl=False,
                 chunked_logprobs=chunked,
                 trl={
@@ -142,7 +141,7 @@ def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float):
     assert len({len(ids) for ids, _ in eps_plain}) > 1
     # Observation tokens inside the completions: the env mask leaves positions out of the tiled path.
     assert any(0 in mask[:-1] for _, mask in eps_plain)
-    start = snapshot(build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0))
+    start = snapshot(tiny_model(tok))
     assert max((a - b).abs().max().item() for a, b in zip(start, w_plain, strict=True)) > 1e-3
     for a, b, c in zip(w_plain, w_tiled, w_micro, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)

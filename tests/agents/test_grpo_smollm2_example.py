@@ -2,11 +2,10 @@
 RFT and continue-SFT run, held-out EM is written for each, and the baselines get GRPO's budget of
 sampled episodes. Learning is not asserted (the SmolLM2 figures are in docs/training.md)."""
 
+# ruff: noqa: F811  (test arguments take the imported fixtures' names)
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,30 +13,18 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-import tiny_llm  # noqa: E402
-
-PATH = Path(__file__).resolve().parents[2] / "examples" / "grpo_smollm2.py"
+from train_fixtures import load_script, tiny_model_dir  # noqa: E402,F401  (fixtures)
 
 
 @pytest.fixture
-def example(monkeypatch):
-    spec = importlib.util.spec_from_file_location("grpo_smollm2_example", PATH)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+def example(load_script):
+    return load_script("examples/grpo_smollm2.py", "grpo_smollm2_example")
 
 
 @pytest.mark.slow  # about 15 s on one thread, more on a loaded machine
-def test_smoke_preset_end_to_end_on_a_saved_model(example, tmp_path: Path, capsys):
+def test_smoke_preset_end_to_end_on_a_saved_model(example, tiny_model_dir: Path, tmp_path: Path, capsys):
     """A transformers folder (a tiny random Qwen2 and its BPE tokenizer), as --model DIR."""
-    import torch
-
-    torch.set_num_threads(1)
-    tok = tiny_llm.build_tokenizer()
-    model_dir = tmp_path / "model"
-    tiny_llm.build_model(tok).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+    model_dir = tiny_model_dir
     out = tmp_path / "run"
     result = example.main(
         [

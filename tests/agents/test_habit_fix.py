@@ -2,11 +2,10 @@
 over-searching teacher, then GRPO, RFT and continue-SFT with the cost reward, each evaluated and
 compared with the SFT; a second call resumes (skips the phases the results file has)."""
 
+# ruff: noqa: F811  (test arguments take the imported fixtures' names)
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,29 +13,17 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-import tiny_llm  # noqa: E402
-
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "habit_fix.py"
+from train_fixtures import load_script, tiny_model_dir  # noqa: E402,F401  (fixtures)
 
 
 @pytest.fixture
-def habit_fix(monkeypatch):
-    spec = importlib.util.spec_from_file_location("habit_fix_script", PATH)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+def habit_fix(load_script):
+    return load_script("benchmarks/habit_fix.py", "habit_fix_script")
 
 
 @pytest.mark.slow  # about 20 s on one thread, more on a loaded machine
-def test_smoke_runs_every_phase_and_resumes(habit_fix, tmp_path: Path, monkeypatch):
-    import torch
-
-    torch.set_num_threads(1)
-    tok = tiny_llm.build_tokenizer()
-    model_dir = tmp_path / "model"
-    tiny_llm.build_model(tok).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+def test_smoke_runs_every_phase_and_resumes(habit_fix, tiny_model_dir: Path, tmp_path: Path, monkeypatch):
+    model_dir = tiny_model_dir
     out, results = tmp_path / "run", tmp_path / "r.json"
     argv = ["--preset", "smoke", "--model", str(model_dir), "--out", str(out), "--json", str(results)]
     res = habit_fix.main(argv)
@@ -87,14 +74,10 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tmp_path: Path, monkeypat
 
 
 @pytest.mark.slow  # about 10 s on one thread, more on a loaded machine
-def test_routing_habit_runs_in_its_own_folder_and_file(habit_fix, tmp_path: Path, monkeypatch):
-    import torch
-
-    torch.set_num_threads(1)
-    tok = tiny_llm.build_tokenizer()
-    model_dir = tmp_path / "model"
-    tiny_llm.build_model(tok).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+def test_routing_habit_runs_in_its_own_folder_and_file(
+    habit_fix, tiny_model_dir: Path, tmp_path: Path, monkeypatch
+):
+    model_dir = tiny_model_dir
     monkeypatch.chdir(tmp_path)  # the default run folder is relative
     argv = ["--habit", "routing", "--preset", "smoke", "--model", str(model_dir), "--methods", "grpo"]
     res = habit_fix.main([*argv, "--json", "r.json"])

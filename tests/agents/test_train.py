@@ -4,6 +4,7 @@ These assert that training runs and touches the weights through the right masks,
 rises (``examples/grpo_synthetic.py`` measures learning).
 """
 
+# ruff: noqa: F811  (test arguments take the imported fixtures' names)
 from __future__ import annotations
 
 import json
@@ -16,6 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
+
+from train_fixtures import tiny_grpo  # noqa: E402,F401  (fixtures)
 
 import hopgym  # noqa: E402,F401
 from hopgym.agents.grpo import EnvReward, EnvRolloutFunc, GRPORunConfig, train_grpo  # noqa: E402
@@ -58,6 +61,11 @@ class LengthReward(gym.Wrapper):
         bonus = 0.01 * len(action) if isinstance(action, str) else 0.0
         info = {**info, "reward_terms": {**info.get("reward_terms", {}), "length": bonus}}
         return obs, reward + bonus, term, trunc, info
+
+
+def tiny_model(tok, seed: int = 0):
+    """The one-layer tiny model of these tests (and of the GRPO tests that import it)."""
+    return build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=seed)
 
 
 def snapshot(model) -> list:
@@ -159,7 +167,7 @@ def test_cli_train_sft_then_grpo(tmp_path: Path, capsys):
 def test_sft_labels_mask_env_tokens(tmp_path: Path):
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     qids = [s.id for s in env.unwrapped.task.samples]
     exs = teacher_examples(lambda: make_env(None), lambda e: OracleAgent(e), qids, tok)
     before = snapshot(model)
@@ -192,10 +200,10 @@ def test_sft_labels_mask_env_tokens(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path):
+def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path, tiny_grpo):
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     seen: list[Trajectory] = []
     before = snapshot(model)
     run = train_grpo(
@@ -203,13 +211,7 @@ def test_grpo_rollouts_reach_trl_with_env_mask(tmp_path: Path):
         tok,
         lambda: LengthReward(make_env(None)),
         [s.id for s in env.unwrapped.task.samples],
-        GRPORunConfig(
-            output_dir=str(tmp_path),
-            questions_per_step=2,
-            max_new_tokens=8,
-            plot=False,
-            trl={"max_steps": 2, "num_generations": 3, "learning_rate": 1e-2, "max_completion_length": 120},
-        ),
+        tiny_grpo(tmp_path, trl={"max_steps": 2, "num_generations": 3, "learning_rate": 1e-2}),
         on_trajectories=seen.extend,
     )
     trainer = run.trainer
@@ -238,26 +240,23 @@ class FlatForSome(LengthReward):
         return obs, 0.0 if self.env.unwrapped.sample.id in self.flat else reward, term, trunc, info
 
 
-def _flat_run(tmp_path: Path, rounds: int):
+def _flat_run(tmp_path: Path, rounds: int, tiny_grpo):
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
     qids = [s.id for s in env.unwrapped.task.samples]
     flat = set(qids[:4])  # 4 of the 6 questions give groups without variance
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     seen: list[Trajectory] = []
     run = train_grpo(
         model,
         tok,
         lambda: FlatForSome(make_env(None), flat),
         qids,
-        GRPORunConfig(
-            output_dir=str(tmp_path / str(rounds)),
-            questions_per_step=2,
-            max_new_tokens=8,
-            plot=False,
+        tiny_grpo(
+            tmp_path / str(rounds),
             track_kl=False,
             resample_rounds=rounds,
-            trl={"max_steps": 3, "num_generations": 3, "learning_rate": 1e-2, "max_completion_length": 120},
+            trl={"max_steps": 3, "num_generations": 3, "learning_rate": 1e-2},
         ),
         on_trajectories=seen.extend,
     )
@@ -266,12 +265,12 @@ def _flat_run(tmp_path: Path, rounds: int):
 
 
 @pytest.mark.slow
-def test_grpo_dynamic_sampling_replaces_groups_without_variance(tmp_path: Path):
+def test_grpo_dynamic_sampling_replaces_groups_without_variance(tmp_path: Path, tiny_grpo):
     # Without it, the sampler hands flat questions' groups to the loss; with it, each is
     # replaced by a group of a question drawn from the pool until it varies (or rounds run out).
-    run0, groups0, flat = _flat_run(tmp_path, 0)
+    run0, groups0, flat = _flat_run(tmp_path, 0, tiny_grpo)
     assert sum(g[0].question_id in flat for g in groups0) >= 2  # the test can fail
-    run, groups, flat = _flat_run(tmp_path, 8)
+    run, groups, flat = _flat_run(tmp_path, 8, tiny_grpo)
     rollout = run.rollout
     assert len(groups) == 3 * 2 and all(len({t.question_id for t in g}) == 1 for g in groups)
     kept_flat = sum(g[0].question_id in flat for g in groups)
@@ -285,11 +284,11 @@ def test_grpo_dynamic_sampling_replaces_groups_without_variance(tmp_path: Path):
     assert [h["frac_reward_zero_std"] for h in run.history if "frac_reward_zero_std" in h] == [0.0] * 3
 
 
-def test_grpo_warns_in_one_line_when_no_group_varies(tmp_path: Path, caplog):
+def test_grpo_warns_in_one_line_when_no_group_varies(tmp_path: Path, caplog, tiny_grpo):
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
     qids = [s.id for s in env.unwrapped.task.samples]
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     before = snapshot(model)
     with caplog.at_level("WARNING", logger="hopgym.agents.grpo"):
         run = train_grpo(
@@ -297,18 +296,8 @@ def test_grpo_warns_in_one_line_when_no_group_varies(tmp_path: Path, caplog):
             tok,
             lambda: FlatForSome(make_env(None), set(qids[:-1])),  # only the last question's groups vary
             [qids[-1], qids[0], qids[1], qids[2]],  # step 1 has a group that varies, step 2 none
-            GRPORunConfig(
-                output_dir=str(tmp_path),
-                questions_per_step=2,
-                max_new_tokens=8,
-                plot=False,
-                track_kl=False,
-                trl={
-                    "max_steps": 2,
-                    "num_generations": 3,
-                    "max_completion_length": 120,
-                    "shuffle_dataset": False,
-                },
+            tiny_grpo(
+                tmp_path, track_kl=False, trl={"max_steps": 2, "num_generations": 3, "shuffle_dataset": False}
             ),
         )
     warnings = [r.getMessage() for r in caplog.records if "reward variance" in r.getMessage()]
@@ -322,7 +311,7 @@ def test_grpo_warns_in_one_line_when_no_group_varies(tmp_path: Path, caplog):
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
-def test_grpo_micro_batches_give_the_one_pass_update(tmp_path: Path, loss_type: str):
+def test_grpo_micro_batches_give_the_one_pass_update(tmp_path: Path, loss_type: str, tiny_grpo):
     # A step's 2 x 3 episodes through the loss in one pass, or in passes of 2 and of 3 with the
     # gradients accumulated: the same rollouts (one per step) and, with plain SGD, the same weights.
     env = make_env(None)
@@ -330,19 +319,16 @@ def test_grpo_micro_batches_give_the_one_pass_update(tmp_path: Path, loss_type: 
     qids = [s.id for s in env.unwrapped.task.samples]
     weights, rollouts = [], []
     for micro in (None, 2, 3):
-        model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+        model = tiny_model(tok)
         seen: list[Trajectory] = []
         run = train_grpo(
             model,
             tok,
             lambda: LengthReward(make_env(None)),
             qids,
-            GRPORunConfig(
-                output_dir=str(tmp_path / str(micro)),
-                questions_per_step=2,
+            tiny_grpo(
+                tmp_path / str(micro),
                 micro_batch_size=micro,
-                max_new_tokens=8,
-                plot=False,
                 track_kl=False,
                 trl={
                     "max_steps": 1,
@@ -350,7 +336,6 @@ def test_grpo_micro_batches_give_the_one_pass_update(tmp_path: Path, loss_type: 
                     "learning_rate": 1e-1,
                     "optim": "sgd",
                     "loss_type": loss_type,
-                    "max_completion_length": 120,
                 },
             ),
             on_trajectories=seen.extend,
@@ -360,7 +345,7 @@ def test_grpo_micro_batches_give_the_one_pass_update(tmp_path: Path, loss_type: 
         assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (6 // passes, passes)
         weights.append(snapshot(model))
         rollouts.append([t.completion_ids for t in seen])
-    start = snapshot(build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0))
+    start = snapshot(tiny_model(tok))
     assert rollouts[0] == rollouts[1] == rollouts[2] and len(rollouts[0]) == 6
     # The step moves weights by ~1e-3, so a pass scaled wrongly (say 1/2 or 1/3) would show.
     assert max((a - b).abs().max().item() for a, b in zip(start, weights[0], strict=True)) > 1e-3
@@ -375,30 +360,18 @@ def test_grpo_micro_batches_give_the_one_pass_update(tmp_path: Path, loss_type: 
         GRPORunConfig(trl={"gradient_accumulation_steps": 2}).trl_config()
 
 
-def test_grpo_kl_reference_is_the_starting_model(tmp_path: Path):
+def test_grpo_kl_reference_is_the_starting_model(tmp_path: Path, tiny_grpo):
     # beta > 0 with a model built in memory (no path for TRL to load a reference from).
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     before = snapshot(model)
     trainer = train_grpo(
         model,
         tok,
         lambda: LengthReward(make_env(None)),
         [s.id for s in env.unwrapped.task.samples],
-        GRPORunConfig(
-            output_dir=str(tmp_path),
-            questions_per_step=2,
-            max_new_tokens=8,
-            plot=False,
-            trl={
-                "max_steps": 2,
-                "num_generations": 2,
-                "learning_rate": 1e-2,
-                "beta": 0.5,
-                "max_completion_length": 120,
-            },
-        ),
+        tiny_grpo(tmp_path, trl={"max_steps": 2, "num_generations": 2, "learning_rate": 1e-2, "beta": 0.5}),
     ).trainer
     assert changed(before, model) > 0
     ref = dict(trainer.ref_model.named_parameters())
@@ -498,7 +471,7 @@ def test_env_workers_reach_the_rollout_collector(monkeypatch, tmp_path: Path):
     monkeypatch.setattr(grpo, "EnvRolloutFunc", rollout_func)
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     with pytest.raises(Stop):
         train_rft(
             model,
@@ -524,7 +497,7 @@ def test_env_workers_reach_the_rollout_collector(monkeypatch, tmp_path: Path):
 def test_rft_keeps_only_passing_episodes_and_accounts_its_budget(tmp_path: Path):
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     rounds: list[list[Trajectory]] = []
     cfg = RFTRunConfig(
         output_dir=str(tmp_path),
@@ -570,7 +543,7 @@ def test_rft_keeps_only_passing_episodes_and_accounts_its_budget(tmp_path: Path)
 def test_rft_with_nothing_correct_leaves_the_model_alone(tmp_path: Path):
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     before = snapshot(model)
     res = train_rft(
         model,
@@ -611,7 +584,7 @@ def test_filtered_teacher_baseline_trains_on_correct_episodes_only(tmp_path: Pat
     answers = [e["messages"][-1]["content"] for e in kept]
     searches = [sum("<search>" in m["content"] for m in e["messages"]) for e in kept]
     assert min(searches) >= 1 and all("<answer>" in a for a in answers)
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     before = snapshot(model)
     trainer = train_sft(
         model,
@@ -766,12 +739,12 @@ class StandInVLLMClient:
 
 
 @pytest.mark.slow
-def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path, monkeypatch):
+def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path, monkeypatch, tiny_grpo):
     import trl.generation.vllm_generation as vg
 
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
-    model = build_model(TinyLMConfig(layers=1, hidden=32, heads=2, ffn=64), tok, seed=0)
+    model = tiny_model(tok)
     StandInVLLMClient.template = model
     StandInVLLMClient.instances = []
     # TRL's own VLLMGeneration runs (server mode); only the client is the stand-in.
@@ -784,16 +757,12 @@ def test_grpo_takes_turns_and_logprobs_from_trl_vllm_server_mode(tmp_path: Path,
         tok,
         lambda: LengthReward(make_env(None)),
         [s.id for s in env.unwrapped.task.samples],
-        GRPORunConfig(
-            output_dir=str(tmp_path),
-            questions_per_step=2,
-            max_new_tokens=8,
-            plot=False,
+        tiny_grpo(
+            tmp_path,
             trl={
                 "max_steps": 2,
                 "num_generations": 3,
                 "learning_rate": 1e-2,
-                "max_completion_length": 120,
                 "use_vllm": True,
                 "vllm_mode": "server",
             },
