@@ -34,7 +34,7 @@ _R3_RE = re.compile(r"(?i)" + _R3_LABELS)
 _R3_LOOSE_RE = re.compile(r"(?i)(?<![a-z])" + _R3_LABELS)
 _R3_ENV_RE = re.compile(r"(?i)(?:the retrieval documents:|format error:)")
 _R3_STEP_RE = re.compile(r"(?im)step\s+\d+\s*:\s*$")
-_WHITE_RE = re.compile(r"\s*+")
+_LINE_START_RE = re.compile(r"(?m)^\s*+")  # a line start and the white space after it
 _R3_STEP_HEAD_RE = re.compile(r"(?im)^[ \t]*step\s+\d+\s*:[ \t]*")
 _R3_DOCS_ERROR = "'The retrieval documents:' is written by the environment, not by you"
 _R3_TRUNCATED_ERROR = (
@@ -49,28 +49,20 @@ def _at_line_starts(body: re.Pattern[str], text: str) -> list[tuple[int, int, re
     ``finditer`` finds them (leftmost, not overlapping), for a ``body`` that starts with a
     character that is not white space.
 
-    In time linear in ``text``: as a regular expression, ``^\\s*`` scans a run of white space
+    In time linear in ``text``: as one regular expression, ``^\\s*`` scans a run of white space
     from each line start inside it, which is quadratic in a run of blank lines. All those line
-    starts reach the same end of the run, so it is scanned once: the match starts at the first
-    line start in the run and ``body`` must match where the run ends.
+    starts reach the same end of the run, so it is scanned once (a search for a line start and
+    its white space goes on after the run): the match starts at the first line start in the
+    run and ``body`` must match where the run ends.
     """
-    out = []
-    pos, n = 0, len(text)
-    while pos <= n:
-        if pos == 0 or text[pos - 1] == "\n":
-            start = pos
-        else:
-            newline = text.find("\n", pos)
-            if newline < 0:
-                break
-            start = newline + 1
-        run_end = _WHITE_RE.match(text, start).end()  # type: ignore[union-attr]
-        m = body.match(text, run_end)
-        if m is None:
-            pos = run_end + 1  # every line start up to run_end reaches the same run_end
-            continue
-        out.append((start, m.end(), m))
-        pos = m.end()
+    out: list[tuple[int, int, re.Match[str]]] = []
+    pos = 0
+    while pos <= len(text) and (run := _LINE_START_RE.search(text, pos)) is not None:
+        m = body.match(text, run.end())
+        if m is not None:
+            out.append((run.start(), m.end(), m))
+        # After a run that body does not follow: every line start in it reaches the same end.
+        pos = run.end() + 1 if m is None else m.end()
     return out
 
 
