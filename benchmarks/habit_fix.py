@@ -133,6 +133,9 @@ HABITS: dict[str, Habit] = {
             # Each source at its own cost (web 1, local 0), at 0.1: five web searches (a
             # 6-turn episode's most) cost half a right answer, so a right answer always pays.
             "costs": {"search_cost": {"weight": 0.1}},
+            # The teacher's SFT examples in SmolLM2's tokens: 2% of 96 over 1024 (the longest
+            # 1058), cut there by SFT; its episodes after the prompt at most 808.
+            "max_length": 1536,
         },
         measure="search_cost_per_episode",
         short="cost",

@@ -1799,10 +1799,17 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
             )
         todo = [_METHOD_NAMES[m] for m in phases_all if m not in phases]
         state = f"still to run: {', '.join(todo)}" if todo else "every phase done"
+        sft = d.get("sft_budget", {})
+        cut = (
+            f" ({sft['cut_examples']} of {sft['examples']} SFT examples longer)"
+            if sft.get("cut_examples")
+            else ""
+        )
         notes.append(
             f"- `{name}.json`: {habit_name}, seed {a['seed']}, model `{a['model']}`, `{a['env']}` "
             f"`{json.dumps(a['env_kw'])}`, teacher `{json.dumps(a['teacher'])}`, cost terms "
-            f"`{json.dumps(a['costs'])}`, {d['test_questions']} held-out questions; {state}."
+            f"`{json.dumps(a['costs'])}`, {a['max_length']} tokens a trajectory{cut}, "
+            f"{d['test_questions']} held-out questions; {state}."
         )
         for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
             if d.get(key):

@@ -497,9 +497,14 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             lora=lora,
         )
         hist = trainer.state.log_history
+        # SFT keeps an example's first max_length tokens: a longer one's last turns are not trained.
+        cut = sum(max(i for i, m in enumerate(e["completion_mask"]) if m) >= a.max_length for e in data)
+        if cut:
+            log(f"[{name}] {cut} of {len(data)} examples end after max_length ({a.max_length}) tokens")
         res[f"{name}_budget"] = {
             "steps": trainer.state.global_step,
             "examples": len(data),
+            "cut_examples": cut,
             "seconds": time.perf_counter() - t0,
             "cpu_seconds": time.process_time() - c0,
             "final_loss": next((h["loss"] for h in reversed(hist) if "loss" in h), None),

@@ -80,7 +80,11 @@ def test_routing_habit_runs_in_its_own_folder_and_file(
     model_dir = tiny_model_dir
     monkeypatch.chdir(tmp_path)  # the default run folder is relative
     argv = ["--habit", "routing", "--preset", "smoke", "--model", str(model_dir), "--methods", "grpo"]
-    res = habit_fix.main([*argv, "--json", "r.json"])
+    # A budget that ends inside every SFT example (its prompt is ~380 tiny-tokenizer tokens, its
+    # last teacher token past 1,300): every example is cut, and the run says so.
+    res = habit_fix.main([*argv, "--json", "r.json", "--set", "max_length=600"])
+    assert res["args"]["max_length"] == 600
+    assert res["sft_budget"]["cut_examples"] == res["sft_budget"]["examples"] == 4
     assert (tmp_path / "runs/habit_fix/routing_smoke_seed0/sft/checkpoint/config.json").exists()
     assert res["habit"] == "routing" and set(res["phases"]) == {"sft", "grpo"}
     a = res["args"]

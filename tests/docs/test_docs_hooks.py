@@ -96,8 +96,10 @@ def test_habit_fix_rows_of_a_run_still_going():
             "env_kw": {"local_coverage": 0.8},
             "teacher": {"random_route": 1.0},
             "costs": {"search_cost": {"weight": 0.1}},
+            "max_length": 1536,
         },
         "test_questions": 10,
+        "sft_budget": {"examples": 96, "cut_examples": 2},
         "phases": {"sft": {"cpu_seconds": 100.0}, "grpo": {"cpu_seconds": 2500.0}},
         "sft": {"em": 0.5, "reward_terms/search_cost": -0.1, "right_source_rate": 0.5},
         "em_sft": 0.5,
@@ -124,6 +126,7 @@ def test_habit_fix_rows_of_a_run_still_going():
         ["RFT", "not run yet"],
         ["continue-SFT", "not run yet"],
     ]
+    assert "1536 tokens a trajectory (2 of 96 SFT examples longer)" in out
     assert "still to run: RFT, continue-SFT." in out
     pytest.importorskip("matplotlib")
     assert "](data:image/png;base64," in out
