@@ -32,8 +32,9 @@ from hopgym.turns.base import ANY_SOURCE, PARSE_MODES, Call, Protocol, Turn, che
 from hopgym.turns.info import StepInfo
 from hopgym.turns.r3 import R3Protocol
 from hopgym.turns.registry import PROTOCOLS, get_protocol, register_protocol
+from hopgym.turns.specs import tool_specs
 from hopgym.turns.tags import TagsProtocol
-from hopgym.turns.tools import ToolProtocol, tool_specs
+from hopgym.turns.tools import ToolProtocol
 
 __all__ = [
     "Protocol",

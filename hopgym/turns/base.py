@@ -514,11 +514,8 @@ class Protocol:
     def extract_answer(self, completion: Any, sources: Sequence[str] = ANY_SOURCE) -> str | None:
         """The answer the env would end the episode with, had it stepped the completion's turns
         in order (``None``: no turn answers)."""
-        for turn in self.read_rollout(completion, sources):
-            answer = turn.answer()
-            if answer is not None:
-                return answer
-        return None
+        turns = self.read_rollout(completion, sources)  # they end at the first that answers
+        return turns[-1].answer() if turns else None
 
     def is_well_formed(self, completion: Any, sources: Sequence[str] = ANY_SOURCE) -> bool:
         """Whether every turn of the completion is valid and has no format issue, and the last

@@ -1,8 +1,8 @@
 """The ``tools`` protocol: OpenAI-style function calls (``search``, ``answer``) as actions.
 
-Classes: :class:`ToolProtocol`. Functions: :func:`tool_specs`, :func:`fold_routes`,
-:func:`step_calls` (a step's calls beside their results, for the views of a run). Constants:
-:data:`TOOL_NAMES`.
+Classes: :class:`ToolProtocol`. Functions: :func:`fold_routes`,
+:func:`step_calls` (a step's calls beside their results, for the views of a run). The tools'
+schemas are :mod:`hopgym.turns.specs`'s.
 
 A turn is free text (reasoning, optionally in ``<think>…</think>``) and one or more calls of the
 env's tools, written in any of the forms a user has in hand:
@@ -57,14 +57,12 @@ from hopgym.turns.base import (
     strip_spans,
 )
 from hopgym.turns.json_scan import TOO_DEEP, JSONTextError, decode, dumps, repair
-from hopgym.turns.specs import TOOL_NAMES, tool_specs
+from hopgym.turns.specs import TOOL_NAMES
 
 __all__ = [
     "ToolProtocol",
-    "tool_specs",
     "fold_routes",
     "step_calls",
-    "TOOL_NAMES",
 ]
 
 _THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
@@ -75,6 +73,7 @@ _RESPONSE_CLOSE = re.compile(r"</tool_response>")
 # Where a bare JSON call may start: an object whose first key is "name" (possessive white
 # space: each run is read once).
 _BARE_START = re.compile(r'\{\s*+"name"\s*+:')
+_SEPARATORS = re.compile(r"[\s;]*+")  # between Llama 3.x's JSON calls
 _MISTRAL_V11_RE = re.compile(r"\[TOOL_CALLS\]\s*+([A-Za-z_][\w.-]*+)\s*+\[ARGS\]")
 _ROUTE_ERROR = "there is no route tool: pass search a source to search there"
 #: Per tool: its argument, and how to call it (what a corrective shows).
@@ -163,14 +162,12 @@ def _json_values(text: str, start: int) -> list[Any] | JSONTextError | None:
     first :data:`MAX_CALLS_READ`); when a part is not JSON, the first value's error, or
     ``None`` for a later one."""
     out: list[Any] = []
-    pos, n = start, len(text)
     while True:
-        while pos < n and (text[pos].isspace() or text[pos] == ";"):
-            pos += 1
-        if pos >= n or len(out) >= MAX_CALLS_READ:
+        pos = _SEPARATORS.match(text, start).end()  # type: ignore[union-attr]
+        if pos >= len(text) or len(out) >= MAX_CALLS_READ:
             return out
         try:
-            obj, pos = decode(text, pos)
+            obj, start = decode(text, pos)
         except JSONTextError as exc:
             return None if out else exc
         out.append(obj)

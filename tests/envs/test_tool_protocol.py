@@ -14,7 +14,8 @@ import hopgym  # noqa: F401 - registers the envs
 from hopgym.envs.options import EnvOptions
 from hopgym.errors import InvalidOptionError
 from hopgym.turns import Answer, Route, Search, Think
-from hopgym.turns.tools import ToolProtocol, tool_specs
+from hopgym.turns.specs import tool_specs
+from hopgym.turns.tools import ToolProtocol
 
 SOURCES = ("local", "web")
 S = '{"name": "search", "arguments": {"query": "Lorn"}}'
