@@ -115,6 +115,11 @@ HABITS: dict[str, Habit] = {
                 "redundancy": {"query_penalty": 0.2, "query_similarity": 0.6},
                 "search_cost": {"per_search": 0.02},
             },
+            # Two documents a search: the teacher's SFT examples in SmolLM2's tokens end by token
+            # 1259 (median 954; 48 train questions), against 1672 (median 1282) at the default 3,
+            # where a 1024-token SFT cut every example before its answer (held-out EM 0.000).
+            "env_kw": {"top_k": 2},
+            "max_length": 1536,
         },
         measure="redundant_searches_per_episode",
         short="redundant",
