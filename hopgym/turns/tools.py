@@ -59,11 +59,7 @@ from hopgym.turns.base import (
 from hopgym.turns.json_scan import TOO_DEEP, JSONTextError, decode, dumps, repair
 from hopgym.turns.specs import TOOL_NAMES
 
-__all__ = [
-    "ToolProtocol",
-    "fold_routes",
-    "step_calls",
-]
+__all__ = ["ToolProtocol", "fold_routes", "step_calls"]
 
 _THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
 _CALL_OPEN = re.compile(r"<tool_call>")
