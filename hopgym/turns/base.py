@@ -19,6 +19,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 from hopgym.corpora.types import Passage
@@ -307,12 +308,8 @@ def routes(sources: Sequence[str]) -> bool:
 def over_limit(text: str, patterns: Iterable[re.Pattern[str]], what: str) -> ParsedTurn | None:
     """The refusal of a turn with more than :data:`MAX_TAGS` matches of one of ``patterns``
     (degenerate text; the count stops at the limit, so such a turn costs little), or ``None``."""
-    for pattern in patterns:
-        for count, _ in enumerate(pattern.finditer(text), 1):
-            if count > MAX_TAGS:
-                return ParsedTurn(
-                    None, error=f"too many {what} (more than {MAX_TAGS}): write one step per turn"
-                )
+    if any(next(islice(pattern.finditer(text), MAX_TAGS, None), None) for pattern in patterns):
+        return ParsedTurn(None, error=f"too many {what} (more than {MAX_TAGS}): write one step per turn")
     return None
 
 
