@@ -32,7 +32,7 @@ from typing import Any
 from hopgym.errors import InvalidOptionError
 from hopgym.rewards.answer_reward import AnswerCheck
 from hopgym.rewards.judges import Judge, judge_answers
-from hopgym.turns.answers import ANSWER_PROTOCOLS, check_answer_protocol, extract_answer, is_well_formed
+from hopgym.turns.answers import check_answer_protocol, extract_answer, is_well_formed
 from hopgym.turns.base import ANY_SOURCE, check_parse_mode
 from hopgym.turns.registry import get_protocol
 
@@ -42,7 +42,6 @@ __all__ = [
     "extract_answer",
     "is_well_formed",
     "completion_text",
-    "ANSWER_PROTOCOLS",
 ]
 
 
