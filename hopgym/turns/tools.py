@@ -128,22 +128,16 @@ def _value(text: str, start: int, end: int) -> Any:
         return _BadJSON(body, "no JSON in the call")
     try:
         value, stop = decode(stripped)
-    except JSONTextError as exc:
-        return _unread(body, stripped, exc)
-    if stripped[stop:].strip():
-        return _BadJSON(body, f"text after the JSON value: {quote(stripped[stop:], 40)}")
-    return value
-
-
-def _unread(body: str, stripped: str, exc: JSONTextError) -> Any:
-    """A call whose JSON (``stripped``: ``body`` without white space around) raised ``exc``:
-    repaired when the text ends inside it and closing its brackets finishes it, else refused."""
-    if exc.unfinished:
+    except JSONTextError as exc:  # unfinished: repaired when closing its brackets finishes it
+        if not exc.unfinished:
+            return _BadJSON(body, f"{exc.reason}: {quote(stripped, 80)}")
         try:
             return _Repaired(repair(stripped, exc))
         except JSONTextError:
             return _BadJSON(body, f"the call ends before its JSON does: {quote(stripped, 80)}", True)
-    return _BadJSON(body, f"{exc.reason}: {quote(stripped, 80)}")
+    if stripped[stop:].strip():
+        return _BadJSON(body, f"text after the JSON value: {quote(stripped[stop:], 40)}")
+    return value
 
 
 class _Repaired:
@@ -180,7 +174,7 @@ def _bare_calls(text: str) -> list[_Found]:
             obj, end = decode(text, start)
         except JSONTextError as exc:
             if exc.unfinished:
-                out.append((start, len(text), _unread(text[start:], text[start:].strip(), exc)))
+                out.append((start, len(text), _value(text, start, len(text))))
                 break
             out.append((start, exc.end, _BadJSON(text[start : exc.end], exc.reason)))
             pos = max(exc.end, start + 1)
