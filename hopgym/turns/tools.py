@@ -202,11 +202,9 @@ class ToolProtocol(Protocol):
         "unknown tool 'serch': the tools are search, answer"
     """
 
-    name = "tools"
-    stop = ()
+    name = "tools"  # no stop strings, no closed-book prompt: the base class's empty defaults
     accepts_messages = True
     chat_tools = True
-    closed_book_prompt = ""
     PROMPT = (
         "Answer the question by searching step by step with the search tool; you may reason before each "
         "call. When you know the answer, call the answer tool with a short span, without explanation: "
