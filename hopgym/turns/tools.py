@@ -1,8 +1,7 @@
 """The ``tools`` protocol: OpenAI-style function calls (``search``, ``answer``) as actions.
 
-Classes: :class:`ToolProtocol`. Functions: :func:`fold_routes`,
-:func:`step_calls` (a step's calls beside their results, for the views of a run). The tools'
-schemas are :mod:`hopgym.turns.specs`'s.
+Classes: :class:`ToolProtocol`. Functions: :func:`step_calls` (a step's calls beside their
+results, for the views of a run). The tools' schemas are :mod:`hopgym.turns.specs`'s.
 
 A turn is free text (reasoning, optionally in ``<think>…</think>``) and one or more calls of the
 env's tools, written in any of the forms a user has in hand:
@@ -40,7 +39,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hopgym.turns.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think
@@ -59,7 +58,10 @@ from hopgym.turns.base import (
 from hopgym.turns.json_scan import TOO_DEEP, JSONTextError, decode, dumps, repair
 from hopgym.turns.specs import TOOL_NAMES
 
-__all__ = ["ToolProtocol", "fold_routes", "step_calls"]
+__all__ = [
+    "ToolProtocol",
+    "step_calls",
+]
 
 _THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
 _CALL_OPEN = re.compile(r"<tool_call>")
@@ -448,29 +450,6 @@ class ToolProtocol(Protocol):
         block, any other message (a corrective or notice) as a line of its own."""
         tool = "<tool_response>\n{}\n</tool_response>\n"
         return "".join((tool if m["role"] == "tool" else "{}\n").format(m["content"]) for m in messages)
-
-
-def fold_routes(actions: Iterable[Any]) -> list[Any]:
-    """An action list for the ``tools`` protocol: each :class:`Route` folded into the next
-    :class:`Search` as its ``source`` (there is no route tool); other items are kept.
-
-    Example:
-        >>> fold_routes([Route("web"), Search("x"), Answer("y")])
-        [Search(query='x', think=''), Answer(text='y', think='')]
-        >>> _[0].source
-        'web'
-    """
-    out: list[Any] = []
-    pending: Route | None = None
-    for act in actions:
-        if isinstance(act, Route):
-            pending = act
-            continue
-        if isinstance(act, Search) and pending is not None and act.source is None:
-            act = Search(act.query, act.think or pending.think, source=pending.source)
-        pending = None if isinstance(act, Search) else pending
-        out.append(act)
-    return out
 
 
 def step_calls(assistant: Mapping[str, Any], info: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,23 @@ from hopgym.envs import Answer, Route, Search, Think
 from hopgym.envs.spaces import FreeText
 from hopgym.retrieval.sparse import BM25Retriever
 from hopgym.tasks.base import QATask, Source
-from hopgym.turns.tools import fold_routes
+
+
+def fold_routes(actions: Iterable[Any]) -> list[Any]:
+    """An action list for the ``tools`` protocol: each :class:`Route` folded into the next
+    :class:`Search` as its ``source`` (there is no route tool); other items are kept."""
+    out: list[Any] = []
+    pending: Route | None = None
+    for act in actions:
+        if isinstance(act, Route):
+            pending = act
+            continue
+        if isinstance(act, Search) and pending is not None and act.source is None:
+            act = Search(act.query, act.think or pending.think, source=pending.source)
+        pending = None if isinstance(act, Search) else pending
+        out.append(act)
+    return out
+
 
 GOLD = QASample(
     "q1",
