@@ -27,7 +27,6 @@ functions, the agents) reads it through this parser, in time linear in the turn'
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -103,19 +102,14 @@ def _tags(text: str) -> list[_Tag]:
 
 
 def _open_at_end(tags: Sequence[_Tag]) -> str | None:
-    """The think/action tag left open at the end of the text, if any."""
+    """The think/action tag left open at the end of the text, if any (the tags are at most
+    :data:`~hopgym.turns.base.MAX_TAGS`: a search of the stack per tag stays cheap)."""
     open_: list[str] = []  # a stack; a closing tag closes its innermost opening and all above it
-    depth = dict.fromkeys(_TAG_NAMES, 0)  # how many of each name are on the stack
     for t in tags:
-        if t.name == "information":
-            continue
-        if not t.closing:
+        if t.name != "information" and not t.closing:
             open_.append(t.name)
-            depth[t.name] += 1
-        elif depth[t.name]:
-            while (name := open_.pop()) != t.name:
-                depth[name] -= 1
-            depth[name] -= 1
+        elif t.name in open_:
+            del open_[len(open_) - 1 - open_[::-1].index(t.name) :]
     return open_[-1] if open_ else None
 
 
@@ -211,10 +205,7 @@ class TagsProtocol(Protocol):
         if not strict and any(t.name == "information" for t in tags):
             return ParsedTurn(None, error=_INFO_ERROR)
         r = Reading()
-        # Per name, the index of its last closing tag, and the indices of the think tags: the
-        # lookups below use them instead of scanning the tags that follow (quadratic).
-        last_closing = {u.name: k for k, u in enumerate(tags) if u.closing}
-        think_tags = [k for k, u in enumerate(tags) if u.name == "think"]
+        last_closing = {u.name: k for k, u in enumerate(tags) if u.closing}  # per name, its index
         bad = next((t for t in tags if not t.exact), None)
         if bad is not None:
             r.issue("malformed_tag", f"spaces inside a tag: {text[bad.start : bad.end]!r}")
@@ -257,9 +248,8 @@ class TagsProtocol(Protocol):
                     covered.append((t.start, t.end))
                 continue
             if think_at is not None:
-                n = bisect_right(think_tags, i)
-                later = tags[think_tags[n]] if n < len(think_tags) else None  # the next think tag
-                if later is not None and later.closing:
+                later_think = next((u for u in tags[i + 1 :] if u.name == "think"), None)
+                if later_think is not None and later_think.closing:
                     return ParsedTurn(None, error=_IN_THINK_ERROR)
                 r.issue("unclosed_think", "<think> is never closed")
                 r.thoughts.append(text[think_at : t.start])
