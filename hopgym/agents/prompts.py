@@ -116,16 +116,14 @@ def chat_messages(
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
     for m in transcript:
-        if m["role"] == "assistant" and out and out[-1]["role"] == "assistant":
+        role = m["role"]
+        content = m["content"] if role == "assistant" else m["content"].strip() or CONTINUE_MESSAGE
+        if out and out[-1]["role"] == role == "user":  # two observations in a row: merge them
+            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + content}
+            continue
+        if out and out[-1]["role"] == role:  # two turns in a row: the model is asked for the next
             out.append({"role": "user", "content": CONTINUE_MESSAGE})
-        if m["role"] == "user":
-            content = m["content"].strip() or CONTINUE_MESSAGE
-            if out and out[-1]["role"] == "user":  # two observations in a row: merge them
-                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + content}
-                continue
-            out.append({"role": "user", "content": content})
-        else:
-            out.append({"role": "assistant", "content": m["content"]})
+        out.append({"role": role, "content": content})
     if for_generation and out[-1]["role"] == "assistant":
         out.append({"role": "user", "content": CONTINUE_MESSAGE})
     return out

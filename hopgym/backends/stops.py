@@ -52,12 +52,8 @@ def close_open_tag(text: str, stops: Sequence[str]) -> str:
         >>> close_open_tag("<think>a</think>", ["</search>"])
         '<think>a</think>'
     """
-    for stop in stops:
-        if not stop_is_kept(stop):
-            continue
-        close = stop.strip()
-        opening = "<" + close[2:]
-        if text.rfind(opening) > text.rfind(close):
+    for close in [stop.strip() for stop in stops if stop_is_kept(stop)]:
+        if text.rfind("<" + close[2:]) > text.rfind(close):  # its opening tag after its last close
             return text + close
     return text
 
