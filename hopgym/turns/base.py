@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -221,11 +221,10 @@ def blocks(
     pos = 0
     while (limit is None or len(out) < limit) and (m := opening.search(text, pos)) is not None:
         c = closing.search(text, m.end())
-        out.append(
-            (m.start(), m.end(), c.start(), c.end()) if c else (m.start(), m.end(), len(text), len(text))
-        )
         if c is None:
+            out.append((m.start(), m.end(), len(text), len(text)))
             break
+        out.append((m.start(), m.end(), c.start(), c.end()))
         pos = c.end()
     return out
 
@@ -336,11 +335,6 @@ class Reading:
         if len(acts) > 1:
             issues += (FormatIssue("duplicate_action", str(duplicate)),)
         return make_action(*acts[0], think, sources, issues)
-
-
-def valid_issues(turn: ParsedTurn) -> ParsedTurn:
-    """``turn`` without format issues when it is invalid (it reports its error instead)."""
-    return turn if turn.action is not None or not turn.issues else replace(turn, issues=())
 
 
 def make_action(
@@ -591,9 +585,8 @@ class Protocol:
                 "You already searched for this, and it finds no new documents: search for "
                 "something else, or answer."
             )
-        return f"You already searched for this; here are the {'next' if dedup else 'same'} results" + (
-            "." if dedup else " again."
-        )
+        results = "next results." if dedup else "same results again."
+        return f"You already searched for this; here are the {results}"
 
     def last_turn(self, observation: str, turn: int) -> str:
         """``observation`` with the notice that one turn is left and the answer is due now."""

@@ -11,10 +11,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from tag_parser_reference import valid_issues as _valid_issues
+
 from hopgym.turns import FormatIssue, ParsedTurn
 from hopgym.turns.base import make_action as _make_action
 from hopgym.turns.base import quote as _quote
-from hopgym.turns.base import valid_issues as _valid_issues
 from hopgym.turns.r3 import (
     _R3_DOCS_ERROR,
     _R3_FIELDS,

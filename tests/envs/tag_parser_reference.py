@@ -14,7 +14,6 @@ from hopgym.turns import FormatIssue, ParsedTurn, Think
 from hopgym.turns.base import make_action as _make_action
 from hopgym.turns.base import quote as _quote
 from hopgym.turns.base import strip_spans as _strip_spans
-from hopgym.turns.base import valid_issues as _valid_issues
 from hopgym.turns.tags import (
     _ANY_TAG_RE,
     _IN_THINK_ERROR,
@@ -25,6 +24,12 @@ from hopgym.turns.tags import (
     _Tag,
     _truncated_error,
 )
+
+
+def valid_issues(turn: ParsedTurn) -> ParsedTurn:
+    """``turn`` without format issues when it is invalid (it reports its error instead)."""
+    return turn if turn.action is not None or not turn.issues else replace(turn, issues=())
+
 
 _TAG_RE = re.compile(r"<(think|search|route|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
 _LOOSE_TAG_RE = re.compile(r"<\s*(/?)\s*(think|search|route|answer|information)\s*>", re.IGNORECASE)
@@ -61,8 +66,8 @@ class ReferenceTagsProtocol(TagsProtocol):
 
     def parse(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         if self.parse_mode == "strict":
-            return _valid_issues(self._parse_strict(text, sources))
-        return _valid_issues(self._parse_lenient(text, sources))
+            return valid_issues(self._parse_strict(text, sources))
+        return valid_issues(self._parse_lenient(text, sources))
 
     def _parse_strict(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         blocks = [(m.group(1).lower(), m.group(2), m.span()) for m in _TAG_RE.finditer(text)]

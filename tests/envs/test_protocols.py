@@ -9,6 +9,7 @@ import gymnasium as gym
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from tag_parser_reference import valid_issues as _valid_issues
 
 from hopgym.corpora.types import Passage
 from hopgym.turns import (
@@ -22,7 +23,6 @@ from hopgym.turns import (
     Think,
     get_protocol,
 )
-from hopgym.turns.base import valid_issues as _valid_issues
 
 SOURCES = ("local", "web")
 _ACTIONS = ("search", "route", "answer")
