@@ -32,6 +32,7 @@ _R3_LABELS = f"({'|'.join([*_R3_FIELDS, 'the retrieval documents:'])})"  # the m
 _R3_RE = re.compile(r"(?i)" + _R3_LABELS)
 # Lenient: a label anywhere, as long as it starts a word ("...done. The final answer: X").
 _R3_LOOSE_RE = re.compile(r"(?i)(?<![a-z])" + _R3_LABELS)
+_R3_NOT_ANALYSIS_RE = re.compile(r"(?i)(?<![a-z])(?!the problem analysis:)" + _R3_LABELS)
 _R3_ENV_RE = re.compile(r"(?i)(?:the retrieval documents:|format error:)")
 _R3_STEP_RE = re.compile(r"(?im)step\s+\d+\s*:\s*$")
 _LINE_START_RE = re.compile(r"(?m)^\s*+")  # a line start and the white space after it
@@ -41,7 +42,7 @@ _R3_TRUNCATED_ERROR = (
     "the step ended inside 'The problem analysis:' before a query or an answer "
     "(cut off at the length limit?): keep the analysis short"
 )
-_SENTENCE_END = ".!?\"')]»”’"
+_SENTENCE_END = tuple(".!?\"')]»”’")
 
 
 def _at_line_starts(body: re.Pattern[str], text: str) -> list[tuple[int, int, re.Match[str]]]:
@@ -175,15 +176,10 @@ class R3Protocol(Protocol):
             r.issue("missing_analysis", "no 'The problem analysis:' line")
         acts = [(k, " ".join(v.split())) for k, v in fields if k != "think"]
         if not acts:
-            # Cut mid-sentence, with no action label anywhere (not even one strict mode skips).
-            cut = (
-                bool(fields)
-                and fields[-1][0] == "think"
-                and not fields[-1][1].rstrip().endswith(tuple(_SENTENCE_END))
-                and not any(
-                    m.group(1).lower() != "the problem analysis:" for m in _R3_LOOSE_RE.finditer(text)
-                )
-            )
+            # Cut mid-sentence (the fields are analyses), with no other label anywhere (not even
+            # one strict mode skips).
+            cut = bool(fields) and not fields[-1][1].rstrip().endswith(_SENTENCE_END)
+            cut = cut and _R3_NOT_ANALYSIS_RE.search(text) is None
             error = _R3_TRUNCATED_ERROR if cut else "no 'The retrieval query:' or 'The final answer:' line"
             return ParsedTurn(None, think=think, error=error, truncated=cut)
         r.acts = acts
