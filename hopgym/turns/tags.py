@@ -211,11 +211,10 @@ class TagsProtocol(Protocol):
             r.issue("malformed_tag", f"spaces inside a tag: {text[bad.start : bad.end]!r}")
         covered: list[tuple[int, int]] = []  # thought and action spans, tags included
         think_at: int | None = None  # where the open <think>'s text starts
-        prev_end = 0  # end of the last tag handled
         i = 0
         while i < len(tags):
-            t, last_end = tags[i], prev_end
-            prev_end, i = t.end, i + 1
+            t, last_end = tags[i], tags[i - 1].end if i else 0  # the end of the last tag handled
+            i += 1
             if t.name == "think" and not strict:
                 if not t.closing:
                     if think_at is not None:  # a second <think> while one is open
@@ -223,15 +222,14 @@ class TagsProtocol(Protocol):
                         r.thoughts.append(text[think_at : t.start])
                     think_at = t.end
                     covered.append((t.start, t.end))
-                elif think_at is None:
-                    # "reasoning</think>": the text since the last tag is the thought (a chat
-                    # template may have opened the <think> already).
-                    r.issue("unopened_think", "</think> without <think>")
-                    r.thoughts.append(text[last_end : t.start])
-                    covered.append((last_end, t.end))
                 else:
-                    r.thoughts.append(text[think_at : t.start])
-                    covered.append((think_at, t.end))
+                    if think_at is None:
+                        # "reasoning</think>": the text since the last tag is the thought (a chat
+                        # template may have opened the <think> already).
+                        r.issue("unopened_think", "</think> without <think>")
+                    since = last_end if think_at is None else think_at
+                    r.thoughts.append(text[since : t.start])
+                    covered.append((since, t.end))
                     think_at = None
                 continue
             close = tags[i] if i < len(tags) else None  # a block is an opening tag and its closing one
@@ -248,8 +246,7 @@ class TagsProtocol(Protocol):
                     covered.append((t.start, t.end))
                 continue
             if think_at is not None:
-                later_think = next((u for u in tags[i + 1 :] if u.name == "think"), None)
-                if later_think is not None and later_think.closing:
+                if next((u.closing for u in tags[i + 1 :] if u.name == "think"), False):  # </think> next
                     return ParsedTurn(None, error=_IN_THINK_ERROR)
                 r.issue("unclosed_think", "<think> is never closed")
                 r.thoughts.append(text[think_at : t.start])
@@ -261,7 +258,7 @@ class TagsProtocol(Protocol):
             else:
                 r.acts.append((t.name, " ".join(body.split())))
             covered.append((t.start, close.end))
-            prev_end, i = close.end, i + 1
+            i += 1
         # Strict: anything tag-shaped left once the blocks are cut out is unbalanced or stray.
         stray_tag = _ANY_TAG_RE.search(strip_spans(text, covered)) if strict else None
         if stray_tag is not None and stray_tag[0].lower() in ("<information>", "</information>"):
