@@ -44,6 +44,7 @@ from typing import Any
 
 from hopgym.turns.actions import Action, Answer, FormatIssue, ParsedTurn, Route, Search, Think
 from hopgym.turns.base import (
+    ARGUMENT,
     THINK_CLOSE,
     THINK_OPEN,
     Call,
@@ -120,6 +121,15 @@ def _think_only(text: str) -> bool:
     return m is not None and bool(body[m.end() : len(body) - len("</think>")].strip())
 
 
+def _decoded(text: str, start: int = 0) -> tuple[Any, int]:
+    """:func:`~hopgym.turns.json_scan.decode`'s value and end, or the error it raised and where
+    the reading stopped."""
+    try:
+        return decode(text, start)
+    except JSONTextError as exc:
+        return exc, exc.end
+
+
 def _value(text: str, start: int, end: int) -> Any:
     """The JSON value of ``text[start:end]`` (white space around allowed), a :class:`_BadJSON`
     when it cannot be read; an unfinished value is repaired when it can be (see
@@ -128,18 +138,17 @@ def _value(text: str, start: int, end: int) -> Any:
     stripped = body.strip()
     if not stripped:
         return _BadJSON(body, "no JSON in the call")
-    try:
-        value, stop = decode(stripped)
-    except JSONTextError as exc:  # unfinished: repaired when closing its brackets finishes it
-        if not exc.unfinished:
-            return _BadJSON(body, f"{exc.reason}: {quote(stripped, 80)}")
-        try:
-            return _Repaired(repair(stripped, exc))
-        except JSONTextError:
-            return _BadJSON(body, f"the call ends before its JSON does: {quote(stripped, 80)}", True)
-    if stripped[stop:].strip():
-        return _BadJSON(body, f"text after the JSON value: {quote(stripped[stop:], 40)}")
-    return value
+    value, stop = _decoded(stripped)
+    if not isinstance(value, JSONTextError):
+        if stripped[stop:].strip():
+            return _BadJSON(body, f"text after the JSON value: {quote(stripped[stop:], 40)}")
+        return value
+    if not value.unfinished:
+        return _BadJSON(body, f"{value.reason}: {quote(stripped, 80)}")
+    try:  # unfinished: repaired when closing its brackets finishes it
+        return _Repaired(repair(stripped, value))
+    except JSONTextError:
+        return _BadJSON(body, f"the call ends before its JSON does: {quote(stripped, 80)}", True)
 
 
 class _Repaired:
@@ -158,10 +167,9 @@ def _json_values(text: str, start: int) -> list[Any] | JSONTextError | None:
         pos = _SEPARATORS.match(text, start).end()  # type: ignore[union-attr]
         if pos >= len(text) or len(out) >= MAX_CALLS_READ:
             return out
-        try:
-            obj, start = decode(text, pos)
-        except JSONTextError as exc:
-            return None if out else exc
+        obj, start = _decoded(text, pos)
+        if isinstance(obj, JSONTextError):
+            return None if out else obj
         out.append(obj)
 
 
@@ -172,17 +180,13 @@ def _bare_calls(text: str) -> list[_Found]:
     pos = 0
     while len(out) < MAX_CALLS_READ and (m := _BARE_START.search(text, pos)) is not None:
         start = m.start()
-        try:
-            obj, end = decode(text, start)
-        except JSONTextError as exc:
-            if exc.unfinished:
-                out.append((start, len(text), _value(text, start, len(text))))
-                break
-            out.append((start, exc.end, _BadJSON(text[start : exc.end], exc.reason)))
-            pos = max(exc.end, start + 1)
-            continue
-        out.append((start, end, obj))
-        pos = end
+        obj, pos = _decoded(text, start)
+        if isinstance(obj, JSONTextError) and obj.unfinished:
+            out.append((start, len(text), _value(text, start, len(text))))
+            break
+        if isinstance(obj, JSONTextError):
+            obj, pos = _BadJSON(text[start:pos], obj.reason), max(pos, start + 1)
+        out.append((start, pos, obj))
     return out
 
 
@@ -228,20 +232,15 @@ class ToolProtocol(Protocol):
         """A turn's text: an assistant message's JSON, or calls written in text."""
         stripped = text.strip()
         if stripped.startswith("{") and '"tool_calls"' in stripped[:_MESSAGE_SCAN]:
-            try:
-                message, end = decode(stripped)
-            except JSONTextError:
-                message, end = None, 0
+            message, end = _decoded(stripped)  # an error is not a dict
             if isinstance(message, dict) and "tool_calls" in message and not stripped[end:].strip():
                 return self.read_message(message, sources, max_calls)
         thoughts = [(a, d) for a, _, c, d in blocks(text, THINK_OPEN, THINK_CLOSE) if c < d]  # closed ones
         found, issues = self._find(strip_spans(text, thoughts, None))
         content = strip_spans(text, [(a, b) for a, b, _ in found])
         think = _think_of(content)
-        if not found:
-            if _think_only(text) and think:
-                return Turn(content, think)  # a think-only turn
-            return Turn(content, think, error=_NO_CALL)
+        if not found:  # a think-only turn, or none of the env's
+            return Turn(content, think, error=None if _think_only(text) and think else _NO_CALL)
         if len(found) == 1 and getattr(found[0][2], "cut", False):  # the turn ends inside its one call
             return Turn(content.strip(), think, error=found[0][2].reason, truncated=True)
         calls = tuple(self._call(obj, sources, think) for _, _, obj in found[: max_calls + 1])
@@ -292,9 +291,7 @@ class ToolProtocol(Protocol):
             found = _mistral(text)
         tag = text.find("<|python_tag|>")  # Llama 3.x: JSON after the tag, or the whole turn
         if not found and (tag >= 0 or text.lstrip()[:1] in ("{", "[")):
-            values = _json_values(
-                text, tag + len("<|python_tag|>") if tag >= 0 else len(text) - len(text.lstrip())
-            )
+            values = _json_values(text, tag + len("<|python_tag|>") if tag >= 0 else 0)
             if isinstance(values, list) and (
                 tag >= 0 or values and all(isinstance(v, (dict, list)) for v in values)
             ):
@@ -405,9 +402,7 @@ class ToolProtocol(Protocol):
             return head
         if isinstance(action, Route):
             raise KeyError(_ROUTE_ERROR)
-        args: dict[str, Any] = (
-            {"answer": action.text} if isinstance(action, Answer) else {"query": action.query}
-        )
+        args: dict[str, Any] = {_ARGUMENT[action.kind][0]: getattr(action, ARGUMENT[action.kind])}
         if isinstance(action, Search) and action.source is not None:
             args["source"] = action.source
         call_json = dumps({"name": action.kind, "arguments": args})
@@ -503,27 +498,23 @@ def step_calls(assistant: Mapping[str, Any], info: Mapping[str, Any]) -> list[di
 def _arguments(args: Any) -> Any:
     """A call's arguments: a JSON string decoded, anything else (or a string that is not JSON:
     the call's error says what is wrong with it) as written."""
-    try:
-        return decode(args.strip())[0] if isinstance(args, str) else args
-    except JSONTextError:
-        return args
+    value = _decoded(args.strip())[0] if isinstance(args, str) else args
+    return args if isinstance(value, JSONTextError) else value
 
 
 def _mistral(text: str) -> list[_Found]:
     """Mistral's ``[TOOL_CALLS][{…}, …]`` (v3) and ``[TOOL_CALLS]name[ARGS]{…}`` (v11+)."""
     out: list[_Found] = []
     for m in _MISTRAL_V11_RE.finditer(text):
-        try:
-            args, end = decode(text, len(text) - len(text[m.end() :].lstrip()))
-        except JSONTextError as exc:
-            return [*out, (m.start(), len(text), _BadJSON(text[m.end() :], exc.reason))]
+        args, end = _decoded(text, len(text) - len(text[m.end() :].lstrip()))
+        if isinstance(args, JSONTextError):
+            return [*out, (m.start(), len(text), _BadJSON(text[m.end() :], args.reason))]
         out.append((m.start(), end, {"name": m.group(1), "arguments": args}))
     if out:
         return out
     at = text.index("[TOOL_CALLS]")
     body = text[at + len("[TOOL_CALLS]") :]
-    try:
-        obj, end = decode(text, len(text) - len(body.lstrip()))
-    except JSONTextError as exc:
-        return [(at, len(text), _BadJSON(body, exc.reason))]
+    obj, end = _decoded(text, len(text) - len(body.lstrip()))
+    if isinstance(obj, JSONTextError):
+        return [(at, len(text), _BadJSON(body, obj.reason))]
     return [(at, end, o) for o in (obj if isinstance(obj, list) else [obj])]
