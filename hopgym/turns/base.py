@@ -180,10 +180,8 @@ class Turn:
     def invalid(self, max_calls: int = DEFAULT_MAX_TOOL_CALLS) -> str | None:
         """Why the env's step of this turn is invalid (``info["invalid_action"]``), or ``None``:
         the turn-level error, else the error of the call the run stopped at."""
-        if self.error is not None:
-            return self.error
-        last = self._last(max_calls)
-        return last.error if last is not None else None
+        last = None if self.error is not None else self._last(max_calls)
+        return self.error if last is None else last.error
 
     def all_issues(self, max_calls: int = DEFAULT_MAX_TOOL_CALLS) -> tuple[FormatIssue, ...]:
         """The turn's format issues and those of the calls that run."""
@@ -450,9 +448,7 @@ class Protocol:
             return Turn(text, "", error="empty turn")
         if max_chars is not None and len(text) > max_chars:
             return Turn(text[:max_chars], "", error=f"turn too long ({len(text)} > {max_chars} characters)")
-        if self.accepts_messages:
-            return self.read_text(text, sources, max_calls)
-        return Turn.of(text, self.parse(text, sources))
+        return self.read_text(text, sources, max_calls)
 
     def read_message(
         self, message: Mapping[str, Any], sources: Sequence[str], max_calls: int, max_chars: int | None = None
@@ -461,8 +457,8 @@ class Protocol:
         raise NotImplementedError
 
     def read_text(self, text: str, sources: Sequence[str], max_calls: int) -> Turn:
-        """Read a turn's text (not blank, within the length limit) of a protocol that
-        :attr:`accepts_messages`; never raises."""
+        """Read a turn's text (not blank, within the length limit); never raises. By default
+        the turn of :meth:`parse`'s one action."""
         return Turn.of(text, self.parse(text, sources))
 
     def split_text(self, text: str) -> list[str]:
