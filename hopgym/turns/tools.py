@@ -107,11 +107,8 @@ class _BadJSON:
 def _think_of(content: str) -> str:
     """The reasoning of a turn's text: the first ``<think>`` block (to its close or the end),
     else the text with any stray think tag removed."""
-    m = THINK_OPEN.search(content)
-    if m is not None:
-        c = THINK_CLOSE.search(content, m.end())
-        return " ".join(content[m.end() : c.start() if c else len(content)].split())
-    return " ".join(_THINK_TAG.sub(" ", content).split())
+    first = blocks(content, THINK_OPEN, THINK_CLOSE, 1)
+    return " ".join((content[first[0][1] : first[0][2]] if first else _THINK_TAG.sub(" ", content)).split())
 
 
 def _think_only(text: str) -> bool:
@@ -301,8 +298,7 @@ class ToolProtocol(Protocol):
             elif tag < 0 and isinstance(values, JSONTextError) and values.reason == TOO_DEEP:
                 found = [(0, len(text), _value(text, 0, len(text)))]
         if self.parse_mode == "lenient" and len(found) < MAX_CALLS_READ:
-            rest = strip_spans(text, [(a, b) for a, b, _ in found], None)
-            bare = _bare_calls(rest)
+            bare = _bare_calls(strip_spans(text, [(a, b) for a, b, _ in found], None))
             if bare:
                 issues.append(FormatIssue("bare_tool_call", "a JSON call without the template's markers"))
                 found = sorted(found + bare, key=lambda f: f[0])
@@ -314,8 +310,7 @@ class ToolProtocol(Protocol):
     def _call(self, entry: Any, sources: Sequence[str], think: str) -> Call:
         """One call entry (hermes/llama/mistral object or OpenAI ``tool_calls`` entry) checked:
         its tool, its arguments and their types, the source a search names."""
-        call_id = entry.get("id") if isinstance(entry, Mapping) else None
-        call_id = call_id if isinstance(call_id, str) else None
+        call_id = entry.get("id") if isinstance(entry, Mapping) and isinstance(entry.get("id"), str) else None
 
         def bad(name: str, args: Any, error: str) -> Call:
             return Call(name, args, call_id, ParsedTurn(None, think=think, error=error))
@@ -324,8 +319,7 @@ class ToolProtocol(Protocol):
             return bad("", entry.text, f"malformed JSON in a tool call: {entry.reason}")
         if not isinstance(entry, Mapping):
             return bad("", entry, f"a tool call must be a JSON object, got {_kind(entry)}")
-        inner = entry.get("function")
-        fn: Mapping[str, Any] = inner if isinstance(inner, Mapping) else entry
+        fn: Mapping[str, Any] = entry["function"] if isinstance(entry.get("function"), Mapping) else entry
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             return bad("", fn, 'a tool call without a "name"')
