@@ -72,8 +72,6 @@ def get_protocol(name: str | Protocol, parse: str | None = None) -> Protocol:
                 "was asked for: pass the protocol's name instead of an instance"
             )
         return name
-    try:
-        cls = PROTOCOLS[name]
-    except (KeyError, TypeError):
-        raise InvalidOptionError(f"unknown protocol {name!r}; choose one of {sorted(PROTOCOLS)}") from None
-    return cls() if parse is None else cls(parse=parse)
+    if not isinstance(name, str) or name not in PROTOCOLS:  # a name is a string (register_protocol)
+        raise InvalidOptionError(f"unknown protocol {name!r}; choose one of {sorted(PROTOCOLS)}")
+    return PROTOCOLS[name]() if parse is None else PROTOCOLS[name](parse=parse)

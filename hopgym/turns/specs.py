@@ -38,15 +38,12 @@ def tool_specs(sources: Mapping[str, str] | Sequence[str]) -> list[dict[str, Any
         "The answer only, as a short span such as 'Oslo' or '1921', no explanation and no full sentence."
     )
     return [
-        _function(
-            "search", "Search for documents about the query; returns the best new documents.", props, "query"
-        ),
+        _function("search", "Search for documents about the query; returns the best new documents.", props),
         _function(
             "answer",
             "Give the final answer to the question; this ends the episode. The answer is a short span "
             "(a name, a place, a date, yes or no), not a sentence.",
             {"answer": answer},
-            "answer",
         ),
     ]
 
@@ -55,9 +52,9 @@ def _string(description: str) -> dict[str, Any]:
     return {"type": "string", "description": description}
 
 
-def _function(name: str, description: str, props: dict[str, Any], required: str) -> dict[str, Any]:
-    """An OpenAI function schema of one tool with object ``props``, of which ``required`` is required."""
-    parameters = {"type": "object", "properties": props, "required": [required]}
+def _function(name: str, description: str, props: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI function schema of one tool with object ``props``, of which the first is required."""
+    parameters = {"type": "object", "properties": props, "required": [next(iter(props))]}
     return {
         "type": "function",
         "function": {"name": name, "description": description, "parameters": parameters},
