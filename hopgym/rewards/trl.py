@@ -60,13 +60,12 @@ def completion_text(completion: Any) -> str:
 
 def _golds(value: Any) -> tuple[str, ...] | None:
     if isinstance(value, str):
-        return (value,) if value.strip() else None
-    if isinstance(value, dict):  # e.g. {"text": [...]} as in SQuAD-style columns
+        value = [value]
+    elif isinstance(value, dict):  # e.g. {"text": [...]} as in SQuAD-style columns
         value = value.get("text") or value.get("answers")
-    if isinstance(value, Sequence):
-        golds = tuple(str(v) for v in value if isinstance(v, str) and v.strip())
-        return golds or None
-    return None
+    if not isinstance(value, Sequence):
+        return None
+    return tuple(str(v) for v in value if isinstance(v, str) and v.strip()) or None
 
 
 def _prompt_text(prompt: Any) -> str:
