@@ -35,9 +35,8 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
         'The final answer: Oslo'
     """
     found = [(at, -len(stop), stop) for stop in stops if stop and (at := text.find(stop)) >= 0]
-    if not found:
-        return text
-    i, _, stop = min(found)  # the first, and the longest of those that start there
+    # The first, and the longest of those that start there (none: the whole text).
+    i, _, stop = min(found, default=(len(text), 0, ""))
     return text[: i + len(stop)] if stop_is_kept(stop) else text[:i]
 
 
@@ -83,6 +82,4 @@ def merge_reasoning(
     """
     if not reasoning or open_tag.strip() in text:
         return text
-    if truncated and not text.strip():
-        return open_tag + reasoning
-    return open_tag + reasoning + close_tag + text
+    return open_tag + reasoning + ("" if truncated and not text.strip() else close_tag + text)
