@@ -174,7 +174,7 @@ class R3Protocol(Protocol):
         think = "\n".join(v for k, v in fields if k == "think")
         if not any(k == "think" for k, _ in fields):
             r.issue("missing_analysis", "no 'The problem analysis:' line")
-        acts = [(k, " ".join(v.split())) for k, v in fields if k != "think"]
+        r.acts = acts = [(k, " ".join(v.split())) for k, v in fields if k != "think"]
         if not acts:
             # Cut mid-sentence (the fields are analyses), with no other label anywhere (not even
             # one strict mode skips).
@@ -182,7 +182,6 @@ class R3Protocol(Protocol):
             cut = cut and _R3_NOT_ANALYSIS_RE.search(text) is None
             error = _R3_TRUNCATED_ERROR if cut else "no 'The retrieval query:' or 'The final answer:' line"
             return ParsedTurn(None, think=think, error=error, truncated=cut)
-        r.acts = acts
         duplicate = f"the {acts[0][0]} line written {len(acts)} times" if lenient else None
         return r.action(think, sources, "step", duplicate)
 
