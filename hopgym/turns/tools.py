@@ -90,10 +90,11 @@ _MESSAGE_SCAN = 200_000  # how far into a string turn '"tool_calls"' marks an as
 _Found = tuple[int, int, Any]
 
 
+_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
-    )
+    return _KINDS.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
 class _BadJSON:
@@ -177,12 +178,9 @@ def _bare_calls(text: str) -> list[_Found]:
     pos = 0
     while len(out) < MAX_CALLS_READ and (m := _BARE_START.search(text, pos)) is not None:
         start = m.start()
-        obj, pos = _decoded(text, start)
-        if isinstance(obj, JSONTextError) and obj.unfinished:
-            out.append((start, len(text), _value(text, start, len(text))))
-            break
+        obj, pos = _decoded(text, start)  # an unfinished one ends at the end of the text
         if isinstance(obj, JSONTextError):
-            obj, pos = _BadJSON(text[start:pos], obj.reason), max(pos, start + 1)
+            obj = _value(text, start, pos) if obj.unfinished else _BadJSON(text[start:pos], obj.reason)
         out.append((start, pos, obj))
     return out
 
