@@ -256,9 +256,7 @@ def split_docs(body: str, first: str, between: str, sep: str, count: int) -> lis
     """The ``(title, text)`` pairs of ``count`` documents that :func:`join_docs` joined: the body
     starts with ``first``, the next ones with the pattern ``between``, a title ends at ``sep``
     (``[]`` when that is not so)."""
-    if not body.startswith(first):
-        return []
-    pairs = [p.split(sep, 1) for p in re.split(between, body[len(first) :])]
+    pairs = [p.split(sep, 1) for p in re.split(between, body[len(first) :])] if body.startswith(first) else []
     if len(pairs) != count or any(len(p) != 2 for p in pairs):
         return []
     return [(title.strip(), text.strip()) for title, text in pairs]
