@@ -186,8 +186,7 @@ class TagsProtocol(Protocol):
                 return make_action(kind, body, think, sources)
             if think:
                 return ParsedTurn(Think(think), think)
-        refused = over_limit(text, (_LOOSE_TAG_RE,), "tags in one turn")
-        return refused if refused is not None else self._scan(text, sources)
+        return over_limit(text, (_LOOSE_TAG_RE,), "tags in one turn") or self._scan(text, sources)
 
     def _scan(self, text: str, sources: Sequence[str]) -> ParsedTurn:
         """The general parser of both modes: one pass over the tags in order (strict mode reads
