@@ -8,7 +8,6 @@ rises (``examples/grpo_synthetic.py`` measures learning).
 from __future__ import annotations
 
 import json
-import sys
 import types
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from train_fixtures import tiny_grpo  # noqa: E402,F401  (fixtures)
+from train_fixtures import load_script, tiny_grpo  # noqa: E402,F401  (fixtures)
 
 import hopgym  # noqa: E402,F401
 from hopgym.agents.grpo import EnvReward, EnvRolloutFunc, GRPORunConfig, train_grpo  # noqa: E402
@@ -879,14 +878,8 @@ def test_entity_renamer_redraws_facts_consistently():
 
 
 @pytest.mark.slow
-def test_grpo_example_smoke_preset_and_merge(tmp_path: Path, capsys, monkeypatch):
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "examples" / "grpo_synthetic.py"
-    spec = importlib.util.spec_from_file_location("grpo_synthetic_example", path)
-    example = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, example)  # dataclasses look their module up
-    spec.loader.exec_module(example)
+def test_grpo_example_smoke_preset_and_merge(tmp_path: Path, capsys, load_script):
+    example = load_script("examples/grpo_synthetic.py", "grpo_synthetic_example")
     result = example.main(
         ["--preset", "smoke", "--out", str(tmp_path / "run"), "--json", str(tmp_path / "s0.json")]
     )
