@@ -18,7 +18,8 @@
 2. From that checkpoint, each of ``--methods`` on the same budget of sampled episodes:
 
    - ``grpo``: GRPO with the outcome reward plus the habit's cost terms;
-   - ``rft``: rejection-sampling fine-tuning with the same reward (the highest-reward episodes);
+   - ``rft``: rejection-sampling fine-tuning with the same reward (of each question's right
+     episodes, the highest-reward ones: ``keep="best"``);
    - ``continue_sft``: more SFT on the same flawed teacher, as many episodes as GRPO sampled.
 
 3. After each: greedy held-out EM and the habit's measures on the first ``n_eval`` test
@@ -31,9 +32,8 @@ Each phase is a run of ``examples/grpo_smollm2.py`` (its :func:`run`, with ``tea
 results file is written after every phase, and a phase whose results it already has is skipped,
 so the same command resumes a stopped run at its first unfinished phase (an SFT that finished
 training only evaluates its saved checkpoint). SFT, GRPO and continue-SFT save a TRL checkpoint
-after every step, and a phase stopped midway resumes from the newest one (TRL's
-``resume_from_checkpoint="last"``, which hopgym's trainers act on); an RFT phase stopped midway
-starts over::
+after every step, and RFT after every round; a phase stopped midway resumes from the newest
+one (TRL's ``resume_from_checkpoint="last"``, which hopgym's trainers act on)::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/habit_fix.py --preset cpu --seed 0 \\
         --json benchmarks/results/habit_fix_searches_seed0.json > /tmp/habit_fix_seed0.log 2>&1 &
@@ -101,11 +101,18 @@ class Habit:
 
 
 #: The settings of every habit: the outcome reward under the cost terms, and the checkpoints.
-COMMON: dict[str, Any] = {"reward": "default", "trl": CHECKPOINTS, "sft_trl": CHECKPOINTS}
+#: RFT keeps of each question's right episodes the highest-return ones (the cheapest: the same
+#: reward as GRPO's decides, not correctness alone), saves its state after every round and
+#: resumes from the newest.
+COMMON: dict[str, Any] = {
+    "reward": "default",
+    "trl": CHECKPOINTS,
+    "sft_trl": CHECKPOINTS,
+    "rft": {"keep": "best", "save_rounds": True, "resume_from_checkpoint": "last"},
+}
 
 
-#: The habits (both presets); SFT, continue-SFT and GRPO save a TRL checkpoint after every step
-#: and resume from the newest one there is.
+#: The habits (both presets).
 HABITS: dict[str, Habit] = {
     "searches": Habit(
         settings={

@@ -181,6 +181,13 @@ class Args:
     )
     rft_lr: float = field(default=1e-5, metadata={"help": "RFT learning rate."})
     rft_batch: int = field(default=4, metadata={"help": "RFT SFT batch size."})
+    rft: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "More RFTRunConfig fields (over the ones above), e.g. keep='best' (of each "
+            "question's right episodes, the highest-return ones) or save_rounds=True."
+        },
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "Longest model turn (tokens)."})
     max_length: int = field(
         default=1024, metadata={"help": "Longest trajectory after the prompt; SFT's max_length."}
@@ -588,6 +595,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
                 rollout_batch_size=a.questions_per_step * a.group_size,
                 seed=a.seed,
                 trl=a.train_fields(),
+                **a.rft,
             ),
             lora=lora,
         )

@@ -1,12 +1,14 @@
 """Rejection-sampling fine-tuning (RFT): sample, keep the correct episodes, SFT on them, repeat.
 
 Classes: :class:`RFTRunConfig`, :class:`RFTResult`. Functions: :func:`train_rft`,
-:func:`keep_correct`, :func:`trajectory_example`.
+:func:`keep_correct`, :func:`keep_best`, :func:`trajectory_example`.
 
 Each round draws ``questions_per_round`` training questions (a seeded shuffle, cycled), samples
 ``group_size`` episodes of each from the *current* policy with
 :class:`~hopgym.agents.rollout.RolloutCollector` (the env's reward wrappers apply), keeps the
-episodes the env marks correct (:func:`keep_correct`) and trains on them with TRL's
+episodes the env marks correct (:func:`keep_correct`; with ``keep="best"`` only those of each
+question's highest return, :func:`keep_best`, so cost terms of the reward decide too) and trains
+on them with TRL's
 ``SFTTrainer`` (:func:`~hopgym.agents.sft.train_sft`), the env's tokens masked out of the loss
 exactly as in GRPO. One AdamW optimizer lives across rounds. This is the baseline GRPO must beat
 to show that the gradient through the advantages matters: it uses the same rollouts, the same
@@ -16,6 +18,12 @@ iteration; RAFT).
 Budget: a round samples ``questions_per_round * group_size`` episodes, the same as a GRPO step
 with the same ``B`` and ``G``, so ``max_rounds`` equal to GRPO's ``max_steps`` is the same number
 of sampled episodes; ``time_limit_s`` stops it by seconds instead (``time_limit_clock``).
+
+Checkpoints: with ``save_rounds``, the run's state after each round (weights, optimizer, the
+history and counts) is written to ``<output_dir>/round-N`` (the newest only, written to a
+temporary folder and renamed); ``resume_from_checkpoint="last"`` (TRL's word) goes on from the
+newest one there is (none: afresh), with the same questions and sampling seeds as a run that
+never stopped.
 
 Logged each round (``log.jsonl``, the :class:`RFTResult` history and ``curves.png``): the same
 ``env/...`` and ``policy/...`` keys as GRPO (:func:`~hopgym.agents.rollout.summarize`,
@@ -56,7 +64,10 @@ from hopgym.agents.rollout import (
 from hopgym.agents.sft import CLOCKS, SFTRunConfig, check_time_limit, train_sft
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
-__all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "trajectory_example"]
+__all__ = ["RFTRunConfig", "RFTResult", "train_rft", "keep_correct", "keep_best", "trajectory_example"]
+
+#: What a round keeps of its episodes (``RFTRunConfig.keep``).
+KEEP: tuple[str, ...] = ("correct", "best")
 
 
 #: The ``SFTConfig`` fields each round sets itself (``RFTRunConfig.trl`` may not hold them).
@@ -95,6 +106,14 @@ class RFTRunConfig:
             "keep the episodes whose answer is an exact match (the env's correctness).",
         },
     )
+    keep: str = field(
+        default="correct",
+        metadata={
+            "help": "'correct': every episode kept by that rule; 'best': of those, only each "
+            "question's highest-return ones (ties kept), so the reward's cost terms choose too.",
+            "choices": KEEP,
+        },
+    )
     epochs: int = field(default=1, metadata={"help": "Passes over each round's kept episodes."})
     batch_size: int = field(default=16, metadata={"help": "SFT examples per optimizer step."})
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate."})
@@ -121,6 +140,19 @@ class RFTRunConfig:
         metadata={"help": "'wall' or 'process' (CPU seconds of this process).", "choices": tuple(CLOCKS)},
     )
     seed: int = field(default=0, metadata={"help": "Seed for question order and sampling."})
+    save_rounds: bool = field(
+        default=False,
+        metadata={"help": "Save the run's state after every round in output_dir/round-N (the newest)."},
+    )
+    resume_from_checkpoint: str | None = field(
+        default=None,
+        metadata={
+            "help": "'last': go on from the newest round-N under output_dir (none: afresh), or a "
+            "round-N folder; None: afresh.",
+            "cli_help": "'last': go on from the newest round-N under output_dir (none: afresh), "
+            "or a round-N folder; left out: afresh.",
+        },
+    )
     track_kl: bool = field(
         default=True,
         metadata={"help": "Log policy/kl_ref (to the starting model) and policy/entropy each round."},
@@ -167,6 +199,8 @@ class RFTRunConfig:
                 f"max_new_tokens ({self.max_new_tokens})"
             )
         check_time_limit(self.time_limit_s, self.time_limit_clock)
+        if self.keep not in KEEP:
+            raise InvalidOptionError(f"keep must be one of {KEEP}, got {self.keep!r}")
         for key in self.trl:
             if key in ROUND_FIELDS:
                 raise InvalidOptionError(
@@ -228,6 +262,25 @@ def keep_correct(items: Iterable[Any], min_reward: float | None = None) -> list[
     if min_reward is None:
         return [x for x in items if _value(x, "em") >= 1.0]
     return [x for x in items if _value(x, "reward") >= min_reward]
+
+
+def keep_best(trajs: Sequence[Trajectory], min_reward: float | None = None) -> list[Trajectory]:
+    """Of each question's episodes that :func:`keep_correct` keeps, those of the highest return.
+
+    With cost terms in the reward (searches, routing), this keeps the cheapest right episodes of
+    each question's group (reward-ranked fine-tuning, RAFT), not every right one.
+
+    Example:
+        >>> ts = [Trajectory("a", [], em=1.0, reward=0.9), Trajectory("a", [], em=1.0, reward=0.7),
+        ...       Trajectory("b", [], em=0.0, reward=0.0), Trajectory("b", [], em=1.0, reward=0.9)]
+        >>> [(t.question_id, t.reward) for t in keep_best(ts)]
+        [('a', 0.9), ('b', 0.9)]
+    """
+    kept = keep_correct(trajs, min_reward)
+    best: dict[str, float] = {}
+    for t in kept:
+        best[t.question_id] = max(t.reward, best.get(t.question_id, -math.inf))
+    return [t for t in kept if t.reward >= best[t.question_id]]
 
 
 def trajectory_example(traj: Trajectory) -> dict[str, Any]:
@@ -296,6 +349,7 @@ def train_rft(
     t_wall, t_cpu, t_budget = time.perf_counter(), time.process_time(), now()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    resume = round_to_resume(config.resume_from_checkpoint, out)
     log_path = out / "log.jsonl"
     if log_path.exists():
         log_path.unlink()
@@ -318,7 +372,16 @@ def train_rft(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     questions = iter(_question_stream(question_ids, config.seed))
     res = RFTResult(model=model)
-    for rnd in range(config.max_rounds):
+    if resume is not None:
+        _load_round(resume, model, optimizer, res)
+        for _ in range(res.rounds * config.questions_per_round):  # the rounds' questions
+            next(questions)
+        # The clocks go on from the stopped run's (its time counts against time_limit_s too).
+        t_wall, t_cpu = t_wall - res.seconds, t_cpu - res.cpu_seconds
+        t_budget -= res.cpu_seconds if config.time_limit_clock == "process" else res.seconds
+        with log_path.open("w") as fh:
+            fh.writelines(json.dumps(row) + "\n" for row in res.history)
+    for rnd in range(res.rounds, config.max_rounds):
         if config.time_limit_s is not None and now() - t_budget >= config.time_limit_s:
             break
         qids = [next(questions) for _ in range(config.questions_per_round)]
@@ -332,7 +395,7 @@ def train_rft(
         row: dict[str, Any] = {"step": rnd + 1}
         row.update({f"env/{k}": v for k, v in summarize(trajs).items()})
         row.update({f"policy/{k}": v for k, v in policy_stats(trajs, ref_model, config.temperature).items()})
-        kept = keep_correct(trajs, config.min_reward)
+        kept = (keep_best if config.keep == "best" else keep_correct)(trajs, config.min_reward)
         row["rft/kept"] = len(kept)
         row["rft/kept_rate"] = len(kept) / len(trajs)
         if kept:
@@ -373,6 +436,9 @@ def train_rft(
         res.history.append(row)
         with log_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
+        if config.save_rounds:
+            res.seconds, res.cpu_seconds = time.perf_counter() - t_wall, time.process_time() - t_cpu
+            _save_round(out, res.rounds, model, optimizer, res)
         if on_round is not None:
             on_round(row)
     res.seconds = time.perf_counter() - t_wall
@@ -380,3 +446,66 @@ def train_rft(
     if config.plot:
         plot_curves(res.history, out / "curves.png", title="rejection sampling (RFT)")
     return res
+
+
+#: What a round folder keeps of :class:`RFTResult` besides the weights and the optimizer.
+_ROUND_COUNTS = ("rounds", "episodes", "kept", "optimizer_steps", "seconds", "cpu_seconds",
+                 "rollout_seconds", "model_tokens", "history")  # fmt: skip
+#: Written last into a round folder: a folder without it is a save cut short.
+_ROUND_STATE = "rft_state.json"
+
+
+def round_to_resume(value: str | None, out: Path) -> Path | None:
+    """The ``round-N`` folder that ``resume_from_checkpoint`` names, or ``None`` (afresh).
+
+    ``value``: ``"last"``, the newest complete round folder under ``out`` (none: ``None``), or a
+    folder path.
+
+    Raises:
+        hopgym.errors.InvalidOptionError: ``value`` names a folder that is not a saved round.
+    """
+    if value is None:
+        return None
+    if value == "last":
+        found = sorted(
+            (p for p in out.glob("round-*") if p.name[6:].isdigit() and (p / _ROUND_STATE).is_file()),
+            key=lambda p: int(p.name[6:]),
+        )
+        return found[-1] if found else None
+    path = Path(value)
+    if not (path / _ROUND_STATE).is_file():
+        raise InvalidOptionError(
+            f"resume_from_checkpoint: {path} is not a saved RFT round (no {_ROUND_STATE})"
+        )
+    return path
+
+
+def _save_round(out: Path, rounds: int, model: Any, optimizer: Any, res: RFTResult) -> None:
+    """The run's state after ``rounds`` rounds, in ``out/round-<rounds>`` (older ones removed)."""
+    import shutil
+
+    import torch
+
+    tmp = out / f".round-{rounds}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    torch.save(model.state_dict(), tmp / "model.pt")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    state = {k: getattr(res, k) for k in _ROUND_COUNTS}
+    (tmp / _ROUND_STATE).write_text(json.dumps(state))
+    final = out / f"round-{rounds}"
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in out.glob("round-*"):
+        if old != final:
+            shutil.rmtree(old)
+
+
+def _load_round(path: Path, model: Any, optimizer: Any, res: RFTResult) -> None:
+    """Weights, optimizer and counts of a saved round into ``model``, ``optimizer`` and ``res``."""
+    import torch
+
+    model.load_state_dict(torch.load(path / "model.pt", map_location="cpu"))
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu"))
+    for key, value in json.loads((path / _ROUND_STATE).read_text()).items():
+        setattr(res, key, value)

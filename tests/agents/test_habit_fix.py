@@ -30,6 +30,8 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tiny_model_dir: Path, tmp
     assert (out / "sft" / "checkpoint" / "config.json").exists()
     for phase, step in (("sft", 2), ("grpo", 1)):  # each resumes from its newest checkpoint
         assert (out / phase / f"checkpoint-{step}" / "trainer_state.json").exists()
+    assert (out / "rft" / "round-1" / "rft_state.json").exists()  # and RFT from its newest round
+    assert res["args"]["rft"]["keep"] == "best"  # RFT keeps the highest-return right episodes
     assert set(res["phases"]) == {"sft", "grpo", "rft", "continue_sft"}
     assert res["args"]["teacher"] == {"extra_searches": 1}
     for name in ("sft", "grpo", "rft", "continue_sft"):

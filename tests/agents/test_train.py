@@ -23,6 +23,7 @@ import hopgym  # noqa: E402,F401
 from hopgym.agents.grpo import EnvReward, EnvRolloutFunc, GRPORunConfig, train_grpo  # noqa: E402
 from hopgym.agents.rft import (  # noqa: E402
     RFTRunConfig,
+    keep_best,
     keep_correct,
     train_rft,
     trajectory_example,
@@ -446,6 +447,74 @@ def test_keep_correct_and_trajectory_examples():
         RFTRunConfig(time_limit_clock="cpu")
     with pytest.raises(ValueError, match="env_workers"):
         RFTRunConfig(env_workers=-1)
+
+
+def test_keep_best_keeps_each_questions_highest_return_among_the_kept():
+    def t(q: str, em: float, reward: float) -> Trajectory:
+        return Trajectory(q, [], em=em, reward=reward)
+
+    a_cheap, a_dear, a_tie = t("a", 1.0, 0.9), t("a", 1.0, 0.6), t("a", 1.0, 0.9)
+    b_wrong_high, b_right = t("b", 0.0, 1.5), t("b", 1.0, 0.4)
+    c_wrong = t("c", 0.0, 0.0)
+    got = keep_best([a_cheap, a_dear, b_wrong_high, a_tie, b_right, c_wrong])
+    # Ties stay; a wrong episode is never kept, however high its return; order is kept.
+    assert got == [a_cheap, a_tie, b_right]
+    # With min_reward the same rule picks the candidates: b's 1.5 now counts.
+    assert keep_best([a_cheap, a_dear, b_wrong_high, b_right], min_reward=0.5) == [a_cheap, b_wrong_high]
+    assert keep_best([c_wrong]) == []
+    with pytest.raises(ValueError, match="keep must be one of"):
+        RFTRunConfig(keep="all")
+
+
+@pytest.mark.slow
+def test_rft_stopped_after_a_round_resumes_to_the_same_run(tmp_path: Path):
+    """A run saved after round 2 and resumed from it ends as the 3-round run that never stopped:
+    the same history (questions, samples, kept episodes) and the same weights."""
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples]
+
+    def run(out: Path, rounds: int, resume: str | None = None):
+        cfg = RFTRunConfig(
+            output_dir=str(out),
+            max_rounds=rounds,
+            questions_per_round=2,
+            group_size=3,
+            min_reward=1.3,
+            keep="best",
+            batch_size=2,
+            learning_rate=1e-2,
+            max_new_tokens=8,
+            max_completion_tokens=120,
+            save_rounds=True,
+            resume_from_checkpoint=resume,
+            plot=False,
+        )
+        model = tiny_model(tok)
+        return model, train_rft(model, tok, lambda: LengthReward(make_env(None)), qids, cfg)
+
+    whole_model, whole = run(tmp_path / "whole", 3)
+    run(tmp_path / "stopped", 2)
+    assert sorted(p.name for p in (tmp_path / "stopped").glob("*round-*")) == ["round-2"]  # the newest
+    resumed_model, resumed = run(tmp_path / "stopped", 3, resume="last")
+    assert 0 < whole.kept < whole.episodes  # "best" kept some episodes, not all
+    drop = ("cpu_seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in resumed.history] == [
+        {k: v for k, v in r.items() if k not in drop} for r in whole.history
+    ]
+    assert (resumed.rounds, resumed.episodes, resumed.kept, resumed.optimizer_steps) == (
+        whole.rounds,
+        whole.episodes,
+        whole.kept,
+        whole.optimizer_steps,
+    )
+    for a, b in zip(whole_model.parameters(), resumed_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    rows = (tmp_path / "stopped" / "log.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in rows] == [1, 2, 3]
+    assert resumed.cpu_seconds >= resumed.history[1]["cpu_seconds"]  # the stopped run's time counts
+    with pytest.raises(ValueError, match="not a saved RFT round"):
+        run(tmp_path / "x", 1, resume=str(tmp_path / "whole"))
 
 
 def test_env_workers_reach_the_rollout_collector(monkeypatch, tmp_path: Path):
