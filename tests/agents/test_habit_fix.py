@@ -151,3 +151,45 @@ def test_summary_computes_each_habits_goal(habit_fix):
     s = habit_fix.summary(res, example, habit_fix.HABITS["searches"])["grpo"]
     assert (s["redundant_sft"], s["redundant"], s["redundant_drop"]) == pytest.approx((2.0, 0.5, 0.75))
     assert s["goal_met"] and s["gained"] == 1
+
+
+@pytest.mark.slow  # about 20 s on one thread, more on a loaded machine
+def test_paired_eval_reevaluates_every_checkpoint_on_more_questions_and_resumes(
+    habit_fix, load_script, tiny_model_dir: Path, tmp_path: Path, capsys
+):
+    paired_eval = load_script("benchmarks/paired_eval.py", "paired_eval_script")
+    out, run_json, eval_json = tmp_path / "run", tmp_path / "r.json", tmp_path / "e.json"
+    habit_fix.main(
+        ["--preset", "smoke", "--model", str(tiny_model_dir), "--out", str(out), "--json", str(run_json)]
+    )
+    run = json.loads(run_json.read_text())
+    argv = ["--run", str(run_json), "--json", str(eval_json), "--n-eval", "7", "--chunk", "3"]
+    # A world with too few test questions: the error names the option.
+    with pytest.raises(SystemExit, match="fewer than --n-eval 100: raise --n-questions"):
+        paired_eval.main([*argv, "--n-questions", "60", "--n-eval", "100"])
+    res = paired_eval.main([*argv, "--n-questions", "150"])
+    assert set(res["summary"]) == {"sft", "grpo", "rft", "continue_sft"}
+    assert res["checkpoints"]["rft"]["weights"].endswith("round-1/model.pt")
+    for name, row in res["summary"].items():
+        assert row["questions"] == len(res["episodes"][name]) == 7
+        # The bigger world's first test questions are the run's: each checkpoint answers them as
+        # the run's own evaluation did (the same weights, greedy).
+        assert row["first_n"] == run["test_questions"] == 3 and row["first_n_agree"] == 3, name
+        assert row["em"] == pytest.approx(sum(r["em"] for r in res["episodes"][name]) / 7)
+        assert "redundant_searches_per_episode" in row and "searches_per_episode" in row
+    for name in ("grpo", "rft", "continue_sft"):
+        row = res["summary"][name]
+        assert row["vs_sft_questions"] == 7 and row["gained"] + row["lost"] <= 7
+        assert row["holds"] == (row["p_value"] < 0.05)
+    # Resume: a method cut after its first chunk evaluates its other chunks only.
+    saved = json.loads(eval_json.read_text())
+    saved["episodes"]["rft"] = saved["episodes"]["rft"][:3]
+    eval_json.write_text(json.dumps(saved))
+    capsys.readouterr()
+    again = paired_eval.main([*argv, "--n-questions", "150"])
+    assert again["episodes"] == res["episodes"]
+    printed = capsys.readouterr().out
+    assert "rft: 7/7" in printed and "sft: 3/7" not in printed
+    # A file of another evaluation is refused, not mixed.
+    with pytest.raises(SystemExit, match="another evaluation"):
+        paired_eval.main([*argv, "--n-questions", "200"])

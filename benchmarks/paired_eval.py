@@ -1,0 +1,249 @@
+"""Greedy held-out re-evaluation of a run's checkpoints on many questions, each paired with its SFT.
+
+A run of ``examples/grpo_smollm2.py`` or ``benchmarks/habit_fix.py`` evaluates each method on its
+``n_eval`` first held-out questions (100 in the ``cpu`` presets): too few to tell a gain of a few
+points from chance. This script reads such a run's results file (``--run``: its settings, its
+run folder and the methods it finished), finds each method's final checkpoint in the run folder,
+and evaluates it greedily on ``--n-eval`` held-out questions (500 by default), batched as the run's
+own evaluations are (:class:`~hopgym.agents.rollout.RolloutCollector`, 64 episodes a pass). Then
+each method against the SFT, question by question: gained, lost and the exact McNemar p, and
+whether a difference holds at p < 0.05.
+
+Checkpoints (in the run's ``out`` folder; ``--checkpoint NAME=PATH`` names others):
+
+- ``sft``: ``sft/checkpoint``;
+- ``grpo``, ``continue_sft``: the newest TRL ``checkpoint-N`` of ``grpo/``, ``continue_sft/``
+  (N must be the phase's last step, as its results record);
+- ``rft``: the SFT checkpoint with the weights of RFT's newest ``rft/round-N`` (RFT's
+  ``save_rounds``; N must be its last round).
+
+More questions: the synthetic world's test split holds about 210-230 two-hop questions at its
+default 1,000 questions, so the evaluation's world has ``--n-questions`` (2,500: 555 test
+questions for ``hopgym/Synthetic-v1``, 550 for ``hopgym/SyntheticRouting-v1``). The world's
+corpus does not depend on the number of questions, and a bigger world's questions begin with the
+default one's, so the run's own held-out questions are the first ones here (``first_n_agree``
+counts how many of them each checkpoint answers as the run's evaluation did).
+
+Questions are evaluated in chunks of ``--chunk``; the results file is written after every chunk,
+and the same command resumes at the first chunk it lacks::
+
+    OMP_NUM_THREADS=1 nohup python benchmarks/paired_eval.py \\
+        --run benchmarks/results/habit_fix_searches_seed0.json \\
+        --json benchmarks/results/habit_fix_searches_seed0_eval500.json > /tmp/eval500.log 2>&1 &
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from habit_fix import load_example  # noqa: E402
+
+#: What the results file keeps of each evaluated episode (enough for ``summarize``).
+RECORD = ("em", "f1", "reward", "searches", "invalid", "steps", "right_source_searches", "reward_terms")
+
+
+def record(t: Any) -> dict[str, Any]:
+    """An episode's outcome, small enough to keep per question."""
+    return {
+        "q": t.question_id,
+        **{k: getattr(t, k) for k in RECORD},
+        "answered": t.answer is not None,
+        "model_tokens": sum(t.mask),
+        "completion_tokens": len(t.completion_ids),
+    }
+
+
+def summary_of(records: list[dict[str, Any]], costs: dict[str, Any], example: Any) -> dict[str, Any]:
+    """``summarize``'s means (and the cost counts) over kept episode records."""
+    from hopgym.agents.rollout import Trajectory, summarize
+
+    trajs = [
+        Trajectory(
+            r["q"],
+            [],
+            completion_ids=[0] * r["completion_tokens"],
+            mask=[1] * r["model_tokens"],
+            answer="" if r["answered"] else None,
+            **{k: r[k] for k in RECORD},
+        )
+        for r in records
+    ]
+    stats = summarize(trajs)
+    return {**stats, **example.cost_counts(stats, costs)}
+
+
+def checkpoints(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each finished method's final checkpoint in the run's folder: ``{"model": folder}`` and, for
+    RFT, ``"weights"`` (its last round's ``model.pt``)."""
+    from hopgym.agents.rft import round_to_resume
+    from hopgym.agents.sft import checkpoint_to_resume
+
+    out = Path(run["args"]["out"])
+    sft = out / "sft" / "checkpoint"
+    found: dict[str, dict[str, Any]] = {"sft": {"model": str(sft)}}
+    for name in ("grpo", "continue_sft"):
+        if f"em_{name}" not in run:
+            continue
+        ckpt = checkpoint_to_resume("last", out / name)
+        steps = run[f"{name}_budget"]["steps"]
+        got = json.loads((ckpt / "trainer_state.json").read_text())["global_step"] if ckpt else None
+        if got != steps:
+            raise SystemExit(f"{out / name}: no checkpoint of step {steps}, the run's last (newest: {ckpt})")
+        found[name] = {"model": str(ckpt)}
+    if "em_rft" in run:
+        rnd = round_to_resume("last", out / "rft")
+        rounds = run["rft_budget"]["rounds"]
+        if rnd is None or rnd.name != f"round-{rounds}":
+            raise SystemExit(
+                f"{out / 'rft'}: no saved round {rounds}, RFT's last (newest: {rnd}); "
+                "RFT saves its rounds with rft.save_rounds=True"
+            )
+        found["rft"] = {"model": str(sft), "weights": str(rnd / "model.pt")}
+    return found
+
+
+def load(spec: dict[str, Any], env: Any, args: Any) -> tuple[Any, Any]:
+    """A checkpoint's model (fp32, for generation) and tokenizer."""
+    import torch
+
+    from hopgym.cli.train_jobs import load_policy
+
+    model, tok = load_policy(spec["model"], env, args.tiny, args.seed)
+    if "weights" in spec:
+        state = torch.load(spec["weights"], map_location="cpu")
+        if any(k.startswith("base_model.model.") for k in state):
+            raise SystemExit(f"{spec['weights']}: a LoRA RFT round; re-evaluation takes full weights only")
+        model.load_state_dict(state)
+    model.train(False)
+    return model, tok
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", required=True, help="The run's results file (habit_fix or grpo_smollm2).")
+    p.add_argument("--json", required=True, help="The results file (read back to resume).")
+    p.add_argument("--n-eval", type=int, default=500, help="Held-out questions (the split's first N).")
+    p.add_argument(
+        "--n-questions",
+        type=int,
+        default=2500,
+        help="The world's questions (train and test): enough for --n-eval test questions.",
+    )
+    p.add_argument("--chunk", type=int, default=100, help="Questions evaluated between saves.")
+    p.add_argument(
+        "--checkpoint",
+        nargs="*",
+        default=[],
+        metavar="NAME=PATH",
+        help="Evaluate PATH (a transformers folder) as NAME, over the run's own checkpoints.",
+    )
+    ns = p.parse_args(argv)
+    if ns.n_eval < 1 or ns.chunk < 1:
+        raise SystemExit("--n-eval and --chunk must be >= 1")
+    import gymnasium as gym
+
+    import hopgym  # noqa: F401
+    from hopgym.agents.rollout import RolloutCollector, RolloutConfig
+
+    example = load_example()
+    run = json.loads(Path(ns.run).read_text())
+    known = {f.name for f in fields(example.Args)}
+    args = example.Args(**{k: v for k, v in run["args"].items() if k in known})
+    specs = checkpoints(run)
+    for item in ns.checkpoint:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--checkpoint expects NAME=PATH, got {item!r}")
+        specs[name] = {"model": path}
+    env_kw = {**args.env_kw, "n_questions": ns.n_questions}
+    args = replace(args, env_kw=env_kw)
+
+    def env_fn() -> Any:
+        return example.with_costs(gym.make(args.env, split="test", reward="default", **env_kw), args.costs)
+
+    questions = [s.id for s in env_fn().unwrapped.task.samples]
+    if len(questions) < ns.n_eval:
+        raise SystemExit(
+            f"{args.env} holds {len(questions)} test questions at --n-questions {ns.n_questions}, "
+            f"fewer than --n-eval {ns.n_eval}: raise --n-questions"
+        )
+    questions = questions[: ns.n_eval]
+    path = Path(ns.json)
+    res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    settings = {"run": ns.run, "n_eval": ns.n_eval, "n_questions": ns.n_questions, "env_kw": env_kw}
+    if res and res["settings"] != settings:
+        raise SystemExit(f"{path} holds another evaluation: {res['settings']}, not {settings}")
+    res.update(settings=settings, args=run["args"], habit=run.get("habit"), checkpoints=specs)
+    res.setdefault("episodes", {})
+    res.setdefault("seconds", {})
+
+    def save() -> None:
+        res["summary"] = summarize_all(res, run, example)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(res, indent=1))
+        tmp.replace(path)
+
+    chunks = math.ceil(ns.n_eval / ns.chunk)
+    for name, spec in specs.items():
+        done = res["episodes"].setdefault(name, [])
+        if len(done) >= ns.n_eval:
+            continue
+        model, tok = load(spec, env_fn(), args)
+        cfg = RolloutConfig(
+            temperature=0.0, max_new_tokens=args.max_new_tokens, max_completion_tokens=args.max_length
+        )
+        col = RolloutCollector(model, tok, env_fn, cfg)
+        for i in range(len(done) // ns.chunk, chunks):
+            qs = questions[i * ns.chunk : (i + 1) * ns.chunk]
+            c0 = time.process_time()
+            done.extend(record(t) for t in col.collect(qs, 1, seed=0))
+            res["seconds"][name] = res["seconds"].get(name, 0.0) + time.process_time() - c0
+            save()
+            em = sum(r["em"] for r in done) / len(done)
+            print(f"[paired_eval] {name}: {len(done)}/{ns.n_eval} questions, EM {em:.3f}", flush=True)
+    save()
+    for name, row in res["summary"].items():
+        print(f"[paired_eval] {name}: {json.dumps(row)}")
+    return res
+
+
+def summarize_all(res: dict[str, Any], run: dict[str, Any], example: Any) -> dict[str, Any]:
+    """Per checkpoint: its means, EM, and (against the SFT, on the questions both answered) gained,
+    lost, McNemar p and whether the difference holds at p < 0.05; and how many of the run's own
+    held-out questions it answered as the run's evaluation did."""
+    out: dict[str, Any] = {}
+    sft = res["episodes"].get("sft", [])
+    for name, eps in res["episodes"].items():
+        if not eps:
+            continue
+        right = [r["q"] for r in eps if r["em"] >= 1.0]
+        row = {"questions": len(eps), **summary_of(eps, run["args"]["costs"], example)}
+        if f"{name}_right" in run:  # the run's own evaluation: its first test questions
+            first = [r["q"] for r in eps[: run["test_questions"]]]
+            before = set(run[f"{name}_right"])
+            row["first_n"] = len(first)
+            row["first_n_agree"] = sum((q in before) == (q in right) for q in first)
+        if name != "sft" and sft:
+            n = min(len(sft), len(eps))
+            pair = example.paired(
+                [r["q"] for r in sft[:n] if r["em"] >= 1.0], [r["q"] for r in eps[:n] if r["em"] >= 1.0]
+            )
+            row.update(vs_sft_questions=n, **pair, holds=pair["p_value"] < 0.05)
+        out[name] = row
+    return out
+
+
+if __name__ == "__main__":
+    main()
