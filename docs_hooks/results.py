@@ -1727,8 +1727,10 @@ def _script(name: str) -> Any:
     return module
 
 
-#: The habit-fixing runs (``benchmarks/habit_fix.py``): one results file per habit and seed.
+#: The habit-fixing runs (``benchmarks/habit_fix.py``): one results file per habit and seed; and
+#: their re-evaluations on more held-out questions (``benchmarks/paired_eval.py``).
 HABIT_FIX_GLOB = "habit_fix_*_seed*.json"
+HABIT_FIX_EVAL_GLOB = "habit_fix_*_seed*_eval*.json"
 #: The per-step curves of their GRPO and RFT runs: (log key, panel title); a key no row has is
 #: left out (runs before the reward terms were kept per step have none).
 HABIT_FIX_CURVES = (
@@ -1752,7 +1754,10 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     per habit of the GRPO and RFT per-step curves."""
     hf = _script("habit_fix")
     if files is None:
-        files = {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(HABIT_FIX_GLOB))}
+        evals = set(RESULTS.glob(HABIT_FIX_EVAL_GLOB))
+        files = {
+            p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(HABIT_FIX_GLOB)) if p not in evals
+        }
     header = [
         "habit",
         "seed",
@@ -1835,6 +1840,58 @@ def _curves_png(runs: dict[str, list[dict[str, Any]]], title: str) -> str | None
         return base64.b64encode(path.read_bytes()).decode("ascii") if path else None
 
 
+def habit_fix_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
+    """The habit-fixing runs' checkpoints re-evaluated on more held-out questions
+    (``benchmarks/paired_eval.py``; ``files``: name -> contents, default every committed
+    ``habit_fix_*_seed*_eval*.json``): per checkpoint the questions, EM, the habit's measure, each
+    method against the SFT question by question (gained / lost, McNemar p, whether it holds at
+    p < 0.05), how many of the run's own held-out questions it answered as the run did, and CPU
+    seconds."""
+    hf = _script("habit_fix")
+    if files is None:
+        files = {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(HABIT_FIX_EVAL_GLOB))}
+    header = [
+        "habit",
+        "seed",
+        "method",
+        "questions",
+        "held-out EM",
+        "habit measure",
+        "right-source rate",
+        "gained / lost vs SFT",
+        "McNemar p",
+        "holds at p < 0.05",
+        "run's questions answered alike",
+        "CPU s",
+    ]
+    rows = []
+    for d in files.values():
+        habit_name = d.get("habit") or "searches"
+        habit = hf.HABITS[habit_name]
+        for m, s in d["summary"].items():
+            vs = "p_value" in s
+            rises = f"{s[habit.rises[0]]:.3f}" if habit.rises and habit.rises[0] in s else "–"
+            rows.append(
+                [
+                    habit_name,
+                    str(d["args"]["seed"]),
+                    _METHOD_NAMES.get(m, m),
+                    f"{s['questions']} of {d['settings']['n_eval']}",
+                    f"{s['em']:.3f}",
+                    f"{s[habit.measure]:.2f}" if habit.measure in s else "–",
+                    rises,
+                    f"+{s['gained']} / −{s['lost']}" if vs else "–",
+                    f"{s['p_value']:.3f}" if vs else "–",
+                    ("**yes**" if s["holds"] else "no") if vs else "–",
+                    f"{s['first_n_agree']} of {s['first_n']}" if "first_n" in s else "–",
+                    f"{d['seconds'].get(m, 0.0):,.0f}",
+                ]
+            )
+    if not rows:
+        rows.append(["no re-evaluation yet", *["–"] * (len(header) - 1)])
+    return _table(header, rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -1864,6 +1921,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_step_chunked": grpo_step_chunked,
     "grpo_step_cost": grpo_step_cost,
     "habit_fix": habit_fix,
+    "habit_fix_power": habit_fix_power,
     "lora_memory": lora_memory,
     "logprob_memory": logprob_memory,
     "bf16_cpu": bf16_cpu,

@@ -83,6 +83,31 @@ def test_first_run_results_are_of_the_training_pages_commands():
     assert ran == module.page_commands(), "run python benchmarks/train_first_run.py --json ... again"
 
 
+def test_habit_fix_power_rows_of_a_re_evaluation_still_going():
+    """The re-evaluation table: a finished SFT, a GRPO with one chunk of two, and the run files'
+    own table leaves the re-evaluation files out."""
+    d = {
+        "habit": "searches",
+        "args": {"seed": 0},
+        "settings": {"n_eval": 500},
+        "seconds": {"sft": 3000.0, "grpo": 700.0},
+        "summary": {
+            "sft": {"questions": 500, "em": 0.15, "redundant_searches_per_episode": 2.8, "first_n": 100,
+                    "first_n_agree": 100},
+            "grpo": {"questions": 100, "em": 0.2, "redundant_searches_per_episode": 0.3, "first_n": 100,
+                     "first_n_agree": 99, "gained": 14, "lost": 4, "p_value": 0.031, "holds": True},
+        },
+    }  # fmt: skip
+    rows = [r for r in results.habit_fix_power({"x": d}).splitlines() if r.startswith("| searches")]
+    assert rows == [
+        "| searches | 0 | SFT | 500 of 500 | 0.150 | 2.80 | – | – | – | – | 100 of 100 | 3,000 |",
+        "| searches | 0 | GRPO | 100 of 500 | 0.200 | 0.30 | – | +14 / −4 | 0.031 | **yes** | 99 of 100 "
+        "| 700 |",
+    ]
+    assert "no re-evaluation yet" in results.habit_fix_power({})
+    assert not any("_eval" in line for line in results.habit_fix().splitlines() if line.startswith("- `"))
+
+
 def test_habit_fix_rows_of_a_run_still_going():
     """The habit-fix table from a results file with the SFT and GRPO done: their rows, the goal
     computed from the file, the phases still to run, and the per-step curves."""
