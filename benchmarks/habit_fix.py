@@ -246,13 +246,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="Override settings of examples/grpo_smollm2.py's Args (over the preset and the habit).",
     )
     ns = p.parse_args(argv)
+    from hopgym.cli import parse_kwargs
+
     example = load_example()
     habit = HABITS[ns.habit]
     out = Path(ns.out or f"runs/habit_fix/{habit.folder}{ns.preset}_seed{ns.seed}")
     settings = {**COMMON, **habit.settings}
     env_kw = {**example.make_args(ns.preset, {}).env_kw, **ENV_KW, **settings.pop("env_kw", {})}
     sets = {**PRESETS[ns.preset], **settings, "env_kw": env_kw, "seed": ns.seed, "out": str(out)}
-    sets.update(example.parse_sets(ns.sets))
+    sets.update(parse_kwargs(ns.sets, "--set"))
     if ns.model:
         sets["model"] = ns.model
     base = example.make_args(ns.preset, sets)

@@ -48,7 +48,6 @@ seconds and sampled episodes, the settings) and ``<out>/grpo/curves.png``.
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import inspect
 import json
@@ -643,19 +642,6 @@ def draw_curves(png: str, results: list[str]) -> Any:
     return plot_curves(runs, png, title="SmolLM2-135M-Instruct after SFT: per-step curves")
 
 
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    sets: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            sets[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            sets[key] = raw
-    return sets
-
-
 def make_args(preset: str, sets: dict[str, Any]) -> Args:
     """``Args`` of ``preset`` with ``sets`` applied (``env_kw.hops=3`` sets one dict entry)."""
     kw = copy.deepcopy(PRESETS[preset])
@@ -691,7 +677,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ns = p.parse_args(argv)
     if ns.curves:
         return {"png": str(draw_curves(ns.curves[0], ns.curves[1:]))}
-    sets = parse_sets(ns.sets)
+    from hopgym.cli import parse_kwargs
+
+    sets = parse_kwargs(ns.sets, "--set")
     for name in ("model", "methods", "out"):
         if getattr(ns, name):
             sets[name] = getattr(ns, name)

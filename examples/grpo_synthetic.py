@@ -36,7 +36,6 @@ the same panels).
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import hashlib
 import json
@@ -593,20 +592,6 @@ def targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _parse_sets(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        out[key] = value
-    return out
-
-
 def make_args(preset: str, sets: dict[str, Any]) -> Args:
     """``Args`` of ``preset`` with ``sets`` applied (``tiny.layers=2`` sets one dict entry)."""
     kw = copy.deepcopy(PRESETS[preset])
@@ -649,7 +634,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "side by side) into one result, with the summary and targets over all",
     )
     ns = p.parse_args(argv)
-    sets = _parse_sets(ns.sets)
+    from hopgym.cli import parse_kwargs
+
+    sets = parse_kwargs(ns.sets, "--set")
     if ns.methods:
         sets["methods"] = tuple(ns.methods)
     if ns.out:

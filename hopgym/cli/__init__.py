@@ -42,15 +42,20 @@ COMMANDS = (
 )
 
 
-def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """``key=value`` strings to a dict (:func:`hopgym._kwargs.parse_kwargs`); exits on bad input.
+def parse_kwargs(items: Sequence[str], flag: str = "--kw") -> dict[str, Any]:
+    """``key=value`` strings to a dict (:func:`hopgym._kwargs.parse_kwargs`); exits on bad input,
+    naming ``flag``.
 
     Example:
         >>> parse_kwargs(["hops=3", "sources=('local','web')", "protocol=r3"])
         {'hops': 3, 'sources': ('local', 'web'), 'protocol': 'r3'}
+        >>> parse_kwargs(["hops"], "--set")
+        Traceback (most recent call last):
+        ...
+        SystemExit: hopgym: --set takes key=value, got 'hops'
     """
     try:
-        return _parse_kwargs(items)
+        return _parse_kwargs(items, flag)
     except KwargsError as exc:
         raise SystemExit(f"hopgym: {exc}") from None
 
