@@ -90,7 +90,8 @@ def checkpoints(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     from hopgym.agents.sft import checkpoint_to_resume
 
     out = Path(run["args"]["out"])
-    sft = out / "sft" / "checkpoint"
+    # A run from another run's SFT checkpoint (sft_steps=0) started from its --model.
+    sft = out / "sft" / "checkpoint" if run["args"]["sft_steps"] else Path(run["args"]["model"])
     found: dict[str, dict[str, Any]] = {"sft": {"model": str(sft)}}
     for name in ("grpo", "continue_sft"):
         if f"em_{name}" not in run:
@@ -111,6 +112,19 @@ def checkpoints(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
             )
         found["rft"] = {"model": str(sft), "weights": str(rnd / "model.pt")}
     return found
+
+
+def named_checkpoint(item: str, sft: str) -> tuple[str, dict[str, Any]]:
+    """``NAME=PATH`` of ``--checkpoint``: a transformers folder, or an RFT ``round-N`` folder (the
+    weights over the SFT checkpoint ``sft``)."""
+    name, sep, path = item.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"--checkpoint expects NAME=PATH, got {item!r}")
+    if (Path(path) / "model.pt").is_file():
+        return name, {"model": sft, "weights": str(Path(path) / "model.pt")}
+    if not (Path(path) / "config.json").is_file():
+        raise SystemExit(f"--checkpoint {item}: neither a transformers folder nor an RFT round")
+    return name, {"model": path}
 
 
 def load(spec: dict[str, Any], env: Any, args: Any) -> tuple[Any, Any]:
@@ -146,10 +160,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         nargs="*",
         default=[],
         metavar="NAME=PATH",
-        help="Evaluate PATH (a transformers folder) as NAME, over the run's own checkpoints.",
+        help="Evaluate PATH (a transformers folder, or an RFT round-N folder over the run's SFT) as "
+        "NAME, beside the run's own checkpoints.",
     )
     ns = p.parse_args(argv)
-    if ns.n_eval < 1 or ns.chunk < 1:
+    run = json.loads(Path(ns.run).read_text())
+    specs = checkpoints(run)
+    specs.update(named_checkpoint(item, specs["sft"]["model"]) for item in ns.checkpoint)
+    return evaluate(run, specs, Path(ns.json), ns.n_eval, ns.n_questions, ns.chunk, source=ns.run)
+
+
+def evaluate(
+    run: dict[str, Any],
+    specs: dict[str, dict[str, Any]],
+    path: Path,
+    n_eval: int = 500,
+    n_questions: int = 2500,
+    chunk: int = 100,
+    source: str = "",
+) -> dict[str, Any]:
+    """Evaluate the checkpoints ``specs`` (name -> :func:`checkpoints`' entries; ``"sft"`` is the
+    one the others are paired with) with the settings of the run ``run`` (a results file's
+    contents, ``source`` its path), into the results file ``path`` (resumed where it stops)."""
+    if n_eval < 1 or chunk < 1:
         raise SystemExit("--n-eval and --chunk must be >= 1")
     import gymnasium as gym
 
@@ -157,31 +190,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from hopgym.agents.rollout import RolloutCollector, RolloutConfig
 
     example = load_example()
-    run = json.loads(Path(ns.run).read_text())
     known = {f.name for f in fields(example.Args)}
     args = example.Args(**{k: v for k, v in run["args"].items() if k in known})
-    specs = checkpoints(run)
-    for item in ns.checkpoint:
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--checkpoint expects NAME=PATH, got {item!r}")
-        specs[name] = {"model": path}
-    env_kw = {**args.env_kw, "n_questions": ns.n_questions}
+    env_kw = {**args.env_kw, "n_questions": n_questions}
     args = replace(args, env_kw=env_kw)
 
     def env_fn() -> Any:
         return example.with_costs(gym.make(args.env, split="test", reward="default", **env_kw), args.costs)
 
     questions = [s.id for s in env_fn().unwrapped.task.samples]
-    if len(questions) < ns.n_eval:
+    if len(questions) < n_eval:
         raise SystemExit(
-            f"{args.env} holds {len(questions)} test questions at --n-questions {ns.n_questions}, "
-            f"fewer than --n-eval {ns.n_eval}: raise --n-questions"
+            f"{args.env} holds {len(questions)} test questions at --n-questions {n_questions}, "
+            f"fewer than --n-eval {n_eval}: raise --n-questions"
         )
-    questions = questions[: ns.n_eval]
-    path = Path(ns.json)
+    questions = questions[:n_eval]
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    settings = {"run": ns.run, "n_eval": ns.n_eval, "n_questions": ns.n_questions, "env_kw": env_kw}
+    settings = {"run": source, "n_eval": n_eval, "n_questions": n_questions, "env_kw": env_kw}
     if res and res["settings"] != settings:
         raise SystemExit(f"{path} holds another evaluation: {res['settings']}, not {settings}")
     res.update(settings=settings, args=run["args"], habit=run.get("habit"), checkpoints=specs)
@@ -195,24 +220,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tmp.write_text(json.dumps(res, indent=1))
         tmp.replace(path)
 
-    chunks = math.ceil(ns.n_eval / ns.chunk)
+    chunks = math.ceil(n_eval / chunk)
     for name, spec in specs.items():
         done = res["episodes"].setdefault(name, [])
-        if len(done) >= ns.n_eval:
+        if len(done) >= n_eval:
             continue
         model, tok = load(spec, env_fn(), args)
         cfg = RolloutConfig(
             temperature=0.0, max_new_tokens=args.max_new_tokens, max_completion_tokens=args.max_length
         )
         col = RolloutCollector(model, tok, env_fn, cfg)
-        for i in range(len(done) // ns.chunk, chunks):
-            qs = questions[i * ns.chunk : (i + 1) * ns.chunk]
+        for i in range(len(done) // chunk, chunks):
+            qs = questions[i * chunk : (i + 1) * chunk]
             c0 = time.process_time()
             done.extend(record(t) for t in col.collect(qs, 1, seed=0))
             res["seconds"][name] = res["seconds"].get(name, 0.0) + time.process_time() - c0
             save()
             em = sum(r["em"] for r in done) / len(done)
-            print(f"[paired_eval] {name}: {len(done)}/{ns.n_eval} questions, EM {em:.3f}", flush=True)
+            print(f"[paired_eval] {name}: {len(done)}/{n_eval} questions, EM {em:.3f}", flush=True)
     save()
     for name, row in res["summary"].items():
         print(f"[paired_eval] {name}: {json.dumps(row)}")

@@ -1840,20 +1840,27 @@ def _curves_png(runs: dict[str, list[dict[str, Any]]], title: str) -> str | None
         return base64.b64encode(path.read_bytes()).decode("ascii") if path else None
 
 
-def habit_fix_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
-    """The habit-fixing runs' checkpoints re-evaluated on more held-out questions
-    (``benchmarks/paired_eval.py``; ``files``: name -> contents, default every committed
-    ``habit_fix_*_seed*_eval*.json``): per checkpoint the questions, EM, the habit's measure, each
-    method against the SFT question by question (gained / lost, McNemar p, whether it holds at
-    p < 0.05), how many of the run's own held-out questions it answered as the run did, and CPU
-    seconds."""
+#: The names of the re-evaluated checkpoints that are not one of :data:`_METHOD_NAMES`.
+_POWER_NAMES = {
+    "grpo_seed3": "GRPO, seed 3",
+    "grpo_dynamic": "GRPO, dynamic sampling",
+    "grpo_dynamic_seed3": "GRPO, dynamic sampling, seed 3",
+}
+
+
+def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None) -> str:
+    """Checkpoints re-evaluated on more held-out questions (``benchmarks/paired_eval.py``;
+    ``files``: name -> contents, default every committed results file matching ``pattern``): per
+    checkpoint the questions done, EM, the habit's measure (a habit-fix run's), each against the
+    SFT question by question (gained / lost, McNemar p, whether it holds at p < 0.05), how many
+    of the run's own held-out questions it answered as the run did, and CPU seconds."""
     hf = _script("habit_fix")
     if files is None:
-        files = {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(HABIT_FIX_EVAL_GLOB))}
+        files = {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(pattern))}
     header = [
         "habit",
         "seed",
-        "method",
+        "checkpoint",
         "questions",
         "held-out EM",
         "habit measure",
@@ -1866,19 +1873,19 @@ def habit_fix_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     ]
     rows = []
     for d in files.values():
-        habit_name = d.get("habit") or "searches"
-        habit = hf.HABITS[habit_name]
+        habit = hf.HABITS.get(d.get("habit") or "")
         for m, s in d["summary"].items():
             vs = "p_value" in s
-            rises = f"{s[habit.rises[0]]:.3f}" if habit.rises and habit.rises[0] in s else "–"
+            measure = f"{s[habit.measure]:.2f}" if habit and habit.measure in s else "–"
+            rises = f"{s[habit.rises[0]]:.3f}" if habit and habit.rises and habit.rises[0] in s else "–"
             rows.append(
                 [
-                    habit_name,
+                    d.get("habit") or "–",
                     str(d["args"]["seed"]),
-                    _METHOD_NAMES.get(m, m),
+                    _METHOD_NAMES.get(m) or _POWER_NAMES.get(m, m),
                     f"{s['questions']} of {d['settings']['n_eval']}",
                     f"{s['em']:.3f}",
-                    f"{s[habit.measure]:.2f}" if habit.measure in s else "–",
+                    measure,
                     rises,
                     f"+{s['gained']} / −{s['lost']}" if vs else "–",
                     f"{s['p_value']:.3f}" if vs else "–",
@@ -1890,6 +1897,16 @@ def habit_fix_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     if not rows:
         rows.append(["no re-evaluation yet", *["–"] * (len(header) - 1)])
     return _table(header, rows)
+
+
+def habit_fix_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
+    """The habit-fixing runs' checkpoints on 500 held-out questions (:func:`paired_evals`)."""
+    return paired_evals(HABIT_FIX_EVAL_GLOB, files)
+
+
+def smollm2_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
+    """Checkpoint C and its runs, made again, on 500 held-out questions (``benchmarks/power_c.py``)."""
+    return paired_evals("grpo_smollm2_c_eval*.json", files)
 
 
 RENDERERS: dict[str, Callable[[], str]] = {
@@ -1922,6 +1939,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_step_cost": grpo_step_cost,
     "habit_fix": habit_fix,
     "habit_fix_power": habit_fix_power,
+    "smollm2_power": smollm2_power,
     "lora_memory": lora_memory,
     "logprob_memory": logprob_memory,
     "bf16_cpu": bf16_cpu,

@@ -193,3 +193,32 @@ def test_paired_eval_reevaluates_every_checkpoint_on_more_questions_and_resumes(
     # A file of another evaluation is refused, not mixed.
     with pytest.raises(SystemExit, match="another evaluation"):
         paired_eval.main([*argv, "--n-questions", "200"])
+
+
+@pytest.mark.slow  # about 40 s on one thread, more on a loaded machine
+def test_power_c_makes_every_run_again_and_pairs_its_final_checkpoints(
+    load_script, tiny_model_dir: Path, tmp_path: Path, monkeypatch
+):
+    power_c = load_script("benchmarks/power_c.py", "power_c_script")
+    argv = [
+        *("--root", str(tmp_path / "c"), "--preset", "smoke", "--model", str(tiny_model_dir)),
+        *("--json", str(tmp_path / "e.json"), "--n-eval", "4", "--n-questions", "150"),
+        *("--set", "grpo_steps=1", "questions_per_step=2", "group_size=2"),
+    ]
+    res = power_c.main(argv)
+    names = ["sft", *(name for name, *_ in power_c.RUNS)]
+    assert list(res["summary"]) == names
+    c_sft = str(tmp_path / "c" / "long" / "sft" / "checkpoint")
+    # Every run after the first starts from C's SFT checkpoint, which is the one paired with.
+    assert res["checkpoints"]["sft"] == {"model": c_sft}
+    assert res["checkpoints"]["rft"] == {"model": c_sft, "weights": f"{tmp_path}/c/rftC/rft/round-1/model.pt"}
+    assert res["checkpoints"]["grpo_seed3"]["model"].endswith("long3/grpo/checkpoint-1")
+    for name in names[1:]:
+        assert res["summary"][name]["questions"] == 4 and "p_value" in res["summary"][name]
+    run = json.loads((tmp_path / "c" / "long3.json").read_text())
+    assert run["args"]["seed"] == 3 and run["args"]["trl"]["save_strategy"] == "steps"
+    # Everything done: a second call runs nothing again.
+    example = power_c.load_example()
+    monkeypatch.setattr(power_c, "load_example", lambda: example)
+    monkeypatch.setattr(example, "main", lambda *a, **k: pytest.fail("ran a finished run again"))
+    assert power_c.main(argv)["episodes"] == res["episodes"]

@@ -105,6 +105,12 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going():
         "| 700 |",
     ]
     assert "no re-evaluation yet" in results.habit_fix_power({})
+    # Checkpoint C's runs: no habit, the runs named by seed and sampling.
+    c = {**d, "habit": None, "summary": {"grpo_dynamic_seed3": d["summary"]["grpo"]}}
+    row = next(r for r in results.smollm2_power({"c": c}).splitlines() if r.startswith("| –"))
+    assert row.startswith(
+        "| – | 0 | GRPO, dynamic sampling, seed 3 | 100 of 500 | 0.200 | – | – | +14 / −4 |"
+    )
     assert not any("_eval" in line for line in results.habit_fix().splitlines() if line.startswith("- `"))
 
 

@@ -1,0 +1,120 @@
+"""Checkpoint C and its runs, made again, then each re-evaluated on 500 held-out questions.
+
+The SmolLM2 table of ``docs/experiments.md`` (#smollm2-grpo-table) compares, from one SFT
+checkpoint (C: the ``cpu`` preset's SFT with seed 2), two 20-step GRPO runs (seeds 2 and 3), RFT
+and continue-SFT on the same budget, and two GRPO runs with dynamic sampling, each on 100 held-out
+questions: its gains of 0.04-0.05 were about one standard error. C's checkpoint and its runs are
+gone, so this script runs their committed commands again (:data:`RUNS`, the table's own
+settings; only the run folders move under ``--root`` and every phase keeps its last checkpoint),
+then evaluates the SFT and every run's final checkpoint greedily on the same 500 held-out
+questions with ``benchmarks/paired_eval.py``, each paired with the SFT (gained, lost, exact
+McNemar p).
+
+Every step resumes: a run whose results file has its method's EM is skipped, a stopped run goes
+on from its newest checkpoint, and the evaluation from its last saved chunk. The SFT is not
+reproducible bit for bit on this machine (the table's checkpoints A and B, one command, scored
+0.270 and 0.310), so this C is a new draw of the same recipe::
+
+    OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py > /tmp/power_c.log 2>&1 &
+
+About 13 CPU hours of training at one thread, and 7 evaluations of 500 questions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from habit_fix import CHECKPOINTS, load_example  # noqa: E402
+from paired_eval import checkpoints, evaluate  # noqa: E402
+
+#: The table's C-runs as committed: (name in the evaluation, method, run folder, settings).
+#: ``{C}`` is C's SFT checkpoint. The first makes C and its seed-2 GRPO in one run.
+_LONG = "questions_per_step=2 group_size=8"
+RUNS: tuple[tuple[str, str, str, str], ...] = (
+    ("grpo", "grpo", "long", f"seed=2 grpo_steps=20 {_LONG} grpo_lr=1e-5"),
+    (
+        "grpo_seed3",
+        "grpo",
+        "long3",
+        f"sft_steps=0 seed=3 eval_start=False grpo_steps=20 {_LONG} grpo_lr=1e-5",
+    ),
+    ("rft", "rft", "rftC", f"sft_steps=0 seed=2 eval_start=False grpo_steps=20 {_LONG} grpo_lr=1e-5"),
+    (
+        "continue_sft",
+        "continue_sft",
+        "csftC",
+        f"sft_steps=0 seed=2 eval_start=False grpo_steps=20 {_LONG} grpo_lr=1e-5 sft_lr=2e-5",
+    ),
+    (
+        "grpo_dynamic",
+        "grpo",
+        "dsC",
+        f"sft_steps=0 seed=2 eval_start=False grpo_steps=9 {_LONG} grpo_lr=2e-5 resample_rounds=2",
+    ),
+    (
+        "grpo_dynamic_seed3",
+        "grpo",
+        "dsC3",
+        f"sft_steps=0 seed=3 eval_start=False grpo_steps=9 {_LONG} grpo_lr=2e-5 resample_rounds=2",
+    ),
+)
+
+#: Each phase keeps its last checkpoint (TRL's for SFT, GRPO and continue-SFT; RFT's last round)
+#: and resumes from it.
+KEEP: dict[str, Any] = {
+    **{f"trl.{k}": v for k, v in CHECKPOINTS.items()},
+    **{f"sft_trl.{k}": v for k, v in CHECKPOINTS.items()},
+    "rft.save_rounds": True,
+    "rft.resume_from_checkpoint": "last",
+}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", default="runs/power_c", help="Where the runs' folders and results go.")
+    p.add_argument("--preset", default="cpu", help="examples/grpo_smollm2.py's preset (the table's: cpu).")
+    p.add_argument("--model", default="runs/smollm2-135m-instruct", help="The base model folder.")
+    p.add_argument("--json", default="benchmarks/results/grpo_smollm2_c_eval500.json")
+    p.add_argument("--n-eval", type=int, default=500)
+    p.add_argument("--n-questions", type=int, default=2500)
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="sets",
+        help="Settings over every run's (tests: a smaller budget).",
+    )
+    ns = p.parse_args(argv)
+    example = load_example()
+    root = Path(ns.root)
+    c_sft = root / "long" / "sft" / "checkpoint"
+    runs: dict[str, dict[str, Any]] = {}
+    for name, method, folder, sets in RUNS:
+        results = root / f"{folder}.json"
+        run = json.loads(results.read_text()) if results.exists() else {}
+        if f"em_{method}" not in run:
+            model = ns.model if folder == "long" else str(c_sft)
+            kv = [*sets.split(), *(f"{k}={v!r}" for k, v in KEEP.items()), *ns.sets]
+            argv_run = ["--preset", ns.preset, "--model", model, "--methods", method]
+            print(f"[power_c] {name}: {' '.join(kv)}", flush=True)
+            example.main([*argv_run, "--out", str(root / folder), "--json", str(results), "--set", *kv])
+            run = json.loads(results.read_text())
+        runs[name] = {"run": run, "method": method}
+    specs = {"sft": checkpoints(runs["grpo"]["run"])["sft"]}
+    for name, r in runs.items():
+        specs[name] = checkpoints(r["run"])[r["method"]]
+    first = root / f"{RUNS[0][2]}.json"
+    return evaluate(runs["grpo"]["run"], specs, Path(ns.json), ns.n_eval, ns.n_questions, source=str(first))
+
+
+if __name__ == "__main__":
+    main()
