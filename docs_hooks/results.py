@@ -1731,6 +1731,8 @@ def _script(name: str) -> Any:
 #: their re-evaluations on more held-out questions (``benchmarks/paired_eval.py``).
 HABIT_FIX_GLOB = "habit_fix_*_seed*.json"
 HABIT_FIX_EVAL_GLOB = "habit_fix_*_seed*_eval*.json"
+#: What RFT kept of its episodes (``RFTRunConfig.keep``), in words.
+_RFT_KEEPS = {"correct": "right episodes", "best": "highest-return right episodes of each question"}
 #: The per-step curves of their GRPO and RFT runs: (log key, panel title); a key no row has is
 #: left out (runs before the reward terms were kept per step have none).
 HABIT_FIX_CURVES = (
@@ -1813,7 +1815,8 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
         notes.append(
             f"- `{name}.json`: {habit_name}, seed {a['seed']}, model `{a['model']}`, `{a['env']}` "
             f"`{json.dumps(a['env_kw'])}`, teacher `{json.dumps(a['teacher'])}`, cost terms "
-            f"`{json.dumps(a['costs'])}`, {a['max_length']} tokens a trajectory{cut}, "
+            f"`{json.dumps(a['costs'])}`, {a['max_length']} tokens a trajectory{cut}, RFT keeping "
+            f"the {_RFT_KEEPS[a.get('rft', {}).get('keep', 'correct')]}, "
             f"{d['test_questions']} held-out questions; {state}."
         )
         for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):

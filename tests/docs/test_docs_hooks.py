@@ -157,7 +157,7 @@ def test_habit_fix_rows_of_a_run_still_going():
         ["RFT", "not run yet"],
         ["continue-SFT", "not run yet"],
     ]
-    assert "1536 tokens a trajectory (2 of 96 SFT examples longer)" in out
+    assert "1536 tokens a trajectory (2 of 96 SFT examples longer), RFT keeping the right episodes" in out
     assert "still to run: RFT, continue-SFT." in out
     pytest.importorskip("matplotlib")
     assert "](data:image/png;base64," in out
