@@ -1747,6 +1747,11 @@ HABIT_FIX_CURVES = (
 )
 
 
+def _p_value(p: float) -> str:
+    """A p-value to three places, or "< 0.001" below that."""
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     """The habit-fixing runs, one row per method of each results file (``files``: name -> the
     file's contents; default: every committed ``habit_fix_*_seed*.json``): the habit's measure
@@ -1799,7 +1804,7 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
                     rises,
                     f"{ev['em']:.3f}",
                     f"+{s['gained']} / −{s['lost']}" if s else "–",
-                    f"{s['p_value']:.3f}" if s else "–",
+                    _p_value(s["p_value"]) if s else "–",
                     f"{phases[m]['cpu_seconds']:,.0f}",
                     ("**met**" if s["goal_met"] else "not met") if s else "–",
                 ]
@@ -1891,7 +1896,7 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
                     measure,
                     rises,
                     f"+{s['gained']} / −{s['lost']}" if vs else "–",
-                    f"{s['p_value']:.3f}" if vs else "–",
+                    _p_value(s["p_value"]) if vs else "–",
                     ("**yes**" if s["holds"] else "no") if vs else "–",
                     f"{s['first_n_agree']} of {s['first_n']}" if "first_n" in s else "–",
                     f"{d['seconds'].get(m, 0.0):,.0f}",

@@ -105,6 +105,7 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going():
         "| 700 |",
     ]
     assert "no re-evaluation yet" in results.habit_fix_power({})
+    assert (results._p_value(0.00012), results._p_value(0.0312)) == ("< 0.001", "0.031")
     # Checkpoint C's runs: no habit, the runs named by seed and sampling.
     c = {**d, "habit": None, "summary": {"grpo_dynamic_seed3": d["summary"]["grpo"]}}
     row = next(r for r in results.smollm2_power({"c": c}).splitlines() if r.startswith("| –"))
