@@ -182,6 +182,11 @@ def load_example() -> Any:
     return module
 
 
+def add_set_option(p: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY=VALUE ...`` on ``p`` (into ``sets``; read with ``hopgym.cli.parse_kwargs``)."""
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets", help=help)
+
+
 def measures(res: dict[str, Any], phase: str, example: Any) -> dict[str, Any]:
     """A phase's evaluation with its cost counts taken again from its reward terms (a results
     file of an earlier version of the example has a wrong ``redundant_searches_per_episode``)."""
@@ -237,14 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "for the routing habit).",
     )
     p.add_argument("--json", required=True, help="The results file (read back to resume).")
-    p.add_argument(
-        "--set",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="sets",
-        help="Override settings of examples/grpo_smollm2.py's Args (over the preset and the habit).",
-    )
+    add_set_option(p, "Override settings of examples/grpo_smollm2.py's Args (over the preset and the habit).")
     ns = p.parse_args(argv)
     from hopgym.cli import parse_kwargs
 

@@ -32,7 +32,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from habit_fix import CHECKPOINTS, load_example  # noqa: E402
+from habit_fix import CHECKPOINTS, add_set_option, load_example  # noqa: E402
 from paired_eval import checkpoints, evaluate  # noqa: E402
 
 #: The table's C-runs as committed: (name in the evaluation, method, run folder, settings).
@@ -85,14 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--json", default="benchmarks/results/grpo_smollm2_c_eval500.json")
     p.add_argument("--n-eval", type=int, default=500)
     p.add_argument("--n-questions", type=int, default=2500)
-    p.add_argument(
-        "--set",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="sets",
-        help="Settings over every run's (tests: a smaller budget).",
-    )
+    add_set_option(p, "Settings over every run's (tests: a smaller budget).")
     ns = p.parse_args(argv)
     example = load_example()
     root = Path(ns.root)
