@@ -69,7 +69,7 @@ RUNS: tuple[tuple[str, str, str, str], ...] = (
 
 #: Each phase keeps its last checkpoint (TRL's for SFT, GRPO and continue-SFT; RFT's last round)
 #: and resumes from it.
-KEEP: dict[str, Any] = {
+KEEP_CHECKPOINTS: dict[str, Any] = {
     **{f"trl.{k}": v for k, v in CHECKPOINTS.items()},
     **{f"sft_trl.{k}": v for k, v in CHECKPOINTS.items()},
     "rft.save_rounds": True,
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run = json.loads(results.read_text()) if results.exists() else {}
         if f"em_{method}" not in run:
             model = ns.model if folder == "long" else str(c_sft)
-            kv = [*sets.split(), *(f"{k}={v!r}" for k, v in KEEP.items()), *ns.sets]
+            kv = [*sets.split(), *(f"{k}={v!r}" for k, v in KEEP_CHECKPOINTS.items()), *ns.sets]
             argv_run = ["--preset", ns.preset, "--model", model, "--methods", method]
             print(f"[power_c] {name}: {' '.join(kv)}", flush=True)
             example.main([*argv_run, "--out", str(root / folder), "--json", str(results), "--set", *kv])

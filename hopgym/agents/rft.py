@@ -449,8 +449,17 @@ def train_rft(
 
 
 #: What a round folder keeps of :class:`RFTResult` besides the weights and the optimizer.
-_ROUND_COUNTS = ("rounds", "episodes", "kept", "optimizer_steps", "seconds", "cpu_seconds",
-                 "rollout_seconds", "model_tokens", "history")  # fmt: skip
+_ROUND_COUNTS = (
+    "rounds",
+    "episodes",
+    "kept",
+    "optimizer_steps",
+    "seconds",
+    "cpu_seconds",
+    "rollout_seconds",
+    "model_tokens",
+    "history",
+)
 #: Written last into a round folder: a folder without it is a save cut short.
 _ROUND_STATE = "rft_state.json"
 

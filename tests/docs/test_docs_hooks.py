@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -83,9 +84,9 @@ def test_first_run_results_are_of_the_training_pages_commands():
     assert ran == module.page_commands(), "run python benchmarks/train_first_run.py --json ... again"
 
 
-def test_habit_fix_power_rows_of_a_re_evaluation_still_going():
-    """The re-evaluation table: a finished SFT, a GRPO with one chunk of two, and the run files'
-    own table leaves the re-evaluation files out."""
+def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypatch):
+    """The re-evaluation table: a finished SFT, a GRPO with one chunk of two; each of the two
+    habit-fix tables reads its own files of the results folder."""
     d = {
         "habit": "searches",
         "args": {"seed": 0},
@@ -112,7 +113,15 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going():
     assert row.startswith(
         "| – | 0 | GRPO, dynamic sampling, seed 3 | 100 of 500 | 0.200 | – | – | +14 / −4 |"
     )
-    assert not any("_eval" in line for line in results.habit_fix().splitlines() if line.startswith("- `"))
+    # A results folder with a run file and its re-evaluation: each table reads only its own.
+    run = results.RESULTS / "habit_fix_routing_seed0.json"
+    (tmp_path / run.name).write_text(run.read_text())
+    (tmp_path / "habit_fix_routing_seed0_eval500.json").write_text(json.dumps(d))
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    notes = [line for line in results.habit_fix().splitlines() if line.startswith("- `")]
+    assert [line.split("`")[1] for line in notes] == ["habit_fix_routing_seed0.json"]
+    power = [r for r in results.habit_fix_power().splitlines() if r.startswith("| searches")]
+    assert power == rows
 
 
 def test_habit_fix_rows_of_a_run_still_going():
