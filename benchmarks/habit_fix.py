@@ -196,7 +196,8 @@ def measures(res: dict[str, Any], phase: str, example: Any) -> dict[str, Any]:
 
 def summary(res: dict[str, Any], example: Any, habit: Habit) -> dict[str, Any]:
     """Per method: the habit's measure against the SFT's (and the one that must rise), EM against
-    the SFT's question by question, and whether the goal is met."""
+    the SFT's question by question, and whether the goal is met (``None``: the SFT did not learn
+    the habit, its measure is 0, so the goal is undefined)."""
     out: dict[str, Any] = {}
     if "sft" not in res:
         return out
@@ -219,9 +220,11 @@ def summary(res: dict[str, Any], example: Any, habit: Habit) -> dict[str, Any]:
             "em_sft": res["em_sft"],
             "em": res[f"em_{m}"],
             **pair,
-            # The goal: the measure down enough (and the other up), EM not lower (no significant loss).
-            "goal_met": drop is not None
-            and drop >= habit.min_drop
+            # The goal: the measure down enough (and the other up), EM not lower (no significant
+            # loss). None where the SFT has none of the habit (its measure 0): no share of it to cut.
+            "goal_met": None
+            if drop is None
+            else drop >= habit.min_drop
             and rises
             and not (pair["lost"] > pair["gained"] and pair["p_value"] < 0.05),
         }

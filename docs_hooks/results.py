@@ -1752,6 +1752,10 @@ def _p_value(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
+#: A habit-fix goal's cell: met, not met, or undefined (the SFT did not learn the habit).
+_GOAL = {True: "**met**", False: "not met", None: "undefined: no habit to fix"}
+
+
 def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     """The habit-fixing runs, one row per method of each results file (``files``: name -> the
     file's contents; default: every committed ``habit_fix_*_seed*.json``): the habit's measure
@@ -1806,7 +1810,7 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
                     f"+{s['gained']} / −{s['lost']}" if s else "–",
                     _p_value(s["p_value"]) if s else "–",
                     f"{phases[m]['cpu_seconds']:,.0f}",
-                    ("**met**" if s["goal_met"] else "not met") if s else "–",
+                    _GOAL[s["goal_met"]] if s else "–",
                 ]
             )
         todo = [_METHOD_NAMES[m] for m in phases_all if m not in phases]
@@ -1817,12 +1821,18 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
             if sft.get("cut_examples")
             else ""
         )
+        untaught = (
+            f"; its SFT did not learn the habit (its {habit.label} is 0), so the goal, a share of "
+            "it cut, is undefined"
+            if "sft" in phases and hf.measures(d, "sft", hf.example)[habit.measure] == 0
+            else ""
+        )
         notes.append(
             f"- `{name}.json`: {habit_name}, seed {a['seed']}, model `{a['model']}`, `{a['env']}` "
             f"`{json.dumps(a['env_kw'])}`, teacher `{json.dumps(a['teacher'])}`, cost terms "
             f"`{json.dumps(a['costs'])}`, {a['max_length']} tokens a trajectory{cut}, RFT keeping "
             f"the {_RFT_KEEPS[a.get('rft', {}).get('keep', 'correct')]}, "
-            f"{d['test_questions']} held-out questions; {state}."
+            f"{d['test_questions']} held-out questions; {state}{untaught}."
         )
         for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
             if d.get(key):

@@ -134,6 +134,18 @@ def test_summary_computes_each_habits_goal(habit_fix):
     # Cost down but right sources not up, or cost down by less than 30%: not met.
     assert not goal({"reward_terms/search_cost": -0.06, "right_source_rate": 0.5}, qs[:10])["goal_met"]
     assert not goal({"reward_terms/search_cost": -0.08, "right_source_rate": 0.7}, qs[:10])["goal_met"]
+    # An SFT that never searched the web (it did not learn the coin's routing): no share to cut,
+    # the goal undefined (None), not "not met".
+    untaught = _results(
+        "routing",
+        {"reward_terms/search_cost": 0.0, "right_source_rate": 0.7},
+        {"reward_terms/search_cost": 0.0, "right_source_rate": 0.8},
+        qs[:10],
+        qs[:10],
+        costs=costs,
+    )
+    s = habit_fix.summary(untaught, example, routing)["grpo"]
+    assert (s["cost_sft"], s["cost_drop"], s["goal_met"]) == (0.0, None, None)
     # Eight questions lost, none gained: EM significantly lower (p = 2 / 2**8).
     lost = goal({"reward_terms/search_cost": 0.0, "right_source_rate": 0.9}, qs[:2])
     assert (lost["lost"], lost["gained"], lost["goal_met"]) == (8, 0, False)

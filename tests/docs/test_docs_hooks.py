@@ -171,3 +171,9 @@ def test_habit_fix_rows_of_a_run_still_going():
     assert "still to run: RFT, continue-SFT." in out
     pytest.importorskip("matplotlib")
     assert "](data:image/png;base64," in out
+    # An SFT that never searched the web: the goal undefined, and the note says why.
+    d["sft"] = {"em": 0.5, "reward_terms/search_cost": 0.0, "right_source_rate": 0.7}
+    out = results.habit_fix({"habit_fix_routing_seed1": d})
+    grpo = next(line for line in out.splitlines() if line.startswith("| routing | 1 | GRPO"))
+    assert grpo.endswith("| 2,500 | undefined: no habit to fix |")
+    assert "its SFT did not learn the habit (its routing cost / episode (web searches) is 0)" in out
