@@ -187,6 +187,22 @@ def add_set_option(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets", help=help)
 
 
+def resumes_from(out: Path, phase: str) -> str | None:
+    """The saved state that ``phase`` (in the run folder ``out``) goes on from, relative to
+    ``out``: its newest TRL checkpoint, RFT's newest round, or the trained SFT checkpoint that
+    the SFT phase only evaluates; ``None`` when it starts afresh."""
+    from hopgym.agents.rft import round_to_resume
+    from hopgym.agents.sft import checkpoint_to_resume
+
+    if phase == "sft" and (out / "sft" / "checkpoint" / "sft_budget.json").exists():
+        found: Path | None = out / "sft" / "checkpoint"
+    elif phase == "rft":
+        found = round_to_resume("last", out / "rft")
+    else:
+        found = checkpoint_to_resume("last", out / phase)
+    return str(found.relative_to(out)) if found else None
+
+
 def measures(res: dict[str, Any], phase: str, example: Any) -> dict[str, Any]:
     """A phase's evaluation with its cost counts taken again from its reward terms (a results
     file of an earlier version of the example has a wrong ``redundant_searches_per_episode``)."""
@@ -277,6 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tmp.replace(path)
 
     def phase(name: str, a: Any) -> None:
+        start = resumes_from(out, name)
         t0, c0 = time.perf_counter(), time.process_time()
         got = example.run(a)
         res.update({k: v for k, v in got.items() if k not in ("train_fields",)})
@@ -284,6 +301,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "seconds": time.perf_counter() - t0,
             "cpu_seconds": time.process_time() - c0,
             "threads": int(os.environ["OMP_NUM_THREADS"]),
+            # The checkpoint a stopped phase went on from: its seconds count this process only.
+            **({"resumed_from": start} if start else {}),
         }
         save()
         print(f"[habit_fix] {name} done: {json.dumps(res['summary'].get(name, {}))}", flush=True)

@@ -1809,7 +1809,8 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
                     f"{ev['em']:.3f}",
                     f"+{s['gained']} / −{s['lost']}" if s else "–",
                     _p_value(s["p_value"]) if s else "–",
-                    f"{phases[m]['cpu_seconds']:,.0f}",
+                    f"{phases[m]['cpu_seconds']:,.0f}"
+                    + (" (resumed)" if "resumed_from" in phases[m] else ""),
                     _GOAL[s["goal_met"]] if s else "–",
                 ]
             )
@@ -1827,12 +1828,18 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
             if "sft" in phases and hf.measures(d, "sft", hf.example)[habit.measure] == 0
             else ""
         )
+        resumed = "".join(
+            f"; its {_METHOD_NAMES[m]} went on from `{p['resumed_from']}` after a stop, and its CPU "
+            "seconds count only what came after"
+            for m, p in phases.items()
+            if "resumed_from" in p
+        )
         notes.append(
             f"- `{name}.json`: {habit_name}, seed {a['seed']}, model `{a['model']}`, `{a['env']}` "
             f"`{json.dumps(a['env_kw'])}`, teacher `{json.dumps(a['teacher'])}`, cost terms "
             f"`{json.dumps(a['costs'])}`, {a['max_length']} tokens a trajectory{cut}, RFT keeping "
             f"the {_RFT_KEEPS[a.get('rft', {}).get('keep', 'correct')]}, "
-            f"{d['test_questions']} held-out questions; {state}{untaught}."
+            f"{d['test_questions']} held-out questions; {state}{untaught}{resumed}."
         )
         for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
             if d.get(key):

@@ -33,6 +33,7 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tiny_model_dir: Path, tmp
     assert (out / "rft" / "round-1" / "rft_state.json").exists()  # and RFT from its newest round
     assert res["args"]["rft"]["keep"] == "best"  # RFT keeps the highest-return right episodes
     assert set(res["phases"]) == {"sft", "grpo", "rft", "continue_sft"}
+    assert not any("resumed_from" in p for p in res["phases"].values())  # each phase from the start
     assert res["args"]["teacher"] == {"extra_searches": 1}
     for name in ("sft", "grpo", "rft", "continue_sft"):
         assert res[name]["redundant_searches_per_episode"] >= 0.0
@@ -66,12 +67,15 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tiny_model_dir: Path, tmp
     again = habit_fix.main(argv)
     assert calls == [("rft", 0)]
     assert set(again["phases"]) == {"sft", "grpo", "rft", "continue_sft"}
+    # RFT went on from its saved round: the file says so (its seconds count this process only).
+    assert again["phases"]["rft"]["resumed_from"] == "rft/round-1"
     # An SFT whose training finished (its checkpoint saved) but not its evaluation: evaluated only.
     del saved["phases"]["sft"], saved["sft_budget"]
     results.write_text(json.dumps(saved))
     calls.clear()
     again = habit_fix.main(argv)
     assert calls == [(0,), ("rft", 0)]
+    assert again["phases"]["sft"]["resumed_from"] == "sft/checkpoint"
     assert again["sft_budget"]["steps"] == res["sft_budget"]["steps"] == 2
 
 

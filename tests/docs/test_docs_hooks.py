@@ -171,9 +171,14 @@ def test_habit_fix_rows_of_a_run_still_going():
     assert "still to run: RFT, continue-SFT." in out
     pytest.importorskip("matplotlib")
     assert "](data:image/png;base64," in out
+    # A phase that went on from a checkpoint after a stop: its CPU seconds marked, the note says so.
+    d["phases"]["grpo"]["resumed_from"] = "grpo/checkpoint-3"
+    out = results.habit_fix({"habit_fix_routing_seed1": d})
+    assert "| 1.000 | 2,500 (resumed) | **met** |" in out
+    assert "its GRPO went on from `grpo/checkpoint-3` after a stop, and its CPU seconds count only" in out
     # An SFT that never searched the web: the goal undefined, and the note says why.
     d["sft"] = {"em": 0.5, "reward_terms/search_cost": 0.0, "right_source_rate": 0.7}
     out = results.habit_fix({"habit_fix_routing_seed1": d})
     grpo = next(line for line in out.splitlines() if line.startswith("| routing | 1 | GRPO"))
-    assert grpo.endswith("| 2,500 | undefined: no habit to fix |")
+    assert grpo.endswith("| 2,500 (resumed) | undefined: no habit to fix |")
     assert "its SFT did not learn the habit (its routing cost / episode (web searches) is 0)" in out
