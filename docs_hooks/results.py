@@ -1825,7 +1825,7 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
         untaught = (
             f"; its SFT did not learn the habit (its {habit.label} is 0), so the goal, a share of "
             "it cut, is undefined"
-            if "sft" in phases and hf.measures(d, "sft", hf.example)[habit.measure] == 0
+            if any(s["goal_met"] is None for s in summary.values())
             else ""
         )
         resumed = "".join(
