@@ -13,6 +13,10 @@
   (a web search costs 1, a local one 0). Goal: routing cost per episode (web searches) down by
   at least 30% and the right-source rate up (searches made where the oracle would search next:
   :attr:`~hopgym.agents.rollout.Trajectory.right_source_searches`).
+- ``searches_unanswered``: over-searching again, GRPO only, from the ``searches`` run's SFT
+  checkpoint (same preset and seed; that run must have trained it), with one more term: an
+  episode that ends without an answer costs 1 (the outcome preset scores it 0, as a wrong answer,
+  and one GRPO run learned to search once and never answer).
 
 1. **SFT** on the teacher's episodes: the student learns the habit.
 2. From that checkpoint, each of ``--methods`` on the same budget of sampled episodes:
@@ -72,6 +76,10 @@ CHECKPOINTS: dict[str, Any] = {
 }
 
 
+#: The methods that start from the SFT checkpoint.
+METHODS = ("grpo", "rft", "continue_sft")
+
+
 @dataclass(frozen=True)
 class Habit:
     """A flawed teacher's habit, the reward that prices it, and the goal of fixing it."""
@@ -89,6 +97,11 @@ class Habit:
     rises: tuple[str, str, str] | None = None
     #: The run folder's name before ``<preset>_seed<seed>``.
     folder: str = ""
+    #: Another habit whose run (same preset and seed, its default folder) trained this one's SFT:
+    #: this run only evaluates that checkpoint under its own reward, then trains from it.
+    sft_of: str | None = None
+    #: The methods a run trains after the SFT (``--methods``' default).
+    methods: tuple[str, ...] = METHODS
 
     @property
     def goal(self) -> str:
@@ -112,16 +125,19 @@ COMMON: dict[str, Any] = {
 }
 
 
+#: The over-searching habit's cost terms. The teacher's repeat is the query with "again"
+#: added: 0.6 of the words in common counts.
+SEARCH_COSTS: dict[str, dict[str, Any]] = {
+    "redundancy": {"query_penalty": 0.2, "query_similarity": 0.6},
+    "search_cost": {"per_search": 0.02},
+}
+
 #: The habits (both presets).
 HABITS: dict[str, Habit] = {
     "searches": Habit(
         settings={
             "teacher": {"extra_searches": 1},
-            # The teacher's repeat is the query with "again" added: 0.6 of the words in common counts.
-            "costs": {
-                "redundancy": {"query_penalty": 0.2, "query_similarity": 0.6},
-                "search_cost": {"per_search": 0.02},
-            },
+            "costs": SEARCH_COSTS,
             # Two documents a search: the teacher's SFT examples in SmolLM2's tokens end by token
             # 1259 (median 954; 48 train questions), against 1672 (median 1282) at the default 3,
             # where a 1024-token SFT cut every example before its answer (held-out EM 0.000).
@@ -157,6 +173,19 @@ HABITS: dict[str, Habit] = {
         folder="routing_",
     ),
 }
+# Over-searching again, from the same SFT, with an episode that ends without an answer priced
+# below every answered one: the outcome preset scores no answer 0, as a wrong one, so a policy
+# that searches once and never answers pays only that search (0.02), less than the SFT's repeats
+# cost; GRPO found that (seed 1). At -1, silence costs more than a 6-turn episode's most
+# (5 searches, 4 of them repeats: 0.9). RFT keeps right episodes only and continue-SFT imitates
+# the teacher, so neither depends on the term: GRPO only.
+HABITS["searches_unanswered"] = replace(
+    HABITS["searches"],
+    settings={**HABITS["searches"].settings, "costs": {**SEARCH_COSTS, "unanswered": {"value": -1.0}}},
+    folder="searches_unanswered_",
+    sft_of="searches",
+    methods=("grpo",),
+)
 
 #: Settings over the same-named preset of examples/grpo_smollm2.py (its ``cpu``: a 24-step SFT,
 #: then 6 steps x 4 questions x 4 episodes = 96 sampled episodes per method, 100 held-out
@@ -168,8 +197,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(bf16=False),
 }
 ENV_KW: dict[str, Any] = {"max_turns": 6}
-
-METHODS = ("grpo", "rft", "continue_sft")
 
 
 def load_example() -> Any:
@@ -185,6 +212,11 @@ def load_example() -> Any:
 def add_set_option(p: argparse.ArgumentParser, help: str) -> None:
     """``--set KEY=VALUE ...`` on ``p`` (into ``sets``; read with ``hopgym.cli.parse_kwargs``)."""
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets", help=help)
+
+
+def run_folder(habit: Habit, preset: str, seed: int) -> Path:
+    """A habit's default run folder."""
+    return Path(f"runs/habit_fix/{habit.folder}{preset}_seed{seed}")
 
 
 def resumes_from(out: Path, phase: str) -> str | None:
@@ -253,12 +285,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
     p.add_argument("--model", default=None, help="A transformers folder (default: the preset's).")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument(
+        "--methods", nargs="+", default=None, choices=METHODS, help="Default: the habit's (Habit.methods)."
+    )
     p.add_argument(
         "--out",
         default=None,
-        help="Run folder (default: runs/habit_fix/<preset>_seed<seed>, routing_<preset>_seed<seed> "
-        "for the routing habit).",
+        help="Run folder (default: runs/habit_fix/<habit folder><preset>_seed<seed>: "
+        "<preset>_seed<seed> for the searches habit, routing_<preset>_seed<seed> for routing).",
     )
     p.add_argument("--json", required=True, help="The results file (read back to resume).")
     add_set_option(p, "Override settings of examples/grpo_smollm2.py's Args (over the preset and the habit).")
@@ -267,7 +301,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     example = load_example()
     habit = HABITS[ns.habit]
-    out = Path(ns.out or f"runs/habit_fix/{habit.folder}{ns.preset}_seed{ns.seed}")
+    out = Path(ns.out or run_folder(habit, ns.preset, ns.seed))
     settings = {**COMMON, **habit.settings}
     env_kw = {**example.make_args(ns.preset, {}).env_kw, **ENV_KW, **settings.pop("env_kw", {})}
     sets = {**PRESETS[ns.preset], **settings, "env_kw": env_kw, "seed": ns.seed, "out": str(out)}
@@ -283,9 +317,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"{path} holds a run of the {res.get('habit', 'searches')} habit, not {ns.habit}")
     res.setdefault("phases", {})
 
+    checkpoint = out / "sft" / "checkpoint"
+    if habit.sft_of is not None:
+        checkpoint = run_folder(HABITS[habit.sft_of], ns.preset, ns.seed) / "sft" / "checkpoint"
+        if not (checkpoint / "sft_budget.json").exists():
+            raise SystemExit(
+                f"{checkpoint}: no trained SFT of the {habit.sft_of} habit (seed {ns.seed}), which "
+                f"the {ns.habit} habit starts from; run `python benchmarks/habit_fix.py --habit "
+                f"{habit.sft_of} --preset {ns.preset} --seed {ns.seed} ...` first"
+            )
+
     def save() -> None:
         res["args"] = asdict(base)
         res["habit"] = ns.habit
+        res["sft_checkpoint"] = str(checkpoint)
         res["summary"] = summary(res, example, habit)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -293,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tmp.replace(path)
 
     def phase(name: str, a: Any) -> None:
-        start = resumes_from(out, name)
+        start = str(checkpoint) if name == "sft" and habit.sft_of else resumes_from(out, name)
         t0, c0 = time.perf_counter(), time.process_time()
         got = example.run(a)
         res.update({k: v for k, v in got.items() if k not in ("train_fields",)})
@@ -307,14 +352,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         save()
         print(f"[habit_fix] {name} done: {json.dumps(res['summary'].get(name, {}))}", flush=True)
 
-    checkpoint = out / "sft" / "checkpoint"
     if "sft" not in res["phases"] and (checkpoint / "sft_budget.json").exists():
-        # SFT trained before the run stopped, its evaluation unfinished: evaluate the checkpoint.
+        # SFT trained before the run stopped, its evaluation unfinished (or another habit's run
+        # trained it): evaluate the checkpoint.
         res["sft_budget"] = json.loads((checkpoint / "sft_budget.json").read_text())
         phase("sft", replace(base, model=str(checkpoint), sft_steps=0, methods=()))
     elif "sft" not in res["phases"]:
         phase("sft", replace(base, methods=()))
-    for m in ns.methods:
+    for m in ns.methods or habit.methods:
         if m not in res["phases"]:
             after_sft = dict(sft_steps=0, skip_draws=base.sft_steps * base.sft_batch, eval_start=False)
             phase(m, replace(base, model=str(checkpoint), methods=(m,), **after_sft))

@@ -11,7 +11,7 @@ whether a difference holds at p < 0.05.
 
 Checkpoints (in the run's ``out`` folder; ``--checkpoint NAME=PATH`` names others):
 
-- ``sft``: ``sft/checkpoint``;
+- ``sft``: ``sft/checkpoint`` (or the one the results file names: ``sft_checkpoint``);
 - ``grpo``, ``continue_sft``: the newest TRL ``checkpoint-N`` of ``grpo/``, ``continue_sft/``
   (N must be the phase's last step, as its results record);
 - ``rft``: the SFT checkpoint with the weights of RFT's newest ``rft/round-N`` (RFT's
@@ -90,8 +90,12 @@ def checkpoints(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     from hopgym.agents.sft import checkpoint_to_resume
 
     out = Path(run["args"]["out"])
-    # A run from another run's SFT checkpoint (sft_steps=0) started from its --model.
-    sft = out / "sft" / "checkpoint" if run["args"]["sft_steps"] else Path(run["args"]["model"])
+    # A habit-fix run names its SFT checkpoint (another habit's run may have trained it); a run
+    # from another run's SFT checkpoint (sft_steps=0) started from its --model.
+    if "sft_checkpoint" in run:
+        sft = Path(run["sft_checkpoint"])
+    else:
+        sft = out / "sft" / "checkpoint" if run["args"]["sft_steps"] else Path(run["args"]["model"])
     found: dict[str, dict[str, Any]] = {"sft": {"model": str(sft)}}
     for name in ("grpo", "continue_sft"):
         if f"em_{name}" not in run:

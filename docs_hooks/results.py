@@ -1781,11 +1781,11 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
         "CPU s (phase)",
         "goal",
     ]
-    phases_all = ("sft", *hf.METHODS)
     rows, notes, curves = [], [], {}
     for name, d in files.items():
         habit_name = d.get("habit", "searches")  # files before --habit: the over-searching one
         habit = hf.HABITS[habit_name]
+        phases_all = ("sft", *habit.methods)
         a, phases = d["args"], d.get("phases", {})
         summary = hf.summary(d, hf.example, habit)
         for m in phases_all:
@@ -1810,7 +1810,13 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
                     f"+{s['gained']} / −{s['lost']}" if s else "–",
                     _p_value(s["p_value"]) if s else "–",
                     f"{phases[m]['cpu_seconds']:,.0f}"
-                    + (" (resumed)" if "resumed_from" in phases[m] else ""),
+                    + (
+                        " (evaluation only)"
+                        if m == "sft" and habit.sft_of
+                        else " (resumed)"
+                        if "resumed_from" in phases[m]
+                        else ""
+                    ),
                     _GOAL[s["goal_met"]] if s else "–",
                 ]
             )
@@ -1832,8 +1838,13 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
             f"; its {_METHOD_NAMES[m]} went on from `{p['resumed_from']}` after a stop, and its CPU "
             "seconds count only what came after"
             for m, p in phases.items()
-            if "resumed_from" in p
+            if "resumed_from" in p and not (m == "sft" and habit.sft_of)
         )
+        if habit.sft_of:
+            resumed += (
+                f"; its SFT is the {habit.sft_of} run's (`{d.get('sft_checkpoint')}`), evaluated "
+                "again under this reward (its CPU seconds: that evaluation only)"
+            )
         notes.append(
             f"- `{name}.json`: {habit_name}, seed {a['seed']}, model `{a['model']}`, `{a['env']}` "
             f"`{json.dumps(a['env_kw'])}`, teacher `{json.dumps(a['teacher'])}`, cost terms "

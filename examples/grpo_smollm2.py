@@ -102,10 +102,12 @@ class Args:
         default_factory=dict,
         metadata={
             "help": "Cost terms over the reward preset, of GRPO's, RFT's and the evaluation's env: "
-            "'search_cost' (SearchCostReward keywords) and 'redundancy' (RedundancyReward "
-            "keywords); {}: none. With 'redundancy', each evaluation counts repeated queries "
-            "(redundant_searches_per_episode); with 'search_cost', what the searches cost before "
-            "the term's weight (search_cost_per_episode: per_search plus the source's cost, each)."
+            "'search_cost' (SearchCostReward keywords), 'redundancy' (RedundancyReward "
+            "keywords) and 'unanswered' ({'value': V}: V, e.g. -1, for an episode that ends "
+            "without an answer, as the term 'unanswered'); {}: none. With 'redundancy', each "
+            "evaluation counts repeated queries (redundant_searches_per_episode); with "
+            "'search_cost', what the searches cost before the term's weight "
+            "(search_cost_per_episode: per_search plus the source's cost, each)."
         },
     )
     teacher: dict[str, Any] = field(
@@ -335,16 +337,26 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def with_costs(env: Any, costs: dict[str, dict[str, Any]]) -> Any:
-    """``env`` wrapped in the cost terms of ``costs`` (:attr:`Args.costs`)."""
+    """``env`` wrapped in the cost terms of ``costs`` (:attr:`Args.costs`). ``unanswered`` is an
+    :class:`~hopgym.rewards.answer_reward.OutcomeReward` of weight 0: nothing for an answer, its
+    ``value`` for an episode that ends without one (under the preset's outcome, which scores no
+    answer as a wrong one: 0)."""
+    from hopgym.rewards.answer_reward import OutcomeReward
     from hopgym.rewards.cost_reward import RedundancyReward, SearchCostReward
 
-    unknown = set(costs) - {"search_cost", "redundancy"}
+    unknown = set(costs) - {"search_cost", "redundancy", "unanswered"}
     if unknown:
-        raise ValueError(f"unknown cost terms {sorted(unknown)}: choose from search_cost, redundancy")
+        raise ValueError(
+            f"unknown cost terms {sorted(unknown)}: choose from search_cost, redundancy, unanswered"
+        )
     if "search_cost" in costs:
         env = SearchCostReward(env, **costs["search_cost"])
     if "redundancy" in costs:
         env = RedundancyReward(env, **costs["redundancy"])
+    if "unanswered" in costs:
+        if set(costs["unanswered"]) != {"value"}:
+            raise ValueError(f"the unanswered cost term takes {{'value': V}}, got {costs['unanswered']}")
+        env = OutcomeReward(env, weight=0.0, no_answer=costs["unanswered"]["value"], name="unanswered")
     return env
 
 

@@ -183,3 +183,36 @@ def test_cost_counts_are_the_cost_terms_over_their_scale(example):
     assert counts["redundant_searches_per_episode"] == pytest.approx(repeats / len(qids))
     assert counts["search_cost_per_episode"] == pytest.approx(charged / len(qids))
     assert example.cost_counts(stats, {}) == {}
+
+
+def test_unanswered_cost_prices_only_an_episode_that_never_answers(example):
+    """``costs={"unanswered": {"value": V}}``: V when the step budget ends the episode without an
+    answer, nothing beside a wrong or a right answer (whose outcome the preset scores)."""
+    import gymnasium as gym
+
+    import hopgym  # noqa: F401
+
+    costs = {"unanswered": {"value": -1.0}, "search_cost": {"per_search": 0.02}}
+
+    def episode(turns: list[str]) -> tuple[float, dict[str, float]]:
+        env = example.with_costs(gym.make("hopgym/Tiny-v1", reward="default", max_turns=2), costs)
+        env.reset(seed=0)
+        total, terms = 0.0, {}
+        for turn in turns:
+            _, r, term, trunc, info = env.step(turn)
+            total += r
+            for k, v in info["reward_terms"].items():
+                terms[k] = terms.get(k, 0.0) + v
+            if term or trunc:
+                return total, terms
+        raise AssertionError("the episode did not end")
+
+    silent, terms = episode(["<search>q</search>", "<search>q again</search>"])
+    assert terms["unanswered"] == -1.0 and terms["outcome"] == 0.0
+    assert silent == pytest.approx(-1.0 - 2 * 0.02)
+    wrong, terms = episode(["<search>q</search>", "<answer>nobody at all</answer>"])
+    assert terms["unanswered"] == 0.0 and wrong == pytest.approx(-0.02)
+    with pytest.raises(ValueError, match="unanswered cost term takes"):
+        example.with_costs(gym.make("hopgym/Tiny-v1", reward="default"), {"unanswered": {"no_answer": -1}})
+    with pytest.raises(ValueError, match="search_cost, redundancy, unanswered"):
+        example.with_costs(gym.make("hopgym/Tiny-v1", reward="default"), {"format": {}})

@@ -107,6 +107,33 @@ def test_routing_habit_runs_in_its_own_folder_and_file(
         habit_fix.main(["--preset", "smoke", "--model", str(model_dir), "--json", "r.json"])
 
 
+@pytest.mark.slow  # about 15 s on one thread, more on a loaded machine
+def test_unanswered_habit_trains_grpo_from_the_searches_runs_sft(
+    habit_fix, load_script, tiny_model_dir: Path, tmp_path: Path, monkeypatch
+):
+    """``searches_unanswered``: no SFT of its own (it evaluates the ``searches`` run's checkpoint
+    under its reward, which prices an unanswered episode), then GRPO only; without that SFT it
+    says which run to make first; the re-evaluation pairs its GRPO with that SFT."""
+    monkeypatch.chdir(tmp_path)  # the default run folders are relative
+    base = ["--preset", "smoke", "--model", str(tiny_model_dir)]
+    with pytest.raises(SystemExit, match="no trained SFT of the searches habit .seed 0."):
+        habit_fix.main([*base, "--habit", "searches_unanswered", "--json", "u.json"])
+    first = habit_fix.main([*base, "--methods", "grpo", "--json", "s.json"])
+    res = habit_fix.main([*base, "--habit", "searches_unanswered", "--json", "u.json"])
+    sft = "runs/habit_fix/smoke_seed0/sft/checkpoint"
+    assert res["sft_checkpoint"] == sft and first["sft_checkpoint"] == sft
+    assert not (tmp_path / "runs/habit_fix/searches_unanswered_smoke_seed0/sft").exists()
+    assert set(res["phases"]) == {"sft", "grpo"} and res["phases"]["sft"]["resumed_from"] == sft
+    assert res["args"]["costs"]["unanswered"] == {"value": -1.0}
+    # The same checkpoint, greedy: the same answers; the reward has one term more.
+    assert res["sft_right"] == first["sft_right"]
+    assert "reward_terms/unanswered" in res["sft"] and "reward_terms/unanswered" not in first["sft"]
+    assert "env/reward_terms/unanswered" in res["grpo_history"][0]
+    assert set(res["summary"]) == {"grpo"} and "redundant_drop" in res["summary"]["grpo"]
+    paired_eval = load_script("benchmarks/paired_eval.py", "paired_eval_script")
+    assert paired_eval.checkpoints(res)["sft"] == {"model": sft}
+
+
 def _results(habit: str, sft: dict, after: dict, right_sft: list, right: list, **args) -> dict:
     return {
         "habit": habit,

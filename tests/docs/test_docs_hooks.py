@@ -182,3 +182,41 @@ def test_habit_fix_rows_of_a_run_still_going():
     grpo = next(line for line in out.splitlines() if line.startswith("| routing | 1 | GRPO"))
     assert grpo.endswith("| 2,500 (resumed) | undefined: no habit to fix |")
     assert "its SFT did not learn the habit (its routing cost / episode (web searches) is 0)" in out
+
+
+def test_habit_fix_rows_of_a_run_from_another_habits_sft():
+    """``searches_unanswered`` trains GRPO only, from the ``searches`` run's SFT: its SFT row is
+    that checkpoint's evaluation, no RFT or continue-SFT row is owed, and the note names the SFT."""
+    qs = [f"q{i}" for i in range(10)]
+    d = {
+        "habit": "searches_unanswered",
+        "args": {
+            "seed": 1,
+            "model": "m",
+            "env": "hopgym/Synthetic-v1",
+            "env_kw": {"top_k": 2},
+            "teacher": {"extra_searches": 1},
+            "costs": {"redundancy": {"query_penalty": 0.2}, "unanswered": {"value": -1.0}},
+            "max_length": 1536,
+        },
+        "test_questions": 10,
+        "sft_checkpoint": "runs/habit_fix/cpu_seed1/sft/checkpoint",
+        "phases": {
+            "sft": {"cpu_seconds": 600.0, "resumed_from": "runs/habit_fix/cpu_seed1/sft/checkpoint"},
+            "grpo": {"cpu_seconds": 2000.0},
+        },
+        "sft": {"em": 0.1, "reward_terms/redundant_query": -0.5},
+        "em_sft": 0.1,
+        "sft_right": qs[:1],
+        "grpo": {"em": 0.2, "reward_terms/redundant_query": -0.1},
+        "em_grpo": 0.2,
+        "grpo_right": qs[:2],
+    }
+    out = results.habit_fix({"habit_fix_searches_unanswered_seed1": d})
+    rows = [line for line in out.splitlines() if line.startswith("| searches_unanswered")]
+    assert rows == [
+        "| searches_unanswered | 1 | SFT | 2.50 | – | 0.100 | – | – | 600 (evaluation only) | – |",
+        "| searches_unanswered | 1 | GRPO | 0.50 (−80%) | – | 0.200 | +1 / −0 | 1.000 | 2,000 | **met** |",
+    ]
+    assert "every phase done" in out and "went on from" not in out
+    assert "its SFT is the searches run's (`runs/habit_fix/cpu_seed1/sft/checkpoint`)" in out
