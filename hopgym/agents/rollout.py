@@ -672,16 +672,26 @@ class RolloutCollector:
                     for layer in past.layers:
                         layer.keys = layer.keys.index_select(0, rows)
                         layer.values = layer.values.index_select(0, rows)
-                res = model(
-                    input_ids=input_ids if rows is None else input_ids[rows],
-                    attention_mask=attn if rows is None else attn[rows],
-                    position_ids=pos if rows is None else pos[rows],
-                    use_cache=True,
-                    **{cache_kw: past if past is not None else new_cache()},
-                    **_logits_kwargs(model),  # the last position only: the rest is never sampled
-                )
-                logits = res.logits[:, -1, :].float()
-                cache = _output_cache(res)
+                sub_ids = input_ids if rows is None else input_ids[rows]
+                sub_attn = attn if rows is None else attn[rows]
+                sub_pos = pos if rows is None else pos[rows]
+                lengths = (new_attn if rows is None else new_attn[rows]).sum(dim=1).tolist()
+                buckets = _prefill_buckets(lengths) if turn_cache is not None else [list(range(len(lengths)))]
+                if len(buckets) == 1:
+                    res = model(
+                        input_ids=sub_ids,
+                        attention_mask=sub_attn,
+                        position_ids=sub_pos,
+                        use_cache=True,
+                        **{cache_kw: past if past is not None else new_cache()},
+                        **_logits_kwargs(model),  # the last position only: the rest is never sampled
+                    )
+                    logits = res.logits[:, -1, :].float()
+                    cache = _output_cache(res)
+                else:
+                    logits, cache = self._prefill_in_buckets(
+                        buckets, lengths, sub_ids, sub_attn, sub_pos, past, new_cache, cache_kw
+                    )
                 if rows is not None:
                     where = {r: k for k, r in enumerate(rows.tolist())}
                     expand = torch.tensor([where[r] for r in src], device=device)
@@ -734,6 +744,60 @@ class RolloutCollector:
             held_ids = [c + o[:-1] for c, o in zip(contexts, out_ids, strict=True)]
             turn_cache.store(keys, cache, attn, held_ids)
         return out_ids, out_lp
+
+    def _prefill_in_buckets(
+        self,
+        buckets: list[list[int]],
+        lengths: list[int],
+        input_ids: Any,
+        attn: Any,
+        pos: Any,
+        past: Any,
+        new_cache: Callable[[], Any],
+        cache_kw: str,
+    ) -> tuple[Any, Any]:
+        """One turn's prefill, each bucket of rows (:func:`_prefill_buckets`) as its own pass at
+        its own width; returns the last position's logits and one cache of all rows, laid out as
+        a single pass would leave it (held states, then padding, then the new tokens on the right;
+        the padding's states are zeros, masked out as a single pass's are)."""
+        torch = _torch()
+        n, width = input_ids.shape
+        held = attn.shape[1] - width
+        logits: Any = None
+        full: list[list[Any]] = []
+        for bucket in buckets:
+            w = max(lengths[i] for i in bucket)
+            idx = torch.tensor(list(bucket), device=input_ids.device)
+            mask = attn.index_select(0, idx)
+            cache = new_cache()
+            if past is not None:
+                for src, dst in zip(past.layers, cache.layers, strict=True):
+                    dst.lazy_initialization(src.keys, src.values)
+                    dst.keys, dst.values = src.keys.index_select(0, idx), src.values.index_select(0, idx)
+            res = self.model(
+                input_ids=input_ids.index_select(0, idx)[:, width - w :],
+                attention_mask=torch.cat([mask[:, :held], mask[:, held + width - w :]], dim=1),
+                position_ids=pos.index_select(0, idx)[:, width - w :],
+                use_cache=True,
+                **{cache_kw: cache},
+                **_logits_kwargs(self.model),
+            )
+            last = res.logits[:, -1, :].float()
+            if logits is None:
+                logits = last.new_empty((n, last.shape[-1]))
+            logits[idx] = last
+            for k, layer in enumerate(_output_cache(res).layers):
+                if len(full) <= k:
+                    shape = (n, layer.keys.shape[1], held + width, layer.keys.shape[-1])
+                    full.append([layer.keys.new_zeros(shape), layer.values.new_zeros(shape)])
+                for dst, src in zip(full[k], (layer.keys, layer.values), strict=True):
+                    dst[idx, :, :held] = src[:, :, :held]
+                    dst[idx, :, held + width - w :] = src[:, :, held:]
+        out = new_cache()
+        for layer, (keys, values) in zip(out.layers, full, strict=True):
+            layer.lazy_initialization(keys, values)
+            layer.keys, layer.values = keys, values
+        return logits, out
 
     def _pick(self, logits: Any, gen: Any) -> tuple[Any, Any]:
         torch = _torch()
@@ -789,6 +853,54 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     for name in names:
         out[f"reward_terms/{name}"] = sum(t.reward_terms.get(name, 0.0) for t in trajectories) / n
     return out
+
+
+#: A turn's prefill splits its rows into at most this many passes (:func:`_prefill_buckets`).
+PREFILL_BUCKETS = 4
+#: ... when that saves at least this share of the padded tokens a single pass would feed.
+PREFILL_MIN_SAVING = 0.1
+#: What one more pass costs, in tokens fed (its fixed work: the weights read again, the layers'
+#: calls), so that rows of nearly the same length stay in one pass.
+PREFILL_PASS_TOKENS = 32
+
+
+def _prefill_buckets(lengths: Sequence[int]) -> list[list[int]]:
+    """Rows (indices into ``lengths``, each row's count of new tokens) grouped into at most
+    :data:`PREFILL_BUCKETS` passes of rows of similar length, so that fewer padding tokens go
+    through the model than in one pass padded to the longest (the observations of a turn differ
+    by hundreds of tokens); one group when splitting saves less than
+    :data:`PREFILL_MIN_SAVING` of the tokens.
+
+    Example:
+        >>> _prefill_buckets([250, 10, 240, 12])
+        [[0, 2], [3, 1]]
+        >>> _prefill_buckets([250, 240, 245, 235])
+        [[0, 1, 2, 3]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    ls = [lengths[i] for i in order]
+    m = len(ls)
+    # best[k][j]: fewest tokens fed for the j longest rows in k passes (a pass's rows are
+    # contiguous in length order, each padded to its first and longest).
+    inf = float("inf")
+    best = [[inf] * (m + 1) for _ in range(PREFILL_BUCKETS + 1)]
+    cut = [[0] * (m + 1) for _ in range(PREFILL_BUCKETS + 1)]
+    best[0][0] = 0
+    for k in range(1, PREFILL_BUCKETS + 1):
+        for j in range(1, m + 1):
+            for i in range(j):
+                cost = best[k - 1][i] + (j - i) * ls[i]
+                if cost < best[k][j]:
+                    best[k][j], cut[k][j] = cost, i
+    k = min(range(1, PREFILL_BUCKETS + 1), key=lambda k: (best[k][m] + k * PREFILL_PASS_TOKENS, k))
+    if k == 1 or best[k][m] > (1 - PREFILL_MIN_SAVING) * m * ls[0]:
+        return [list(range(m))]
+    groups, j = [], m
+    while k:
+        i = cut[k][j]
+        groups.append(order[i:j])
+        j, k = i, k - 1
+    return groups[::-1]
 
 
 def _cut_at_stops(

@@ -369,6 +369,46 @@ def test_kept_cache_gives_the_trajectories_of_a_full_prefill(tok, qids, protocol
     assert fed[True] < 0.6 * fed[False]
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_prefill_in_buckets_gives_the_trajectories_of_one_pass(tok, qids, temperature, monkeypatch):
+    """A turn's prefill split into passes by the rows' lengths (every split taken: no minimum
+    saving, no pass cost) samples what one pass padded to the longest row does, feeding fewer
+    padding tokens."""
+    import hopgym.agents.rollout as rollout
+
+    model = build_model(TinyLMConfig(layers=2, hidden=32, heads=2, ffn=64, max_positions=512), tok, seed=1)
+    runs, fed, passes = {}, {}, {}
+    for buckets in (1, 4):
+        monkeypatch.setattr(rollout, "PREFILL_BUCKETS", buckets)
+        monkeypatch.setattr(rollout, "PREFILL_MIN_SAVING", 0.0)
+        monkeypatch.setattr(rollout, "PREFILL_PASS_TOKENS", 0)
+        cfg = RolloutConfig(
+            temperature=temperature, max_new_tokens=10, max_completion_tokens=200, batch_size=6
+        )
+        col = RolloutCollector(model, tok, lambda: gym.make("hopgym/Tiny-v1"), cfg)
+        widths: list = []
+        handle = model.register_forward_pre_hook(
+            lambda module, args, kwargs, widths=widths: widths.append(kwargs["input_ids"].shape),
+            with_kwargs=True,
+        )
+        try:
+            runs[buckets] = col.collect(qids[:6], group_size=2, seed=5)
+        finally:
+            handle.remove()
+            col.close()
+        fed[buckets] = sum(a * b for a, b in widths if b > 1)
+        passes[buckets] = sum(b > 1 for _, b in widths)
+    one, split = runs[1], runs[4]
+    assert sum(t.steps for t in split) > len(split)  # multi-turn episodes
+    assert [t.completion_ids for t in split] == [t.completion_ids for t in one]
+    assert [t.mask for t in split] == [t.mask for t in one]
+    assert [t.reward for t in split] == [t.reward for t in one]
+    for a, b in zip(split, one, strict=True):
+        check_layout(a, tok)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert passes[4] > passes[1] and fed[4] < fed[1]
+
+
 def test_kept_cache_is_not_used_without_a_plain_cache(tok, qids):
     # ScriptedLM has no config: its cache cannot be cut and stacked, so every turn is prefilled
     # from the start (the fake counts a turn at each prefill of more than one token).
