@@ -607,6 +607,45 @@ def rollout_passes() -> str:
     return _table(header, rows)
 
 
+def prefill_buckets() -> str:
+    """A turn's prefill in one pass against passes by the rows' lengths, on the same greedy
+    evaluation (``benchmarks/prefill_buckets.py``): CPU seconds, prefill tokens fed and peak RSS
+    per side, and whether both sampled the same tokens."""
+    d = _load("prefill_buckets_smollm2")
+    names = {"one_pass": "one pass, padded to the longest row", "buckets": "passes by length"}
+    rows = [
+        [
+            label,
+            str(s["buckets"]),
+            f"{s['passes']:,}",
+            f"{s['padded']:,}",
+            f"{s['real']:,}",
+            f"{s['cpu_s']:,.0f}",
+            f"{s['peak_rss_mib']:,}",
+            f"{s['em']:.3f}",
+        ]
+        for key, label in names.items()
+        for s in [d["sides"][key]]
+    ]
+    header = [
+        "prefill",
+        "passes a turn, at most",
+        "prefill passes",
+        "prefill tokens fed",
+        "of them real",
+        "CPU s",
+        "peak RSS MiB",
+        "EM",
+    ]
+    same = "the same tokens" if d["same_tokens"] else "**different tokens**"
+    return (
+        _table(header, rows)
+        + f"\n\n`{d['model']}`, {d['questions']} held-out questions in one batch, greedy, "
+        f"{d['threads']} thread: {d['padded_tokens_ratio']:.2f}x the prefill tokens, "
+        f"{d['cpu_speedup']:.2f}x faster in CPU seconds; both sides sampled {same}."
+    )
+
+
 def rollout_throughput() -> str:
     """Sampled model tokens per second of a GRPO group of 8 episodes: batched against one at a
     time, each with the KV cache kept across turns and with a full prefill every turn."""
@@ -1968,6 +2007,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "train_first_run_log": train_first_run_log,
     "train_expected_time": train_expected_time,
     "rollout_throughput": rollout_throughput,
+    "prefill_buckets": prefill_buckets,
     "rollout_throughput_change": rollout_throughput_change,
     "rollout_passes": rollout_passes,
     "grpo_step_profile": grpo_step_profile,

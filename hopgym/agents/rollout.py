@@ -759,17 +759,24 @@ class RolloutCollector:
         """One turn's prefill, each bucket of rows (:func:`_prefill_buckets`) as its own pass at
         its own width; returns the last position's logits and one cache of all rows, laid out as
         a single pass would leave it (held states, then padding, then the new tokens on the right;
-        the padding's states are zeros, masked out as a single pass's are)."""
+        the padding's states are zeros, masked out as a single pass's are), in the buffers a
+        :func:`_roomy_cache` decodes into (``past``'s, or a new cache's, ``room``)."""
         torch = _torch()
         n, width = input_ids.shape
         held = attn.shape[1] - width
+        out = past if past is not None else new_cache()
+        room = max(0, int(getattr(out, "room", 0)))
+        for layer in out.layers:
+            if hasattr(layer, "buffers"):
+                layer.buffers = None  # the last turn's: the held states were gathered out of them
         logits: Any = None
-        full: list[list[Any]] = []
+        bufs: list[tuple[Any, Any]] = []
         for bucket in buckets:
             w = max(lengths[i] for i in bucket)
             idx = torch.tensor(list(bucket), device=input_ids.device)
             mask = attn.index_select(0, idx)
             cache = new_cache()
+            cache.room = 0
             if past is not None:
                 for src, dst in zip(past.layers, cache.layers, strict=True):
                     dst.lazy_initialization(src.keys, src.values)
@@ -787,16 +794,19 @@ class RolloutCollector:
                 logits = last.new_empty((n, last.shape[-1]))
             logits[idx] = last
             for k, layer in enumerate(_output_cache(res).layers):
-                if len(full) <= k:
-                    shape = (n, layer.keys.shape[1], held + width, layer.keys.shape[-1])
-                    full.append([layer.keys.new_zeros(shape), layer.values.new_zeros(shape)])
-                for dst, src in zip(full[k], (layer.keys, layer.values), strict=True):
+                if len(bufs) <= k:
+                    shape = (n, layer.keys.shape[1], held + width + room, layer.keys.shape[-1])
+                    bufs.append((layer.keys.new_zeros(shape), layer.values.new_zeros(shape)))
+                for dst, src in zip(bufs[k], (layer.keys, layer.values), strict=True):
                     dst[idx, :, :held] = src[:, :, :held]
-                    dst[idx, :, held + width - w :] = src[:, :, held:]
-        out = new_cache()
-        for layer, (keys, values) in zip(out.layers, full, strict=True):
-            layer.lazy_initialization(keys, values)
-            layer.keys, layer.values = keys, values
+                    dst[idx, :, held + width - w : held + width] = src[:, :, held:]
+            del res, cache  # this bucket's states are in the buffers now
+        for layer, (keys, values) in zip(out.layers, bufs, strict=True):
+            if not layer.is_initialized:
+                layer.lazy_initialization(keys, values)
+            if hasattr(layer, "buffers"):
+                layer.buffers = (keys, values)  # decoding writes its tokens into the room after
+            layer.keys, layer.values = keys[..., : held + width, :], values[..., : held + width, :]
         return logits, out
 
     def _pick(self, logits: Any, gen: Any) -> tuple[Any, Any]:
