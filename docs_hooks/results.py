@@ -1887,9 +1887,13 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
         notes.append(
             f"- `{name}.json`: {habit_name}, seed {a['seed']}, model `{a['model']}`, `{a['env']}` "
             f"`{json.dumps(a['env_kw'])}`, teacher `{json.dumps(a['teacher'])}`, cost terms "
-            f"`{json.dumps(a['costs'])}`, {a['max_length']} tokens a trajectory{cut}, RFT keeping "
-            f"the {_RFT_KEEPS[a.get('rft', {}).get('keep', 'correct')]}, "
-            f"{d['test_questions']} held-out questions; {state}{untaught}{resumed}."
+            f"`{json.dumps(a['costs'])}`, {a['max_length']} tokens a trajectory{cut}, "
+            + (
+                f"RFT keeping the {_RFT_KEEPS[a.get('rft', {}).get('keep', 'correct')]}, "
+                if "rft" in habit.methods
+                else ""
+            )
+            + f"{d['test_questions']} held-out questions; {state}{untaught}{resumed}."
         )
         for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
             if d.get(key):

@@ -218,5 +218,5 @@ def test_habit_fix_rows_of_a_run_from_another_habits_sft():
         "| searches_unanswered | 1 | SFT | 2.50 | – | 0.100 | – | – | 600 (evaluation only) | – |",
         "| searches_unanswered | 1 | GRPO | 0.50 (−80%) | – | 0.200 | +1 / −0 | 1.000 | 2,000 | **met** |",
     ]
-    assert "every phase done" in out and "went on from" not in out
+    assert "every phase done" in out and "went on from" not in out and "RFT keeping" not in out
     assert "its SFT is the searches run's (`runs/habit_fix/cpu_seed1/sft/checkpoint`)" in out
