@@ -766,21 +766,32 @@ class RolloutCollector:
         held = attn.shape[1] - width
         out = past if past is not None else new_cache()
         room = max(0, int(getattr(out, "room", 0)))
-        for layer in out.layers:
-            if hasattr(layer, "buffers"):
-                layer.buffers = None  # the last turn's: the held states were gathered out of them
-        logits: Any = None
         bufs: list[tuple[Any, Any]] = []
+
+        def buffers(keys: Any, values: Any) -> tuple[Any, Any]:
+            shape = (n, keys.shape[1], held + width + room, keys.shape[-1])
+            return keys.new_zeros(shape), values.new_zeros(shape)
+
+        if past is not None:
+            # The held states move into the buffers first, layer by layer, so that they are held
+            # once (a pass reads its rows' states from there).
+            for layer in past.layers:
+                bk, bv = buffers(layer.keys, layer.values)
+                bk[:, :, :held], bv[:, :, :held] = layer.keys, layer.values
+                layer.keys, layer.values = bk[..., :held, :], bv[..., :held, :]
+                if hasattr(layer, "buffers"):
+                    layer.buffers = None  # the last turn's: the held states were gathered out of them
+                bufs.append((bk, bv))
+        logits: Any = None
         for bucket in buckets:
             w = max(lengths[i] for i in bucket)
             idx = torch.tensor(list(bucket), device=input_ids.device)
             mask = attn.index_select(0, idx)
             cache = new_cache()
             cache.room = 0
-            if past is not None:
-                for src, dst in zip(past.layers, cache.layers, strict=True):
-                    dst.lazy_initialization(src.keys, src.values)
-                    dst.keys, dst.values = src.keys.index_select(0, idx), src.values.index_select(0, idx)
+            for (bk, bv), dst in zip(bufs, cache.layers, strict=False):
+                dst.lazy_initialization(bk, bv)
+                dst.keys, dst.values = bk[idx, :, :held], bv[idx, :, :held]
             res = self.model(
                 input_ids=input_ids.index_select(0, idx)[:, width - w :],
                 attention_mask=torch.cat([mask[:, :held], mask[:, held + width - w :]], dim=1),
@@ -794,13 +805,11 @@ class RolloutCollector:
                 logits = last.new_empty((n, last.shape[-1]))
             logits[idx] = last
             for k, layer in enumerate(_output_cache(res).layers):
-                if len(bufs) <= k:
-                    shape = (n, layer.keys.shape[1], held + width + room, layer.keys.shape[-1])
-                    bufs.append((layer.keys.new_zeros(shape), layer.values.new_zeros(shape)))
+                if len(bufs) <= k:  # the first turn: no held states
+                    bufs.append(buffers(layer.keys, layer.values))
                 for dst, src in zip(bufs[k], (layer.keys, layer.values), strict=True):
-                    dst[idx, :, :held] = src[:, :, :held]
                     dst[idx, :, held + width - w : held + width] = src[:, :, held:]
-            del res, cache  # this bucket's states are in the buffers now
+            del res, cache  # this pass's states are in the buffers now
         for layer, (keys, values) in zip(out.layers, bufs, strict=True):
             if not layer.is_initialized:
                 layer.lazy_initialization(keys, values)
