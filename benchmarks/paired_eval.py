@@ -41,6 +41,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
 
 
+def run_settings(run: dict[str, Any], example: Any, **env_kw: Any) -> tuple[Any, Callable[[], Any]]:
+    """A run's ``Args`` (from its results file, ``env_kw`` added to its env keywords) and a
+    factory of its held-out env under the run's reward and cost terms."""
+    import gymnasium as gym
+
+    import hopgym  # noqa: F401
+
+    known = {f.name for f in fields(example.Args)}
+    args = example.Args(**{k: v for k, v in run["args"].items() if k in known})
+    args = replace(args, env_kw={**args.env_kw, **env_kw})
+
+    def env_fn() -> Any:
+        return example.with_costs(
+            gym.make(args.env, split="test", reward="default", **args.env_kw), args.costs
+        )
+
+    return args, env_fn
+
+
 def evaluate(
     run: dict[str, Any],
     specs: dict[str, dict[str, Any]],
@@ -205,19 +225,13 @@ def evaluate(
     contents, ``source`` its path), into the results file ``path`` (resumed where it stops)."""
     if n_eval < 1 or chunk < 1:
         raise SystemExit("--n-eval and --chunk must be >= 1")
-    import gymnasium as gym
 
     import hopgym  # noqa: F401
     from hopgym.agents.rollout import RolloutCollector, RolloutConfig
 
     example = load_example()
-    known = {f.name for f in fields(example.Args)}
-    args = example.Args(**{k: v for k, v in run["args"].items() if k in known})
-    env_kw = {**args.env_kw, "n_questions": n_questions}
-    args = replace(args, env_kw=env_kw)
-
-    def env_fn() -> Any:
-        return example.with_costs(gym.make(args.env, split="test", reward="default", **env_kw), args.costs)
+    args, env_fn = run_settings(run, example, n_questions=n_questions)
+    env_kw = args.env_kw
 
     questions = [s.id for s in env_fn().unwrapped.task.samples]
     if len(questions) < n_eval:

@@ -40,21 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def side(run: dict[str, Any], questions: int, buckets: int) -> dict[str, Any]:
     """One greedy evaluation with ``PREFILL_BUCKETS = buckets``: its CPU seconds, the tokens
     its prefills fed and the real ones, and the sampled ids."""
-    import gymnasium as gym
-    from paired_eval import checkpoints, load, load_example
+    from paired_eval import checkpoints, load, load_example, run_settings
 
-    import hopgym  # noqa: F401
     import hopgym.agents.rollout as rollout
 
-    example = load_example()
-    known = set(example.Args.__dataclass_fields__)
-    args = example.Args(**{k: v for k, v in run["args"].items() if k in known})
-
-    def env_fn() -> Any:
-        return example.with_costs(
-            gym.make(args.env, split="test", reward="default", **args.env_kw), args.costs
-        )
-
+    args, env_fn = run_settings(run, load_example())
     model, tok = load(checkpoints(run)["sft"], env_fn(), args)
     fed = {"padded": 0, "real": 0, "passes": 0}
 
