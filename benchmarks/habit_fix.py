@@ -279,6 +279,26 @@ def summary(res: dict[str, Any], example: Any, habit: Habit) -> dict[str, Any]:
     return out
 
 
+def run_args(
+    example: Any,
+    habit: str,
+    preset: str,
+    seed: int,
+    out: Path,
+    sets: dict[str, Any] | None = None,
+    model: str | None = None,
+) -> Any:
+    """A run's ``Args`` of examples/grpo_smollm2.py: the preset's, the habit's settings over them,
+    then ``sets`` (``--set``) and ``model`` (``--model``)."""
+    settings = {**COMMON, **HABITS[habit].settings}
+    env_kw = {**example.make_args(preset, {}).env_kw, **ENV_KW, **settings.pop("env_kw", {})}
+    over = {**PRESETS[preset], **settings, "env_kw": env_kw, "seed": seed, "out": str(out)}
+    over.update(sets or {})
+    if model:
+        over["model"] = model
+    return example.make_args(preset, over)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--habit", default="searches", choices=sorted(HABITS), help="The habit to fix.")
@@ -286,7 +306,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--model", default=None, help="A transformers folder (default: the preset's).")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--methods", nargs="+", default=None, choices=METHODS, help="Default: the habit's (Habit.methods)."
+        "--methods",
+        nargs="*",
+        default=None,
+        choices=METHODS,
+        help="Default: the habit's (Habit.methods); none: the SFT only.",
     )
     p.add_argument(
         "--out",
@@ -302,13 +326,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     example = load_example()
     habit = HABITS[ns.habit]
     out = Path(ns.out or run_folder(habit, ns.preset, ns.seed))
-    settings = {**COMMON, **habit.settings}
-    env_kw = {**example.make_args(ns.preset, {}).env_kw, **ENV_KW, **settings.pop("env_kw", {})}
-    sets = {**PRESETS[ns.preset], **settings, "env_kw": env_kw, "seed": ns.seed, "out": str(out)}
-    sets.update(parse_kwargs(ns.sets, "--set"))
-    if ns.model:
-        sets["model"] = ns.model
-    base = example.make_args(ns.preset, sets)
+    base = run_args(example, ns.habit, ns.preset, ns.seed, out, parse_kwargs(ns.sets, "--set"), ns.model)
     path = Path(ns.json)
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     if res and res.get("args", {}).get("seed") != ns.seed:
@@ -359,7 +377,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         phase("sft", replace(base, model=str(checkpoint), sft_steps=0, methods=()))
     elif "sft" not in res["phases"]:
         phase("sft", replace(base, methods=()))
-    for m in ns.methods or habit.methods:
+    for m in habit.methods if ns.methods is None else ns.methods:
         if m not in res["phases"]:
             after_sft = dict(sft_steps=0, skip_draws=base.sft_steps * base.sft_batch, eval_start=False)
             phase(m, replace(base, model=str(checkpoint), methods=(m,), **after_sft))

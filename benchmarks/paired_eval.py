@@ -26,7 +26,13 @@ default one's, so the run's own held-out questions are the first ones here (``fi
 counts how many of them each checkpoint answers as the run's evaluation did).
 
 Questions are evaluated in chunks of ``--chunk``; the results file is written after every chunk,
-and the same command resumes at the first chunk it lacks::
+and the same command resumes at the first chunk it lacks. The file records each checkpoint's
+weights (a sha256, :func:`fingerprint`), so a resumed evaluation never mixes two checkpoints of
+one name (a run folder made again, say, after its checkpoints were lost): other weights are
+refused. A checkpoint the file has episodes of but no fingerprint (a file from before) is
+checked first by evaluating its first chunk again: the same outcomes on every question, or it is
+refused. ``--only NAME ...`` evaluates some of the run's checkpoints (those that exist; the SFT,
+which the others are paired with, is always checked)::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/paired_eval.py \\
         --run benchmarks/results/habit_fix_searches_seed0.json \\
@@ -36,12 +42,12 @@ and the same command resumes at the first chunk it lacks::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -85,9 +91,9 @@ def summary_of(records: list[dict[str, Any]], costs: dict[str, Any], example: An
     return {**stats, **example.cost_counts(stats, costs)}
 
 
-def checkpoints(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def checkpoints(run: dict[str, Any], only: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
     """Each finished method's final checkpoint in the run's folder: ``{"model": folder}`` and, for
-    RFT, ``"weights"`` (its last round's ``model.pt``)."""
+    RFT, ``"weights"`` (its last round's ``model.pt``); with ``only``, the SFT and those methods."""
     from hopgym.agents.rft import round_to_resume
     from hopgym.agents.sft import checkpoint_to_resume
 
@@ -100,7 +106,7 @@ def checkpoints(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
         sft = out / "sft" / "checkpoint" if run["args"]["sft_steps"] else Path(run["args"]["model"])
     found: dict[str, dict[str, Any]] = {"sft": {"model": str(sft)}}
     for name in ("grpo", "continue_sft"):
-        if f"em_{name}" not in run:
+        if f"em_{name}" not in run or (only is not None and name not in only):
             continue
         ckpt = checkpoint_to_resume("last", out / name)
         steps = run[f"{name}_budget"]["steps"]
@@ -108,7 +114,7 @@ def checkpoints(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if got != steps:
             raise SystemExit(f"{out / name}: no checkpoint of step {steps}, the run's last (newest: {ckpt})")
         found[name] = {"model": str(ckpt)}
-    if "em_rft" in run:
+    if "em_rft" in run and (only is None or "rft" in only):
         rnd = round_to_resume("last", out / "rft")
         rounds = run["rft_budget"]["rounds"]
         if rnd is None or rnd.name != f"round-{rounds}":
@@ -149,6 +155,38 @@ def load(spec: dict[str, Any], env: Any, args: Any) -> tuple[Any, Any]:
     return model, tok
 
 
+def rss_mib() -> int:
+    """This process's resident memory now, in MiB (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+
+
+def release_memory() -> tuple[int, int]:
+    """Return freed heap to the system between chunks (the C allocator keeps freed KV caches'
+    pages otherwise, and a long evaluation grew to 12 GB): RSS before and after, in MiB."""
+    import ctypes
+    import gc
+
+    before = rss_mib()
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+    return before, rss_mib()
+
+
+def fingerprint(model: Any) -> str:
+    """A sha256 of a model's weights (every tensor of its state dict, in order, with its name)."""
+    import torch
+
+    h = hashlib.sha256()
+    for key, tensor in model.state_dict().items():
+        h.update(key.encode())
+        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="The run's results file (habit_fix or grpo_smollm2).")
@@ -168,6 +206,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="Episodes sampled in one batch (memory grows with it: their KV caches).",
     )
     p.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="Evaluate these of the run's checkpoints only (grpo, rft, continue_sft; the SFT always).",
+    )
+    p.add_argument(
         "--checkpoint",
         nargs="*",
         default=[],
@@ -177,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     ns = p.parse_args(argv)
     run = json.loads(Path(ns.run).read_text())
-    specs = checkpoints(run)
+    specs = checkpoints(run, ns.only)
     specs.update(named_checkpoint(item, specs["sft"]["model"]) for item in ns.checkpoint)
     return evaluate(
         run,
@@ -244,9 +289,11 @@ def evaluate(
     settings = {"run": source, "n_eval": n_eval, "n_questions": n_questions, "env_kw": env_kw}
     if res and res["settings"] != settings:
         raise SystemExit(f"{path} holds another evaluation: {res['settings']}, not {settings}")
-    res.update(settings=settings, args=run["args"], habit=run.get("habit"), checkpoints=specs)
+    res.update(settings=settings, args=run["args"], habit=run.get("habit"))
+    res["checkpoints"] = {**res.get("checkpoints", {}), **specs}
     res.setdefault("episodes", {})
     res.setdefault("seconds", {})
+    res.setdefault("fingerprints", {})
 
     def save() -> None:
         res["summary"] = summarize_all(res, run, example)
@@ -255,12 +302,33 @@ def evaluate(
         tmp.write_text(json.dumps(res, indent=1))
         tmp.replace(path)
 
-    chunks = math.ceil(n_eval / chunk)
-    for name, spec in specs.items():
+    # The checkpoints with questions left or weights not yet recorded, and the SFT they are paired
+    # with (its weights checked even when its own evaluation is complete).
+    todo = [
+        n
+        for n in specs
+        if len(res["episodes"].get(n, [])) < n_eval
+        or (res["episodes"].get(n) and n not in res["fingerprints"])
+    ]
+    if todo and "sft" in specs and "sft" not in todo and res["episodes"].get("sft"):
+        todo.insert(0, "sft")
+    for name in todo:
+        spec = specs[name]
         done = res["episodes"].setdefault(name, [])
-        if len(done) >= n_eval:
-            continue
+        if not (Path(spec["model"]) / "config.json").is_file():
+            raise SystemExit(
+                f"{spec['model']}: no checkpoint there ({name} of {source or 'the run'}); make it "
+                "again with the run's command, then evaluate"
+            )
         model, tok = load(spec, env_fn(), args)
+        sha = fingerprint(model)
+        known = res["fingerprints"].get(name)
+        if known is not None and known != sha:
+            raise SystemExit(
+                f"{path}: its {len(done)} questions of {name} came from other weights than "
+                f"{spec} holds now (sha256 {known[:16]}..., now {sha[:16]}...): evaluate these "
+                "into another file"
+            )
         cfg = RolloutConfig(
             temperature=0.0,
             max_new_tokens=args.max_new_tokens,
@@ -268,14 +336,35 @@ def evaluate(
             batch_size=batch_size,
         )
         col = RolloutCollector(model, tok, env_fn, cfg)
-        for i in range(len(done) // chunk, chunks):
-            qs = questions[i * chunk : (i + 1) * chunk]
+        if known is None and done:
+            # A file from before fingerprints: the weights must answer its first chunk as before.
+            n = min(chunk, len(done))
+            again = [record(t) for t in col.collect(questions[:n], 1, seed=0)]
+            differ = [b["q"] for a, b in zip(again, done[:n], strict=True) if a != b]
+            if differ:
+                raise SystemExit(
+                    f"{path}: {spec} is not the checkpoint its {len(done)} questions of {name} came "
+                    f"from: evaluated again, {len(differ)} of the first {n} differ (the first: "
+                    f"{differ[0]}); evaluate it into another file"
+                )
+            print(f"[paired_eval] {name}: the first {n} questions answered as before", flush=True)
+        res["fingerprints"][name] = sha
+        save()
+        while len(done) < n_eval:  # to the end of the chunk it is in (one cut short goes on)
+            qs = questions[len(done) : (len(done) // chunk + 1) * chunk]
             c0 = time.process_time()
             done.extend(record(t) for t in col.collect(qs, 1, seed=0))
             res["seconds"][name] = res["seconds"].get(name, 0.0) + time.process_time() - c0
+            rss = release_memory()
+            res.setdefault("rss_mib", {}).setdefault(name, []).append(rss)
             save()
             em = sum(r["em"] for r in done) / len(done)
-            print(f"[paired_eval] {name}: {len(done)}/{n_eval} questions, EM {em:.3f}", flush=True)
+            print(
+                f"[paired_eval] {name}: {len(done)}/{n_eval} questions, EM {em:.3f}, "
+                f"RSS {rss[0]} -> {rss[1]} MiB (freed to the system)",
+                flush=True,
+            )
+        del model, tok, col
     save()
     for name, row in res["summary"].items():
         print(f"[paired_eval] {name}: {json.dumps(row)}")

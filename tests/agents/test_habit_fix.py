@@ -265,3 +265,86 @@ def test_power_c_makes_every_run_again_and_pairs_its_final_checkpoints(
     monkeypatch.setattr(power_c, "load_example", lambda: example)
     monkeypatch.setattr(example, "main", lambda *a, **k: pytest.fail("ran a finished run again"))
     assert power_c.main(argv)["episodes"] == res["episodes"]
+
+
+@pytest.mark.slow  # about 60 s on one thread, more on a loaded machine
+def test_power_habits_makes_lost_checkpoints_again_and_never_mixes_weights(
+    habit_fix, load_script, tiny_model_dir: Path, tmp_path: Path, monkeypatch, capsys
+):
+    """``benchmarks/power_habits.py``: a run's checkpoints evaluated on more questions; once its
+    run folder is gone, made again by the run's command (training is the same bit for bit here,
+    so the file's fingerprints match and the evaluation goes on); the unanswered habit's GRPO joins
+    the searches file, paired with the same SFT; other weights, or a run whose settings the script
+    no longer makes, are refused."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)  # the default run folders are relative
+    power = load_script("benchmarks/power_habits.py", "power_habits_script")
+    base = ["--preset", "smoke", "--model", str(tiny_model_dir)]
+    habit_fix.main([*base, "--methods", "grpo", "--json", "results/habit_fix_searches_seed0.json"])
+    habit_fix.main(
+        [
+            *base,
+            "--habit",
+            "searches_unanswered",
+            "--json",
+            "results/habit_fix_searches_unanswered_seed0.json",
+        ]
+    )
+    argv = [*base, "--results", "results", "--n-eval", "5", "--n-questions", "150"]
+    target = tmp_path / "results/habit_fix_searches_seed0_eval5.json"
+    res = power.main([*argv, "--habit", "searches"])
+    assert res["settings"]["run"] == "results/habit_fix_searches_seed0.json"
+    assert set(res["summary"]) == {"sft", "grpo"} and set(res["fingerprints"]) == {"sft", "grpo"}
+    for row in res["summary"].values():
+        assert row["questions"] == 5 and row["first_n_agree"] == row["first_n"] == 3
+    first = json.loads(target.read_text())
+
+    # The run folder lost, the GRPO evaluation cut short: both checkpoints made again, the same
+    # weights, and the evaluation goes on where it stopped.
+    shutil.rmtree("runs/habit_fix/smoke_seed0")
+    cut = json.loads(target.read_text())
+    cut["episodes"]["grpo"] = cut["episodes"]["grpo"][:2]
+    target.write_text(json.dumps(cut))
+    capsys.readouterr()
+    again = power.main([*argv, "--habit", "searches"])
+    assert (
+        "making again: habit_fix.py --habit searches --seed 0 --preset smoke --methods grpo"
+        in capsys.readouterr().out
+    )
+    assert (tmp_path / "runs/habit_fix/smoke_seed0/grpo/checkpoint-1/config.json").exists()
+    assert again["episodes"] == first["episodes"] and again["fingerprints"] == first["fingerprints"]
+
+    # The unanswered habit's GRPO: into the searches file, as grpo_unanswered, paired with that SFT.
+    both = power.main([*argv, "--habit", "searches_unanswered"])
+    assert set(both["summary"]) == {"sft", "grpo", "grpo_unanswered"}
+    row = both["summary"]["grpo_unanswered"]
+    assert row["first_n_agree"] == 3 and row["vs_sft_questions"] == 5
+    assert both["episodes"]["sft"] == first["episodes"]["sft"]
+
+    # Other weights than a file's: refused, nothing added.
+    other = json.loads(target.read_text())
+    other["fingerprints"]["grpo"] = "0" * 64
+    other["episodes"]["grpo"] = other["episodes"]["grpo"][:2]
+    target.write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="grpo came from other weights"):
+        power.main([*argv, "--habit", "searches"])
+    # A file from before fingerprints: the first chunk is evaluated again and must agree.
+    del other["fingerprints"]
+    other["episodes"]["sft"][1]["searches"] += 1
+    target.write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="1 of the first 5 differ"):
+        power.main([*argv, "--habit", "searches"])
+    other["episodes"]["sft"][1]["searches"] -= 1
+    target.write_text(json.dumps(other))
+    capsys.readouterr()
+    assert power.main([*argv, "--habit", "searches"])["episodes"] == both["episodes"]
+    assert "sft: the first 5 questions answered as before" in capsys.readouterr().out
+
+    # A run whose settings habit_fix.py no longer makes is not made "again".
+    shutil.rmtree("runs/habit_fix/smoke_seed0")
+    run = json.loads(Path("results/habit_fix_searches_seed0.json").read_text())
+    run["args"]["sft_lr"] *= 2
+    Path("results/habit_fix_searches_seed0.json").write_text(json.dumps(run))
+    with pytest.raises(SystemExit, match="settings now differ from the run's in sft_lr"):
+        power.main([*argv, "--habit", "searches"])
