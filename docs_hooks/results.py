@@ -1933,7 +1933,8 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
     ``files``: name -> contents, default every committed results file matching ``pattern``): per
     checkpoint the questions done, EM, the habit's measure (a habit-fix run's), each against the
     SFT question by question (gained / lost, McNemar p, whether it holds at p < 0.05), how many
-    of the run's own held-out questions it answered as the run did, and CPU seconds."""
+    of the run's own held-out questions it answered as the run did, the weights evaluated (the
+    start of their sha256; files from before the fingerprints have none), and CPU seconds."""
     hf = _script("habit_fix")
     if files is None:
         files = {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(pattern))}
@@ -1949,6 +1950,7 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
         "McNemar p",
         "holds at p < 0.05",
         "run's questions answered alike",
+        "weights (sha256)",
         "CPU s",
     ]
     rows = []
@@ -1971,6 +1973,7 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
                     _p_value(s["p_value"]) if vs else "–",
                     ("**yes**" if s["holds"] else "no") if vs else "–",
                     f"{s['first_n_agree']} of {s['first_n']}" if "first_n" in s else "–",
+                    f"`{d['fingerprints'][m][:12]}`" if m in d.get("fingerprints", {}) else "not recorded",
                     f"{d['seconds'].get(m, 0.0):,.0f}",
                 ]
             )

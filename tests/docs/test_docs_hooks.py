@@ -92,6 +92,7 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
         "args": {"seed": 0},
         "settings": {"n_eval": 500},
         "seconds": {"sft": 3000.0, "grpo": 700.0},
+        "fingerprints": {"grpo": "0123456789abcdef" * 4},
         "summary": {
             "sft": {"questions": 500, "em": 0.15, "redundant_searches_per_episode": 2.8, "first_n": 100,
                     "first_n_agree": 100},
@@ -101,9 +102,10 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
     }  # fmt: skip
     rows = [r for r in results.habit_fix_power({"x": d}).splitlines() if r.startswith("| searches")]
     assert rows == [
-        "| searches | 0 | SFT | 500 of 500 | 0.150 | 2.80 | – | – | – | – | 100 of 100 | 3,000 |",
+        "| searches | 0 | SFT | 500 of 500 | 0.150 | 2.80 | – | – | – | – | 100 of 100 | not recorded "
+        "| 3,000 |",
         "| searches | 0 | GRPO | 100 of 500 | 0.200 | 0.30 | – | +14 / −4 | 0.031 | **yes** | 99 of 100 "
-        "| 700 |",
+        "| `0123456789ab` | 700 |",
     ]
     assert "no re-evaluation yet" in results.habit_fix_power({})
     assert (results._p_value(0.00012), results._p_value(0.0312)) == ("< 0.001", "0.031")
