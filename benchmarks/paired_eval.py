@@ -26,12 +26,14 @@ default one's, so the run's own held-out questions are the first ones here (``fi
 counts how many of them each checkpoint answers as the run's evaluation did).
 
 Questions are evaluated in chunks of ``--chunk``; the results file is written after every chunk,
-and the same command resumes at the first chunk it lacks. The file records each checkpoint's
-weights (a sha256, :func:`fingerprint`), so a resumed evaluation never mixes two checkpoints of
-one name (a run folder made again, say, after its checkpoints were lost): other weights are
-refused. A checkpoint the file has episodes of but no fingerprint (a file from before) is
-checked first by evaluating its first chunk again: the same outcomes on every question, or it is
-refused. ``--only NAME ...`` evaluates some of the run's checkpoints (those that exist; the SFT,
+and the same command resumes at the first chunk it lacks. The file records the weights each
+checkpoint's questions came from (a sha256, :func:`fingerprint`, and the question they started
+at). Weights it has no record of (a run folder made again after its checkpoints were lost, on a
+CPU whose float arithmetic differs in the last bits; or a file from before the fingerprints) go
+on only if they answer the file's first chunk again exactly as its episodes say (every outcome:
+EM, F1, reward and its terms, searches, steps, tokens); otherwise they are refused. A row's
+figures thus come from one checkpoint, or from weights shown to act alike on its first chunk.
+``--only NAME ...`` evaluates some of the run's checkpoints (those that exist; the SFT,
 which the others are paired with, is always checked)::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/paired_eval.py \\
@@ -322,13 +324,7 @@ def evaluate(
             )
         model, tok = load(spec, env_fn(), args)
         sha = fingerprint(model)
-        known = res["fingerprints"].get(name)
-        if known is not None and known != sha:
-            raise SystemExit(
-                f"{path}: its {len(done)} questions of {name} came from other weights than "
-                f"{spec} holds now (sha256 {known[:16]}..., now {sha[:16]}...): evaluate these "
-                "into another file"
-            )
+        weights = res["fingerprints"].setdefault(name, [])
         cfg = RolloutConfig(
             temperature=0.0,
             max_new_tokens=args.max_new_tokens,
@@ -336,19 +332,25 @@ def evaluate(
             batch_size=batch_size,
         )
         col = RolloutCollector(model, tok, env_fn, cfg)
-        if known is None and done:
-            # A file from before fingerprints: the weights must answer its first chunk as before.
+        if done and not any(w["sha256"] == sha for w in weights):
+            # Weights the file has no record of (made again, or a file from before fingerprints):
+            # they must answer the file's first chunk exactly as its episodes say.
             n = min(chunk, len(done))
             again = [record(t) for t in col.collect(questions[:n], 1, seed=0)]
             differ = [b["q"] for a, b in zip(again, done[:n], strict=True) if a != b]
             if differ:
                 raise SystemExit(
-                    f"{path}: {spec} is not the checkpoint its {len(done)} questions of {name} came "
-                    f"from: evaluated again, {len(differ)} of the first {n} differ (the first: "
-                    f"{differ[0]}); evaluate it into another file"
+                    f"{path}: {spec} (sha256 {sha[:16]}...) are not the weights its {len(done)} "
+                    f"questions of {name} came from, nor answer as they did: evaluated again, "
+                    f"{len(differ)} of the first {n} differ (the first: {differ[0]}); evaluate "
+                    "them into another file"
                 )
-            print(f"[paired_eval] {name}: the first {n} questions answered as before", flush=True)
-        res["fingerprints"][name] = sha
+            print(
+                f"[paired_eval] {name}: other weights, the first {n} questions answered as before", flush=True
+            )
+            weights.append({"sha256": sha, "from_question": len(done), "same_outcomes_on": n})
+        elif not weights:
+            weights.append({"sha256": sha, "from_question": 0})
         save()
         while len(done) < n_eval:  # to the end of the chunk it is in (one cut short goes on)
             qs = questions[len(done) : (len(done) // chunk + 1) * chunk]

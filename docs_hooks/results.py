@@ -1973,13 +1973,32 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
                     _p_value(s["p_value"]) if vs else "–",
                     ("**yes**" if s["holds"] else "no") if vs else "–",
                     f"{s['first_n_agree']} of {s['first_n']}" if "first_n" in s else "–",
-                    f"`{d['fingerprints'][m][:12]}`" if m in d.get("fingerprints", {}) else "not recorded",
+                    _weights(d.get("fingerprints", {}).get(m, []), s["questions"]),
                     f"{d['seconds'].get(m, 0.0):,.0f}",
                 ]
             )
     if not rows:
         rows.append(["no re-evaluation yet", *["–"] * (len(header) - 1)])
     return _table(header, rows)
+
+
+def _weights(entries: list[dict[str, Any]], questions: int) -> str:
+    """The weights a re-evaluated row's questions came from (``paired_eval``'s fingerprints):
+    the start of their sha256, and for weights made again, from which question and on how many
+    of the first questions they were checked to act alike."""
+    if not entries:
+        return "not recorded"
+    if len(entries) == 1 and not entries[0]["from_question"]:
+        return f"`{entries[0]['sha256'][:12]}`"
+    parts = [f"1–{entries[0]['from_question']}: not recorded"] if entries[0]["from_question"] else []
+    for i, w in enumerate(entries):
+        end = entries[i + 1]["from_question"] if i + 1 < len(entries) else questions
+        alike = f", alike on the first {w['same_outcomes_on']}" if w.get("same_outcomes_on") else ""
+        if end > w["from_question"]:
+            parts.append(f"{w['from_question'] + 1}–{end}: `{w['sha256'][:8]}`{alike}")
+        else:  # weights made again, checked (the SFT of methods made again), no question of theirs
+            parts.append(f"made again: `{w['sha256'][:8]}`{alike}")
+    return "; ".join(parts)
 
 
 def habit_fix_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:

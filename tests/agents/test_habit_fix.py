@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -322,15 +323,24 @@ def test_power_habits_makes_lost_checkpoints_again_and_never_mixes_weights(
     assert row["first_n_agree"] == 3 and row["vs_sft_questions"] == 5
     assert both["episodes"]["sft"] == first["episodes"]["sft"]
 
-    # Other weights than a file's: refused, nothing added.
+    # Weights the file has no record of (a checkpoint made again on another CPU, say): they go on
+    # only where they answer the file's first chunk as its episodes say, and the file says where
+    # they started; else they are refused, nothing added.
     other = json.loads(target.read_text())
-    other["fingerprints"]["grpo"] = "0" * 64
+    sha = other["fingerprints"]["grpo"][0]["sha256"]
+    other["fingerprints"]["grpo"] = [{"sha256": "0" * 64, "from_question": 0}]
     other["episodes"]["grpo"] = other["episodes"]["grpo"][:2]
     target.write_text(json.dumps(other))
-    with pytest.raises(SystemExit, match="grpo came from other weights"):
+    res = power.main([*argv, "--habit", "searches"])
+    assert res["fingerprints"]["grpo"][1] == {"sha256": sha, "from_question": 2, "same_outcomes_on": 2}
+    assert res["episodes"] == both["episodes"]
+    other["episodes"]["grpo"][1]["searches"] += 1
+    target.write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="nor answer as they did: evaluated again, 1 of the first 2 differ"):
         power.main([*argv, "--habit", "searches"])
-    # A file from before fingerprints: the first chunk is evaluated again and must agree.
+    # A file from before fingerprints: the same check on its first chunk.
     del other["fingerprints"]
+    other["episodes"]["grpo"][1]["searches"] -= 1
     other["episodes"]["sft"][1]["searches"] += 1
     target.write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="1 of the first 5 differ"):
@@ -338,8 +348,10 @@ def test_power_habits_makes_lost_checkpoints_again_and_never_mixes_weights(
     other["episodes"]["sft"][1]["searches"] -= 1
     target.write_text(json.dumps(other))
     capsys.readouterr()
-    assert power.main([*argv, "--habit", "searches"])["episodes"] == both["episodes"]
-    assert "sft: the first 5 questions answered as before" in capsys.readouterr().out
+    res = power.main([*argv, "--habit", "searches"])
+    assert res["episodes"] == both["episodes"]
+    assert "sft: other weights, the first 5 questions answered as before" in capsys.readouterr().out
+    assert res["fingerprints"]["sft"] == [{"sha256": ANY, "from_question": 5, "same_outcomes_on": 5}]
 
     # A run whose settings habit_fix.py no longer makes is not made "again".
     shutil.rmtree("runs/habit_fix/smoke_seed0")

@@ -92,7 +92,7 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
         "args": {"seed": 0},
         "settings": {"n_eval": 500},
         "seconds": {"sft": 3000.0, "grpo": 700.0},
-        "fingerprints": {"grpo": "0123456789abcdef" * 4},
+        "fingerprints": {"grpo": [{"sha256": "0123456789abcdef" * 4, "from_question": 0}]},
         "summary": {
             "sft": {"questions": 500, "em": 0.15, "redundant_searches_per_episode": 2.8, "first_n": 100,
                     "first_n_agree": 100},
@@ -108,6 +108,14 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
         "| `0123456789ab` | 700 |",
     ]
     assert "no re-evaluation yet" in results.habit_fix_power({})
+    # Weights made again: from which question, checked on how many; and a checked SFT.
+    again = [{"sha256": "ab" * 32, "from_question": 400, "same_outcomes_on": 100}]
+    assert results._weights(again, 500) == "1–400: not recorded; 401–500: `abababab`, alike on the first 100"
+    assert (
+        results._weights(again, 400) == "1–400: not recorded; made again: `abababab`, alike on the first 100"
+    )
+    both = [{"sha256": "cd" * 32, "from_question": 0}, *again]
+    assert results._weights(both, 500) == "1–400: `cdcdcdcd`; 401–500: `abababab`, alike on the first 100"
     assert (results._p_value(0.00012), results._p_value(0.0312)) == ("< 0.001", "0.031")
     # Checkpoint C's runs: no habit, the runs named by seed and sampling.
     c = {**d, "habit": None, "summary": {"grpo_dynamic_seed3": d["summary"]["grpo"]}}
