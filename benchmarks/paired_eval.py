@@ -349,6 +349,7 @@ def evaluate(
                 f"[paired_eval] {name}: other weights, the first {n} questions answered as before", flush=True
             )
             weights.append({"sha256": sha, "from_question": len(done), "same_outcomes_on": n})
+            release_memory()
         elif not weights:
             weights.append({"sha256": sha, "from_question": 0})
         save()
