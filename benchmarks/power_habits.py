@@ -55,7 +55,7 @@ def missing(run: dict[str, Any], methods: list[str]) -> list[str]:
     gone = []
     for name in ["sft", *methods]:
         try:
-            spec = checkpoints(run, [name])[name] if name != "sft" else checkpoints(run, [])["sft"]
+            spec = checkpoints(run, [name])[name]
         except SystemExit:  # a method's last checkpoint is not there
             gone.append(name)
             continue
@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     run = json.loads(source.read_text())
     methods = [m for m in habit_fix.METHODS if f"em_{m}" in run] if ns.methods is None else ns.methods
+    if untrained := [m for m in methods if f"em_{m}" not in run]:
+        raise SystemExit(f"{source}: the run has no {', '.join(untrained)}; run habit_fix.py for it first")
     if habit.sft_of is not None and missing(run, []):
         # The SFT is the other habit's run's: make it there (SFT only).
         remake(habit.sft_of, [], ns, results_file(habit.sft_of, ns.seed, Path(ns.results)))

@@ -353,6 +353,8 @@ def test_power_habits_makes_lost_checkpoints_again_and_never_mixes_weights(
     assert "sft: other weights, the first 5 questions answered as before" in capsys.readouterr().out
     assert res["fingerprints"]["sft"] == [{"sha256": ANY, "from_question": 5, "same_outcomes_on": 5}]
 
+    with pytest.raises(SystemExit, match="the run has no rft; run habit_fix.py for it first"):
+        power.main([*argv, "--habit", "searches_unanswered", "--methods", "rft"])
     # A run whose settings habit_fix.py no longer makes is not made "again".
     shutil.rmtree("runs/habit_fix/smoke_seed0")
     run = json.loads(Path("results/habit_fix_searches_seed0.json").read_text())
