@@ -1971,7 +1971,7 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
                     rises,
                     f"+{s['gained']} / −{s['lost']}" if vs else "–",
                     _p_value(s["p_value"]) if vs else "–",
-                    ("**yes**" if s["holds"] else "no") if vs else "–",
+                    (_holds(s) if s["holds"] else "no") if vs else "–",
                     f"{s['first_n_agree']} of {s['first_n']}" if "first_n" in s else "–",
                     _weights(d.get("fingerprints", {}).get(m, []), s["questions"]),
                     f"{d['seconds'].get(m, 0.0):,.0f}",
@@ -1980,6 +1980,11 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
     if not rows:
         rows.append(["no re-evaluation yet", *["–"] * (len(header) - 1)])
     return _table(header, rows)
+
+
+def _holds(row: dict[str, Any]) -> str:
+    """A difference that holds at p < 0.05, with its direction."""
+    return "**yes: a gain**" if row["gained"] > row["lost"] else "**yes: a loss**"
 
 
 def _weights(entries: list[dict[str, Any]], questions: int) -> str:

@@ -104,10 +104,11 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
     assert rows == [
         "| searches | 0 | SFT | 500 of 500 | 0.150 | 2.80 | – | – | – | – | 100 of 100 | not recorded "
         "| 3,000 |",
-        "| searches | 0 | GRPO | 100 of 500 | 0.200 | 0.30 | – | +14 / −4 | 0.031 | **yes** | 99 of 100 "
-        "| `0123456789ab` | 700 |",
+        "| searches | 0 | GRPO | 100 of 500 | 0.200 | 0.30 | – | +14 / −4 | 0.031 | **yes: a gain** "
+        "| 99 of 100 | `0123456789ab` | 700 |",
     ]
     assert "no re-evaluation yet" in results.habit_fix_power({})
+    assert results._holds({"gained": 4, "lost": 14}) == "**yes: a loss**"
     # Weights made again: from which question, checked on how many; and a checked SFT.
     again = [{"sha256": "ab" * 32, "from_question": 400, "same_outcomes_on": 100}]
     assert results._weights(again, 500) == "1–400: not recorded; 401–500: `abababab`, alike on the first 100"
