@@ -15,12 +15,11 @@ A habit that trains from another habit's SFT (``searches_unanswered``, from ``se
 evaluated into that habit's file, each method named with the difference
 (``grpo_unanswered``), so it is paired with the SFT evaluated once.
 
-A checkpoint made again is the same only if training is bit for bit the same; ``paired_eval``
-records each checkpoint's weights and refuses to add questions from other weights to a file
-(it checks a file from before its fingerprints by evaluating the first chunk again), so a run
-made again that differs stops with that said, and the figures of the file stay one checkpoint's
-each. Every step resumes: training from its newest checkpoint, the evaluation from its last
-chunk::
+A checkpoint made again need not be the same bit for bit (float arithmetic differs between
+CPUs); ``paired_eval`` records the weights each row's questions came from and lets weights it
+has no record of add questions only if they answer the file's first chunk exactly as recorded,
+else it refuses them. Every step resumes: training from its newest checkpoint, the evaluation
+from its last chunk::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/power_habits.py --habit searches --seed 0 \\
         > /tmp/power_searches0.log 2>&1 &
@@ -93,12 +92,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     methods = [m for m in habit_fix.METHODS if f"em_{m}" in run] if ns.methods is None else ns.methods
     if untrained := [m for m in methods if f"em_{m}" not in run]:
         raise SystemExit(f"{source}: the run has no {', '.join(untrained)}; run habit_fix.py for it first")
-    if habit.sft_of is not None and missing(run, []):
+    gone = missing(run, methods)
+    if habit.sft_of is not None and "sft" in gone:
         # The SFT is the other habit's run's: make it there (SFT only).
         remake(habit.sft_of, [], ns, results_file(habit.sft_of, ns.seed, Path(ns.results)))
-    gone = [m for m in missing(run, methods) if m != "sft"]
-    if gone or missing(run, []):
-        remake(ns.habit, gone, ns, source)
+        gone.remove("sft")
+    if gone:  # this run's own SFT, where it is gone, is made again first by habit_fix.py
+        remake(ns.habit, [m for m in gone if m != "sft"], ns, source)
     specs = checkpoints(run, methods)
     into = source
     if habit.sft_of is not None:
