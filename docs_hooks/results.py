@@ -1924,7 +1924,7 @@ _POWER_NAMES = {
     "grpo_seed3": "GRPO, seed 3",
     "grpo_dynamic": "GRPO, dynamic sampling",
     "grpo_dynamic_seed3": "GRPO, dynamic sampling, seed 3",
-    "grpo_unanswered": "GRPO, unanswered priced (searches_unanswered)",
+    "grpo_unanswered": "GRPO, unanswered priced",
 }
 
 
