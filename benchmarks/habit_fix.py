@@ -17,6 +17,8 @@
   checkpoint (same preset and seed; that run must have trained it), with one more term: an
   episode that ends without an answer costs 1 (the outcome preset scores it 0, as a wrong answer,
   and one GRPO run learned to search once and never answer).
+- ``routing_unanswered``: the same for routing, from the ``routing`` run's SFT checkpoint (one
+  routing GRPO learned to search the free local source and never answer).
 
 1. **SFT** on the teacher's episodes: the student learns the habit.
 2. From that checkpoint, each of ``--methods`` on the same budget of sampled episodes:
@@ -179,13 +181,27 @@ HABITS: dict[str, Habit] = {
 # cost; GRPO found that (seed 1). At -1, silence costs more than a 6-turn episode's most
 # (5 searches, 4 of them repeats: 0.9). RFT keeps right episodes only and continue-SFT imitates
 # the teacher, so neither depends on the term: GRPO only.
-HABITS["searches_unanswered"] = replace(
-    HABITS["searches"],
-    settings={**HABITS["searches"].settings, "costs": {**SEARCH_COSTS, "unanswered": {"value": -1.0}}},
-    folder="searches_unanswered_",
-    sft_of="searches",
-    methods=("grpo",),
-)
+
+
+def _unanswered(of: str) -> Habit:
+    """Habit ``of`` with an unanswered episode priced, GRPO only, from ``of``'s SFT checkpoint.
+    The outcome preset scores no answer 0, as a wrong one, so under ``of``'s cost terms alone an
+    episode that never answers pays only for its searches: less than the habit does. An episode
+    ending without an answer costs 1 here (an ``OutcomeReward`` of weight 0 whose ``no_answer``
+    is -1), more than the most a six-turn episode's other terms cost (searches 0.9, routing 0.5)."""
+    habit = HABITS[of]
+    costs = {**habit.settings["costs"], "unanswered": {"value": -1.0}}
+    return replace(
+        habit,
+        settings={**habit.settings, "costs": costs},
+        folder=f"{of}_unanswered_",
+        sft_of=of,
+        methods=("grpo",),
+    )
+
+
+for _of in ("searches", "routing"):
+    HABITS[f"{_of}_unanswered"] = _unanswered(_of)
 
 #: Settings over the same-named preset of examples/grpo_smollm2.py (its ``cpu``: a 24-step SFT,
 #: then 6 steps x 4 questions x 4 episodes = 96 sampled episodes per method, 100 held-out

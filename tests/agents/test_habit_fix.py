@@ -135,6 +135,53 @@ def test_unanswered_habit_trains_grpo_from_the_searches_runs_sft(
     assert paired_eval.checkpoints(res)["sft"] == {"model": sft}
 
 
+def test_routing_unanswered_prices_an_episode_without_an_answer_over_routings_costs(
+    habit_fix, tmp_path: Path, monkeypatch
+):
+    """``routing_unanswered`` is ``routing``'s reward with one term more, GRPO only from the
+    ``routing`` run's SFT: in the routing env an episode of six web searches and no answer pays
+    more than one of six web searches and a wrong answer (under ``routing``'s terms alone, no
+    answer and a wrong one pay the same); without that SFT it names the run to make first."""
+    import gymnasium as gym
+
+    import hopgym  # noqa: F401  (registers the envs)
+
+    routing, habit = habit_fix.HABITS["routing"], habit_fix.HABITS["routing_unanswered"]
+    assert habit.sft_of == "routing" and habit.methods == ("grpo",)
+    assert habit.settings == {
+        **routing.settings,
+        "costs": {**routing.settings["costs"], "unanswered": {"value": -1.0}},
+    }
+    example = habit_fix.load_example()
+
+    def returns(costs: dict, last: str) -> float:
+        kw = {**habit.settings["env_kw"], **habit_fix.ENV_KW, "n_entities": 100, "n_questions": 20}
+        env = example.with_costs(gym.make(habit.settings["env"], **kw), costs)
+        env.reset(seed=0)
+        total, done, turn = 0.0, False, 0
+        while not done:
+            turn += 1
+            action = (
+                last
+                if turn == habit_fix.ENV_KW["max_turns"]
+                else f"<route>web</route><search>q{turn}</search>"
+            )
+            _, r, term, trunc, _ = env.step(action)
+            total, done = total + float(r), term or trunc
+        return total
+
+    wrong, unanswered = "<answer>no such name</answer>", "<think>one more search</think>"
+    assert returns(routing.settings["costs"], unanswered) == pytest.approx(
+        returns(routing.settings["costs"], wrong)
+    )
+    assert returns(habit.settings["costs"], unanswered) == pytest.approx(
+        returns(habit.settings["costs"], wrong) - 1.0
+    )
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"no trained SFT of the routing habit \(seed 0\).*--habit routing"):
+        habit_fix.main(["--preset", "smoke", "--habit", "routing_unanswered", "--json", "u.json"])
+
+
 def _results(habit: str, sft: dict, after: dict, right_sft: list, right: list, **args) -> dict:
     return {
         "habit": habit,
