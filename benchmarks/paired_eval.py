@@ -296,6 +296,12 @@ def evaluate(
     res.setdefault("episodes", {})
     res.setdefault("seconds", {})
     res.setdefault("fingerprints", {})
+    # The questions each checkpoint answered right in its run's own evaluation (the run's first
+    # test questions), kept: a file that pairs checkpoints of two runs (``power_habits``'
+    # ``grpo_unanswered``) is saved again by each, and only one of them holds each list.
+    own = {k.removesuffix("_right"): v for k, v in run.items() if k.endswith("_right")}
+    res["run_right"] = {**res.get("run_right", {}), **{n: own[n] for n in specs if n in own}}
+    res["run_test_questions"] = run["test_questions"]
 
     def save() -> None:
         res["summary"] = summarize_all(res, run, example)
@@ -385,9 +391,9 @@ def summarize_all(res: dict[str, Any], run: dict[str, Any], example: Any) -> dic
             continue
         right = [r["q"] for r in eps if r["em"] >= 1.0]
         row = {"questions": len(eps), **summary_of(eps, run["args"]["costs"], example)}
-        if f"{name}_right" in run:  # the run's own evaluation: its first test questions
-            first = [r["q"] for r in eps[: run["test_questions"]]]
-            before = set(run[f"{name}_right"])
+        if name in res.get("run_right", {}):  # the run's own evaluation: its first test questions
+            first = [r["q"] for r in eps[: res["run_test_questions"]]]
+            before = set(res["run_right"][name])
             row["first_n"] = len(first)
             row["first_n_agree"] = sum((q in before) == (q in right) for q in first)
         if name != "sft" and sft:

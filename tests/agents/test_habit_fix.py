@@ -381,6 +381,8 @@ def test_power_habits_makes_lost_checkpoints_again_and_never_mixes_weights(
     res = power.main([*argv, "--habit", "searches"])
     assert res["fingerprints"]["grpo"][1] == {"sha256": sha, "from_question": 2, "same_outcomes_on": 2}
     assert res["episodes"] == both["episodes"]
+    # Saved again by the searches run, whose file has no grpo_unanswered: that row keeps its check.
+    assert res["summary"]["grpo_unanswered"]["first_n_agree"] == 3
     other["episodes"]["grpo"][1]["searches"] += 1
     target.write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="nor answer as they did: evaluated again, 1 of the first 2 differ"):
