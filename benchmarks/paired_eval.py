@@ -300,7 +300,7 @@ def evaluate(
     # test questions), kept: a file that pairs checkpoints of two runs (``power_habits``'
     # ``grpo_unanswered``) is saved again by each, and only one of them holds each list.
     own = {k.removesuffix("_right"): v for k, v in run.items() if k.endswith("_right")}
-    res["run_right"] = {**res.get("run_right", {}), **{n: own[n] for n in specs if n in own}}
+    res["run_right"] = {**res.get("run_right", {}), **own}
     res["run_test_questions"] = run["test_questions"]
 
     def save() -> None:
