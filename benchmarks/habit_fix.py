@@ -175,20 +175,18 @@ HABITS: dict[str, Habit] = {
         folder="routing_",
     ),
 }
-# Over-searching again, from the same SFT, with an episode that ends without an answer priced
-# below every answered one: the outcome preset scores no answer 0, as a wrong one, so a policy
-# that searches once and never answers pays only that search (0.02), less than the SFT's repeats
-# cost; GRPO found that (seed 1). At -1, silence costs more than a 6-turn episode's most
-# (5 searches, 4 of them repeats: 0.9). RFT keeps right episodes only and continue-SFT imitates
-# the teacher, so neither depends on the term: GRPO only.
 
 
+# Each habit again, from the same SFT, with an episode that ends without an answer priced below
+# every answered one: the outcome preset scores no answer 0, as a wrong one, so a policy that
+# searches once and never answers pays only that search (over-searching: 0.02, less than the
+# SFT's repeats cost; routing: nothing on the local source), and GRPO found that (searches seed
+# 1, routing seed 4). At -1, silence costs more than a 6-turn episode's most (5 searches, 4 of
+# them repeats: 0.9; 5 web searches: 0.5). RFT keeps right episodes only and continue-SFT
+# imitates the teacher, so neither depends on the term: GRPO only.
 def _unanswered(of: str) -> Habit:
-    """Habit ``of`` with an unanswered episode priced, GRPO only, from ``of``'s SFT checkpoint.
-    The outcome preset scores no answer 0, as a wrong one, so under ``of``'s cost terms alone an
-    episode that never answers pays only for its searches: less than the habit does. An episode
-    ending without an answer costs 1 here (an ``OutcomeReward`` of weight 0 whose ``no_answer``
-    is -1), more than the most a six-turn episode's other terms cost (searches 0.9, routing 0.5)."""
+    """Habit ``of`` with an unanswered episode costing 1 (an ``OutcomeReward`` of weight 0 whose
+    ``no_answer`` is -1), GRPO only, from ``of``'s SFT checkpoint."""
     habit = HABITS[of]
     costs = {**habit.settings["costs"], "unanswered": {"value": -1.0}}
     return replace(
