@@ -67,6 +67,8 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from hopgym._atomic import check_writable, sole_writer, write_json  # noqa: E402
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grpo_smollm2.py"
 
 #: TRL checkpoints of a phase's every step (the newest only), and resuming from the newest one.
@@ -341,7 +343,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     habit = HABITS[ns.habit]
     out = Path(ns.out or run_folder(habit, ns.preset, ns.seed))
     base = run_args(example, ns.habit, ns.preset, ns.seed, out, parse_kwargs(ns.sets, "--set"), ns.model)
-    path = Path(ns.json)
+    path = check_writable(ns.json)
+    with sole_writer(path):  # another command on the same file would save over this one's rows
+        return train(ns, example, habit, out, base, path)
+
+
+def train(
+    ns: argparse.Namespace, example: Any, habit: Habit, out: Path, base: Any, path: Path
+) -> dict[str, Any]:
+    """The run of :func:`main`'s options into the results file ``path`` (resumed where it stops)."""
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     if res and res.get("args", {}).get("seed") != ns.seed:
         raise SystemExit(f"{path} holds a run of seed {res['args'].get('seed')}, not {ns.seed}")
@@ -364,10 +374,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         res["habit"] = ns.habit
         res["sft_checkpoint"] = str(checkpoint)
         res["summary"] = summary(res, example, habit)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(res, indent=1, default=str))
-        tmp.replace(path)
+        write_json(path, res, indent=1, default=str)
 
     def phase(name: str, a: Any) -> None:
         start = str(checkpoint) if name == "sft" and habit.sft_of else resumes_from(out, name)

@@ -272,6 +272,22 @@ def evaluate(
     contents, ``source`` its path), into the results file ``path`` (resumed where it stops)."""
     if n_eval < 1 or chunk < 1:
         raise SystemExit("--n-eval and --chunk must be >= 1")
+    from hopgym._atomic import check_writable, sole_writer
+
+    with sole_writer(check_writable(path)):  # a second command on the file would save over its rows
+        return _evaluate(run, specs, path, n_eval, n_questions, chunk, source, batch_size)
+
+
+def _evaluate(
+    run: dict[str, Any],
+    specs: dict[str, dict[str, Any]],
+    path: Path,
+    n_eval: int,
+    n_questions: int,
+    chunk: int,
+    source: str,
+    batch_size: int,
+) -> dict[str, Any]:
 
     import hopgym  # noqa: F401
     from hopgym.agents.rollout import RolloutCollector, RolloutConfig
@@ -305,10 +321,9 @@ def evaluate(
 
     def save() -> None:
         res["summary"] = summarize_all(res, run, example)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(res, indent=1))
-        tmp.replace(path)
+        from hopgym._atomic import write_json
+
+        write_json(path, res, indent=1)
 
     # The checkpoints with questions left or weights not yet recorded, and the SFT they are paired
     # with (its weights checked even when its own evaluation is complete).

@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from habit_fix import CHECKPOINTS, add_set_option, load_example  # noqa: E402
 from paired_eval import checkpoints, evaluate  # noqa: E402
 
+from hopgym._atomic import check_writable  # noqa: E402
+
 #: The table's C-runs as committed: (name in the evaluation, method, run folder, settings).
 #: ``{C}`` is C's SFT checkpoint. The first makes C and its seed-2 GRPO in one run.
 _LONG = "questions_per_step=2 group_size=8"
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--n-questions", type=int, default=2500)
     add_set_option(p, "Settings over every run's (tests: a smaller budget).")
     ns = p.parse_args(argv)
+    check_writable(ns.json)  # before hours of training, not at the evaluation after them
     example = load_example()
     root = Path(ns.root)
     c_sft = root / "long" / "sft" / "checkpoint"

@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import habit_fix  # noqa: E402
 from paired_eval import checkpoints, evaluate  # noqa: E402
 
+from hopgym._atomic import check_writable  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -92,6 +94,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     methods = [m for m in habit_fix.METHODS if f"em_{m}" in run] if ns.methods is None else ns.methods
     if untrained := [m for m in methods if f"em_{m}" not in run]:
         raise SystemExit(f"{source}: the run has no {', '.join(untrained)}; run habit_fix.py for it first")
+    into = source if habit.sft_of is None else results_file(habit.sft_of, ns.seed, Path(ns.results))
+    target = check_writable(into.with_name(f"{into.stem}_eval{ns.n_eval}.json"))  # before any training
     gone = missing(run, methods)
     if habit.sft_of is not None and "sft" in gone:
         # The SFT is the other habit's run's: make it there (SFT only).
@@ -100,13 +104,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if gone:  # this run's own SFT, where it is gone, is made again first by habit_fix.py
         remake(ns.habit, [m for m in gone if m != "sft"], ns, source)
     specs = checkpoints(run, methods)
-    into = source
     if habit.sft_of is not None:
         suffix = ns.habit.removeprefix(f"{habit.sft_of}_")
         specs = {"sft": specs["sft"], **{f"{m}_{suffix}": specs[m] for m in methods}}
-        into = results_file(habit.sft_of, ns.seed, Path(ns.results))
         run = {**json.loads(into.read_text()), **{f"{m}_{suffix}_right": run[f"{m}_right"] for m in methods}}
-    target = into.with_name(f"{into.stem}_eval{ns.n_eval}.json")
     return evaluate(
         run,
         specs,

@@ -11,6 +11,9 @@ index) goes through here:
   the destination's own folder, flushes and ``fsync``\\ s it, then renames it over the destination
   with ``os.replace``: a reader sees the old file or the new one, never a cut one, and a full disk
   or a kill mid-write leaves the old file (or none) plus no temporary file behind;
+- :func:`sole_writer` keeps a second process from writing a file that one updates over a long
+  run (a results file saved after every chunk and read back to resume): each would save over the
+  other's rows;
 - :func:`atomic_directory` does the same for a folder (an index): it is built beside the old one
   and swapped in only when complete.
 
@@ -41,7 +44,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -55,6 +58,7 @@ __all__ = [
     "atomic_write",
     "write_text",
     "write_json",
+    "sole_writer",
     "atomic_directory",
     "publish_file",
     "reason_of",
@@ -263,13 +267,19 @@ def write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-
         fh.write(text)
 
 
-def write_json(path: str | os.PathLike[str], data: Any, *, indent: int | None = 2) -> None:
+def write_json(
+    path: str | os.PathLike[str],
+    data: Any,
+    *,
+    indent: int | None = 2,
+    default: Callable[[Any], Any] | None = None,
+) -> None:
     """Write ``data`` as JSON (full precision, a final newline) to ``path`` atomically.
 
     The JSON is made before the file is opened, so a value that cannot be encoded leaves the
-    destination untouched.
+    destination untouched. ``default`` is :func:`json.dumps`' (e.g. ``str`` for paths).
     """
-    text = json.dumps(data, indent=indent) + "\n"
+    text = json.dumps(data, indent=indent, default=default) + "\n"
     write_text(path, text)
 
 
@@ -310,3 +320,68 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     _fsync_folder(out.parent)
+
+
+@contextlib.contextmanager
+def sole_writer(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold, for the block, the right to write ``path``: a command that reads a file back to
+    resume and saves it again after every chunk of work takes this first, so that a second
+    command on the same file is refused at once instead of saving over the first one's rows.
+
+    The lock is an exclusive ``flock`` on ``.NAME.lock`` beside ``path`` (the kernel lets it go
+    when the process ends, however it ends); the file holds the holder's process id, named in the
+    refusal. POSIX only.
+
+    Raises:
+        OutputFileError: another process holds ``path``, or the lock file cannot be made.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "results.json"
+        >>> with sole_writer(path):
+        ...     try:
+        ...         with sole_writer(path):
+        ...             pass
+        ...     except OutputFileError as err:
+        ...         print(err.reason.split(" (")[0])
+        another process is writing it
+    """
+    import fcntl
+
+    out = Path(path)
+    lock = out.with_name(f".{out.name}.lock")
+    while True:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise OutputFileError(out, f"cannot be written ({reason_of(exc)}: {lock})") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise OutputFileError(out, f"cannot be locked ({reason_of(exc)}: {lock})") from exc
+            raise OutputFileError(
+                out,
+                f"another process is writing it (process {holder}, {lock}); wait for it to end, "
+                "or write another file",
+            ) from exc
+        # Held; but the holder before may have removed the lock file as it let go (between our
+        # open and flock): then this lock guards nothing, and we start again on the new file.
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield out
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)

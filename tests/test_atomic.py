@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -15,6 +18,7 @@ from hopgym._atomic import (
     atomic_write,
     check_distinct,
     check_writable,
+    sole_writer,
     write_json,
     write_text,
 )
@@ -139,3 +143,63 @@ def test_atomic_directory_swaps_only_when_complete(tmp_path):
         (build / "new").write_text("new")
     assert [p.name for p in index.iterdir()] == ["new"]
     assert [p.name for p in tmp_path.iterdir()] == ["index"]
+
+
+_HOLD = """
+import sys, time
+from hopgym._atomic import sole_writer
+with sole_writer(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def _holder(path):
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_sole_writer_refuses_a_second_process_naming_the_file_and_the_holder(tmp_path):
+    path = tmp_path / "eval500.json"
+    proc = _holder(path)
+    try:
+        with pytest.raises(OutputFileError) as err:
+            with sole_writer(path):
+                pass
+        assert err.value.path == str(path)
+        assert f"process {proc.pid}" in str(err.value)
+        assert str(path) in str(err.value)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_sole_writer_is_free_again_when_the_holder_is_killed(tmp_path):
+    """A kill leaves the lock file behind; the kernel has let the lock itself go."""
+    path = tmp_path / "eval500.json"
+    proc = _holder(path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (tmp_path / ".eval500.json.lock").exists()
+    with sole_writer(path) as held:
+        assert held == path
+        assert (tmp_path / ".eval500.json.lock").read_text() == f"{os.getpid()}\n"
+    assert not (tmp_path / ".eval500.json.lock").exists()
+
+
+def test_sole_writer_lets_go_when_the_block_raises(tmp_path):
+    path = tmp_path / "r.json"
+    with pytest.raises(KeyError):
+        with sole_writer(path):
+            raise KeyError("x")
+    with sole_writer(path):
+        pass
+
+
+def test_sole_writer_names_the_file_when_its_folder_cannot_be_made(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(OutputFileError, match="cannot be written") as err:
+        with sole_writer(tmp_path / "a_file" / "r.json"):
+            pass
+    assert err.value.path == str(tmp_path / "a_file" / "r.json")

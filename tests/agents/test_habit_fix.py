@@ -6,6 +6,7 @@ compared with the SFT; a second call resumes (skips the phases the results file 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -15,6 +16,8 @@ pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from train_fixtures import load_script, tiny_model_dir  # noqa: E402,F401  (fixtures)
+
+from hopgym._atomic import OutputFileError, sole_writer  # noqa: E402
 
 
 @pytest.fixture
@@ -284,6 +287,23 @@ def test_paired_eval_reevaluates_every_checkpoint_on_more_questions_and_resumes(
     # A file of another evaluation is refused, not mixed.
     with pytest.raises(SystemExit, match="another evaluation"):
         paired_eval.main([*argv, "--n-questions", "200"])
+    # A file another command is writing is refused before any work, the holder named; the run's
+    # results file too (habit_fix resumes from it as paired_eval does from its own).
+    for script, args, held in (
+        (paired_eval, [*argv, "--n-questions", "150"], eval_json),
+        (
+            habit_fix,
+            ["--preset", "smoke", "--model", str(tiny_model_dir), "--out", str(out), "--json", str(run_json)],
+            run_json,
+        ),
+    ):
+        before = held.read_text()
+        with (
+            sole_writer(held),
+            pytest.raises(OutputFileError, match=f"another process is writing it \\(process {os.getpid()}"),
+        ):
+            script.main(args)
+        assert held.read_text() == before
 
 
 @pytest.mark.slow  # about 40 s on one thread, more on a loaded machine
