@@ -27,6 +27,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--json", default=None)
     args = p.parse_args()
+    from hopgym._atomic import check_writable, write_json
+
+    if args.json:
+        check_writable(args.json)  # before the timings, not after them
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -81,7 +85,7 @@ def main() -> None:
     }
     print(json.dumps(result, indent=1))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.json, result, indent=1)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -48,6 +47,7 @@ import gymnasium as gym  # noqa: E402
 from gymnasium.utils import seeding  # noqa: E402
 
 import hopgym  # noqa: E402, F401
+from hopgym._atomic import check_writable, write_json  # noqa: E402
 from hopgym.agents import OracleAgent  # noqa: E402
 from hopgym.tasks.synthetic import clear_caches  # noqa: E402
 
@@ -182,6 +182,8 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=5, help="interleaved blocks per side")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
+    if args.json is not None:
+        check_writable(args.json)  # before the measuring, not after it
 
     load_before = os.getloadavg()
     name, ours, theirs = think_turns(args.blocks, args.turns)
@@ -221,7 +223,7 @@ def main() -> None:
             },
             "oracle": m,
         }
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import hopgym  # noqa: E402, F401 - registers the ids
+from hopgym._atomic import check_writable, write_json  # noqa: E402
 
 ADVERSARY_ROW_SESSIONS = 16  # the honest sessions of the adversarial row and the row before it
 
@@ -372,6 +373,7 @@ def main() -> None:
         if not (sessions.isdigit() and connections.isdigit() and int(sessions) % int(connections or 0) == 0):
             parser.error(f"--batched takes SESSIONS/CONNECTIONS with SESSIONS a multiple, got {spec!r}")
         batched_rows.append((int(sessions), int(connections)))
+    check_writable(args.out)  # before the server and the load, not after them
 
     # Both sides warmed up the same way: one full pass over the episodes first (the env, the
     # index's caches, the query cache). Then each run of a row follows an in-process run of its
@@ -442,7 +444,7 @@ def main() -> None:
         "adversary": adversary,
         "killed_client_leaked_sessions": leaked,
     }
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Any  # noqa: E402
 import gymnasium as gym  # noqa: E402
 
 import hopgym  # noqa: E402, F401
+from hopgym._atomic import check_writable, write_text  # noqa: E402
 from hopgym.agents.llm import LLMAgent, SamplingParams, TransformersBackend  # noqa: E402
 from hopgym.rewards.scoring import exact_match, query_key, token_f1  # noqa: E402
 from hopgym.turns import TagsProtocol  # noqa: E402
@@ -201,6 +202,8 @@ def main() -> None:
     parser.add_argument("--show", action="store_true", help="print every transcript")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
+    if args.json:
+        check_writable(args.json)  # before the episodes, not after them
     backend = TransformersBackend(args.model, device="cpu")
     rows = []
     for name in args.variants:
@@ -227,8 +230,7 @@ def main() -> None:
     for row in rows:
         print(f"{row['variant']}: issues {row['issues']}; answers {row['answers']}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1, ensure_ascii=False)
+        write_text(args.json, json.dumps(rows, indent=1, ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ from pathlib import Path  # noqa: E402
 import gymnasium as gym  # noqa: E402
 
 import hopgym  # noqa: E402, F401
+from hopgym._atomic import check_writable, write_json  # noqa: E402
 
 ENV_KW = {"seed": 0, "n_entities": 300, "n_questions": 200, "hops": 2, "split": "train"}
 
@@ -497,6 +498,8 @@ def main() -> None:
     )
     args = p.parse_args()
     args.trl = {k: ast.literal_eval(v) for k, _, v in (item.partition("=") for item in args.trl)}
+    if args.json:
+        check_writable(args.json)  # before the runs, not after them
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
@@ -529,7 +532,7 @@ def main() -> None:
             sides[name] = shlex.split(options)
         result["compare"] = compare(child, sides)
         if args.json:
-            Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+            write_json(args.json, result)
         return
     if args.skip_throughput:
         old = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else {}
@@ -543,7 +546,7 @@ def main() -> None:
         result["profile"] = profile(args)
         print("profile:", json.dumps(result["profile"], indent=1))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import hopgym  # noqa: E402, F401
+from hopgym._atomic import check_writable, write_json  # noqa: E402
 from hopgym.agents.evaluation import evaluate  # noqa: E402
 from hopgym.agents.llm import LLMAgent  # noqa: E402
 from hopgym.backends import SamplingParams, TransformersBackend  # noqa: E402
@@ -72,6 +73,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/llm_turns", help="trajectories go here")
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args()
+    if args.json:
+        check_writable(args.json)  # before the episodes, not after them
 
     import torch
 
@@ -146,11 +149,7 @@ def main() -> None:
         f"every episode: {same}"
     )
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps({"config": vars(args), "rows": rows, "ratio": ratio, "same_turns": same}, indent=2)
-            + "\n"
-        )
+        write_json(args.json, {"config": vars(args), "rows": rows, "ratio": ratio, "same_turns": same})
 
 
 if __name__ == "__main__":

@@ -115,6 +115,10 @@ def main() -> None:
     if args.max_positions is not None:
         print(json.dumps(side(args)))
         return
+    from hopgym._atomic import check_writable, write_json
+
+    if args.json:
+        check_writable(args.json)  # before the two sides' runs, not after them
     rows = []
     for bound in (LOGPROB_PASS_POSITIONS, 0):
         cmd = [sys.executable, __file__, "--model", args.model, "--episodes", str(args.episodes)]
@@ -138,7 +142,7 @@ def main() -> None:
         )
     print(f"packed / one pass: memory rise x{result['rise_ratio']}, time x{result['time_ratio']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

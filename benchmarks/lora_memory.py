@@ -144,6 +144,10 @@ def main() -> None:
     if args.side:
         print(json.dumps(side(args)))
         return
+    from hopgym._atomic import check_writable, write_json
+
+    if args.json:
+        check_writable(args.json)  # before the two sides' runs, not after them
     rows = []
     for r in (0, args.lora_r):
         cmd = [sys.executable, __file__, "--side", "--model", args.model, "--lora-r", str(r)]
@@ -167,7 +171,7 @@ def main() -> None:
         )
     print(f"LoRA / full: peak RSS x{result['peak_rss_ratio']}, step time x{result['step_time_ratio']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,14 @@ and aviary does not install here.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 from pathlib import Path
 
 from env_overhead import _bare_turns, think_turns
+
+from hopgym._atomic import check_writable, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=20_000, help="think-only turns per block")
     p.add_argument("--blocks", type=int, default=5, help="interleaved blocks per side")
     args = p.parse_args(argv)
+    check_writable(args.json)  # before the measuring, not after it
     load_before = os.getloadavg()
     name, wrapped, other = think_turns(args.blocks, args.turns)
     bare = statistics.median(_bare_turns(args.turns) for _ in range(args.blocks))
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             name: other * 1e6,
         },
     }
-    args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, result)
     for label, us in result["us_per_turn"].items():
         print(f"{us:8.2f} us  {label}")
     return 0

@@ -41,7 +41,6 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -57,6 +56,7 @@ from rich.table import Table  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hopgym._atomic import check_writable, write_json  # noqa: E402
 from hopgym.corpora.types import Passage  # noqa: E402
 from hopgym.retrieval.sparse import BM25Retriever
 
@@ -521,7 +521,7 @@ def bench_dense(
         "the first row's; recall@10 against exact float32 search."
     )
     if json_path is not None:
-        json_path.write_text(json.dumps(rows, indent=1))
+        write_json(json_path, rows, indent=1)
         console.print(f"  results: {json_path}")
 
 
@@ -726,6 +726,8 @@ def main() -> None:
     parser.add_argument("--recall-k", type=int, nargs="+", default=[2, 5, 10])
     parser.add_argument("--limit", type=int, default=None, help="questions per dataset (recall)")
     args = parser.parse_args()
+    if args.json is not None and "dense" in args.only:
+        check_writable(args.json)  # before the sections, not after them
     if "recall" in args.only:
         bench_recall(args.data, args.model, args.recall_k, args.limit)
     if "bm25" in args.only:

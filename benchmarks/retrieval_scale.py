@@ -104,6 +104,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hopgym._atomic import atomic_write, check_writable, write_json, write_text  # noqa: E402
 from hopgym.corpora.datasets import load_corpus  # noqa: E402
 from hopgym.corpora.types import Passage  # noqa: E402
 from hopgym.retrieval.dense import DenseRetriever, make_embedder  # noqa: E402
@@ -217,7 +218,7 @@ def world(n: int, n_queries: int) -> tuple[list[Passage], list[str]]:
 
 
 def write_corpus(passages: list[Passage], path: Path) -> list[Passage]:
-    with open(path, "w", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:  # a run stopped part-way leaves no cut corpus to reuse
         for p in passages:
             fh.write(json.dumps({"id": p.doc_id, "title": p.title, "text": p.text}) + "\n")
     return load_corpus(path)  # what hopgym serve will read, fingerprint and all
@@ -696,7 +697,7 @@ def bm25_main(args: Any, corpus: Path, queries: list[str]) -> None:
         print(json.dumps(row), flush=True)
     result = {"passages": rows[0]["passages"], "queries": len(queries), "rows": rows}
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
 
 
 def plot(result: dict[str, Any], png: str) -> None:
@@ -809,6 +810,8 @@ def main() -> None:
     if args.bm25_child:
         print(json.dumps(bm25_child(args.bm25_child, args.corpus, args.index, json.loads(sys.stdin.read()))))
         return
+    if args.json:
+        check_writable(args.json)  # before the builds and measurements, not after them
     args.work = args.work or tempfile.mkdtemp(prefix="retrieval_scale-")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -825,7 +828,7 @@ def main() -> None:
             return bm25_main(args, corpus, queries)
         passages = write_corpus(world_passages, corpus)
         del world_passages
-        qfile.write_text(json.dumps(queries))
+        write_text(qfile, json.dumps(queries))
     if args.bm25:
         del passages
         return bm25_main(args, corpus, queries)
@@ -907,7 +910,7 @@ def main() -> None:
             ]
     result.setdefault("seconds_by_part", {})[",".join(sorted(parts))] = round(time.perf_counter() - t0)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
     print(json.dumps({k: v for k, v in result.items() if k not in ("real", "scale", "workers")}, indent=1))
 
 

@@ -74,6 +74,7 @@ from rich.table import Table  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hopgym._atomic import check_writable, write_json, write_text  # noqa: E402
 from hopgym.agents import OracleAgent  # noqa: E402
 from hopgym.agents.evaluation import run_episode  # noqa: E402
 from hopgym.agents.iterative import IterativeAgent  # noqa: E402
@@ -212,7 +213,7 @@ def numba_exact_kernel(cache_dir: str) -> tuple[Callable[..., Any], float, float
     a fresh process spends before its first answer: the first time (compiling) and later."""
     import subprocess
 
-    Path(cache_dir, "numba_exact.py").write_text(NUMBA_EXACT)
+    write_text(Path(cache_dir, "numba_exact.py"), NUMBA_EXACT)
     env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir, "PYTHONPATH": cache_dir}
     first, later = (
         float(
@@ -844,6 +845,8 @@ def main() -> None:
         help="also write the figures to this file (the sections run here replace theirs in an existing file)",
     )
     args = parser.parse_args()
+    if args.json:
+        check_writable(args.json)  # before the sections, not after them
     run_args = {k: v for k, v in vars(args).items() if k != "json"}
     out: dict[str, Any] = {"args": dict.fromkeys(args.only, run_args)}
     tables = {
@@ -949,7 +952,7 @@ def main() -> None:
                 merged["a"].update(rows)
             else:
                 merged[section] = rows
-        args.json.write_text(json.dumps(merged, indent=2, default=str) + "\n")
+        write_json(args.json, merged, default=str)
 
 
 if __name__ == "__main__":

@@ -21,14 +21,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from gymnasium.envs.registration import register, registry  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import hopgym  # noqa: E402, F401
+from hopgym._atomic import check_writable, write_json  # noqa: E402
 from hopgym.cli.bench_rl_jobs import bench_rl  # noqa: E402
 
 ENV_ID = "hopgym/SyntheticFeaturized-v0"
@@ -52,6 +51,9 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write all results here")
     parser.add_argument("--plot", default=None, help="write the learning curves here (PNG)")
     args = parser.parse_args()
+    for out in (args.json, args.plot):
+        if out:
+            check_writable(out)  # before the training runs, not after them
 
     algos = [a for a in args.algos.split(",") if a]
     seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -118,8 +120,7 @@ def main() -> None:
             curve = "  ".join(f"{t // 1000}k:{e:.2f}" for t, e in r["curve"])
             console.print(f"[dim]{algo} seed {r['seed']} learning curve (EM):[/dim] {curve}")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

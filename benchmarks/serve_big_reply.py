@@ -91,6 +91,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "serve_big_reply.json"))
     args = parser.parse_args()
+    from hopgym._atomic import check_writable, write_json
+
+    check_writable(args.out)  # before the server and the load, not after them
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     code = SERVER.format(root=str(ROOT), n=args.passages)
@@ -156,7 +159,7 @@ def main() -> None:
         "load_average": os.getloadavg()[0],
     }
     print(json.dumps(result, indent=2))
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
 
 
 if __name__ == "__main__":

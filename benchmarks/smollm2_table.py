@@ -88,6 +88,7 @@ def _sft(args: argparse.Namespace) -> Path:
     """The fine-tuned model's folder: ``--sft-rounds`` rounds of ``--sft-steps`` steps, each
     continuing from the last with fresh teacher episodes (its own seed). A round whose folder
     holds a model is reused."""
+    from hopgym._atomic import write_json
     from hopgym.agents.sft import SFTRunConfig
     from hopgym.cli.train_jobs import SFTDataConfig, TrainConfig, run_sft
 
@@ -124,7 +125,7 @@ def _sft(args: argparse.Namespace) -> Path:
             print(f"[sft] {summary}", flush=True)
             summaries.append(summary)
         model = out
-    (root / "sft_summary.json").write_text(json.dumps(summaries, indent=2))
+    write_json(root / "sft_summary.json", summaries)
     return Path(model)
 
 
@@ -229,13 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--fresh", action="store_true", help="Rerun rows already written.")
     args = p.parse_args(argv)
+    from hopgym._atomic import check_folder, write_json, write_text
+
+    out = check_folder(args.out)  # before the training and the rows, not after them
 
     import torch
 
     torch.set_num_threads(args.threads)
     args.synthetic = args.synthetic or _latest("Synthetic")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     rows = [r for r in ROWS if args.hotpot or r[0] != "hot"]
     if args.rows:
         rows = [r for r in rows if _row_name(r) in args.rows]
@@ -248,12 +250,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"[row] {_row_name(row)} ...", flush=True)
         result = _run_row(args, row, sft_dir)
-        path.write_text(json.dumps(result, indent=2))
+        write_json(path, result)
         results.append(result)
         print(table([result], args).splitlines()[-1], flush=True)
     text = table(results, args)
-    (out / "table.md").write_text(text + "\n")
-    (out / "table.json").write_text(json.dumps(results, indent=2))
+    write_text(out / "table.md", text + "\n")
+    write_json(out / "table.json", results)
     print(text)
     return 0
 

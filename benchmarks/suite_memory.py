@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 
 def _status_mib(key: str) -> float:
@@ -91,7 +90,11 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.corpus, args.dense_model)))
         return
+    from hopgym._atomic import check_writable, write_json
     from hopgym.tasks import export_flashrag
+
+    if args.json:
+        check_writable(args.json)  # before the children's builds, not after them
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = export_flashrag(tmp, n_entities=args.passages, n_questions=10)[0]
@@ -124,7 +127,7 @@ def main() -> None:
     result = {"corpus_bytes": size, "bytes_per_passage": round(size / rows[0]["passages"], 1), "rows": rows}
     print(f"corpus file: {size / 2**20:.1f} MiB ({result['bytes_per_passage']} bytes per passage)")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ def _tools_model(args: argparse.Namespace) -> tuple[str, str | None]:
 
 def _sft(args: argparse.Namespace, protocol: str) -> tuple[Path, dict[str, Any]]:
     """The model fine-tuned on ``protocol``'s oracle trajectories (reused when already written)."""
+    from hopgym._atomic import write_json
     from hopgym.agents.sft import SFTRunConfig
     from hopgym.cli.train_jobs import SFTDataConfig, TrainConfig, run_sft
 
@@ -131,7 +132,7 @@ def _sft(args: argparse.Namespace, protocol: str) -> tuple[Path, dict[str, Any]]
     summary["cpu_s"] = round(time.process_time() - start, 1)
     saved = json.loads(done.read_text())  # kept with the model, for a later run that reuses it
     saved["summary"]["cpu_s"] = summary["cpu_s"]
-    done.write_text(json.dumps(saved, indent=2, default=str))
+    write_json(done, saved, default=str)
     print(f"[sft {protocol}] {summary}", flush=True)
     return out, summary
 
@@ -243,13 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", nargs="*", help="Only these rows (names as in --out, e.g. tools_sft_syn).")
     p.add_argument("--fresh", action="store_true", help="Rerun rows and SFT already written.")
     args = p.parse_args(argv)
+    from hopgym._atomic import check_folder, check_writable, write_json, write_text
+
+    out = check_folder(args.out)  # before the training and the rows, not after them
+    if args.json:
+        check_writable(args.json)
 
     import torch
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     rows = [r for r in ROWS if args.hotpot or r[2] != "hot"]
     if args.rows:
         rows = [r for r in rows if _row_name(r) in args.rows]
@@ -267,11 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[row] {_row_name(row)} ...", flush=True)
         base = args.tools_model if protocol == "tools" else args.model
         result = _run_row(args, row, str(sft[protocol][0]) if model == "sft" else base)
-        path.write_text(json.dumps(result, indent=2))
+        write_json(path, result)
         results.append(result)
         print(table([result]).splitlines()[-1], flush=True)
     text = table(results)
-    (out / "table.md").write_text(text + "\n")
+    write_text(out / "table.md", text + "\n")
     print(text)
     if args.json:
         summaries = {p: s for p, (_, s) in sft.items()}
@@ -294,11 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.notes:
             result["notes"] = args.notes
-        dst = Path(args.json)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(dst.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
-        tmp.replace(dst)
+        write_json(args.json, result, indent=1, default=str)
     return 0
 
 

@@ -73,10 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", type=Path, required=True, help="where to write the results")
     args = p.parse_args(argv)
+    from hopgym._atomic import check_writable, write_json
+
+    check_writable(args.json)  # before the commands run, not after them
     with tempfile.TemporaryDirectory() as tmp:
         rows = run(page_commands(), Path(tmp))
     result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "commands": rows}
-    args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, result)
     for row in rows:
         print(f"{row['wall_s']:7.1f} s wall {row['cpu_s']:7.1f} s CPU  {row['command']}")
     return 0

@@ -16,7 +16,6 @@ and the ratio of the largest to the smallest size's time (linear: the size ratio
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -43,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
+    from hopgym._atomic import check_writable, write_json
+
+    if args.json:
+        check_writable(args.json)  # before the timings, not after them
     sizes = sorted(args.mb)
     rows = []
     head = " ".join(f"{s:>6g} MB s/MB" for s in sizes)
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     worst_ratio = max(r["ratio"] for r in rows)
     print(f"worst: {worst:.3f} s/MB, worst ratio {worst_ratio:.2f} (size ratio {sizes[-1] / sizes[0]:g})")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+        write_json(args.json, {"rows": rows}, indent=1)
     return 0
 
 

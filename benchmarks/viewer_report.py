@@ -19,7 +19,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -31,6 +30,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import hopgym  # noqa: E402, F401
+from hopgym._atomic import check_writable, write_json  # noqa: E402
 from hopgym.agents import IterativeAgent, evaluate  # noqa: E402
 from hopgym.viewer import write_report  # noqa: E402
 
@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, nargs="+", default=[1_000, 10_000])
     parser.add_argument("--json", default=None, help="write the rows here")
     args = parser.parse_args()
+    if args.json:
+        check_writable(args.json)  # before the reports, not after them
     browser = playwright = None
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     try:
@@ -135,7 +137,7 @@ def main() -> None:
             + (f", ready {b['ready_s'] / a['ready_s']:.1f}x the time" if "ready_s" in a else "")
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+        write_json(args.json, rows)
 
 
 if __name__ == "__main__":

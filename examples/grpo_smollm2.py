@@ -397,6 +397,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
     import torch
 
     import hopgym  # noqa: F401
+    from hopgym._atomic import write_json
     from hopgym.agents.grpo import GRPORunConfig, train_grpo
     from hopgym.agents.lora import is_peft_model, trainable_parameters
     from hopgym.agents.rft import RFTRunConfig, train_rft
@@ -538,7 +539,7 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
         model.save_pretrained(out / "sft" / "checkpoint")
         tok.save_pretrained(out / "sft" / "checkpoint")
         # with its budget, for a run stopped before its results file was written
-        (out / "sft" / "checkpoint" / "sft_budget.json").write_text(json.dumps(res["sft_budget"]))
+        write_json(out / "sft" / "checkpoint" / "sft_budget.json", res["sft_budget"], indent=None)
     if a.eval_start:
         evaluate("sft")
     sft_state = copy.deepcopy(model.state_dict())
@@ -689,7 +690,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ns = p.parse_args(argv)
     if ns.curves:
         return {"png": str(draw_curves(ns.curves[0], ns.curves[1:]))}
+    from hopgym._atomic import check_writable, write_json
     from hopgym.cli import parse_kwargs
+
+    if ns.json:
+        check_writable(ns.json)  # before the training, not after it
 
     sets = parse_kwargs(ns.sets, "--set")
     for name in ("model", "methods", "out"):
@@ -712,8 +717,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     def save(res: dict[str, Any]) -> None:
         if ns.json:
-            Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(ns.json).write_text(json.dumps(result_of(res), indent=1, default=str))
+            write_json(ns.json, result_of(res), indent=1, default=str)
 
     res = run(a, save=save)
     save(res)

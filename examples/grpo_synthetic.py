@@ -273,6 +273,7 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
     import torch
 
     import hopgym  # noqa: F401
+    from hopgym._atomic import atomic_write
     from hopgym.agents.grpo import GRPORunConfig, plot_curves, train_grpo
     from hopgym.agents.rft import RFTRunConfig, keep_correct, train_rft
     from hopgym.agents.sft import EntityRenamer, SFTRunConfig, teacher_examples, train_sft
@@ -383,7 +384,8 @@ def run(a: Args, seed: int, log: Any = print) -> dict[str, Any]:
                 "sft",
             )
         }
-        torch.save({"state": model.state_dict(), "res": keep, "rng_seed": seed + 7}, cache)
+        with atomic_write(cache, "wb") as fh:  # a cut cache would be loaded by the next run
+            torch.save({"state": model.state_dict(), "res": keep, "rng_seed": seed + 7}, fh)
         rng = np.random.default_rng(seed + 7)
     log(
         f"[seed {seed}] teacher EM {res['teacher_em']:.3f}; after SFT EM {res['sft']['em']:.3f} "
@@ -634,7 +636,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "side by side) into one result, with the summary and targets over all",
     )
     ns = p.parse_args(argv)
+    from hopgym._atomic import check_writable, write_json
     from hopgym.cli import parse_kwargs
+
+    if ns.json:
+        check_writable(ns.json)  # before the seeds' runs, not after them
 
     sets = parse_kwargs(ns.sets, "--set")
     if ns.methods:
@@ -676,8 +682,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "runs": runs,
         }
         if ns.json:
-            Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(ns.json).write_text(json.dumps(result, indent=1, default=str))
+            write_json(ns.json, result, indent=1, default=str)
         return result
 
     if parts:

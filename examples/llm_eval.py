@@ -33,6 +33,7 @@ from typing import Any
 import gymnasium as gym
 
 import hopgym  # noqa: F401  (registers the ids)
+from hopgym._atomic import check_writable, write_json
 from hopgym.agents.evaluation import evaluate
 from hopgym.agents.llm import make_llm_agent
 
@@ -75,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--json", default=None, help="write the metrics here")
     p.add_argument("--trajectories", default=None, help="write every episode here (.jsonl)")
     args = p.parse_args(argv)
+    if args.json:
+        check_writable(args.json)  # before the episodes, not after them
     kwargs = {"protocol": args.protocol, **_kw(args.kw)}
     env = gym.make(args.env, **kwargs)
     agent = make_llm_agent(
@@ -113,8 +116,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         value = metrics[key]
         print(f"{key:>16}: {value:.3f}" if isinstance(value, float) else f"{key:>16}: {value}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(metrics, f, indent=2)
+        write_json(args.json, metrics)
     return metrics
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ import numpy as np
 import torch
 
 import hopgym  # noqa: F401  (registers the ids)
+from hopgym._atomic import check_writable, write_json
 from hopgym.agents import OracleAgent
 from hopgym.agents.llm import LLMAgent, SamplingParams, TransformersBackend
 from hopgym.agents.prompts import chat_messages
@@ -270,6 +270,8 @@ def sft(cfg: Config, model, tok, data) -> list[float]:
 
 
 def main(cfg: Config) -> dict:
+    if cfg.json and not cfg.convert_only:
+        check_writable(cfg.json)  # before the model and the SFT, not after them
     torch.set_num_threads(cfg.threads)
     model, tok = load(cfg)
     if cfg.convert_only:
@@ -312,8 +314,7 @@ def main(cfg: Config) -> dict:
     for name, r in (("before SFT", before), ("after SFT", after)):
         print(f"| {name} | {r['valid_turns']:.2f} | {r['answered']:.2f} | {r['em']:.2f} |")
     if cfg.json:
-        with open(cfg.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        write_json(cfg.json, result)
     return result
 
 

@@ -57,6 +57,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 import gymnasium as gym
 
 import hopgym  # noqa: F401  (registers the envs)
+from hopgym._atomic import check_writable, write_json
 from hopgym.integrations.trl import (
     EPISODE_OVER,
     environment_factory,
@@ -202,6 +203,7 @@ def main() -> None:
     parser.add_argument("--output-dir", help="TRL's checkpoints (default: runs/<json name>_run)")
     parser.add_argument("--resume", action="store_true", help="go on from the last checkpoint")
     a = parser.parse_args()
+    out = check_writable(a.json)  # before the training, not after it
 
     import torch
     from transformers import TrainerCallback
@@ -219,8 +221,6 @@ def main() -> None:
     tools = [get_json_schema(probe.answer), get_json_schema(probe.search)]  # TRL's order: by name
     samples = list(gym.make(ENV_ID, split="train").unwrapped.task.samples)
 
-    out = Path(a.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
     output_dir = Path(a.output_dir or Path("runs") / f"{out.stem}_run")
     output_dir.mkdir(parents=True, exist_ok=True)
     resume = None
@@ -240,7 +240,7 @@ def main() -> None:
         conversations = [tool_episode(factory(), s) for s in warmup]
         sft_losses, lengths = sft_warmup(model, tokenizer, conversations, tools, a.sft_steps, a.sft_lr)
         sft = {"losses": sft_losses, "seconds": round(time.time() - t0, 1), "completion_tokens": lengths}
-        sft_record.write_text(json.dumps(sft) + "\n")
+        write_json(sft_record, sft, indent=None)
     else:
         sft = json.loads(sft_record.read_text())
     sft_losses, sft_seconds = sft["losses"], sft["seconds"]
@@ -308,7 +308,7 @@ def main() -> None:
                 ]
                 row = history[-1]
                 print(f"grpo step {row['step']}/{a.steps}: reward {row['reward']:.3f}", flush=True)
-                out.write_text(json.dumps(results(complete=False), indent=1) + "\n")  # so far
+                write_json(out, results(complete=False), indent=1)  # so far
                 plot(history, out.with_suffix(".png"), title)
 
     per_step = a.group * a.groups_per_step
@@ -346,7 +346,7 @@ def main() -> None:
     )
     trainer.train(resume_from_checkpoint=resume)
     result = results(complete=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(out, result, indent=1)
     plot(history, out.with_suffix(".png"), title)
     k = max(1, len(history) // 4)
     print(

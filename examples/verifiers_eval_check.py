@@ -34,7 +34,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from hopgym._atomic import check_writable, write_text
+from hopgym._atomic import atomic_write, check_writable, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,8 +74,8 @@ def provide_chat_program(scripts_dir: Path) -> Path:
             raise RuntimeError(f"verifiers' chat program needs {module}")
     data = CHAT_PROGRAM_SOURCE.encode()
     path = scripts_dir / f"{hashlib.sha256(data).hexdigest()}.py"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    with atomic_write(path, "wb") as fh:  # the folder is made too
+        fh.write(data)
     SubprocessRuntime.scripts_dir = str(scripts_dir)
     SubprocessRuntime._interpreters[str(path)] = sys.executable
     return path

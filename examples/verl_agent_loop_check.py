@@ -130,7 +130,7 @@ def verl_config(model_dir: Path, work: Path, data: Path, n: int, num_workers: in
     import verl
     from hydra import compose, initialize_config_dir
 
-    (work / "agent_loops.yaml").write_text(AGENT_LOOPS_YAML)
+    write_text(work / "agent_loops.yaml", AGENT_LOOPS_YAML)
     overrides = [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={data}",

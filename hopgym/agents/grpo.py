@@ -50,6 +50,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from hopgym._atomic import write_text
 from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.progress import drop_log_printer
 from hopgym.agents.rollout import (
@@ -449,7 +450,7 @@ def make_curve_callback(path: str | Path) -> Any:
                 }
                 self.history.append(row)
                 log.parent.mkdir(parents=True, exist_ok=True)
-                with log.open("a") as fh:
+                with log.open("a") as fh:  # a progress log, appended a row at a time
                     fh.write(json.dumps(row) + "\n")
 
     return _Curve()
@@ -601,12 +602,13 @@ def train_grpo(
             rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
             kept = [r for r in rows if r.get("step", 0) <= step]
         rollout.calls = step // args.num_iterations  # one rollout per generation batch
-    if log_path.exists():
-        log_path.unlink()
     curve = make_curve_callback(log_path)
     if kept:
         curve.history.extend(kept)
-        log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        # The old log is replaced by its kept rows in one step: a crash here keeps the old one.
+        write_text(log_path, "".join(json.dumps(r) + "\n" for r in kept))
+    elif log_path.exists():
+        log_path.unlink()
     cbs = [curve, *callbacks]
     if config.time_limit_s is not None:
         cbs.append(TimeLimitCallback.make(config.time_limit_s))

@@ -51,6 +51,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym._atomic import write_text
 from hopgym.agents.lora import LoRAConfig, apply_lora
 from hopgym.agents.progress import quiet_logs
 from hopgym.agents.rollout import (
@@ -351,7 +352,7 @@ def train_rft(
     out.mkdir(parents=True, exist_ok=True)
     resume = round_to_resume(config.resume_from_checkpoint, out)
     log_path = out / "log.jsonl"
-    if log_path.exists():
+    if resume is None and log_path.exists():  # resumed: replaced below by the saved rows
         log_path.unlink()
     ref_model = None
     if config.track_kl:
@@ -379,8 +380,8 @@ def train_rft(
         # The clocks go on from the stopped run's (its time counts against time_limit_s too).
         t_wall, t_cpu = t_wall - res.seconds, t_cpu - res.cpu_seconds
         t_budget -= res.cpu_seconds if config.time_limit_clock == "process" else res.seconds
-        with log_path.open("w") as fh:
-            fh.writelines(json.dumps(row) + "\n" for row in res.history)
+        # The log is replaced by the saved round's rows in one step (rows after it are run again).
+        write_text(log_path, "".join(json.dumps(row) + "\n" for row in res.history))
     for rnd in range(res.rounds, config.max_rounds):
         if config.time_limit_s is not None and now() - t_budget >= config.time_limit_s:
             break
@@ -434,7 +435,7 @@ def train_rft(
             cpu_seconds=time.process_time() - t_cpu,
         )
         res.history.append(row)
-        with log_path.open("a") as fh:
+        with log_path.open("a") as fh:  # a progress log, appended a row at a time
             fh.write(json.dumps(row) + "\n")
         if config.save_rounds:
             res.seconds, res.cpu_seconds = time.perf_counter() - t_wall, time.process_time() - t_cpu

@@ -28,12 +28,12 @@ and RFT: before and after) when ``eval_split`` is given.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from hopgym._atomic import write_json
 from hopgym.agents.rollout import RolloutConfig
 from hopgym.cli._common import env_id_field, env_kw_field
 from hopgym.errors import InvalidOptionError
@@ -215,7 +215,7 @@ def _save(policy: Any, tok: Any, out: Path, configs: dict[str, Any], summary: di
         "configs": {name: dataclasses.asdict(cfg) for name, cfg in configs.items() if cfg is not None},
         "summary": summary,
     }
-    (out / "hopgym_train.json").write_text(json.dumps(meta, indent=2, default=str))
+    write_json(out / "hopgym_train.json", meta, default=str)
 
 
 def run_sft(
