@@ -376,6 +376,96 @@ def architecture() -> Path:
     return _save(fig, "architecture")
 
 
+def habit_fix_power(n_eval: int = 500) -> Path:
+    """SmolLM2's habit-fixing methods on ``n_eval`` held-out questions (``paired_eval``), one
+    panel a habit: each method of each seed at its habit measure's change from the SFT's (x; the
+    seeds 2.5 points apart, so that methods at the same change stay apart) and
+    its EM's difference from the SFT's with a 95% interval of the paired difference (y); filled
+    where ``habit_fix.goal_met`` says the goal holds, hollow where not."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import habit_fix as hf
+
+    color = {
+        "grpo": COLORS["GRPO"],
+        "grpo_unanswered": "#17becf",
+        "rft": COLORS["RFT"],
+        "continue_sft": COLORS["continue-SFT"],
+    }
+    label = {
+        "grpo": "GRPO",
+        "grpo_unanswered": "GRPO, unanswered priced",
+        "rft": "RFT",
+        "continue_sft": "continue-SFT",
+    }
+    markers = ["o", "s", "^", "D", "v"]
+    panels = {
+        "searches": "over-searching: redundant searches / episode",
+        "routing": "routing: web-search cost / episode",
+    }
+    fig, axes = plt.subplots(1, len(panels), figsize=(11, 4.6), sharey=True)
+    seeds_seen: dict[int, str] = {}
+    for ax, (family, title) in zip(axes, panels.items(), strict=True):
+        habit = hf.HABITS[family]
+        ax.axvspan(-100 * 1.05, -100 * habit.min_drop, color="#2ca02c", alpha=0.08, lw=0)
+        ax.axvline(-100 * habit.min_drop, color="#2ca02c", lw=1, ls="--")
+        ax.text(
+            -100 * habit.min_drop - 2,
+            0.98,
+            f"goal: cut ≥ {habit.min_drop:.0%}",
+            color="#2ca02c",
+            ha="right",
+            va="top",
+            transform=ax.get_xaxis_transform(),
+            fontsize=11,
+        )
+        ax.axhline(0, color="#555555", lw=1)
+        for path in sorted(RESULTS.glob(f"habit_fix_{family}_seed*_eval{n_eval}.json")):
+            d = json.loads(path.read_text(encoding="utf-8"))
+            seed, ev = d["args"]["seed"], d["summary"]
+            sft = ev.get("sft")
+            if not sft or sft["questions"] < n_eval or not sft[habit.measure]:
+                continue
+            marker = seeds_seen.setdefault(seed, markers[len(seeds_seen) % len(markers)])
+            for name, got in ev.items():
+                if name == "sft" or got["questions"] < n_eval:
+                    continue
+                n = got["vs_sft_questions"]
+                diff = (got["gained"] - got["lost"]) / n
+                var = (got["gained"] + got["lost"] - n * diff**2) / (n * (n - 1))
+                x = 100 * (got[habit.measure] - sft[habit.measure]) / sft[habit.measure]
+                x += 2.5 * (list(seeds_seen).index(seed) - 1)  # seeds at one x side by side
+                met = hf.goal_met(habit, sft, got, got)
+                c = color.get(name, "#333333")
+                ax.errorbar(x, diff, yerr=1.96 * var**0.5, fmt="none", ecolor=c, elinewidth=1.5, capsize=3)
+                ax.plot(
+                    x,
+                    diff,
+                    marker,
+                    ms=9,
+                    mew=2,
+                    color=c,
+                    mfc=c if met else "white",
+                    label=label.get(name, name),
+                )
+        ax.set_title(title)
+        ax.set_xlabel("habit measure vs SFT (%)")
+        ax.set_xlim(-105, 10)
+    axes[0].set_ylabel(f"EM − SFT's EM ({n_eval} q, 95% CI)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="none", marker="o", ms=9, color=c, label=label[m]) for m, c in color.items()]
+    handles += [
+        Line2D([], [], ls="none", marker=mk, ms=9, color="#555555", mfc="white", label=f"seed {seed}")
+        for seed, mk in sorted(seeds_seen.items())
+    ]
+    handles.append(Line2D([], [], ls="none", marker="o", ms=9, color="#555555", label="filled: goal holds"))
+    fig.legend(handles=handles, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.14), frameon=False)
+    fig.tight_layout()
+    return _save(fig, "habit_fix_power")
+
+
 FIGURES: dict[str, Callable[[], Path]] = {
     "architecture": architecture,
     "student_grpo": student_grpo,
@@ -383,6 +473,7 @@ FIGURES: dict[str, Callable[[], Path]] = {
     "sb3_learning": sb3_learning,
     "retrieval_speed": retrieval_speed,
     "peer_speed": peer_speed,
+    "habit_fix_power": habit_fix_power,
 }
 
 

@@ -274,25 +274,34 @@ def summary(res: dict[str, Any], example: Any, habit: Habit) -> dict[str, Any]:
         pair = example.paired(res["sft_right"], res[f"{m}_right"])
         drop = (base - got[habit.measure]) / base if base else None
         row = {f"{short}_sft": base, short: got[habit.measure], f"{short}_drop": drop}
-        rises = True
         if habit.rises is not None:
             key, name, _ = habit.rises
             row.update({f"{name}_sft": sft.get(key), name: got.get(key)})
-            rises = got.get(key) is not None and sft.get(key) is not None and got[key] > sft[key]
         out[m] = {
             **row,
             "em_sft": res["em_sft"],
             "em": res[f"em_{m}"],
             **pair,
-            # The goal: the measure down enough (and the other up), EM not lower (no significant
-            # loss). None where the SFT has none of the habit (its measure 0): no share of it to cut.
-            "goal_met": None
-            if drop is None
-            else drop >= habit.min_drop
-            and rises
-            and not (pair["lost"] > pair["gained"] and pair["p_value"] < 0.05),
+            "goal_met": goal_met(habit, sft, got, pair),
         }
     return out
+
+
+def goal_met(habit: Habit, sft: dict[str, Any], got: dict[str, Any], pair: dict[str, Any]) -> bool | None:
+    """Whether a method's evaluation ``got`` meets ``habit``'s goal against the SFT's ``sft`` (each
+    holding the habit's measures), ``pair`` their EM question by question (``gained``, ``lost``,
+    ``p_value``): the measure down by ``min_drop`` of the SFT's (and the other up), EM not lower
+    (no significant loss). ``None`` where the SFT has none of the habit (its measure 0): no share
+    of it to cut. The run's own evaluation and ``paired_eval``'s on more questions both use this."""
+    base = sft[habit.measure]
+    if not base:
+        return None
+    rises = True
+    if habit.rises is not None:
+        key = habit.rises[0]
+        rises = got.get(key) is not None and sft.get(key) is not None and got[key] > sft[key]
+    lost = pair["lost"] > pair["gained"] and pair["p_value"] < 0.05
+    return (base - got[habit.measure]) / base >= habit.min_drop and rises and not lost
 
 
 def run_args(

@@ -2011,6 +2011,88 @@ def habit_fix_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     return paired_evals(HABIT_FIX_EVAL_GLOB, files)
 
 
+def habit_fix_goals(files: Mapping[str, dict[str, Any]] | None = None, n_eval: int = 500) -> str:
+    """Each habit-fixing method's goal on its run's own held-out questions and on ``n_eval``
+    (``files``: name -> contents of every ``habit_fix`` results file and re-evaluation; default:
+    the committed ones). One row per method of each run (an ``_unanswered`` run's GRPO beside its
+    habit's), the habit's measure from the SFT's to the method's, EM question by question against
+    the SFT, and the goal, each judged by ``habit_fix.goal_met`` (the run's summary; the
+    re-evaluation's rows)."""
+    hf = _script("habit_fix")
+    if files is None:
+        files = {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(HABIT_FIX_GLOB))}
+    runs = {n: d for n, d in files.items() if "_eval" not in n and "habit" in d and "args" in d}
+    own = "/".join(sorted({str(d.get("test_questions", "?")) for d in runs.values()}))
+    header = [
+        "habit",
+        "seed",
+        "method",
+        f"habit measure: SFT → method ({own} q)",
+        f"EM: SFT → method, gained / lost (p) ({own} q)",
+        f"goal ({own} q)",
+        f"habit measure ({n_eval} q)",
+        f"EM ({n_eval} q)",
+        f"goal ({n_eval} q)",
+    ]
+    order = {m: i for i, m in enumerate(hf.METHODS)}
+    rows: list[tuple[tuple[Any, ...], list[str]]] = []
+    for d in runs.values():
+        habit_name = d["habit"]
+        habit, seed = hf.HABITS[habit_name], d["args"]["seed"]
+        family = habit.sft_of or habit_name
+        suffix = habit_name.removeprefix(f"{family}_") if habit.sft_of else ""
+        ev = files.get(f"habit_fix_{family}_seed{seed}_eval{n_eval}", {}).get("summary", {})
+        for m, row in hf.summary(d, hf.example, habit).items():
+            if m not in habit.methods:
+                continue
+            key = f"{m}_{suffix}" if suffix else m
+            cells = [
+                family,
+                str(seed),
+                _METHOD_NAMES[m] + (f", {suffix} priced" if suffix else ""),
+                _change(
+                    habit, row[f"{habit.short}_sft"], row[habit.short], row, habit.rises and habit.rises[1]
+                ),
+                _em_pair(row["em_sft"], row["em"], row),
+                _GOAL[row["goal_met"]],
+            ]
+            got, sft = ev.get(key), ev.get("sft")
+            if not got or not sft or min(got["questions"], sft["questions"]) < n_eval:
+                done = min(got["questions"], sft["questions"]) if got and sft else 0
+                cells += ["–", "–", f"evaluating: {done} of {n_eval}" if done else "not evaluated yet"]
+            else:
+                rises = habit.rises[0] if habit.rises else None
+                measured = {"sft": sft[rises], "got": got[rises]} if rises else {}
+                cells += [
+                    _change(habit, sft[habit.measure], got[habit.measure], measured),
+                    _em_pair(sft["em"], got["em"], got),
+                    _GOAL[hf.goal_met(habit, sft, got, got)],
+                ]
+            rows.append(((family, seed, order[m], suffix), cells))
+    return _table(header, [cells for _, cells in sorted(rows)])
+
+
+def _change(habit: Any, base: float, got: float, rises: Mapping[str, Any], rises_name: Any = None) -> str:
+    """A habit's measure from the SFT's to a method's, its change, and the measure that must rise
+    (``rises``: a run summary's ``<name>_sft`` / ``<name>`` under ``rises_name``, or ``sft`` /
+    ``got``)."""
+    text = f"{base:.2f} → {got:.2f}" + (f" ({(got - base) / base:+.0%})".replace("-", "−") if base else "")
+    if habit.rises:
+        before, after = (
+            (rises.get(f"{rises_name}_sft"), rises.get(rises_name))
+            if rises_name
+            else (rises.get("sft"), rises.get("got"))
+        )
+        if before is not None and after is not None:
+            text += f"; {habit.rises[2]} {before:.2f} → {after:.2f}"
+    return text
+
+
+def _em_pair(sft: float, got: float, pair: Mapping[str, Any]) -> str:
+    """EM from the SFT's to a method's, and the questions gained and lost (McNemar p)."""
+    return f"{sft:.3f} → {got:.3f}, +{pair['gained']} / −{pair['lost']} ({_p_value(pair['p_value'])})"
+
+
 def smollm2_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     """Checkpoint C and its runs, made again, on 500 held-out questions (``benchmarks/power_c.py``)."""
     return paired_evals("grpo_smollm2_c_eval*.json", files)
@@ -2047,6 +2129,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_step_cost": grpo_step_cost,
     "habit_fix": habit_fix,
     "habit_fix_power": habit_fix_power,
+    "habit_fix_goals": habit_fix_goals,
     "smollm2_power": smollm2_power,
     "lora_memory": lora_memory,
     "logprob_memory": logprob_memory,

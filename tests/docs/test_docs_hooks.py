@@ -195,6 +195,93 @@ def test_habit_fix_rows_of_a_run_still_going():
     assert "its SFT did not learn the habit (its routing cost / episode (web searches) is 0)" in out
 
 
+def test_habit_fix_goals_on_the_runs_questions_and_on_more():
+    """The goals table: each method's goal on its run's questions (the run's summary) and on 500
+    (its re-evaluation's rows, judged by the same ``habit_fix.goal_met``): an unanswered-priced
+    GRPO beside its habit's, a re-evaluation still going, and one not begun."""
+    qs = [f"q{i}" for i in range(10)]
+    args = {"seed": 1, "costs": {"redundancy": {"query_penalty": 0.2}}}
+    searches = {
+        "habit": "searches",
+        "args": args,
+        "test_questions": 10,
+        "sft": {"em": 0.1, "reward_terms/redundant_query": -0.5},
+        "em_sft": 0.1,
+        "sft_right": qs[:1],
+        "grpo": {"em": 0.2, "reward_terms/redundant_query": -0.1},
+        "em_grpo": 0.2,
+        "grpo_right": qs[:2],
+        "rft": {"em": 0.1, "reward_terms/redundant_query": -0.4},
+        "em_rft": 0.1,
+        "rft_right": qs[:1],
+    }
+    unanswered = {
+        **{k: v for k, v in searches.items() if not k.startswith(("grpo", "em_grpo", "rft", "em_rft"))},
+        "habit": "searches_unanswered",
+        "grpo": {"em": 0.1, "reward_terms/redundant_query": -0.2},
+        "em_grpo": 0.1,
+        "grpo_right": qs[1:2],
+    }
+    sft500 = {"questions": 500, "em": 0.116, "redundant_searches_per_episode": 2.5}
+    pair = {"gained": 18, "lost": 41, "p_value": 0.0038}
+    ev = {
+        "summary": {
+            "sft": sft500,
+            "grpo": {"questions": 200, "em": 0.1, "redundant_searches_per_episode": 0.5, **pair},
+            "grpo_unanswered": {"questions": 500, "em": 0.07, "redundant_searches_per_episode": 0.72, **pair},
+        }
+    }
+    files = {
+        "habit_fix_searches_seed1": searches,
+        "habit_fix_searches_unanswered_seed1": unanswered,
+        "habit_fix_searches_seed1_eval500": ev,
+    }
+    out = results.habit_fix_goals(files)
+    assert "| habit measure: SFT → method (10 q) |" in out.splitlines()[0]
+    rows = [line.split(" | ")[2:] for line in out.splitlines() if line.startswith("| searches")]
+    assert rows == [
+        [
+            "GRPO",
+            "2.50 → 0.50 (−80%)",
+            "0.100 → 0.200, +1 / −0 (1.000)",
+            "**met**",
+            "–",
+            "–",
+            "evaluating: 200 of 500 |",
+        ],
+        [
+            "GRPO, unanswered priced",
+            "2.50 → 1.00 (−60%)",
+            "0.100 → 0.100, +1 / −1 (1.000)",
+            "**met**",
+            "2.50 → 0.72 (−71%)",
+            "0.116 → 0.070, +18 / −41 (0.004)",
+            "not met |",
+        ],
+        [
+            "RFT",
+            "2.50 → 2.00 (−20%)",
+            "0.100 → 0.100, +0 / −0 (1.000)",
+            "not met",
+            "–",
+            "–",
+            "not evaluated yet |",
+        ],
+    ]
+    # The same rows with the loss not significant: the goal holds at 500.
+    ev["summary"]["grpo_unanswered"]["p_value"] = 0.2
+    row = next(r for r in results.habit_fix_goals(files).splitlines() if "unanswered priced" in r)
+    assert row.endswith("| 0.116 → 0.070, +18 / −41 (0.200) | **met** |")
+    # The committed files: every run's methods, each with its goal on 500 questions or why not.
+    committed = results.habit_fix_goals().splitlines()[2:]
+    assert committed and all(
+        r.split(" | ")[-1].strip(" |")
+        in {"**met**", "not met", "undefined: no habit to fix", "not evaluated yet"}
+        or r.split(" | ")[-1].startswith("evaluating: ")
+        for r in committed
+    )
+
+
 def test_habit_fix_rows_of_a_run_from_another_habits_sft():
     """``searches_unanswered`` trains GRPO only, from the ``searches`` run's SFT: its SFT row is
     that checkpoint's evaluation, no RFT or continue-SFT row is owed, and the note names the SFT."""
