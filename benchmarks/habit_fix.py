@@ -39,7 +39,10 @@ results file is written after every phase, and a phase whose results it already 
 so the same command resumes a stopped run at its first unfinished phase (an SFT that finished
 training only evaluates its saved checkpoint). SFT, GRPO and continue-SFT save a TRL checkpoint
 after every step, and RFT after every round; a phase stopped midway resumes from the newest
-one (TRL's ``resume_from_checkpoint="last"``, which hopgym's trainers act on)::
+one (TRL's ``resume_from_checkpoint="last"``, which hopgym's trainers act on). One command at a
+time writes a results file (``hopgym._atomic.sole_writer``): a second on the same ``--json`` is
+refused, naming the first one's process. Methods of one run may still be made side by side,
+each into its own ``--json``::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/habit_fix.py --preset cpu --seed 0 \\
         --json benchmarks/results/habit_fix_searches_seed0.json > /tmp/habit_fix_seed0.log 2>&1 &

@@ -26,15 +26,16 @@ default one's, so the run's own held-out questions are the first ones here (``fi
 counts how many of them each checkpoint answers as the run's evaluation did).
 
 Questions are evaluated in chunks of ``--chunk``; the results file is written after every chunk,
-and the same command resumes at the first chunk it lacks. The file records the weights each
-checkpoint's questions came from (a sha256, :func:`fingerprint`, and the question they started
-at). Weights it has no record of (a run folder made again after its checkpoints were lost, on a
-CPU whose float arithmetic differs in the last bits; or a file from before the fingerprints) go
-on only if they answer the file's first chunk again exactly as its episodes say (every outcome:
-EM, F1, reward and its terms, searches, steps, tokens); otherwise they are refused. A row's
-figures thus come from one checkpoint, or from weights shown to act alike on its first chunk.
-``--only NAME ...`` evaluates some of the run's checkpoints (those that exist; the SFT,
-which the others are paired with, is always checked)::
+and the same command resumes at the first chunk it lacks. One command at a time writes the file
+(``hopgym._atomic.sole_writer``): a second one is refused, naming the first one's process. The
+file records the weights each checkpoint's questions came from (a sha256, :func:`fingerprint`,
+and the question they started at). Weights it has no record of (a run folder made again after
+its checkpoints were lost, on a CPU whose float arithmetic differs in the last bits; or a file
+from before the fingerprints) go on only if they answer the file's first chunk again exactly as
+its episodes say (every outcome: EM, F1, reward and its terms, searches, steps, tokens);
+otherwise they are refused. A row's figures thus come from one checkpoint, or from weights shown
+to act alike on its first chunk. ``--only NAME ...`` evaluates some of the run's checkpoints
+(those that exist; the SFT, which the others are paired with, is always checked)::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/paired_eval.py \\
         --run benchmarks/results/habit_fix_searches_seed0.json \\
