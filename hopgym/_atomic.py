@@ -344,7 +344,7 @@ def sole_writer(path: str | os.PathLike[str]) -> Iterator[Path]:
         ...             pass
         ...     except OutputFileError as err:
         ...         print(err.reason.split(" (")[0])
-        another process is writing it
+        another command is writing it
     """
     import fcntl
 
@@ -365,7 +365,7 @@ def sole_writer(path: str | os.PathLike[str]) -> Iterator[Path]:
                 raise OutputFileError(out, f"cannot be locked ({reason_of(exc)}: {lock})") from exc
             raise OutputFileError(
                 out,
-                f"another process is writing it (process {holder}, {lock}); wait for it to end, "
+                f"another command is writing it (process {holder}, {lock}); wait for it to end, "
                 "or write another file",
             ) from exc
         # Held; but the holder before may have removed the lock file as it let go (between our

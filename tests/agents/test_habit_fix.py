@@ -300,7 +300,7 @@ def test_paired_eval_reevaluates_every_checkpoint_on_more_questions_and_resumes(
         before = held.read_text()
         with (
             sole_writer(held),
-            pytest.raises(OutputFileError, match=f"another process is writing it \\(process {os.getpid()}"),
+            pytest.raises(OutputFileError, match=f"another command is writing it \\(process {os.getpid()}"),
         ):
             script.main(args)
         assert held.read_text() == before
