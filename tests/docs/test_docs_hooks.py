@@ -195,6 +195,19 @@ def test_habit_fix_rows_of_a_run_still_going():
     assert "its SFT did not learn the habit (its routing cost / episode (web searches) is 0)" in out
 
 
+def _sft_and_grpo(qs: list[str]) -> dict:
+    """An over-searching run's SFT and GRPO evaluations (``qs``: its held-out questions): the
+    repeats cut from 2.5 to 0.5 an episode (at 0.2 a repeat), one question right, then two."""
+    return {
+        "sft": {"em": 0.1, "reward_terms/redundant_query": -0.5},
+        "em_sft": 0.1,
+        "sft_right": qs[:1],
+        "grpo": {"em": 0.2, "reward_terms/redundant_query": -0.1},
+        "em_grpo": 0.2,
+        "grpo_right": qs[:2],
+    }
+
+
 def test_habit_fix_goals_on_the_runs_questions_and_on_more():
     """The goals table: each method's goal on its run's questions (the run's summary) and on 500
     (its re-evaluation's rows, judged by the same ``habit_fix.goal_met``): an unanswered-priced
@@ -205,12 +218,7 @@ def test_habit_fix_goals_on_the_runs_questions_and_on_more():
         "habit": "searches",
         "args": args,
         "test_questions": 10,
-        "sft": {"em": 0.1, "reward_terms/redundant_query": -0.5},
-        "em_sft": 0.1,
-        "sft_right": qs[:1],
-        "grpo": {"em": 0.2, "reward_terms/redundant_query": -0.1},
-        "em_grpo": 0.2,
-        "grpo_right": qs[:2],
+        **_sft_and_grpo(qs),
         "rft": {"em": 0.1, "reward_terms/redundant_query": -0.4},
         "em_rft": 0.1,
         "rft_right": qs[:1],
@@ -303,12 +311,7 @@ def test_habit_fix_rows_of_a_run_from_another_habits_sft():
             "sft": {"cpu_seconds": 600.0, "resumed_from": "runs/habit_fix/cpu_seed1/sft/checkpoint"},
             "grpo": {"cpu_seconds": 2000.0},
         },
-        "sft": {"em": 0.1, "reward_terms/redundant_query": -0.5},
-        "em_sft": 0.1,
-        "sft_right": qs[:1],
-        "grpo": {"em": 0.2, "reward_terms/redundant_query": -0.1},
-        "em_grpo": 0.2,
-        "grpo_right": qs[:2],
+        **_sft_and_grpo(qs),
     }
     out = results.habit_fix({"habit_fix_searches_unanswered_seed1": d})
     rows = [line for line in out.splitlines() if line.startswith("| searches_unanswered")]
