@@ -333,7 +333,7 @@ def sole_writer(path: str | os.PathLike[str]) -> Iterator[Path]:
     refusal. POSIX only.
 
     Raises:
-        OutputFileError: another process holds ``path``, or the lock file cannot be made.
+        OutputFileError: another command (or block) holds ``path``, or the lock file cannot be made.
 
     Example:
         >>> import tempfile, pathlib
