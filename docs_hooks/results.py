@@ -2050,9 +2050,7 @@ def habit_fix_goals(files: Mapping[str, dict[str, Any]] | None = None, n_eval: i
                 family,
                 str(seed),
                 _METHOD_NAMES[m] + (f", {suffix} priced" if suffix else ""),
-                _change(
-                    habit, row[f"{habit.short}_sft"], row[habit.short], row, habit.rises and habit.rises[1]
-                ),
+                _change(habit, row[f"{habit.short}_sft"], row[habit.short], *_rising(habit, row, 1)),
                 _em_pair(row["em_sft"], row["em"], row),
                 _GOAL[row["goal_met"]],
             ]
@@ -2061,10 +2059,10 @@ def habit_fix_goals(files: Mapping[str, dict[str, Any]] | None = None, n_eval: i
                 done = min(got["questions"], sft["questions"]) if got and sft else 0
                 cells += ["–", "–", f"evaluating: {done} of {n_eval}" if done else "not evaluated yet"]
             else:
-                rises = habit.rises[0] if habit.rises else None
-                measured = {"sft": sft[rises], "got": got[rises]} if rises else {}
                 cells += [
-                    _change(habit, sft[habit.measure], got[habit.measure], measured),
+                    _change(
+                        habit, sft[habit.measure], got[habit.measure], *_rising(habit, {**got, "sft": sft})
+                    ),
                     _em_pair(sft["em"], got["em"], got),
                     _GOAL[hf.goal_met(habit, sft, got, got)],
                 ]
@@ -2072,19 +2070,22 @@ def habit_fix_goals(files: Mapping[str, dict[str, Any]] | None = None, n_eval: i
     return _table(header, [cells for _, cells in sorted(rows)])
 
 
-def _change(habit: Any, base: float, got: float, rises: Mapping[str, Any], rises_name: Any = None) -> str:
-    """A habit's measure from the SFT's to a method's, its change, and the measure that must rise
-    (``rises``: a run summary's ``<name>_sft`` / ``<name>`` under ``rises_name``, or ``sft`` /
-    ``got``)."""
+def _rising(habit: Any, row: Mapping[str, Any], name: int = 0) -> tuple[Any, Any]:
+    """The measure that must rise, the SFT's and the method's: a run summary's ``<name>_sft`` and
+    ``<name>`` (``name=1``: the summary's name), or a re-evaluation row's key with the SFT's row
+    under ``"sft"``; ``(None, None)`` for a habit without one."""
+    if not habit.rises:
+        return None, None
+    key = habit.rises[name]
+    return (row.get(f"{key}_sft"), row.get(key)) if name else (row["sft"].get(key), row.get(key))
+
+
+def _change(habit: Any, base: float, got: float, rise_before: Any = None, rise_after: Any = None) -> str:
+    """A habit's measure from the SFT's to a method's with its change, and the measure that must
+    rise from ``rise_before`` to ``rise_after`` (where both are known)."""
     text = f"{base:.2f} → {got:.2f}" + (f" ({(got - base) / base:+.0%})".replace("-", "−") if base else "")
-    if habit.rises:
-        before, after = (
-            (rises.get(f"{rises_name}_sft"), rises.get(rises_name))
-            if rises_name
-            else (rises.get("sft"), rises.get("got"))
-        )
-        if before is not None and after is not None:
-            text += f"; {habit.rises[2]} {before:.2f} → {after:.2f}"
+    if habit.rises and rise_before is not None and rise_after is not None:
+        text += f"; {habit.rises[2]} {rise_before:.2f} → {rise_after:.2f}"
     return text
 
 
