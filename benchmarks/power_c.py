@@ -17,7 +17,12 @@ reproducible bit for bit on this machine (the table's checkpoints A and B, one c
 
     OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py > /tmp/power_c.log 2>&1 &
 
-About 13 CPU hours of training at one thread, and 7 evaluations of 500 questions.
+About 13 CPU hours of training at one thread, and 7 evaluations of 500 questions. The runs after
+the first only start from C's SFT, so a second command can make some of them beside the first
+once that SFT is trained (``--runs``: those runs only, no evaluation); each run is made under a
+lock on its results file, so two commands never make one run::
+
+    OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py --runs grpo_seed3 rft > /tmp/c2.log 2>&1 &
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from habit_fix import CHECKPOINTS, add_set_option, load_example  # noqa: E402
 from paired_eval import checkpoints, evaluate  # noqa: E402
 
-from hopgym._atomic import check_writable  # noqa: E402
+from hopgym._atomic import check_writable, sole_writer  # noqa: E402
 
 #: The table's C-runs as committed: (name in the evaluation, method, run folder, settings).
 #: ``{C}`` is C's SFT checkpoint. The first makes C and its seed-2 GRPO in one run.
@@ -88,23 +93,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--n-eval", type=int, default=500)
     p.add_argument("--n-questions", type=int, default=2500)
     add_set_option(p, "Settings over every run's (tests: a smaller budget).")
+    p.add_argument(
+        "--runs",
+        nargs="+",
+        default=None,
+        choices=[name for name, *_ in RUNS],
+        help="Make these runs only (those after the first once C's SFT is trained), and no "
+        "evaluation. Default: every run not made yet, then the evaluation.",
+    )
     ns = p.parse_args(argv)
-    check_writable(ns.json)  # before hours of training, not at the evaluation after them
+    if ns.runs is None:
+        check_writable(ns.json)  # before hours of training, not at the evaluation after them
     example = load_example()
     root = Path(ns.root)
-    c_sft = root / "long" / "sft" / "checkpoint"
+    c_sft = root / RUNS[0][2] / "sft" / "checkpoint"
     runs: dict[str, dict[str, Any]] = {}
     for name, method, folder, sets in RUNS:
+        if ns.runs is not None and name not in ns.runs:
+            continue
         results = root / f"{folder}.json"
-        run = json.loads(results.read_text()) if results.exists() else {}
-        if f"em_{method}" not in run:
-            model = ns.model if folder == "long" else str(c_sft)
-            kv = [*sets.split(), *(f"{k}={v!r}" for k, v in KEEP_CHECKPOINTS.items()), *ns.sets]
-            argv_run = ["--preset", ns.preset, "--model", model, "--methods", method]
-            print(f"[power_c] {name}: {' '.join(kv)}", flush=True)
-            example.main([*argv_run, "--out", str(root / folder), "--json", str(results), "--set", *kv])
-            run = json.loads(results.read_text())
+        if folder != RUNS[0][2] and not (c_sft / "sft_budget.json").exists():
+            raise SystemExit(
+                f"{c_sft}: C's SFT is not trained yet, and the {name} run starts from it; "
+                f"run `python benchmarks/power_c.py --runs {RUNS[0][0]}` first (it trains C, then its GRPO)"
+            )
+        with sole_writer(check_writable(results)):  # two commands never make one run
+            run = json.loads(results.read_text()) if results.exists() else {}
+            if f"em_{method}" not in run:
+                model = ns.model if folder == RUNS[0][2] else str(c_sft)
+                kv = [*sets.split(), *(f"{k}={v!r}" for k, v in KEEP_CHECKPOINTS.items()), *ns.sets]
+                argv_run = ["--preset", ns.preset, "--model", model, "--methods", method]
+                print(f"[power_c] {name}: {' '.join(kv)}", flush=True)
+                example.main([*argv_run, "--out", str(root / folder), "--json", str(results), "--set", *kv])
+                run = json.loads(results.read_text())
         runs[name] = {"run": run, "method": method}
+    if ns.runs is not None:
+        return {"made": {name: r["run"].get(f"em_{r['method']}") for name, r in runs.items()}}
     specs = {"sft": checkpoints(runs["grpo"]["run"])["sft"]}
     for name, r in runs.items():
         specs[name] = checkpoints(r["run"])[r["method"]]

@@ -431,3 +431,37 @@ def test_power_habits_makes_lost_checkpoints_again_and_never_mixes_weights(
     Path("results/habit_fix_searches_seed0.json").write_text(json.dumps(run))
     with pytest.raises(SystemExit, match="settings now differ from the run's in sft_lr"):
         power.main([*argv, "--habit", "searches"])
+
+
+def test_power_c_runs_some_runs_beside_another_command(load_script, tmp_path: Path, monkeypatch):
+    """``power_c.py --runs``: the named runs only, no evaluation; a run after the first waits for
+    C's SFT (the command to train it named); a run another command is making is refused."""
+    power_c = load_script("benchmarks/power_c.py", "power_c_script")
+    root = tmp_path / "c"
+    made: list[str] = []
+
+    def fake_main(argv):  # one run's results file, as examples/grpo_smollm2.py writes it
+        out, results = Path(argv[argv.index("--out") + 1]), Path(argv[argv.index("--json") + 1])
+        made.append(out.name)
+        method = argv[argv.index("--methods") + 1]
+        if out.name == "long":
+            (out / "sft" / "checkpoint").mkdir(parents=True)
+            (out / "sft" / "checkpoint" / "sft_budget.json").write_text("{}")
+        results.write_text(json.dumps({f"em_{method}": 0.25}))
+
+    monkeypatch.setattr(power_c, "load_example", lambda: type("Example", (), {"main": staticmethod(fake_main)}))
+    monkeypatch.setattr(power_c, "evaluate", lambda *a, **k: pytest.fail("--runs evaluated"))
+    argv = ["--root", str(root), "--json", str(tmp_path / "e.json")]
+    with pytest.raises(SystemExit, match=r"C's SFT is not trained yet.*power_c.py --runs grpo"):
+        power_c.main([*argv, "--runs", "grpo_seed3"])
+    assert made == []
+    assert power_c.main([*argv, "--runs", "grpo"]) == {"made": {"grpo": 0.25}}
+    with sole_writer(root / "long3.json"):  # another command is making grpo_seed3
+        with pytest.raises(OutputFileError, match="long3.json.*another command is writing it"):
+            power_c.main([*argv, "--runs", "rft", "grpo_seed3"])  # in RUNS' order: grpo_seed3 first
+    assert made == ["long"]
+    assert power_c.main([*argv, "--runs", "grpo_seed3"]) == {"made": {"grpo_seed3": 0.25}}
+    assert power_c.main([*argv, "--runs", "grpo_seed3", "rft"]) == {"made": {"grpo_seed3": 0.25, "rft": 0.25}}
+    assert made == ["long", "long3", "rftC"]  # a run made already is not made again
+    with pytest.raises(SystemExit):  # names outside RUNS are refused by argparse
+        power_c.main([*argv, "--runs", "sft"])
