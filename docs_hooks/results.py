@@ -1978,8 +1978,14 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
                 ]
             )
     if not rows:
-        rows.append(["no re-evaluation yet", *["–"] * (len(header) - 1)])
-    return _table(header, rows)
+        return _table(["checkpoint", "questions", "held-out EM"], [["no re-evaluation yet", "–", "–"]])
+    # A habit's columns only where some file is of a habit (checkpoint C's runs are of none).
+    keep = [i for i, name in enumerate(header) if name not in _HABIT_COLUMNS or any(r[i] != "–" for r in rows)]
+    return _table([header[i] for i in keep], [[r[i] for i in keep] for r in rows])
+
+
+#: :func:`paired_evals`' columns that only a habit-fix run's files fill.
+_HABIT_COLUMNS = ("habit", "habit measure", "right-source rate")
 
 
 def _holds(row: dict[str, Any]) -> str:
