@@ -5,7 +5,8 @@ checkpoint (C: the ``cpu`` preset's SFT with seed 2), two 20-step GRPO runs (see
 and continue-SFT on the same budget, and two GRPO runs with dynamic sampling, each on 100 held-out
 questions: its gains of 0.04-0.05 were about one standard error. C's checkpoint and its runs are
 gone, so this script runs their committed commands again (:data:`RUNS`, the table's own
-settings; only the run folders move under ``--root`` and every phase keeps its last checkpoint),
+settings; the run folders move under ``--root``, every phase keeps its last checkpoint, training
+is pinned to fp32 as the table's was, and GRPO's loss runs one episode a pass: ``_SAME_STEP``),
 then evaluates the SFT and every run's final checkpoint greedily on the same 500 held-out
 questions with ``benchmarks/paired_eval.py``, each paired with the SFT (gained, lost, exact
 McNemar p).
@@ -43,8 +44,18 @@ from paired_eval import checkpoints, evaluate  # noqa: E402
 from hopgym._atomic import check_writable, sole_writer  # noqa: E402
 
 #: The table's C-runs as committed: (name in the evaluation, method, run folder, settings).
-#: ``{C}`` is C's SFT checkpoint. The first makes C and its seed-2 GRPO in one run.
+#: The first makes C and its seed-2 GRPO in one run; the others start from C's SFT checkpoint.
+#: Two settings are pinned that the table's runs got from their machine or that change only
+#: float rounding (:data:`_SAME_STEP`).
 _LONG = "questions_per_step=2 group_size=8"
+#: - ``bf16=False``: the table's runs trained in fp32 (their CPU had no bf16 instructions, and
+#:   ``bf16=None`` follows the CPU: their results files' ``train_fields``); on a CPU with bf16
+#:   the same command would train under bf16 autocast.
+#: - ``micro_batch=1 gradient_checkpointing=False``: GRPO's loss one episode a pass, activations
+#:   kept (``benchmarks/grpo_step_profile.py``'s ``after``): the same update up to float
+#:   rounding in 0.72x the CPU time and under half the memory of the table's one pass of 16
+#:   episodes with checkpointing, so that two runs fit the machine side by side.
+_SAME_STEP = "bf16=False micro_batch=1 gradient_checkpointing=False"
 RUNS: tuple[tuple[str, str, str, str], ...] = (
     ("grpo", "grpo", "long", f"seed=2 grpo_steps=20 {_LONG} grpo_lr=1e-5"),
     (
@@ -121,7 +132,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             run = json.loads(results.read_text()) if results.exists() else {}
             if f"em_{method}" not in run:
                 model = ns.model if folder == RUNS[0][2] else str(c_sft)
-                kv = [*sets.split(), *(f"{k}={v!r}" for k, v in KEEP_CHECKPOINTS.items()), *ns.sets]
+                keep = [f"{k}={v!r}" for k, v in KEEP_CHECKPOINTS.items()]
+                kv = [*sets.split(), *_SAME_STEP.split(), *keep, *ns.sets]
                 argv_run = ["--preset", ns.preset, "--model", model, "--methods", method]
                 print(f"[power_c] {name}: {' '.join(kv)}", flush=True)
                 example.main([*argv_run, "--out", str(root / folder), "--json", str(results), "--set", *kv])

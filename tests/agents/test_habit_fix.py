@@ -328,6 +328,9 @@ def test_power_c_makes_every_run_again_and_pairs_its_final_checkpoints(
         assert res["summary"][name]["questions"] == 4 and "p_value" in res["summary"][name]
     run = json.loads((tmp_path / "c" / "long3.json").read_text())
     assert run["args"]["seed"] == 3 and run["args"]["trl"]["save_strategy"] == "steps"
+    # fp32 as the table's runs trained, on any CPU; GRPO's loss one episode a pass, activations kept.
+    assert run["train_fields"]["grpo"] == {"bf16": False, "gradient_checkpointing": False}
+    assert run["args"]["micro_batch"] == 1
     # Everything done: a second call runs nothing again.
     example = power_c.load_example()
     monkeypatch.setattr(power_c, "load_example", lambda: example)
