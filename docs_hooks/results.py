@@ -1778,6 +1778,7 @@ HABIT_FIX_CURVES = (
     ("env/reward", "reward"),
     ("env/reward_terms/redundant_query", "repeated-query term"),
     ("env/reward_terms/search_cost", "search-cost term"),
+    ("env/reward_terms/unanswered", "unanswered term"),
     ("env/searches_per_episode", "searches / episode"),
     ("env/right_source_rate", "right-source rate"),
     ("env/em", "sampled EM"),
@@ -1800,14 +1801,10 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     file's contents; default: every committed ``habit_fix_*_seed*.json``): the habit's measure
     and its change from the SFT's, held-out EM, gained / lost against the SFT and McNemar p, CPU
     seconds, and the goal, computed from the file by ``habit_fix.summary``; then each run's
-    settings and the phases it has not finished (a run still going), the goals, and one picture
-    per habit of the GRPO and RFT per-step curves."""
+    settings and the phases it has not finished (a run still going), and the goals. The per-step
+    curves are :func:`habit_fix_curves`'."""
     hf = _script("habit_fix")
-    if files is None:
-        evals = set(RESULTS.glob(HABIT_FIX_EVAL_GLOB))
-        files = {
-            p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(HABIT_FIX_GLOB)) if p not in evals
-        }
+    files = _habit_fix_runs() if files is None else files
     header = [
         "habit",
         "seed",
@@ -1820,7 +1817,7 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
         "CPU s (phase)",
         "goal",
     ]
-    rows, notes, curves = [], [], {}
+    rows, notes = [], []
     for name, d in files.items():
         habit_name = d.get("habit", "searches")  # files before --habit: the over-searching one
         habit = hf.HABITS[habit_name]
@@ -1895,18 +1892,38 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
             )
             + f"{d['test_questions']} held-out questions; {state}{untaught}{resumed}."
         )
-        for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
-            if d.get(key):
-                curves.setdefault(habit_name, {})[f"{label} seed {a['seed']}"] = d[key]
     if not rows:
         rows.append(["no results file yet", *["–"] * (len(header) - 1)])
     goals = [f"- **{n}**: {h.goal}." for n, h in hf.HABITS.items()]
-    parts = [_table(header, rows), "", *notes, "", "Goals:", "", *goals]
-    for habit_name, runs in curves.items():
-        png = _curves_png(runs, f"{habit_name}: per-step curves of GRPO and RFT after the SFT")
-        alt = f"Per-step curves of the {habit_name} runs (GRPO, RFT)"
+    return "\n".join([_table(header, rows), "", *notes, "", "Goals:", "", *goals])
+
+
+def _habit_fix_runs() -> dict[str, dict[str, Any]]:
+    """Every committed habit-fix run's results file (not the re-evaluations), name -> contents."""
+    evals = set(RESULTS.glob(HABIT_FIX_EVAL_GLOB))
+    return {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(HABIT_FIX_GLOB)) if p not in evals}
+
+
+def habit_fix_curves(files: Mapping[str, dict[str, Any]] | None = None) -> str:
+    """One picture per habit of the per-step curves of every GRPO and RFT run of it (the
+    unanswered-priced GRPO beside the plain one): reward, each cost term, searches, right-source
+    rate, sampled EM, KL to the start and entropy (:data:`HABIT_FIX_CURVES`), from the runs'
+    results files (``files``: name -> contents; default: :func:`habit_fix`'s)."""
+    hf = _script("habit_fix")
+    curves: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for d in (_habit_fix_runs() if files is None else files).values():
+        habit_name = d.get("habit", "searches")  # files before --habit: the over-searching one
+        family = hf.HABITS[habit_name].sft_of or habit_name
+        priced = ", unanswered priced" if family != habit_name else ""
+        for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
+            if d.get(key):
+                curves.setdefault(family, {})[f"{label}{priced}, seed {d['args']['seed']}"] = d[key]
+    parts = []
+    for family, runs in sorted(curves.items(), key=lambda kv: kv[0] != "searches"):
+        png = _curves_png(dict(sorted(runs.items())), f"{family}: per-step curves of GRPO and RFT after the SFT")
+        alt = f"Per-step curves of the {family} runs (GRPO, RFT)"
         parts += ["", f"![{alt}](data:image/png;base64,{png})" if png else f"({alt}: needs matplotlib.)"]
-    return "\n".join(parts)
+    return "\n".join(parts[1:]) if parts else "(no habit-fix run has per-step curves yet)"
 
 
 def _curves_png(runs: dict[str, list[dict[str, Any]]], title: str) -> str | None:
@@ -2137,6 +2154,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "habit_fix": habit_fix,
     "habit_fix_power": habit_fix_power,
     "habit_fix_goals": habit_fix_goals,
+    "habit_fix_curves": habit_fix_curves,
     "smollm2_power": smollm2_power,
     "lora_memory": lora_memory,
     "logprob_memory": logprob_memory,

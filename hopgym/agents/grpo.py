@@ -490,21 +490,23 @@ def plot_curves(
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.0 * nrows), squeeze=False)
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
+    handles: dict[str, Any] = {}  # one per run, from the first panel it is drawn in
     for ax, (key, name) in zip(list(axes.flat)[: len(panels)], panels, strict=True):
-        for label, rows in runs.items():
+        for i, (label, rows) in enumerate(runs.items()):
             pts = [(h["step"], h[key]) for h in rows if key in h]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label or None)
+            if pts:  # a run keeps its colour in every panel, also where another run has no curve
+                (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], color=f"C{i % 10}")
+                handles.setdefault(label, line)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if len(runs) > 1:  # below the panels, where it hides no curve
-        handles, labels = axes[0][0].get_legend_handles_labels()
+    if len(runs) > 1:  # below the panels, where it hides no curve; in the runs' order
+        labels = [label for label in runs if label in handles]
         legend_rows = -(-len(labels) // 3)
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8)
+        fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8)
         fig.tight_layout(rect=(0, (0.07 * legend_rows + 0.02) / nrows, 1, 1))
     else:
         fig.tight_layout()

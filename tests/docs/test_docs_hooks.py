@@ -39,6 +39,9 @@ def test_results_tables_hold_the_json_figures(name):
     if table.startswith("```text\n"):  # a run's printed lines, shown as they were printed
         assert table.endswith("\n```") and table.count("\n") >= 3
         return
+    if table.startswith("!["):  # pictures (habit_fix_curves), one a paragraph
+        assert all(p.startswith("![") and "](data:image/png;base64," in p for p in table.split("\n\n"))
+        return
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert len(rows) >= 3 and len({row.count("|") for row in rows}) == 1  # header, rule, rows: one width
 
@@ -135,7 +138,7 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
     assert power == rows
 
 
-def test_habit_fix_rows_of_a_run_still_going():
+def test_habit_fix_rows_of_a_run_still_going(monkeypatch):
     """The habit-fix table from a results file with the SFT and GRPO done: their rows, the goal
     computed from the file, the phases still to run, and the per-step curves."""
     qs = [f"q{i}" for i in range(10)]
@@ -181,7 +184,18 @@ def test_habit_fix_rows_of_a_run_still_going():
     assert "1536 tokens a trajectory (2 of 96 SFT examples longer), RFT keeping the right episodes" in out
     assert "still to run: RFT, continue-SFT." in out
     pytest.importorskip("matplotlib")
-    assert "](data:image/png;base64," in out
+    assert "data:image" not in out  # the curves are habit_fix_curves'
+    curves = results.habit_fix_curves({"habit_fix_routing_seed1": d})
+    assert curves.startswith("![Per-step curves of the routing runs (GRPO, RFT)](data:image/png;base64,")
+    # One picture per habit: the unanswered-priced GRPO beside the plain one, named so.
+    drawn = []
+    monkeypatch.setattr(results, "_curves_png", lambda runs, title: drawn.append((list(runs), title)))
+    priced = {**d, "habit": "routing_unanswered", "args": {**d["args"], "seed": 4}}
+    results.habit_fix_curves({"a": d, "b": priced, "c": {**d, "habit": "searches"}})
+    assert drawn == [
+        (["GRPO, seed 1"], "searches: per-step curves of GRPO and RFT after the SFT"),
+        (["GRPO, seed 1", "GRPO, unanswered priced, seed 4"], "routing: per-step curves of GRPO and RFT after the SFT"),
+    ]
     # A phase that went on from a checkpoint after a stop: its CPU seconds marked, the note says so.
     d["phases"]["grpo"]["resumed_from"] = "grpo/checkpoint-3"
     out = results.habit_fix({"habit_fix_routing_seed1": d})

@@ -1,0 +1,32 @@
+"""``hopgym.agents.grpo.plot_curves``: several runs on the same panels, where some runs lack a
+curve (RFT has no KL, only one GRPO prices an unanswered episode)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("matplotlib")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from hopgym.agents.grpo import plot_curves  # noqa: E402
+
+
+def test_each_run_keeps_its_colour_and_legend_entry_where_another_lacks_a_curve(tmp_path, monkeypatch):
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (figures.append(fig), close(fig)))
+    runs = {
+        "RFT": [{"step": s, "reward": 0.1 * s} for s in (1, 2)],  # no KL: not in the second panel
+        "GRPO": [{"step": s, "reward": 0.2 * s, "kl": 0.01 * s} for s in (1, 2)],
+        "GRPO priced": [{"step": s, "reward": 0.3 * s, "kl": 0.02 * s} for s in (1, 2)],
+    }
+    path = plot_curves(runs, tmp_path / "c.png", [("reward", "reward"), ("kl", "KL"), ("none", "absent")])
+    assert path is not None and path.stat().st_size > 0
+    (fig,) = figures
+    reward, kl = [ax for ax in fig.axes if ax.get_visible()]  # the panel no run has is left out
+    colour = [line.get_color() for line in reward.get_lines()]
+    assert len(set(colour)) == 3
+    assert [line.get_color() for line in kl.get_lines()] == colour[1:]  # not shifted by RFT's gap
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == list(runs)
+    assert [h.get_color() for h in legend.legend_handles] == colour
