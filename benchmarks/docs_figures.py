@@ -22,6 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
+from hopgym._atomic import save_figure  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 OUT = ROOT / "docs" / "img"
@@ -55,10 +57,10 @@ def _load(name: str) -> Any:
 
 
 def _save(fig: Any, name: str) -> Path:
-    path = OUT / f"{name}.png"
-    fig.savefig(path, dpi=200, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, OUT / f"{name}.png", dpi=200, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def _smooth(values: list[float], window: int = 10) -> list[float]:

@@ -104,7 +104,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hopgym._atomic import atomic_write, check_writable, write_json, write_text  # noqa: E402
+from hopgym._atomic import atomic_write, check_writable, save_figure, write_json, write_text  # noqa: E402
 from hopgym.corpora.datasets import load_corpus  # noqa: E402
 from hopgym.corpora.types import Passage  # noqa: E402
 from hopgym.retrieval.dense import DenseRetriever, make_embedder  # noqa: E402
@@ -260,8 +260,8 @@ def real_vectors(
                 t = time.perf_counter()
                 pv = model.encode([p.contents for p in passages[start:stop]])
                 seconds = time.perf_counter() - t
-            np.savez(f.with_suffix(".part.npz"), p=pv, seconds=seconds)
-            f.with_suffix(".part.npz").rename(f)
+            with atomic_write(f, "wb") as fh:  # a later run loads it whenever it exists
+                np.savez(fh, p=pv, seconds=seconds)
             print(f"encoded passages {start:,}-{stop:,}: {(stop - start) / seconds:.1f}/s", flush=True)
         chunk = np.load(f)
         got.append(chunk["p"])
@@ -270,7 +270,9 @@ def real_vectors(
     if not fq.is_file():
         model = model or make_embedder("default", threads=2, batch_size=64)
         with torch.inference_mode():
-            np.save(fq, model.encode(queries, kind="query"))
+            qv = model.encode(queries, kind="query")
+            with atomic_write(fq, "wb") as fh:  # a later run loads it whenever it exists
+                np.save(fh, qv)
     rate = sum(c for c, _ in rates) / max(sum(s for _, s in rates), 1e-9)
     return {"passages": np.concatenate(got), "queries": np.load(fq), "rate": rate}
 
@@ -591,7 +593,8 @@ def cold_child(index: str, advise: str, counts: list[int], qfile: str) -> dict[s
 
 def cold_rows(index: Path, qv: np.ndarray, counts: list[int]) -> list[dict[str, Any]]:
     qfile = index.parent / "cold-queries.npy"
-    np.save(qfile, qv)
+    with atomic_write(qfile, "wb") as fh:
+        np.save(fh, qv)
     rows = []
     for advise in ("random", "normal"):
         got = subprocess.run(
@@ -750,7 +753,7 @@ def plot(result: dict[str, Any], png: str) -> None:
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(png, dpi=90)
+    save_figure(fig, png, dpi=90)
 
 
 #: What a run measures (``--parts``).

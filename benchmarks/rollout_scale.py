@@ -74,7 +74,7 @@ from rich.table import Table  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hopgym._atomic import check_writable, write_json, write_text  # noqa: E402
+from hopgym._atomic import atomic_write, check_writable, write_json, write_text  # noqa: E402
 from hopgym.agents import OracleAgent  # noqa: E402
 from hopgym.agents.evaluation import run_episode  # noqa: E402
 from hopgym.agents.iterative import IterativeAgent  # noqa: E402
@@ -559,7 +559,8 @@ def dense_retriever(task: QATask, cache_dir: Path, random_vectors: bool) -> Retr
         else:
             console.print(f"encoding {len(passages):,} passages with MiniLM (once; cached in {path}) ...")
             x = embedder.encode([p.contents for p in passages], kind="passage", show_progress=True)
-            np.save(path, x)
+            with atomic_write(path, "wb") as fh:  # a later run loads it whenever it exists
+                np.save(fh, x)
     return DenseRetriever(passages, embedder=embedder, embeddings=x)
 
 

@@ -57,7 +57,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 import gymnasium as gym
 
 import hopgym  # noqa: F401  (registers the envs)
-from hopgym._atomic import check_writable, write_json
+from hopgym._atomic import check_writable, save_figure, write_json
 from hopgym.integrations.trl import (
     EPISODE_OVER,
     environment_factory,
@@ -168,8 +168,10 @@ def plot(history: list[dict[str, Any]], out: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, out, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def main() -> None:

@@ -7,10 +7,11 @@ index) goes through here:
   read-only path is refused at once, naming the file;
 - :func:`check_folder` does the same for a folder that files will be written in;
 - :func:`check_distinct` refuses two outputs given the same path (one would overwrite the other);
-- :func:`atomic_write` (and :func:`write_text`, :func:`write_json`) writes to a temporary file in
-  the destination's own folder, flushes and ``fsync``\\ s it, then renames it over the destination
-  with ``os.replace``: a reader sees the old file or the new one, never a cut one, and a full disk
-  or a kill mid-write leaves the old file (or none) plus no temporary file behind;
+- :func:`atomic_write` (and :func:`write_text`, :func:`write_json`, :func:`save_figure`) writes
+  to a temporary file in the destination's own folder, flushes and ``fsync``\\ s it, then
+  renames it over the destination with ``os.replace``: a reader sees the old file or the new
+  one, never a cut one, and a full disk or a kill mid-write leaves the old file (or none) plus no
+  temporary file behind;
 - :func:`sole_writer` keeps a second process from writing a file that one updates over a long
   run (a results file saved after every chunk and read back to resume): each would save over the
   other's rows;
@@ -58,6 +59,7 @@ __all__ = [
     "atomic_write",
     "write_text",
     "write_json",
+    "save_figure",
     "sole_writer",
     "atomic_directory",
     "publish_file",
@@ -281,6 +283,16 @@ def write_json(
     """
     text = json.dumps(data, indent=indent, default=default) + "\n"
     write_text(path, text)
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **savefig: Any) -> Path:
+    """Save a matplotlib figure to ``path`` atomically (:func:`atomic_write`); its format is the
+    file's suffix (``.png``, ``.svg``, ``.pdf``). ``savefig``: more of ``Figure.savefig``'s
+    options (``dpi``, ``bbox_inches``)."""
+    out = Path(path)
+    with atomic_write(out, "wb") as fh:
+        fig.savefig(fh, format=out.suffix.lstrip(".") or "png", **savefig)
+    return out
 
 
 @contextlib.contextmanager

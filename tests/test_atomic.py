@@ -18,6 +18,7 @@ from hopgym._atomic import (
     atomic_write,
     check_distinct,
     check_writable,
+    save_figure,
     sole_writer,
     write_json,
     write_text,
@@ -73,6 +74,22 @@ def test_an_error_in_the_block_keeps_the_old_file(tmp_path):
         raise KeyboardInterrupt
     assert path.read_text() == "kept\n"
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_save_figure_writes_the_suffix_format_and_a_full_disk_keeps_the_old_picture(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    png, svg = tmp_path / "c.png", tmp_path / "c.svg"
+    assert save_figure(fig, png, dpi=50) == png and png.read_bytes().startswith(b"\x89PNG")
+    assert save_figure(fig, svg).read_text().lstrip().startswith("<?xml")
+    old = png.read_bytes()
+    _full_disk(monkeypatch, after=100)
+    with pytest.raises(OutputFileError, match="c.png: no space left"):
+        save_figure(fig, png, dpi=80)
+    plt.close(fig)
+    assert png.read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.png", "c.svg"]
 
 
 def test_write_json_encodes_before_touching_the_file(tmp_path):

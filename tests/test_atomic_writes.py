@@ -5,13 +5,16 @@ Every ``.py`` under ``hopgym/``, ``benchmarks/`` and ``examples/`` is parsed (no
 these calls are refused, naming file:line: ``X.write_text(...)``, ``X.write_bytes(...)``,
 ``json.dump(...)``, and an ``open`` that writes: ``open(path, "w")`` (and ``io.open``,
 ``os.fdopen``, ``gzip.open``, ...; modes with ``w``, ``a``, ``x`` or ``+``, or a mode that is not
-a literal) and ``path.open("w")``. ``hopgym/_atomic.py``, where the helpers live, is not checked;
-examples in docstrings are strings, not calls.
+a literal) and ``path.open("w")``; and the writers that take a path: ``fig.savefig(...)``,
+``np.save`` / ``np.savez`` / ``np.savez_compressed``, ``array.tofile(...)`` and FAISS's
+``write_index``, unless they write into the file of a ``with atomic_write(...) as fh``.
+``hopgym/_atomic.py``, where the helpers live, is not checked; examples in docstrings are
+strings, not calls.
 
-Write through ``hopgym._atomic`` instead (``write_text``, ``write_json``, ``atomic_write``,
-``atomic_directory``), or, where a raw write is right (a progress log appended a row at a time,
-a file in a build folder renamed into place afterwards, ``/proc``), add the file and the
-function it is in to ``ALLOWED`` with the reason.
+Write through ``hopgym._atomic`` instead (``write_text``, ``write_json``, ``save_figure``,
+``atomic_write``, ``atomic_directory``), or, where a raw write is right (a progress log appended
+a row at a time, a file in a build folder renamed into place afterwards, ``/proc``), add the
+file and the function it is in to ``ALLOWED`` with the reason.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "passages.jsonl inside the index folder (build_index builds it in atomic_directory's build "
         "folder); the manifest, written last through its .tmp and os.replace, makes it an index"
     ),
+    ("hopgym/retrieval/index_store.py", "_save_dense"): (
+        "dense.faiss inside the index folder, which build_index builds in atomic_directory's build "
+        "folder and save_index's manifest, written last, makes an index"
+    ),
     ("hopgym/retrieval/dense.py", "DenseRetriever._build_compressed"): (
         "the .part file of vectors streamed while building (too large to hold in memory), "
         "renamed into the index folder by save_index"
@@ -57,6 +64,13 @@ ALLOWED: dict[tuple[str, str], str] = {
 
 #: Modules whose ``open(file, mode, ...)`` takes the mode second, as the builtin does.
 OPEN_MODULES = {"io", "os", "gzip", "bz2", "lzma", "codecs", "builtins"}
+#: Writers given a path or a file first: a method of any object (a figure, an array) or a
+#: function of NumPy / FAISS.
+PATH_METHODS = {"savefig", "tofile"}
+PATH_FUNCTIONS = {
+    "numpy": {"save", "savez", "savez_compressed"},
+    "faiss": {"write_index", "write_index_binary"},
+}
 MODE = re.compile(r"^[rwxabtU+]+$")
 
 
@@ -75,6 +89,8 @@ class _Writes(ast.NodeVisitor):
         self.json_names = {"json"}  # names bound to the json module
         self.dump_names: set[str] = set()  # names bound to json.dump
         self.atomic_names: set[str] = set()  # names bound to hopgym._atomic
+        self.modules = {"np": "numpy", "numpy": "numpy", "faiss": "faiss"}  # name -> module
+        self.handles: list[str] = []  # files of the enclosing `with atomic_write(...) as fh`
 
     # -- names that imports bind
     def visit_Import(self, node: ast.Import) -> None:
@@ -83,6 +99,8 @@ class _Writes(ast.NodeVisitor):
                 self.json_names.add(alias.asname or "json")
             elif alias.name == "hopgym._atomic" and alias.asname:
                 self.atomic_names.add(alias.asname)
+            elif alias.name in PATH_FUNCTIONS:
+                self.modules[alias.asname or alias.name] = alias.name
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         for alias in node.names:
@@ -106,6 +124,16 @@ class _Writes(ast.NodeVisitor):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._scoped(node, node.name)
 
+    def visit_With(self, node: ast.With) -> None:
+        bound = [
+            item.optional_vars.id
+            for item in node.items
+            if isinstance(item.optional_vars, ast.Name) and _is_atomic_write(item.context_expr)
+        ]
+        self.handles += bound
+        self.generic_visit(node)
+        del self.handles[len(self.handles) - len(bound) :]
+
     # -- the calls
     def visit_Call(self, node: ast.Call) -> None:
         what = self._write(node)
@@ -128,6 +156,11 @@ class _Writes(ast.NodeVisitor):
             return None  # _atomic.write_text(...): the helper
         if func.attr in ("write_text", "write_bytes"):
             return f".{func.attr}(...)"
+        if func.attr in PATH_METHODS or func.attr in PATH_FUNCTIONS.get(self.modules.get(owner or ""), ()):
+            target = node.args[0] if node.args else None
+            if isinstance(target, ast.Name) and target.id in self.handles:
+                return None  # into the file of a `with atomic_write(...) as fh`
+            return f".{func.attr}(...)"
         if func.attr == "dump" and owner in self.json_names:
             return "json.dump(...)"
         if func.attr == "fdopen" and owner == "os":
@@ -139,6 +172,15 @@ class _Writes(ast.NodeVisitor):
                 return _open_mode(node, 1, literal_only=False)
             return _open_mode(node, 0, literal_only=True)  # path.open("w")
         return None
+
+
+def _is_atomic_write(expr: ast.expr) -> bool:
+    """``atomic_write(...)`` or ``<module>.atomic_write(...)``."""
+    if not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    return name == "atomic_write"
 
 
 def _open_mode(node: ast.Call, position: int, *, literal_only: bool) -> str | None:
@@ -201,12 +243,32 @@ def test_every_allowed_entry_still_writes() -> None:
         ("class C:\n    def g(self, p):\n        p.open('w')\n", ["C.g"]),
         ("import gzip\ndef f(p):\n    gzip.open(p, 'wt')\n", ["f"]),
         ("import os\ndef f(fd):\n    os.fdopen(fd, 'wb')\n", ["f"]),
+        ("def f(fig, p):\n    fig.savefig(p, dpi=90)\n", ["f"]),
+        ("import numpy as np\ndef f(p, x):\n    np.save(p, x)\n    x.tofile(p)\n", ["f", "f"]),
+        ("import numpy as onp\ndef f(p, x):\n    onp.savez_compressed(p, x=x)\n", ["f"]),
+        ("import faiss\ndef f(i, p):\n    faiss.write_index(i, str(p))\n", ["f"]),
+        # the same writers into the file of an atomic write (only inside its block)
+        (
+            "def f(fig, p, x):\n    with atomic_write(p, 'wb') as fh:\n        fig.savefig(fh)\n"
+            "        np.save(fh, x)\n    np.save(fh, x)\n",
+            ["f"],
+        ),
+        (  # the atomic write's file is `out`, not `fh`
+            "def f(p, x):\n    with _atomic.atomic_write(p, 'wb') as out, open(p) as fh:\n"
+            "        np.save(fh, x)\n",
+            ["f"],
+        ),
         # reads, flags, helpers and look-alikes are not writes
         ("def f(p):\n    open(p)\n    open(p, 'rb')\n    p.open()\n    p.open('r')\n", []),
         ("import os\ndef f(p):\n    os.open(p, os.O_WRONLY)\n", []),
         ("async def f(s):\n    await s.open('ws')\n", []),
         ("from hopgym._atomic import write_text\ndef f(p):\n    write_text(p, 'x')\n", []),
         ("from hopgym import _atomic\ndef f(p):\n    _atomic.write_text(p, 'x')\n", []),
+        (  # an object's own save(path) is not NumPy's
+            "def f(p, x, ws):\n    with atomic_write(p, 'wb') as fh:\n        np.save(fh, x)\n"
+            "    ws.save(p)\n",
+            [],
+        ),
         ('def f():\n    """>>> p.write_text("x")"""\n', []),
     ],
 )

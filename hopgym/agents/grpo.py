@@ -50,7 +50,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hopgym._atomic import write_text
+from hopgym._atomic import save_figure, write_text
 from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.progress import drop_log_printer
 from hopgym.agents.rollout import (
@@ -501,18 +501,19 @@ def plot_curves(
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if len(runs) > 1:  # below the panels, where it hides no curve; in the runs' order
         labels = [label for label in runs if label in handles]
         legend_rows = -(-len(labels) // 3)
-        fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8)
+        fig.legend(
+            [handles[k] for k in labels], labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8
+        )
         fig.tight_layout(rect=(0, (0.07 * legend_rows + 0.02) / nrows, 1, 1))
     else:
         fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, dpi=90)
+    finally:
+        plt.close(fig)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from hopgym._atomic import save_figure
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError, InvalidOptionTypeError
 
 if TYPE_CHECKING:
@@ -543,8 +544,7 @@ def plot_curves(result: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_title(f"{result['env']}")
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    try:
+        return save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
