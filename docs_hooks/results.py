@@ -1920,7 +1920,9 @@ def habit_fix_curves(files: Mapping[str, dict[str, Any]] | None = None) -> str:
                 curves.setdefault(family, {})[f"{label}{priced}, seed {d['args']['seed']}"] = d[key]
     parts = []
     for family, runs in sorted(curves.items(), key=lambda kv: kv[0] != "searches"):
-        png = _curves_png(dict(sorted(runs.items())), f"{family}: per-step curves of GRPO and RFT after the SFT")
+        png = _curves_png(
+            dict(sorted(runs.items())), f"{family}: per-step curves of GRPO and RFT after the SFT"
+        )
         alt = f"Per-step curves of the {family} runs (GRPO, RFT)"
         parts += ["", f"![{alt}](data:image/png;base64,{png})" if png else f"({alt}: needs matplotlib.)"]
     return "\n".join(parts[1:]) if parts else "(no habit-fix run has per-step curves yet)"
@@ -1997,7 +1999,9 @@ def paired_evals(pattern: str, files: Mapping[str, dict[str, Any]] | None = None
     if not rows:
         return _table(["checkpoint", "questions", "held-out EM"], [["no re-evaluation yet", "–", "–"]])
     # A habit's columns only where some file is of a habit (checkpoint C's runs are of none).
-    keep = [i for i, name in enumerate(header) if name not in _HABIT_COLUMNS or any(r[i] != "–" for r in rows)]
+    keep = [
+        i for i, name in enumerate(header) if name not in _HABIT_COLUMNS or any(r[i] != "–" for r in rows)
+    ]
     return _table([header[i] for i in keep], [[r[i] for i in keep] for r in rows])
 
 

@@ -452,7 +452,9 @@ def test_power_c_runs_some_runs_beside_another_command(load_script, tmp_path: Pa
             (out / "sft" / "checkpoint" / "sft_budget.json").write_text("{}")
         results.write_text(json.dumps({f"em_{method}": 0.25}))
 
-    monkeypatch.setattr(power_c, "load_example", lambda: type("Example", (), {"main": staticmethod(fake_main)}))
+    monkeypatch.setattr(
+        power_c, "load_example", lambda: type("Example", (), {"main": staticmethod(fake_main)})
+    )
     monkeypatch.setattr(power_c, "evaluate", lambda *a, **k: pytest.fail("--runs evaluated"))
     argv = ["--root", str(root), "--json", str(tmp_path / "e.json")]
     with pytest.raises(SystemExit, match=r"C's SFT is not trained yet.*power_c.py --runs grpo"):

@@ -105,8 +105,7 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
     }  # fmt: skip
     rows = [r for r in results.habit_fix_power({"x": d}).splitlines() if r.startswith("| searches")]
     assert rows == [
-        "| searches | 0 | SFT | 500 of 500 | 0.150 | 2.80 | – | – | – | 100 of 100 | not recorded "
-        "| 3,000 |",
+        "| searches | 0 | SFT | 500 of 500 | 0.150 | 2.80 | – | – | – | 100 of 100 | not recorded | 3,000 |",
         "| searches | 0 | GRPO | 100 of 500 | 0.200 | 0.30 | +14 / −4 | 0.031 | **yes: a gain** "
         "| 99 of 100 | `0123456789ab` | 700 |",
     ]  # no right-source column: the searches habit has no such rate
@@ -194,7 +193,10 @@ def test_habit_fix_rows_of_a_run_still_going(monkeypatch):
     results.habit_fix_curves({"a": d, "b": priced, "c": {**d, "habit": "searches"}})
     assert drawn == [
         (["GRPO, seed 1"], "searches: per-step curves of GRPO and RFT after the SFT"),
-        (["GRPO, seed 1", "GRPO, unanswered priced, seed 4"], "routing: per-step curves of GRPO and RFT after the SFT"),
+        (
+            ["GRPO, seed 1", "GRPO, unanswered priced, seed 4"],
+            "routing: per-step curves of GRPO and RFT after the SFT",
+        ),
     ]
     # A phase that went on from a checkpoint after a stop: its CPU seconds marked, the note says so.
     d["phases"]["grpo"]["resumed_from"] = "grpo/checkpoint-3"
