@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 import hopgym  # noqa: F401  (registers the ids)
-from hopgym._atomic import check_writable, write_json
+from hopgym._atomic import atomic_directory, check_writable, write_json
 from hopgym.agents import OracleAgent
 from hopgym.agents.llm import LLMAgent, SamplingParams, TransformersBackend
 from hopgym.agents.prompts import chat_messages
@@ -131,8 +131,10 @@ def load(cfg: Config):
         model.config.quantization_config = None
         if hasattr(model, "is_quantized"):
             model.is_quantized = False
-        model.save_pretrained(cfg.model_dir)
-        tok.save_pretrained(cfg.model_dir)
+        # Swapped in whole: a later run loads the folder whenever its config.json is there.
+        with atomic_directory(cfg.model_dir) as build:
+            model.save_pretrained(build)
+            tok.save_pretrained(build)
     print(
         f"loaded {type(model).__name__} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M "
         f"parameters) in {time.perf_counter() - start:.0f} s"
