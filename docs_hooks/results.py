@@ -1934,7 +1934,8 @@ def _curves_png(runs: dict[str, list[dict[str, Any]]], title: str) -> str | None
     from hopgym.agents.grpo import plot_curves
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = plot_curves(runs, Path(tmp) / "curves.png", HABIT_FIX_CURVES, title=title, columns=4)
+        # Two panels a row at 110 dpi: about the content column's width, so shown at full size.
+        path = plot_curves(runs, Path(tmp) / "curves.png", HABIT_FIX_CURVES, title=title, columns=2, dpi=110)
         return base64.b64encode(path.read_bytes()).decode("ascii") if path else None
 
 

@@ -462,6 +462,7 @@ def plot_curves(
     keys: Sequence[str | tuple[str, str]] = CURVE_KEYS,
     title: str = "GRPO",
     columns: int | None = None,
+    dpi: int = 90,
 ) -> Path | None:
     """One panel per key of ``keys`` against ``step``, in one PNG; ``None`` without matplotlib.
 
@@ -472,6 +473,7 @@ def plot_curves(
         keys: log keys, or ``(key, panel title)`` pairs; a key no row has is left out.
         title: the figure's title.
         columns: panels per row (``None``: every panel in one row).
+        dpi: pixels per inch of the PNG (a panel is 3.2 x 3.0 inches).
     """
     try:
         import matplotlib
@@ -487,7 +489,10 @@ def plot_curves(
         return None
     ncols = min(columns or len(panels), len(panels))
     nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.0 * nrows), squeeze=False)
+    # Constrained layout places the title, the panels and a legend outside them without overlap.
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(3.2 * ncols, 3.0 * nrows), squeeze=False, layout="constrained"
+    )
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     handles: dict[str, Any] = {}  # one per run, from the first panel it is drawn in
@@ -500,18 +505,23 @@ def plot_curves(
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    if len(runs) > 1:  # below the panels, where it hides no curve; in the runs' order
+    # A tall figure has its legend at the top, not after several rows of panels, titled with the
+    # figure's title (constrained layout would set a suptitle over it).
+    top = len(runs) > 1 and nrows > 2
+    if not top:
+        fig.suptitle(title, fontsize=10)
+    if len(runs) > 1:  # outside the panels, where it hides no curve; in the runs' order
         labels = [label for label in runs if label in handles]
-        legend_rows = -(-len(labels) // 3)
         fig.legend(
-            [handles[k] for k in labels], labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8
+            [handles[k] for k in labels],
+            labels,
+            loc="outside upper center" if top else "outside lower center",
+            ncol=min(len(labels), 3),
+            fontsize=8,
+            **({"title": title, "title_fontsize": 10, "frameon": False} if top else {}),
         )
-        fig.tight_layout(rect=(0, (0.07 * legend_rows + 0.02) / nrows, 1, 1))
-    else:
-        fig.tight_layout()
     try:
-        return save_figure(fig, path, dpi=90)
+        return save_figure(fig, path, dpi=dpi)
     finally:
         plt.close(fig)
 

@@ -30,3 +30,20 @@ def test_each_run_keeps_its_colour_and_legend_entry_where_another_lacks_a_curve(
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == list(runs)
     assert [h.get_color() for h in legend.legend_handles] == colour
+
+
+def test_a_tall_figure_has_its_legend_under_the_title_at_the_top(tmp_path, monkeypatch):
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (figures.append(fig), close(fig)))
+    keys = [f"k{i}" for i in range(6)]
+    runs = {name: [{"step": s, **dict.fromkeys(keys, s)} for s in (1, 2)] for name in ("GRPO", "RFT")}
+    plot_curves(runs, tmp_path / "c.png", keys, title="habit: curves", columns=2)
+    plot_curves(runs, tmp_path / "wide.png", keys, title="habit: curves")
+    tall, wide = figures
+    (legend,) = tall.legends
+    assert legend.get_title().get_text() == "habit: curves" and tall._suptitle is None
+    assert legend.get_window_extent().y0 > max(ax.get_window_extent().y1 for ax in tall.axes)
+    (legend,) = wide.legends  # one row of panels: the title above, the legend below
+    assert legend.get_title().get_text() == "" and wide._suptitle.get_text() == "habit: curves"
+    assert legend.get_window_extent().y1 < min(ax.get_window_extent().y0 for ax in wide.axes)
