@@ -1,5 +1,5 @@
 """``hopgym.agents.grpo.plot_curves``: several runs on the same panels, where some runs lack a
-curve (RFT has no KL, only one GRPO prices an unanswered episode)."""
+curve (only the unanswered-priced GRPO of a habit has the unanswered term)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_each_run_keeps_its_colour_and_legend_entry_where_another_lacks_a_curve(
     close = plt.close
     monkeypatch.setattr(plt, "close", lambda fig=None: (figures.append(fig), close(fig)))
     runs = {
-        "RFT": [{"step": s, "reward": 0.1 * s} for s in (1, 2)],  # no KL: not in the second panel
+        "RFT": [{"step": s, "reward": 0.1 * s} for s in (1, 2)],  # no "kl": not in the second panel
         "GRPO": [{"step": s, "reward": 0.2 * s, "kl": 0.01 * s} for s in (1, 2)],
         "GRPO priced": [{"step": s, "reward": 0.3 * s, "kl": 0.02 * s} for s in (1, 2)],
     }
