@@ -397,6 +397,9 @@ def train(
             "seconds": time.perf_counter() - t0,
             "cpu_seconds": time.process_time() - c0,
             "threads": int(os.environ["OMP_NUM_THREADS"]),
+            # The phase's bf16 autocast or fp32 (bf16=None follows the machine's CPU) and
+            # gradient checkpointing: SFT's fields for SFT, RFT's rounds and continue-SFT.
+            "train_fields": got["train_fields"]["grpo" if name == "grpo" else "sft"],
             # The checkpoint a stopped phase went on from: its seconds count this process only.
             **({"resumed_from": start} if start else {}),
         }

@@ -480,7 +480,12 @@ def _vs_sft(pair: dict[str, Any] | None) -> str:
 
 def _precision(d: dict[str, Any]) -> str:
     """What GRPO trained in: bf16 autocast where the CPU had it, fp32 where not."""
-    return "bf16 autocast" if d["train_fields"]["grpo"].get("bf16") else "fp32"
+    return _dtype(d["train_fields"]["grpo"].get("bf16"))
+
+
+def _dtype(bf16: bool | None) -> str:
+    """A trainer's ``bf16`` field in words."""
+    return "bf16 autocast" if bf16 else "fp32"
 
 
 def bf16_cpu() -> str:
@@ -1890,12 +1895,25 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
                 if "rft" in habit.methods
                 else ""
             )
-            + f"{d['test_questions']} held-out questions; {state}{untaught}{resumed}."
+            + f"{d['test_questions']} held-out questions, {_phases_precision(phases)}; "
+            + f"{state}{untaught}{resumed}."
         )
     if not rows:
         rows.append(["no results file yet", *["–"] * (len(header) - 1)])
     goals = [f"- **{n}**: {h.goal}." for n, h in hf.HABITS.items()]
     return "\n".join([_table(header, rows), "", *notes, "", "Goals:", "", *goals])
+
+
+def _phases_precision(phases: Mapping[str, Mapping[str, Any]]) -> str:
+    """How a habit-fix run's phases trained: in fp32, in bf16 autocast, each phase's where they
+    differ, or "precision not recorded" (files from before ``phases.<name>.train_fields``; with
+    ``bf16=None`` a run follows its CPU)."""
+    got = {m: p["train_fields"].get("bf16") for m, p in phases.items() if p.get("train_fields")}
+    if not got:
+        return "precision not recorded"
+    if len(set(got.values())) == 1:
+        return f"trained in {_dtype(next(iter(got.values())))}"
+    return "trained in " + ", ".join(f"{_dtype(v)} ({_METHOD_NAMES[m]})" for m, v in got.items())
 
 
 def _habit_fix_runs() -> dict[str, dict[str, Any]]:

@@ -38,6 +38,9 @@ def test_smoke_runs_every_phase_and_resumes(habit_fix, tiny_model_dir: Path, tmp
     assert res["args"]["rft"]["keep"] == "best"  # RFT keeps the highest-return right episodes
     assert set(res["phases"]) == {"sft", "grpo", "rft", "continue_sft"}
     assert not any("resumed_from" in p for p in res["phases"].values())  # each phase from the start
+    # Each phase records how it trained (bf16=None follows the CPU; GRPO checkpoints by default).
+    assert res["phases"]["grpo"]["train_fields"]["gradient_checkpointing"] is True
+    assert res["phases"]["rft"]["train_fields"]["gradient_checkpointing"] is False
     assert res["args"]["teacher"] == {"extra_searches": 1}
     for name in ("sft", "grpo", "rft", "continue_sft"):
         assert res[name]["redundant_searches_per_episode"] >= 0.0

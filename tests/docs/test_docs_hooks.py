@@ -182,6 +182,16 @@ def test_habit_fix_rows_of_a_run_still_going(monkeypatch):
     ]
     assert "1536 tokens a trajectory (2 of 96 SFT examples longer), RFT keeping the right episodes" in out
     assert "still to run: RFT, continue-SFT." in out
+    assert "100 held-out questions" not in out and "10 held-out questions, precision not recorded;" in out
+    # How each phase trained, where the file records it.
+    fields = {"bf16": False, "gradient_checkpointing": False}
+    d["phases"]["sft"]["train_fields"] = fields
+    d["phases"]["grpo"]["train_fields"] = {**fields, "gradient_checkpointing": True}
+    assert "10 held-out questions, trained in fp32;" in results.habit_fix({"x": d})
+    d["phases"]["grpo"]["train_fields"]["bf16"] = True
+    assert "trained in fp32 (SFT), bf16 autocast (GRPO);" in results.habit_fix({"x": d})
+    for p in d["phases"].values():
+        del p["train_fields"]
     pytest.importorskip("matplotlib")
     assert "data:image" not in out  # the curves are habit_fix_curves'
     curves = results.habit_fix_curves({"habit_fix_routing_seed1": d})
