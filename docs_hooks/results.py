@@ -1807,7 +1807,7 @@ def habit_fix(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     and its change from the SFT's, held-out EM, gained / lost against the SFT and McNemar p, CPU
     seconds, and the goal, computed from the file by ``habit_fix.summary``; then each run's
     settings and the phases it has not finished (a run still going), and the goals. The per-step
-    curves are :func:`habit_fix_curves`'."""
+    curves are drawn by :func:`habit_fix_curves`."""
     hf = _script("habit_fix")
     files = _habit_fix_runs() if files is None else files
     header = [
@@ -1916,6 +1916,13 @@ def _phases_precision(phases: Mapping[str, Mapping[str, Any]]) -> str:
     return "trained in " + ", ".join(f"{_dtype(v)} ({_METHOD_NAMES[m]})" for m, v in got.items())
 
 
+def _family(hf: Any, habit_name: str) -> tuple[str, str]:
+    """A habit's family (the habit whose SFT it starts from, or itself) and what it prices on top
+    (``routing_unanswered`` -> ``("routing", "unanswered")``; ``routing`` -> ``("routing", "")``)."""
+    family = hf.HABITS[habit_name].sft_of or habit_name
+    return family, habit_name.removeprefix(f"{family}_") if family != habit_name else ""
+
+
 def _habit_fix_runs() -> dict[str, dict[str, Any]]:
     """Every committed habit-fix run's results file (not the re-evaluations), name -> contents."""
     evals = set(RESULTS.glob(HABIT_FIX_EVAL_GLOB))
@@ -1930,9 +1937,8 @@ def habit_fix_curves(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     hf = _script("habit_fix")
     curves: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for d in (_habit_fix_runs() if files is None else files).values():
-        habit_name = d.get("habit", "searches")  # files before --habit: the over-searching one
-        family = hf.HABITS[habit_name].sft_of or habit_name
-        priced = ", unanswered priced" if family != habit_name else ""
+        family, suffix = _family(hf, d.get("habit", "searches"))  # files before --habit: searches
+        priced = f", {suffix} priced" if suffix else ""
         for key, label in (("grpo_history", "GRPO"), ("rft_history", "RFT")):
             if d.get(key):
                 curves.setdefault(family, {})[f"{label}{priced}, seed {d['args']['seed']}"] = d[key]
@@ -2085,8 +2091,7 @@ def habit_fix_goals(files: Mapping[str, dict[str, Any]] | None = None, n_eval: i
     for d in runs.values():
         habit_name = d["habit"]
         habit, seed = hf.HABITS[habit_name], d["args"]["seed"]
-        family = habit.sft_of or habit_name
-        suffix = habit_name.removeprefix(f"{family}_") if habit.sft_of else ""
+        family, suffix = _family(hf, habit_name)
         ev = files.get(f"habit_fix_{family}_seed{seed}_eval{n_eval}", {}).get("summary", {})
         for m, row in hf.summary(d, hf.example, habit).items():
             if m not in habit.methods:
