@@ -12,9 +12,11 @@ questions with ``benchmarks/paired_eval.py``, each paired with the SFT (gained, 
 McNemar p).
 
 Every step resumes: a run whose results file has its method's EM is skipped, a stopped run goes
-on from its newest checkpoint, and the evaluation from its last saved chunk. The SFT is not
-reproducible bit for bit on this machine (the table's checkpoints A and B, one command, scored
-0.270 and 0.310), so this C is a new draw of the same recipe::
+on from its newest checkpoint, and the evaluation from its last saved chunk. SFT did not repeat
+bit for bit between the table's checkpoints A and B (one command, 0.270 and 0.310), so after
+the runs every run made so far is set beside the table's results file (``--compare-json``:
+held-out EM, final loss, the per-step log step by step), and the docs say from it whether the
+remade C is the table's::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py > /tmp/power_c.log 2>&1 &
 
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from habit_fix import CHECKPOINTS, add_set_option, load_example  # noqa: E402
 from paired_eval import checkpoints, evaluate  # noqa: E402
 
-from hopgym._atomic import check_writable, sole_writer  # noqa: E402
+from hopgym._atomic import check_writable, sole_writer, write_json  # noqa: E402
 
 #: The table's C-runs as committed: (name in the evaluation, method, run folder, settings).
 #: The first makes C and its seed-2 GRPO in one run; the others start from C's SFT checkpoint.
@@ -85,6 +87,21 @@ RUNS: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
+#: Each run's results file in the table (``benchmarks/results/<name>.json``), the logs a remade run
+#: is compared with (:func:`compare_with_table`).
+TABLE: dict[str, str] = {
+    "grpo": "grpo_smollm2_cpu_seed2_long",
+    "grpo_seed3": "grpo_smollm2_cpu_seed2_long_seed3",
+    "rft": "grpo_smollm2_cpu_seed2_long_rft",
+    "continue_sft": "grpo_smollm2_cpu_seed2_long_continue_sft",
+    "grpo_dynamic": "grpo_smollm2_cpu_seed2_dynamic",
+    "grpo_dynamic_seed3": "grpo_smollm2_cpu_seed2_dynamic_seed3",
+}
+#: The per-step log's entries compared (the step's sampled reward and EM, searches, KL to the start
+#: and entropy), and the difference below which two float logs count as the same.
+STEP_KEYS = ("env/reward", "env/em", "env/searches_per_episode", "policy/kl_ref", "policy/entropy")
+SAME_TO = 1e-4
+
 #: Each phase keeps its last checkpoint (TRL's for SFT, GRPO and continue-SFT; RFT's last round)
 #: and resumes from it.
 KEEP_CHECKPOINTS: dict[str, Any] = {
@@ -95,12 +112,79 @@ KEEP_CHECKPOINTS: dict[str, Any] = {
 }
 
 
+def compare_with_table(root: Path, table_dir: Path) -> dict[str, Any]:
+    """Each run made under ``root`` beside the table's (:data:`TABLE`): per phase, held-out EM on
+    the run's own questions, the final training loss, how it trained, CPU seconds and threads,
+    and the per-step log, step by
+    step (:data:`STEP_KEYS`: how many steps agree to :data:`SAME_TO`, the largest difference per
+    entry, and both logs, so the file shows the remake's without ``runs/``). Runs not made yet are
+    left out."""
+    runs: dict[str, Any] = {}
+    for name, method, folder, _ in RUNS:
+        path = root / f"{folder}.json"
+        if not path.exists():
+            continue
+        made, table = (
+            json.loads(path.read_text()),
+            json.loads((table_dir / f"{TABLE[name]}.json").read_text()),
+        )
+        phases = {}
+        for phase in ("sft", method) if name == RUNS[0][0] else (method,):
+            if f"em_{phase}" not in made:
+                continue
+            budgets = table.get(f"{phase}_budget", {}), made.get(f"{phase}_budget", {})
+            entry: dict[str, Any] = {
+                "em": [table.get(f"em_{phase}"), made[f"em_{phase}"]],
+                "final_loss": [b.get("final_loss") for b in budgets],
+                "cpu_seconds": [b.get("cpu_seconds") for b in budgets],
+                "train_fields": [d.get("train_fields", {}).get(phase) for d in (table, made)],
+            }
+            logs = table.get(f"{phase}_history"), made.get(f"{phase}_history")
+            if logs[0] and logs[1]:
+                entry["steps"] = _compare_logs(*logs)
+            phases[phase] = entry
+        runs[name] = {
+            "table_file": TABLE[name],
+            "test_questions": [table.get("test_questions"), made.get("test_questions")],
+            "threads": [table.get("threads"), made.get("threads")],
+            "phases": phases,
+        }
+    return {
+        "same_to": SAME_TO,
+        "step_keys": list(STEP_KEYS),
+        "runs": runs,
+        "to_make": [n for n, *_ in RUNS if n not in runs],
+    }
+
+
+def _compare_logs(table: list[dict[str, Any]], made: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two per-step logs step by step (:func:`compare_with_table`)."""
+    pairs = list(zip(table, made, strict=False))
+    keys = [k for k in STEP_KEYS if all(k in a and k in b for a, b in pairs)]
+    diff = {k: max(abs(a[k] - b[k]) for a, b in pairs) for k in keys}
+    same = sum(all(abs(a[k] - b[k]) <= SAME_TO for k in keys) for a, b in pairs)
+    return {
+        "table_steps": len(table),
+        "made_steps": len(made),
+        "same_steps": same,
+        "max_difference": diff,
+        "table": [{k: a[k] for k in ("step", *keys) if k in a} for a in table],
+        "made": [{k: b[k] for k in ("step", *keys) if k in b} for b in made],
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default="runs/power_c", help="Where the runs' folders and results go.")
     p.add_argument("--preset", default="cpu", help="examples/grpo_smollm2.py's preset (the table's: cpu).")
     p.add_argument("--model", default="runs/smollm2-135m-instruct", help="The base model folder.")
     p.add_argument("--json", default="benchmarks/results/grpo_smollm2_c_eval500.json")
+    p.add_argument(
+        "--compare-json",
+        default="benchmarks/results/grpo_smollm2_c_remake.json",
+        help="Where each made run's comparison with the table's logs goes (written after the runs).",
+    )
+    p.add_argument("--table-dir", default="benchmarks/results", help="The table's results files.")
     p.add_argument("--n-eval", type=int, default=500)
     p.add_argument("--n-questions", type=int, default=2500)
     add_set_option(p, "Settings over every run's (tests: a smaller budget).")
@@ -113,8 +197,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "evaluation. Default: every run not made yet, then the evaluation.",
     )
     ns = p.parse_args(argv)
+    check_writable(ns.compare_json)  # before hours of training, not after them
     if ns.runs is None:
-        check_writable(ns.json)  # before hours of training, not at the evaluation after them
+        check_writable(ns.json)
     example = load_example()
     root = Path(ns.root)
     c_sft = root / RUNS[0][2] / "sft" / "checkpoint"
@@ -139,6 +224,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 example.main([*argv_run, "--out", str(root / folder), "--json", str(results), "--set", *kv])
                 run = json.loads(results.read_text())
         runs[name] = {"run": run, "method": method}
+    write_json(ns.compare_json, compare_with_table(root, Path(ns.table_dir)))
     if ns.runs is not None:
         return {"made": {name: r["run"].get(f"em_{r['method']}") for name, r in runs.items()}}
     specs = {"sft": checkpoints(runs["grpo"]["run"])["sft"]}

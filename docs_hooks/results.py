@@ -2150,6 +2150,69 @@ def smollm2_power(files: Mapping[str, dict[str, Any]] | None = None) -> str:
     return paired_evals("grpo_smollm2_c_eval*.json", files)
 
 
+def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
+    """Checkpoint C's runs made again beside the table's (``benchmarks/power_c.py``'s comparison
+    file; ``data``: its contents): per run and phase, held-out EM on the run's questions, the final
+    loss, how many steps of the per-step log agree, the largest difference of KL to the start and
+    of entropy, how each trained, and CPU seconds with their threads."""
+    d = _load("grpo_smollm2_c_remake") if data is None else data
+    names = {"grpo": "GRPO, seed 2 (after C's SFT)", **_POWER_NAMES}
+    header = [
+        "run",
+        "phase",
+        "held-out EM (table → remake)",
+        "final loss (table / remake)",
+        "steps alike",
+        "largest KL / entropy difference",
+        "trained (table / remake)",
+        "CPU s (table / remake)",
+    ]
+    rows = []
+    for name, run in d["runs"].items():
+        threads = run["threads"]
+        for phase, e in run["phases"].items():
+            steps = e.get("steps")
+            diff = steps["max_difference"] if steps else {}
+            loss = e["final_loss"]
+            rows.append(
+                [
+                    names.get(name) or _METHOD_NAMES.get(name, name),
+                    _METHOD_NAMES.get(phase, phase),
+                    f"{e['em'][0]:.3f} → {e['em'][1]:.3f} ({run['test_questions'][1]} questions)",
+                    f"{loss[0]:.6f} / {loss[1]:.6f}" if None not in loss else "–",
+                    f"{steps['same_steps']} of {steps['table_steps']}" if steps else "no per-step log",
+                    " / ".join(f"{diff[k]:.1e}" for k in ("policy/kl_ref", "policy/entropy") if k in diff)
+                    or "–",
+                    " / ".join(
+                        (_dtype(f["bf16"]) + (", checkpointing" if f["gradient_checkpointing"] else ""))
+                        if f
+                        else "not recorded"
+                        for f in e["train_fields"]
+                    ),
+                    " / ".join(
+                        f"{c:,.0f} ({t} thread{'s' * (t != 1)})" if c is not None else "–"
+                        for c, t in zip(e["cpu_seconds"], threads, strict=True)
+                    ),
+                ]
+            )
+    if not rows:
+        return "No run of C has been made again yet."
+    made = len(d["runs"])
+    total = made + len(d["to_make"])
+    head = (
+        f"{made} of {total} runs made again so far"
+        + (
+            f" (to make: {'; '.join(names.get(n) or _METHOD_NAMES.get(n, n) for n in d['to_make'])})"
+            if d["to_make"]
+            else ""
+        )
+        + f". A step is alike when its sampled reward, EM, searches, KL to the start and entropy all "
+        f"agree with the table's to {d['same_to']:g}. The CPU seconds are two machines' and thread "
+        "counts, not a side-by-side measurement (that is the [step-cost benchmark](#grpo-step-cost))."
+    )
+    return head + "\n\n" + _table(header, rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "sb3_learning": sb3_learning,
     "smollm2_table": smollm2_table,
@@ -2184,6 +2247,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "habit_fix_goals": habit_fix_goals,
     "habit_fix_curves": habit_fix_curves,
     "smollm2_power": smollm2_power,
+    "smollm2_remake": smollm2_remake,
     "lora_memory": lora_memory,
     "logprob_memory": logprob_memory,
     "bf16_cpu": bf16_cpu,

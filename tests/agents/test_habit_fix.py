@@ -19,6 +19,9 @@ from train_fixtures import load_script, tiny_model_dir  # noqa: E402,F401  (fixt
 
 from hopgym._atomic import OutputFileError, sole_writer  # noqa: E402
 
+#: The committed results files (the table's runs that C's remake is set beside).
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
 
 @pytest.fixture
 def habit_fix(load_script):
@@ -317,6 +320,7 @@ def test_power_c_makes_every_run_again_and_pairs_its_final_checkpoints(
     argv = [
         *("--root", str(tmp_path / "c"), "--preset", "smoke", "--model", str(tiny_model_dir)),
         *("--json", str(tmp_path / "e.json"), "--n-eval", "4", "--n-questions", "150"),
+        *("--compare-json", str(tmp_path / "remake.json")),
         *("--set", "grpo_steps=1", "questions_per_step=2", "group_size=2"),
     ]
     res = power_c.main(argv)
@@ -339,6 +343,10 @@ def test_power_c_makes_every_run_again_and_pairs_its_final_checkpoints(
     monkeypatch.setattr(power_c, "load_example", lambda: example)
     monkeypatch.setattr(example, "main", lambda *a, **k: pytest.fail("ran a finished run again"))
     assert power_c.main(argv)["episodes"] == res["episodes"]
+    # Each run set beside the table's: here a tiny model's, so the logs differ.
+    remake = json.loads((tmp_path / "remake.json").read_text())
+    assert list(remake["runs"]) == names[1:] and remake["to_make"] == []
+    assert remake["runs"]["grpo"]["phases"]["grpo"]["steps"]["made_steps"] == 1
 
 
 @pytest.mark.slow  # about 60 s on one thread, more on a loaded machine
@@ -459,7 +467,14 @@ def test_power_c_runs_some_runs_beside_another_command(load_script, tmp_path: Pa
         power_c, "load_example", lambda: type("Example", (), {"main": staticmethod(fake_main)})
     )
     monkeypatch.setattr(power_c, "evaluate", lambda *a, **k: pytest.fail("--runs evaluated"))
-    argv = ["--root", str(root), "--json", str(tmp_path / "e.json")]
+    argv = [
+        "--root",
+        str(root),
+        "--json",
+        str(tmp_path / "e.json"),
+        "--compare-json",
+        str(tmp_path / "r.json"),
+    ]
     with pytest.raises(SystemExit, match=r"C's SFT is not trained yet.*power_c.py --runs grpo"):
         power_c.main([*argv, "--runs", "grpo_seed3"])
     assert made == []
@@ -473,3 +488,34 @@ def test_power_c_runs_some_runs_beside_another_command(load_script, tmp_path: Pa
     assert made == ["long", "long3", "rftC"]  # a run made already is not made again
     with pytest.raises(SystemExit):  # names outside RUNS are refused by argparse
         power_c.main([*argv, "--runs", "sft"])
+    # After each command, the runs made so far beside the table's.
+    remake = json.loads((tmp_path / "r.json").read_text())
+    assert list(remake["runs"]) == ["grpo", "grpo_seed3", "rft"]
+    assert remake["to_make"] == ["continue_sft", "grpo_dynamic", "grpo_dynamic_seed3"]
+    table_rft = json.loads((RESULTS / "grpo_smollm2_cpu_seed2_long_rft.json").read_text())
+    assert remake["runs"]["rft"]["phases"]["rft"]["em"] == [
+        table_rft["em_rft"],
+        0.25,
+    ]  # the table's, this run's
+
+
+def test_power_c_sets_each_remade_run_beside_the_tables_step_by_step(load_script, tmp_path: Path):
+    """``compare_with_table``: per phase EM, loss and the per-step log against the table's file;
+    a step differing in one entry beyond ``SAME_TO`` is not alike, and the largest difference shows."""
+    power_c = load_script("benchmarks/power_c.py", "power_c_script")
+    table = json.loads((RESULTS / "grpo_smollm2_cpu_seed2_long.json").read_text())
+    made = json.loads(json.dumps(table))
+    made["grpo_history"][4]["policy/kl_ref"] += 0.01  # step 5's KL off
+    made["grpo_history"][7]["policy/entropy"] += power_c.SAME_TO / 2  # within rounding
+    made["grpo_history"] = made["grpo_history"][:19]  # a run one step short
+    (tmp_path / "long.json").write_text(json.dumps(made))
+    res = power_c.compare_with_table(tmp_path, RESULTS)
+    assert list(res["runs"]) == ["grpo"] and res["to_make"] == [n for n, *_ in power_c.RUNS][1:]
+    phases = res["runs"]["grpo"]["phases"]
+    assert phases["sft"]["em"] == [table["em_sft"]] * 2 and "steps" not in phases["sft"]
+    assert phases["sft"]["final_loss"] == [table["sft_budget"]["final_loss"]] * 2
+    steps = phases["grpo"]["steps"]
+    assert (steps["table_steps"], steps["made_steps"], steps["same_steps"]) == (20, 19, 18)
+    assert steps["max_difference"]["policy/kl_ref"] == pytest.approx(0.01)
+    assert steps["max_difference"]["env/reward"] == 0.0
+    assert steps["made"][4]["policy/kl_ref"] == made["grpo_history"][4]["policy/kl_ref"]

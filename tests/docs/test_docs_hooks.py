@@ -126,6 +126,38 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
     assert table[0].startswith("| seed | checkpoint | questions | held-out EM | gained / lost vs SFT |")
     assert table[2].startswith("| 0 | GRPO, dynamic sampling, seed 3 | 100 of 500 | 0.200 | +14 / −4 |")
     assert "no re-evaluation yet" in results.smollm2_power({})
+    # C's runs made again, beside the table's: one line per phase, steps alike, how each trained.
+    fp32 = {"bf16": False, "gradient_checkpointing": False}
+    steps = {
+        "table_steps": 20,
+        "made_steps": 20,
+        "same_steps": 19,
+        "max_difference": {"env/reward": 0.0625, "policy/kl_ref": 7.3e-7, "policy/entropy": 3.1e-6},
+    }
+    remake = {
+        "same_to": 1e-4,
+        "runs": {"grpo": {"test_questions": [100, 100], "threads": [2, 1], "phases": {
+            "sft": {"em": [0.28, 0.28], "final_loss": [0.2669405, 0.2669398], "cpu_seconds": [2136.1, 1376.2],
+                    "train_fields": [fp32, fp32]},
+            "grpo": {"em": [0.32, 0.31], "final_loss": [None, None], "cpu_seconds": [12430.1, None],
+                     "train_fields": [{**fp32, "gradient_checkpointing": True}, None], "steps": steps},
+        }}},
+        "to_make": ["grpo_dynamic", "grpo_dynamic_seed3"],
+    }  # fmt: skip
+    out = results.smollm2_remake(remake)
+    assert out.startswith(
+        "1 of 3 runs made again so far (to make: GRPO, dynamic sampling; GRPO, dynamic sampling, seed 3)."
+    )
+    assert "agree with the table's to 0.0001" in out
+    assert out.splitlines()[-2:] == [
+        "| GRPO, seed 2 (after C's SFT) | SFT | 0.280 → 0.280 (100 questions) | 0.266941 / 0.266940 "
+        "| no per-step log | – | fp32 / fp32 | 2,136 (2 threads) / 1,376 (1 thread) |",
+        "| GRPO, seed 2 (after C's SFT) | GRPO | 0.320 → 0.310 (100 questions) | – | 19 of 20 "
+        "| 7.3e-07 / 3.1e-06 | fp32, checkpointing / not recorded | 12,430 (2 threads) / – |",
+    ]
+    assert results.smollm2_remake({"runs": {}, "to_make": ["grpo"], "same_to": 1e-4}).startswith(
+        "No run of C"
+    )
     # A results folder with a run file and its re-evaluation: each table reads only its own.
     run = results.RESULTS / "habit_fix_routing_seed0.json"
     (tmp_path / run.name).write_text(run.read_text())
