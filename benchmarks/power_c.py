@@ -26,6 +26,9 @@ once that SFT is trained (``--runs``: those runs only, no evaluation); each run 
 lock on its results file, so two commands never make one run::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py --runs grpo_seed3 rft > /tmp/c2.log 2>&1 &
+
+``--runs ... --evaluate`` then evaluates C's SFT and those runs, so the evaluation can begin
+before every run is made (the file takes the rest later; one command writes it at a time).
 """
 
 from __future__ import annotations
@@ -194,11 +197,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=None,
         choices=[name for name, *_ in RUNS],
         help="Make these runs only (those after the first once C's SFT is trained), and no "
-        "evaluation. Default: every run not made yet, then the evaluation.",
+        "evaluation unless --evaluate. Default: every run not made yet, then the evaluation.",
+    )
+    p.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="With --runs: then evaluate C's SFT and these runs (the command without --runs adds the rest).",
     )
     ns = p.parse_args(argv)
+    if ns.evaluate and ns.runs is None:
+        p.error("--evaluate goes with --runs (without --runs every run is evaluated)")
+    evaluating = ns.runs is None or ns.evaluate
     check_writable(ns.compare_json)  # before hours of training, not after them
-    if ns.runs is None:
+    if evaluating:
         check_writable(ns.json)
     example = load_example()
     root = Path(ns.root)
@@ -225,13 +236,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 run = json.loads(results.read_text())
         runs[name] = {"run": run, "method": method}
     write_json(ns.compare_json, compare_with_table(root, Path(ns.table_dir)))
-    if ns.runs is not None:
+    if not evaluating:
         return {"made": {name: r["run"].get(f"em_{r['method']}") for name, r in runs.items()}}
-    specs = {"sft": checkpoints(runs["grpo"]["run"])["sft"]}
+    first = root / f"{RUNS[0][2]}.json"
+    if not first.exists():  # C's SFT and the run settings every evaluation uses
+        raise SystemExit(
+            f"{first}: C's first run is not made yet; "
+            f"run `python benchmarks/power_c.py --runs {RUNS[0][0]}` first"
+        )
+    c_run = json.loads(first.read_text())
+    specs = {"sft": checkpoints(c_run)["sft"]}
     for name, r in runs.items():
         specs[name] = checkpoints(r["run"])[r["method"]]
-    first = root / f"{RUNS[0][2]}.json"
-    return evaluate(runs["grpo"]["run"], specs, Path(ns.json), ns.n_eval, ns.n_questions, source=str(first))
+    return evaluate(c_run, specs, Path(ns.json), ns.n_eval, ns.n_questions, source=str(first))
 
 
 if __name__ == "__main__":

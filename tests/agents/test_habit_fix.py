@@ -493,10 +493,23 @@ def test_power_c_runs_some_runs_beside_another_command(load_script, tmp_path: Pa
     assert list(remake["runs"]) == ["grpo", "grpo_seed3", "rft"]
     assert remake["to_make"] == ["continue_sft", "grpo_dynamic", "grpo_dynamic_seed3"]
     table_rft = json.loads((RESULTS / "grpo_smollm2_cpu_seed2_long_rft.json").read_text())
-    assert remake["runs"]["rft"]["phases"]["rft"]["em"] == [
-        table_rft["em_rft"],
-        0.25,
-    ]  # the table's, this run's
+    # The table's EM, then this run's.
+    assert remake["runs"]["rft"]["phases"]["rft"]["em"] == [table_rft["em_rft"], 0.25]
+    # --runs ... --evaluate: C's SFT and those runs evaluated, before the rest are made.
+    monkeypatch.setattr(
+        power_c, "checkpoints", lambda run: {m[3:]: {"model": m} for m in run if m.startswith("em_")}
+    )
+    monkeypatch.setattr(power_c, "evaluate", lambda run, specs, *a, **k: specs)
+    (root / "long.json").write_text(json.dumps({"em_sft": 0.2, "em_grpo": 0.25}))
+    specs = power_c.main([*argv, "--runs", "grpo_seed3", "rft", "--evaluate"])
+    assert specs == {
+        "sft": {"model": "em_sft"},
+        "grpo_seed3": {"model": "em_grpo"},
+        "rft": {"model": "em_rft"},
+    }
+    assert made == ["long", "long3", "rftC"]
+    with pytest.raises(SystemExit):  # without --runs every run is evaluated anyway
+        power_c.main([*argv, "--evaluate"])
 
 
 def test_power_c_sets_each_remade_run_beside_the_tables_step_by_step(load_script, tmp_path: Path):
