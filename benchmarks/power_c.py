@@ -20,10 +20,11 @@ remade C is the table's::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py > /tmp/power_c.log 2>&1 &
 
-About 13 CPU hours of training at one thread, and 7 evaluations of 500 questions. The runs after
-the first only start from C's SFT, so a second command can make some of them beside the first
-once that SFT is trained (``--runs``: those runs only, no evaluation); each run is made under a
-lock on its results file, so two commands never make one run::
+Hours of training at one thread (``--compare-json`` records each run's CPU seconds), then 7
+evaluations of 500 questions. The runs after the first only start from C's SFT, so a second
+command can make some of them beside the first once that SFT is trained (``--runs``: those
+runs only, no evaluation); each run is made under a lock on its results file, so two commands
+never make one run::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py --runs grpo_seed3 rft > /tmp/c2.log 2>&1 &
 

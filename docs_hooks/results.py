@@ -2199,6 +2199,7 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
         return "No run of C has been made again yet."
     made = len(d["runs"])
     total = made + len(d["to_make"])
+    cpu = sum(e["cpu_seconds"][1] or 0.0 for run in d["runs"].values() for e in run["phases"].values())
     head = (
         f"{made} of {total} runs made again so far"
         + (
@@ -2206,6 +2207,7 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
             if d["to_make"]
             else ""
         )
+        + f"; their training took {cpu:,.0f} CPU s here"
         + f". A step is alike when its sampled reward, EM, searches, KL to the start and entropy all "
         f"agree with the table's to {d['same_to']:g}. The CPU seconds are two machines' and thread "
         "counts, not a side-by-side measurement (that is the [step-cost benchmark](#grpo-step-cost))."

@@ -146,7 +146,8 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
     }  # fmt: skip
     out = results.smollm2_remake(remake)
     assert out.startswith(
-        "1 of 3 runs made again so far (to make: GRPO, dynamic sampling; GRPO, dynamic sampling, seed 3)."
+        "1 of 3 runs made again so far (to make: GRPO, dynamic sampling; GRPO, dynamic sampling, seed 3); "
+        "their training took 1,376 CPU s here."
     )
     assert "agree with the table's to 0.0001" in out
     assert out.splitlines()[-2:] == [
