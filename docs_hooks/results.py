@@ -2156,7 +2156,7 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
     loss, how many steps of the per-step log agree, the largest difference of KL to the start and
     of entropy, how each trained, and CPU seconds with their threads."""
     d = _load("grpo_smollm2_c_remake") if data is None else data
-    names = {"grpo": "GRPO, seed 2 (after C's SFT)", **_POWER_NAMES}
+    names = {"grpo": "GRPO, seed 2, after C's SFT", **_POWER_NAMES}
     header = [
         "run",
         "phase",
@@ -2200,6 +2200,14 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
     made = len(d["runs"])
     total = made + len(d["to_make"])
     cpu = sum(e["cpu_seconds"][1] or 0.0 for run in d["runs"].values() for e in run["phases"].values())
+    differ = [
+        f"{names.get(name) or _METHOD_NAMES.get(name, name)}, {_METHOD_NAMES.get(phase, phase)} phase"
+        for name, run in d["runs"].items()
+        for phase, e in run["phases"].items()
+        if e["em"][0] != e["em"][1]
+        or (s := e.get("steps"))
+        and not s["same_steps"] == s["table_steps"] == s["made_steps"]
+    ]
     head = (
         f"{made} of {total} runs made again so far"
         + (
@@ -2207,7 +2215,12 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
             if d["to_make"]
             else ""
         )
-        + f"; their training took {cpu:,.0f} CPU s here"
+        + f"; their training took {cpu:,.0f} CPU s here. "
+        + (
+            "Each phase repeated the table's: the same held-out EM, and every step of its log alike"
+            if not differ
+            else f"Not all repeat the table's: {'; '.join(differ)}"
+        )
         + f". A step is alike when its sampled reward, EM, searches, KL to the start and entropy all "
         f"agree with the table's to {d['same_to']:g}. The CPU seconds are two machines' and thread "
         "counts, not a side-by-side measurement (that is the [step-cost benchmark](#grpo-step-cost))."

@@ -147,15 +147,19 @@ def test_habit_fix_power_rows_of_a_re_evaluation_still_going(tmp_path, monkeypat
     out = results.smollm2_remake(remake)
     assert out.startswith(
         "1 of 3 runs made again so far (to make: GRPO, dynamic sampling; GRPO, dynamic sampling, seed 3); "
-        "their training took 1,376 CPU s here."
+        "their training took 1,376 CPU s here. "
+        "Not all repeat the table's: GRPO, seed 2, after C's SFT, GRPO phase."
     )
     assert "agree with the table's to 0.0001" in out
     assert out.splitlines()[-2:] == [
-        "| GRPO, seed 2 (after C's SFT) | SFT | 0.280 → 0.280 (100 questions) | 0.266941 / 0.266940 "
+        "| GRPO, seed 2, after C's SFT | SFT | 0.280 → 0.280 (100 questions) | 0.266941 / 0.266940 "
         "| no per-step log | – | fp32 / fp32 | 2,136 (2 threads) / 1,376 (1 thread) |",
-        "| GRPO, seed 2 (after C's SFT) | GRPO | 0.320 → 0.310 (100 questions) | – | 19 of 20 "
+        "| GRPO, seed 2, after C's SFT | GRPO | 0.320 → 0.310 (100 questions) | – | 19 of 20 "
         "| 7.3e-07 / 3.1e-06 | fp32, checkpointing / not recorded | 12,430 (2 threads) / – |",
     ]
+    steps.update(same_steps=20)  # both differences mended: every phase repeats
+    remake["runs"]["grpo"]["phases"]["grpo"]["em"][1] = 0.32
+    assert "Each phase repeated the table's: the same held-out EM" in results.smollm2_remake(remake)
     assert results.smollm2_remake({"runs": {}, "to_make": ["grpo"], "same_to": 1e-4}).startswith(
         "No run of C"
     )
