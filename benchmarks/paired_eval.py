@@ -26,16 +26,19 @@ default one's, so the run's own held-out questions are the first ones here (``fi
 counts how many of them each checkpoint answers as the run's evaluation did).
 
 Questions are evaluated in chunks of ``--chunk``; the results file is written after every chunk,
-and the same command resumes at the first chunk it lacks. One command at a time writes the file
-(``hopgym._atomic.sole_writer``): a second one is refused, naming the first one's process. The
-file records the weights each checkpoint's questions came from (a sha256, :func:`fingerprint`,
-and the question they started at). Weights it has no record of (a run folder made again after
-its checkpoints were lost, on a CPU whose float arithmetic differs in the last bits; or a file
-from before the fingerprints) go on only if they answer the file's first chunk again exactly as
-its episodes say (every outcome: EM, F1, reward and its terms, searches, steps, tokens);
-otherwise they are refused. A row's figures thus come from one checkpoint, or from weights shown
-to act alike on its first chunk. ``--only NAME ...`` evaluates some of the run's checkpoints
-(those that exist; the SFT, which the others are paired with, is always checked)::
+and the same command resumes at the first chunk it lacks. Two commands can evaluate into one
+file at once, e.g. one a core: each checkpoint is evaluated by one command at a time (a lock per
+checkpoint, ``hopgym._atomic.sole_writer``), a command leaves a checkpoint another one holds to
+it and goes on to the next, and each save merges its own checkpoint's rows into the file as it
+is then, under a short lock. The file records the weights each checkpoint's questions came from
+(a sha256, :func:`fingerprint`, and the question they started at). Weights it has no record of
+(a run folder made again after its checkpoints were lost, on a CPU whose float arithmetic
+differs in the last bits; or a file from before the fingerprints) go on only if they answer the
+file's first chunk again exactly as its episodes say (every outcome: EM, F1, reward and its
+terms, searches, steps, tokens); otherwise they are refused. A row's figures thus come from one
+checkpoint, or from weights shown to act alike on its first chunk. ``--only NAME ...`` evaluates
+some of the run's checkpoints (those that exist; the SFT, which the others are paired with, is
+always checked)::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/paired_eval.py \\
         --run benchmarks/results/habit_fix_searches_seed0.json \\
@@ -45,6 +48,7 @@ to act alike on its first chunk. ``--only NAME ...`` evaluates some of the run's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -270,13 +274,55 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate the checkpoints ``specs`` (name -> :func:`checkpoints`' entries; ``"sft"`` is the
     one the others are paired with) with the settings of the run ``run`` (a results file's
-    contents, ``source`` its path), into the results file ``path`` (resumed where it stops)."""
+    contents, ``source`` its path), into the results file ``path`` (resumed where it stops).
+
+    Other commands may evaluate into the same file at once: each checkpoint is evaluated by one
+    command at a time (a lock per checkpoint, :func:`checkpoint_lock`; one held by another
+    command is left to it), and each save merges this command's checkpoint into the file as it
+    is then (:func:`merge_save`)."""
     if n_eval < 1 or chunk < 1:
         raise SystemExit("--n-eval and --chunk must be >= 1")
-    from hopgym._atomic import check_writable, sole_writer
+    from hopgym._atomic import check_writable
 
-    with sole_writer(check_writable(path)):  # a second command on the file would save over its rows
-        return _evaluate(run, specs, path, n_eval, n_questions, chunk, source, batch_size)
+    check_writable(path)
+    return _evaluate(run, specs, path, n_eval, n_questions, chunk, source, batch_size)
+
+
+def checkpoint_lock(path: Path, name: str) -> Path:
+    """The path whose :func:`~hopgym._atomic.sole_writer` lock one command holds while it
+    evaluates checkpoint ``name`` into the results file ``path`` (the lock file is
+    ``.<file>.<name>.lock`` beside it)."""
+    return path.with_name(f"{path.name}.{name}")
+
+
+def merge_save(
+    path: Path, res: dict[str, Any], names: Collection[str], summarize: Callable[[dict], Any]
+) -> None:
+    """Save ``res`` into ``path`` as another command may have left it: under a short lock, the
+    file is read again and takes from ``res`` its settings and the rows of the checkpoints
+    ``names`` (those this command evaluates: their episodes, seconds, weights and memory) and
+    keeps every other checkpoint's as the file has them, in the order of the checkpoints; the
+    summary is made again over all of them (``summarize``), and ``res`` becomes the merged file."""
+    from hopgym._atomic import sole_writer, write_json
+
+    with sole_writer(path, wait=True):
+        cur: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        for key in ("settings", "args", "habit", "run_test_questions"):
+            cur[key] = res[key]
+        for key in ("checkpoints", "run_right"):
+            cur[key] = {**cur.get(key, {}), **res.get(key, {})}
+        order = {n: i for i, n in enumerate(cur["checkpoints"])}  # rows in the checkpoints' order
+        for key in _PER_CHECKPOINT:
+            rows = {**cur.get(key, {}), **{n: res[key][n] for n in names if n in res.get(key, {})}}
+            cur[key] = {n: rows[n] for n in sorted(rows, key=lambda n: order.get(n, len(order)))}
+        cur["summary"] = summarize(cur)
+        write_json(path, cur, indent=1)
+    res.clear()
+    res.update(cur)
+
+
+#: A results file's sections with one entry per checkpoint, written by the command evaluating it.
+_PER_CHECKPOINT = ("episodes", "seconds", "fingerprints", "rss_mib")
 
 
 def _evaluate(
@@ -291,7 +337,7 @@ def _evaluate(
 ) -> dict[str, Any]:
 
     import hopgym  # noqa: F401
-    from hopgym.agents.rollout import RolloutCollector, RolloutConfig
+    from hopgym._atomic import OutputFileError, sole_writer
 
     example = load_example()
     args, env_fn = run_settings(run, example, n_questions=n_questions)
@@ -304,96 +350,136 @@ def _evaluate(
             f"fewer than --n-eval {n_eval}: raise --n-questions"
         )
     questions = questions[:n_eval]
-    res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     settings = {"run": source, "n_eval": n_eval, "n_questions": n_questions, "env_kw": env_kw}
-    if res and res["settings"] != settings:
-        raise SystemExit(f"{path} holds another evaluation: {res['settings']}, not {settings}")
-    res.update(settings=settings, args=run["args"], habit=run.get("habit"))
-    res["checkpoints"] = {**res.get("checkpoints", {}), **specs}
-    res.setdefault("episodes", {})
-    res.setdefault("seconds", {})
-    res.setdefault("fingerprints", {})
-    # The questions each checkpoint answered right in its run's own evaluation (the run's first
-    # test questions), kept: a file that pairs checkpoints of two runs (``power_habits``'
-    # ``grpo_unanswered``) is saved again by each, and only one of them holds each list.
-    own = {k.removesuffix("_right"): v for k, v in run.items() if k.endswith("_right")}
-    res["run_right"] = {**res.get("run_right", {}), **own}
-    res["run_test_questions"] = run["test_questions"]
+
+    def load_file() -> dict[str, Any]:
+        res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        if res and res["settings"] != settings:
+            raise SystemExit(f"{path} holds another evaluation: {res['settings']}, not {settings}")
+        res.update(settings=settings, args=run["args"], habit=run.get("habit"))
+        res["checkpoints"] = {**res.get("checkpoints", {}), **specs}
+        for key in _PER_CHECKPOINT:
+            res.setdefault(key, {})
+        # The questions each checkpoint answered right in its run's own evaluation (the run's
+        # first test questions), kept: a file that pairs checkpoints of two runs
+        # (``power_habits``' ``grpo_unanswered``) is saved again by each, and only one of them
+        # holds each list.
+        own = {k.removesuffix("_right"): v for k, v in run.items() if k.endswith("_right")}
+        res["run_right"] = {**res.get("run_right", {}), **own}
+        res["run_test_questions"] = run["test_questions"]
+        return res
+
+    def todo_in(res: dict[str, Any]) -> list[str]:
+        # The checkpoints with questions left or weights not yet recorded, and the SFT they are
+        # paired with (its weights checked even when its own evaluation is complete).
+        todo = [
+            n
+            for n in specs
+            if len(res["episodes"].get(n, [])) < n_eval
+            or (res["episodes"].get(n) and n not in res["fingerprints"])
+        ]
+        if todo and "sft" in specs and "sft" not in todo and res["episodes"].get("sft"):
+            todo.insert(0, "sft")
+        return todo
+
+    res = load_file()
+    mine: list[str] = []  # the checkpoints this command evaluated (its rows in the file)
 
     def save() -> None:
-        res["summary"] = summarize_all(res, run, example)
-        from hopgym._atomic import write_json
+        merge_save(path, res, mine, lambda r: summarize_all(r, run, example))
 
-        write_json(path, res, indent=1)
-
-    # The checkpoints with questions left or weights not yet recorded, and the SFT they are paired
-    # with (its weights checked even when its own evaluation is complete).
-    todo = [
-        n
-        for n in specs
-        if len(res["episodes"].get(n, [])) < n_eval
-        or (res["episodes"].get(n) and n not in res["fingerprints"])
-    ]
-    if todo and "sft" in specs and "sft" not in todo and res["episodes"].get("sft"):
-        todo.insert(0, "sft")
-    for name in todo:
-        spec = specs[name]
-        done = res["episodes"].setdefault(name, [])
-        if not (Path(spec["model"]) / "config.json").is_file():
-            raise SystemExit(
-                f"{spec['model']}: no checkpoint there ({name} of {source or 'the run'}); make it "
-                "again with the run's command, then evaluate"
-            )
-        model, tok = load(spec, env_fn(), args)
-        sha = fingerprint(model)
-        weights = res["fingerprints"].setdefault(name, [])
-        cfg = RolloutConfig(
-            temperature=0.0,
-            max_new_tokens=args.max_new_tokens,
-            max_completion_tokens=args.max_length,
-            batch_size=batch_size,
-        )
-        col = RolloutCollector(model, tok, env_fn, cfg)
-        if done and not any(w["sha256"] == sha for w in weights):
-            # Weights the file has no record of (made again, or a file from before fingerprints):
-            # they must answer the file's first chunk exactly as its episodes say.
-            n = min(chunk, len(done))
-            again = [record(t) for t in col.collect(questions[:n], 1, seed=0)]
-            differ = [b["q"] for a, b in zip(again, done[:n], strict=True) if a != b]
-            if differ:
-                raise SystemExit(
-                    f"{path}: {spec} (sha256 {sha[:16]}...) are not the weights its {len(done)} "
-                    f"questions of {name} came from, nor answer as they did: evaluated again, "
-                    f"{len(differ)} of the first {n} differ (the first: {differ[0]}); evaluate "
-                    "them into another file"
+    for name in todo_in(res):
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(sole_writer(checkpoint_lock(path, name)))
+            except OutputFileError as exc:
+                holder = exc.reason.split(" (", 1)[-1].split(")")[0]
+                print(
+                    f"[paired_eval] {name}: another command is evaluating it ({holder}); left to it",
+                    flush=True,
                 )
-            print(
-                f"[paired_eval] {name}: other weights, the first {n} questions answered as before", flush=True
+                continue
+            res = load_file()  # as the other commands have left it
+            if name not in todo_in(res):
+                continue
+            mine.append(name)
+            _evaluate_one(
+                name, specs[name], res, path, questions, chunk, source, env_fn, args, batch_size, save
             )
-            weights.append({"sha256": sha, "from_question": len(done), "same_outcomes_on": n})
-            release_memory()
-        elif not weights:
-            weights.append({"sha256": sha, "from_question": 0})
-        save()
-        while len(done) < n_eval:  # to the end of the chunk it is in (one cut short goes on)
-            qs = questions[len(done) : (len(done) // chunk + 1) * chunk]
-            c0 = time.process_time()
-            done.extend(record(t) for t in col.collect(qs, 1, seed=0))
-            res["seconds"][name] = res["seconds"].get(name, 0.0) + time.process_time() - c0
-            rss = release_memory()
-            res.setdefault("rss_mib", {}).setdefault(name, []).append(rss)
-            save()
-            em = sum(r["em"] for r in done) / len(done)
-            print(
-                f"[paired_eval] {name}: {len(done)}/{n_eval} questions, EM {em:.3f}, "
-                f"RSS {rss[0]} -> {rss[1]} MiB (freed to the system)",
-                flush=True,
-            )
-        del model, tok, col
     save()
     for name, row in res["summary"].items():
         print(f"[paired_eval] {name}: {json.dumps(row)}")
     return res
+
+
+def _evaluate_one(
+    name: str,
+    spec: dict[str, Any],
+    res: dict[str, Any],
+    path: Path,
+    questions: list[str],
+    chunk: int,
+    source: str,
+    env_fn: Callable[[], Any],
+    args: Any,
+    batch_size: int,
+    save: Callable[[], None],
+) -> None:
+    """Checkpoint ``name``'s questions not yet in ``res``, a chunk at a time, each chunk saved."""
+    from hopgym.agents.rollout import RolloutCollector, RolloutConfig
+
+    n_eval = len(questions)
+    done = res["episodes"].setdefault(name, [])
+    if not (Path(spec["model"]) / "config.json").is_file():
+        raise SystemExit(
+            f"{spec['model']}: no checkpoint there ({name} of {source or 'the run'}); make it "
+            "again with the run's command, then evaluate"
+        )
+    model, tok = load(spec, env_fn(), args)
+    sha = fingerprint(model)
+    weights = res["fingerprints"].setdefault(name, [])
+    cfg = RolloutConfig(
+        temperature=0.0,
+        max_new_tokens=args.max_new_tokens,
+        max_completion_tokens=args.max_length,
+        batch_size=batch_size,
+    )
+    col = RolloutCollector(model, tok, env_fn, cfg)
+    if done and not any(w["sha256"] == sha for w in weights):
+        # Weights the file has no record of (made again, or a file from before fingerprints):
+        # they must answer the file's first chunk exactly as its episodes say.
+        n = min(chunk, len(done))
+        again = [record(t) for t in col.collect(questions[:n], 1, seed=0)]
+        differ = [b["q"] for a, b in zip(again, done[:n], strict=True) if a != b]
+        if differ:
+            raise SystemExit(
+                f"{path}: {spec} (sha256 {sha[:16]}...) are not the weights its {len(done)} "
+                f"questions of {name} came from, nor answer as they did: evaluated again, "
+                f"{len(differ)} of the first {n} differ (the first: {differ[0]}); evaluate "
+                "them into another file"
+            )
+        print(f"[paired_eval] {name}: other weights, the first {n} questions answered as before", flush=True)
+        weights.append({"sha256": sha, "from_question": len(done), "same_outcomes_on": n})
+        release_memory()
+    elif not weights:
+        weights.append({"sha256": sha, "from_question": 0})
+    save()
+    done = res["episodes"][name]  # the save made ``res`` the merged file, with this same list
+    while len(done) < n_eval:  # to the end of the chunk it is in (one cut short goes on)
+        qs = questions[len(done) : (len(done) // chunk + 1) * chunk]
+        c0 = time.process_time()
+        done.extend(record(t) for t in col.collect(qs, 1, seed=0))
+        res["seconds"][name] = res["seconds"].get(name, 0.0) + time.process_time() - c0
+        rss = release_memory()
+        res["rss_mib"].setdefault(name, []).append(rss)
+        save()
+        em = sum(r["em"] for r in done) / len(done)
+        print(
+            f"[paired_eval] {name}: {len(done)}/{n_eval} questions, EM {em:.3f}, "
+            f"RSS {rss[0]} -> {rss[1]} MiB (freed to the system)",
+            flush=True,
+        )
+    del model, tok, col
 
 
 def summarize_all(res: dict[str, Any], run: dict[str, Any], example: Any) -> dict[str, Any]:

@@ -29,7 +29,8 @@ never make one run::
     OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py --runs grpo_seed3 rft > /tmp/c2.log 2>&1 &
 
 ``--runs ... --evaluate`` then evaluates C's SFT and those runs, so the evaluation can begin
-before every run is made (the file takes the rest later; one command writes it at a time).
+before every run is made (the file takes the rest later), and a second such command evaluates
+beside it (each checkpoint by one of them: ``benchmarks/paired_eval.py``).
 """
 
 from __future__ import annotations

@@ -335,17 +335,20 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def sole_writer(path: str | os.PathLike[str]) -> Iterator[Path]:
+def sole_writer(path: str | os.PathLike[str], *, wait: bool = False) -> Iterator[Path]:
     """Hold, for the block, the right to write ``path``: a command that reads a file back to
     resume and saves it again after every chunk of work takes this first, so that a second
     command on the same file is refused at once instead of saving over the first one's rows.
+    With ``wait``, a held lock is waited for instead (for a short read-merge-write that other
+    commands do too).
 
     The lock is an exclusive ``flock`` on ``.NAME.lock`` beside ``path`` (the kernel lets it go
     when the process ends, however it ends); the file holds the holder's process id, named in the
     refusal. POSIX only.
 
     Raises:
-        OutputFileError: another command (or block) holds ``path``, or the lock file cannot be made.
+        OutputFileError: another command (or block) holds ``path`` (without ``wait``), or the lock
+            file cannot be made.
 
     Example:
         >>> import tempfile, pathlib
@@ -369,7 +372,7 @@ def sole_writer(path: str | os.PathLike[str]) -> Iterator[Path]:
         except OSError as exc:
             raise OutputFileError(out, f"cannot be written ({reason_of(exc)}: {lock})") from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)

@@ -205,6 +205,26 @@ def test_sole_writer_is_free_again_when_the_holder_is_killed(tmp_path):
     assert not (tmp_path / ".eval500.json.lock").exists()
 
 
+def test_sole_writer_with_wait_waits_for_the_holder_instead_of_refusing(tmp_path):
+    import threading
+
+    path = tmp_path / "results.json"
+    order: list[str] = []
+
+    def second() -> None:
+        with sole_writer(path, wait=True):
+            order.append("second")
+
+    with sole_writer(path):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(timeout=0.5)
+        assert waiter.is_alive()  # still waiting while the lock is held
+        order.append("first lets go")
+    waiter.join(timeout=30)
+    assert order == ["first lets go", "second"]
+
+
 def test_sole_writer_lets_go_when_the_block_raises(tmp_path):
     path = tmp_path / "r.json"
     with pytest.raises(KeyError):

@@ -293,23 +293,56 @@ def test_paired_eval_reevaluates_every_checkpoint_on_more_questions_and_resumes(
     # A file of another evaluation is refused, not mixed.
     with pytest.raises(SystemExit, match="another evaluation"):
         paired_eval.main([*argv, "--n-questions", "200"])
-    # A file another command is writing is refused before any work, the holder named; the run's
-    # results file too (habit_fix resumes from it as paired_eval does from its own).
-    for script, args, held in (
-        (paired_eval, [*argv, "--n-questions", "150"], eval_json),
-        (
-            habit_fix,
-            ["--preset", "smoke", "--model", str(tiny_model_dir), "--out", str(out), "--json", str(run_json)],
-            run_json,
-        ),
+    # Two commands on one file: a checkpoint another command is evaluating is left to it (its
+    # holder named), the others go on, and each save keeps the other command's rows.
+    saved = json.loads(eval_json.read_text())
+    for name in ("grpo", "rft"):
+        saved["episodes"][name] = saved["episodes"][name][:3]
+    eval_json.write_text(json.dumps(saved))
+    capsys.readouterr()
+    with sole_writer(paired_eval.checkpoint_lock(eval_json, "rft")):
+        part = paired_eval.main([*argv, "--n-questions", "150"])
+    printed = capsys.readouterr().out
+    assert f"rft: another command is evaluating it (process {os.getpid()}" in printed
+    assert "grpo: 7/7" in printed and "rft: 7/7" not in printed
+    assert len(part["episodes"]["grpo"]) == 7 and part["episodes"]["rft"] == res["episodes"]["rft"][:3]
+    assert paired_eval.main([*argv, "--n-questions", "150"])["episodes"] == res["episodes"]
+    # The run's results file another command is writing is refused before any work, the holder
+    # named (habit_fix resumes from it as paired_eval does from its own).
+    before = run_json.read_text()
+    with (
+        sole_writer(run_json),
+        pytest.raises(OutputFileError, match=f"another command is writing it \\(process {os.getpid()}"),
     ):
-        before = held.read_text()
-        with (
-            sole_writer(held),
-            pytest.raises(OutputFileError, match=f"another command is writing it \\(process {os.getpid()}"),
-        ):
-            script.main(args)
-        assert held.read_text() == before
+        habit_fix.main(
+            ["--preset", "smoke", "--model", str(tiny_model_dir), "--out", str(out), "--json", str(run_json)]
+        )
+    assert run_json.read_text() == before
+
+
+def test_paired_eval_saves_its_checkpoints_rows_into_the_file_as_another_command_left_it(
+    load_script, tmp_path: Path
+):
+    """``merge_save``: the file read again under its lock keeps every checkpoint's rows but those
+    of the checkpoints this command evaluates, which come from it; the summary covers all."""
+    paired_eval = load_script("benchmarks/paired_eval.py", "paired_eval_script")
+    path = tmp_path / "e.json"
+    common = {"settings": {"n_eval": 2}, "args": {}, "habit": None, "run_test_questions": 1}
+    theirs = {**common, "checkpoints": {"sft": {"model": "s"}}, "run_right": {"sft": ["q1"]},
+              "episodes": {"sft": [1, 2]}, "seconds": {"sft": 5.0}, "fingerprints": {"sft": ["x"]},
+              "rss_mib": {"sft": [[1, 1]]}}  # fmt: skip
+    path.write_text(json.dumps(theirs))
+    mine = {**common, "checkpoints": {"sft": {"model": "s"}, "grpo": {"model": "g"}, "rft": {"model": "r"}},
+            "run_right": {}, "episodes": {"rft": [4], "sft": [1], "grpo": [3]}, "seconds": {"grpo": 1.0},
+            "fingerprints": {}, "rss_mib": {"grpo": [[2, 2]]}}  # fmt: skip
+    paired_eval.merge_save(path, mine, ["rft", "grpo"], lambda r: list(r["episodes"]))
+    saved = json.loads(path.read_text())
+    assert saved == mine  # ``res`` becomes the merged file
+    assert saved["episodes"] == {"sft": [1, 2], "grpo": [3], "rft": [4]}  # the other command's SFT rows kept
+    assert list(saved["episodes"]) == ["sft", "grpo", "rft"]  # in the checkpoints' order
+    assert saved["seconds"] == {"sft": 5.0, "grpo": 1.0} and saved["fingerprints"] == {"sft": ["x"]}
+    assert saved["run_right"] == {"sft": ["q1"]} and list(saved["checkpoints"]) == ["sft", "grpo", "rft"]
+    assert saved["summary"] == ["sft", "grpo", "rft"]
 
 
 @pytest.mark.slow  # about 40 s on one thread, more on a loaded machine
