@@ -178,6 +178,11 @@ def _compare_logs(table: list[dict[str, Any]], made: list[dict[str, Any]]) -> di
     }
 
 
+def _read(results: Path) -> dict[str, Any]:
+    """A run's results file, or nothing yet."""
+    return json.loads(results.read_text()) if results.exists() else {}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default="runs/power_c", help="Where the runs' folders and results go.")
@@ -226,16 +231,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{c_sft}: C's SFT is not trained yet, and the {name} run starts from it; "
                 f"run `python benchmarks/power_c.py --runs {RUNS[0][0]}` first (it trains C, then its GRPO)"
             )
-        with sole_writer(check_writable(results)):  # two commands never make one run
-            run = json.loads(results.read_text()) if results.exists() else {}
-            if f"em_{method}" not in run:
-                model = ns.model if folder == RUNS[0][2] else str(c_sft)
-                keep = [f"{k}={v!r}" for k, v in KEEP_CHECKPOINTS.items()]
-                kv = [*sets.split(), *_SAME_STEP.split(), *keep, *ns.sets]
-                argv_run = ["--preset", ns.preset, "--model", model, "--methods", method]
-                print(f"[power_c] {name}: {' '.join(kv)}", flush=True)
-                example.main([*argv_run, "--out", str(root / folder), "--json", str(results), "--set", *kv])
-                run = json.loads(results.read_text())
+
+        # A made run's file is only read (it is written whole), so two commands that evaluate
+        # the same made runs do not contend for it; making a run takes its lock.
+        run = _read(results)
+        if f"em_{method}" not in run:
+            with sole_writer(check_writable(results)):  # two commands never make one run
+                run = _read(results)
+                if f"em_{method}" not in run:
+                    model = ns.model if folder == RUNS[0][2] else str(c_sft)
+                    keep = [f"{k}={v!r}" for k, v in KEEP_CHECKPOINTS.items()]
+                    kv = [*sets.split(), *_SAME_STEP.split(), *keep, *ns.sets]
+                    argv_run = ["--preset", ns.preset, "--model", model, "--methods", method]
+                    print(f"[power_c] {name}: {' '.join(kv)}", flush=True)
+                    out = ["--out", str(root / folder), "--json", str(results)]
+                    example.main([*argv_run, *out, "--set", *kv])
+                    run = _read(results)
         runs[name] = {"run": run, "method": method}
     write_json(ns.compare_json, compare_with_table(root, Path(ns.table_dir)))
     if not evaluating:

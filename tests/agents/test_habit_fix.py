@@ -519,6 +519,8 @@ def test_power_c_runs_some_runs_beside_another_command(load_script, tmp_path: Pa
     assert power_c.main([*argv, "--runs", "grpo_seed3"]) == {"made": {"grpo_seed3": 0.25}}
     assert power_c.main([*argv, "--runs", "grpo_seed3", "rft"]) == {"made": {"grpo_seed3": 0.25, "rft": 0.25}}
     assert made == ["long", "long3", "rftC"]  # a run made already is not made again
+    with sole_writer(root / "long3.json"):  # a made run is read, not locked: no refusal
+        assert power_c.main([*argv, "--runs", "grpo_seed3"]) == {"made": {"grpo_seed3": 0.25}}
     with pytest.raises(SystemExit):  # names outside RUNS are refused by argparse
         power_c.main([*argv, "--runs", "sft"])
     # After each command, the runs made so far beside the table's.
