@@ -120,10 +120,9 @@ KEEP_CHECKPOINTS: dict[str, Any] = {
 def compare_with_table(root: Path, table_dir: Path) -> dict[str, Any]:
     """Each run made under ``root`` beside the table's (:data:`TABLE`): per phase, held-out EM on
     the run's own questions, the final training loss, how it trained, CPU seconds and threads,
-    and the per-step log, step by
-    step (:data:`STEP_KEYS`: how many steps agree to :data:`SAME_TO`, the largest difference per
-    entry, and both logs, so the file shows the remake's without ``runs/``). Runs not made yet are
-    left out."""
+    and the per-step log step by step (:data:`STEP_KEYS`: how many steps agree to
+    :data:`SAME_TO`, the largest difference per entry, and both logs, so the file shows the
+    remake's without ``runs/``). Runs not made yet are left out."""
     runs: dict[str, Any] = {}
     for name, method, folder, _ in RUNS:
         path = root / f"{folder}.json"
