@@ -260,6 +260,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     specs = {"sft": checkpoints(c_run)["sft"]}
     for name, r in runs.items():
         specs[name] = checkpoints(r["run"])[r["method"]]
+        # The questions each run's own evaluation answered right (its first test questions, as
+        # C's), so that each checkpoint is checked to answer them again as it did there.
+        if f"{r['method']}_right" in r["run"]:
+            c_run = {**c_run, f"{name}_right": r["run"][f"{r['method']}_right"]}
     return evaluate(c_run, specs, Path(ns.json), ns.n_eval, ns.n_questions, source=str(first))
 
 

@@ -366,6 +366,8 @@ def test_power_c_makes_every_run_again_and_pairs_its_final_checkpoints(
     assert res["checkpoints"]["grpo_seed3"]["model"].endswith("long3/grpo/checkpoint-1")
     for name in names[1:]:
         assert res["summary"][name]["questions"] == 4 and "p_value" in res["summary"][name]
+        # Each checkpoint answers its own run's held-out questions again as that run did.
+        assert res["summary"][name]["first_n_agree"] == res["summary"][name]["first_n"] > 0, name
     run = json.loads((tmp_path / "c" / "long3.json").read_text())
     assert run["args"]["seed"] == 3 and run["args"]["trl"]["save_strategy"] == "steps"
     # fp32 as the table's runs trained, on any CPU; GRPO's loss one episode a pass, activations kept.
