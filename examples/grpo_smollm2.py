@@ -546,7 +546,6 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
 
     # --- GRPO with the env's reward
     if "grpo" in a.methods:
-        c0, t0 = time.process_time(), time.perf_counter()
         grpo = train_grpo(
             model,
             tok,
@@ -574,12 +573,12 @@ def run(a: Args, log: Any = print, save: Any = None) -> dict[str, Any]:
             ),
             lora=lora,
         )
-        res["grpo_budget"] = {
+        res["grpo_budget"] = {  # over the whole run, the steps before a resumed checkpoint included
             "steps": grpo.trainer.state.global_step,
             "episodes": grpo.rollout.episodes,
-            "seconds": time.perf_counter() - t0,
+            "seconds": grpo.seconds,
             "rollout_seconds": grpo.rollout.seconds,
-            "cpu_seconds": time.process_time() - c0,
+            "cpu_seconds": grpo.cpu_seconds,
         }
         res["grpo_history"] = [history_row(h) for h in grpo.history if "env/em" in h]
         log(f"[grpo] {res['grpo_budget']}")

@@ -50,7 +50,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hopgym._atomic import save_figure, write_text
+from hopgym._atomic import save_figure, write_json, write_text
 from hopgym.agents.lora import LoRAConfig
 from hopgym.agents.progress import drop_log_printer
 from hopgym.agents.rollout import (
@@ -350,6 +350,27 @@ class EnvRolloutFunc:
         self.groups_resampled = 0
         self.steps_without_variance = 0
 
+    def state(self) -> dict[str, Any]:
+        """What a resumed run needs to go on as a run never stopped: the calls made (each call's
+        seed follows from it), the counters, and the state of the draws of dynamic sampling."""
+        return {
+            "calls": self.calls,
+            "episodes": self.episodes,
+            "seconds": self.seconds,
+            "groups_resampled": self.groups_resampled,
+            "steps_without_variance": self.steps_without_variance,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Go on from :meth:`state` (saved with a checkpoint)."""
+        self.calls = int(state["calls"])
+        self.episodes = int(state["episodes"])
+        self.seconds = float(state["seconds"])
+        self.groups_resampled = int(state["groups_resampled"])
+        self.steps_without_variance = int(state["steps_without_variance"])
+        self._rng.bit_generator.state = state["rng"]
+
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, Any]:
         start = time.perf_counter()
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -533,12 +554,23 @@ class GRPOResult:
     Attributes:
         trainer: TRL's ``GRPOTrainer`` after training (``trainer.args`` is the ``GRPOConfig``).
         history: the log rows (also in ``<output_dir>/log.jsonl``).
-        rollout: the rollout function (``episodes``, ``seconds``).
+        rollout: the rollout function (``episodes``, ``seconds``: over the whole run, the
+            steps before a resumed checkpoint included).
+        seconds, cpu_seconds: wall-clock and process CPU seconds of :func:`train_grpo`, over
+            the whole run (a resumed run's include those of the runs before, up to the
+            checkpoint it resumed from).
     """
 
     trainer: Any
     history: list[dict[str, Any]]
     rollout: EnvRolloutFunc
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+#: The file beside each GRPO checkpoint's own that holds the rollout function's state
+#: (:meth:`EnvRolloutFunc.state`) and the run's seconds so far.
+ROLLOUT_STATE = "hopgym_rollout.json"
 
 
 def train_grpo(
@@ -571,8 +603,10 @@ def train_grpo(
         ``TRL_EXPERIMENTAL_SILENCE=1`` to silence it.
     """
     args = config.trl_config()  # refuses bad options before anything is built
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         from datasets import Dataset
+        from transformers import TrainerCallback
         from trl import GRPOTrainer
     except ImportError as exc:
         raise DependencyNotInstalled.for_extra("trl/datasets", "train") from exc
@@ -609,12 +643,41 @@ def train_grpo(
     # checkpoint-N folder of this run, or "last", the newest under output_dir (none: afresh).
     resume = checkpoint_to_resume(args.resume_from_checkpoint, out)
     kept: list[dict[str, Any]] = []
+    before = {"seconds": 0.0, "cpu_seconds": 0.0}  # the run's seconds up to the checkpoint
     if resume is not None:
         step = json.loads((resume / "trainer_state.json").read_text())["global_step"]
         if log_path.exists():  # rows after the checkpoint are done again
             rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
             kept = [r for r in rows if r.get("step", 0) <= step]
-        rollout.calls = step // args.num_iterations  # one rollout per generation batch
+        if (resume / ROLLOUT_STATE).exists():
+            saved = json.loads((resume / ROLLOUT_STATE).read_text())
+            rollout.load_state(saved["rollout"])
+            before = {k: float(saved[k]) for k in before}
+        else:  # a checkpoint from before the state was saved
+            rollout.calls = step // args.num_iterations  # one rollout per generation batch
+            if config.resample_rounds:
+                _log.warning(
+                    "%s has no %s (saved before hopgym kept it): dynamic sampling's draws after "
+                    "it differ from those of a run that never stopped",
+                    resume,
+                    ROLLOUT_STATE,
+                )
+
+    class SaveRolloutState(TrainerCallback):  # type: ignore[misc]
+        """With each checkpoint, the rollout function's state and the run's seconds so far."""
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if folder.is_dir():
+                write_json(
+                    folder / ROLLOUT_STATE,
+                    {
+                        "rollout": rollout.state(),
+                        "seconds": before["seconds"] + time.perf_counter() - t0,
+                        "cpu_seconds": before["cpu_seconds"] + time.process_time() - c0,
+                    },
+                )
+
     curve = make_curve_callback(log_path)
     if kept:
         curve.history.extend(kept)
@@ -622,7 +685,7 @@ def train_grpo(
         write_text(log_path, "".join(json.dumps(r) + "\n" for r in kept))
     elif log_path.exists():
         log_path.unlink()
-    cbs = [curve, *callbacks]
+    cbs = [curve, SaveRolloutState(), *callbacks]
     if config.time_limit_s is not None:
         cbs.append(TimeLimitCallback.make(config.time_limit_s))
     # With beta > 0, TRL builds its KL reference by loading ``model.config._name_or_path``: a
@@ -655,7 +718,13 @@ def train_grpo(
     trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     if config.plot:
         plot_curves(curve.history, out / "curves.png", title=f"GRPO ({args.loss_type})")
-    return GRPOResult(trainer, curve.history, rollout)
+    return GRPOResult(
+        trainer,
+        curve.history,
+        rollout,
+        seconds=before["seconds"] + time.perf_counter() - t0,
+        cpu_seconds=before["cpu_seconds"] + time.process_time() - c0,
+    )
 
 
 def _prepare_vllm(

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from test_train import LengthReward, make_env, snapshot, tiny_model  # noqa: E402
+from test_train import FlatForSome, make_env, snapshot, tiny_model  # noqa: E402
 from train_fixtures import tiny_grpo  # noqa: E402,F401  (fixtures)
 
 from hopgym.agents.grpo import train_grpo  # noqa: E402
@@ -22,17 +22,20 @@ from hopgym.agents.tiny_lm import build_tokenizer, task_texts  # noqa: E402
 from hopgym.errors import InvalidOptionError  # noqa: E402
 
 
-def _run(tiny_grpo, tok, qids, out: Path, steps: int, resume: str | None = None):
+def _run(tiny_grpo, tok, qids, out: Path, steps: int, resume: str | None = None, resample_rounds: int = 0):
     model = tiny_model(tok)
     seen: list = []
+    # With dynamic sampling, 4 of the 6 questions' groups have no variance and are replaced.
+    flat = set(qids[:4]) if resample_rounds else set()
     run = train_grpo(
         model,
         tok,
-        lambda: LengthReward(make_env(None)),
+        lambda: FlatForSome(make_env(None), flat),
         qids,
         tiny_grpo(
             out,
             track_kl=False,
+            resample_rounds=resample_rounds,
             trl={
                 "max_steps": steps,
                 "num_generations": 2,
@@ -45,21 +48,33 @@ def _run(tiny_grpo, tok, qids, out: Path, steps: int, resume: str | None = None)
         ),
         on_trajectories=lambda t: seen.append([x.completion_ids for x in t]),
     )
-    return snapshot(model), seen, [r["step"] for r in run.history if "loss" in r]
+    return snapshot(model), seen, [r["step"] for r in run.history if "loss" in r], run
 
 
-def test_resumed_run_matches_the_uninterrupted_one(tmp_path: Path, tiny_grpo):
+@pytest.mark.parametrize("resample_rounds", [0, 2])
+def test_resumed_run_matches_the_uninterrupted_one(tmp_path: Path, tiny_grpo, resample_rounds):
+    """Also with dynamic sampling: the draws of the replacement groups go on as in the run that
+    never stopped (their generator's state is saved with each checkpoint), and so do the counts
+    of episodes and of replaced groups."""
     env = make_env(None)
     tok = build_tokenizer(task_texts(env.unwrapped.task))
     qids = [s.id for s in env.unwrapped.task.samples]
-    w_whole, eps_whole, steps_whole = _run(tiny_grpo, tok, qids, tmp_path / "whole", 2)
-    _run(tiny_grpo, tok, qids, tmp_path / "cut", 1)  # stopped after step 1 (its checkpoint-1 saved)
+    kw = {"resample_rounds": resample_rounds}
+    w_whole, eps_whole, steps_whole, whole = _run(tiny_grpo, tok, qids, tmp_path / "whole", 3, **kw)
+    _run(tiny_grpo, tok, qids, tmp_path / "cut", 1, **kw)  # stopped after step 1 (checkpoint-1 saved)
     assert (tmp_path / "cut" / "checkpoint-1" / "trainer_state.json").exists()
-    w_resumed, eps_resumed, steps_resumed = _run(tiny_grpo, tok, qids, tmp_path / "cut", 2, resume="last")
-    assert steps_whole == steps_resumed == [1, 2]
-    assert eps_resumed == eps_whole[1:]  # only step 2 sampled, with step 2's seed
+    w_resumed, eps_resumed, steps_resumed, resumed = _run(
+        tiny_grpo, tok, qids, tmp_path / "cut", 3, resume="last", **kw
+    )
+    assert steps_whole == steps_resumed == [1, 2, 3]
+    assert eps_resumed == eps_whole[1:]  # only steps 2 and 3 sampled, with their seeds and draws
     for a, b in zip(w_whole, w_resumed, strict=True):
         torch.testing.assert_close(b, a)
+    assert resumed.rollout.episodes == whole.rollout.episodes  # the steps before the checkpoint count
+    assert resumed.rollout.groups_resampled == whole.rollout.groups_resampled
+    if resample_rounds:
+        assert whole.rollout.groups_resampled >= 2  # the test can fail: draws were made after step 1
+    assert resumed.cpu_seconds > 0 and resumed.seconds > 0
     with pytest.raises(InvalidOptionError, match="not a TRL checkpoint"):
         _run(tiny_grpo, tok, qids, tmp_path / "x", 1, resume=str(tmp_path / "nowhere"))
 
