@@ -15,8 +15,9 @@ Every step resumes: a run whose results file has its method's EM is skipped, a s
 on from its newest checkpoint, and the evaluation from its last saved chunk. SFT did not repeat
 bit for bit between the table's checkpoints A and B (one command, 0.270 and 0.310), so after
 the runs every run made so far is set beside the table's results file (``--compare-json``:
-held-out EM, final loss, the per-step log step by step), and the docs say from it whether the
-remade C is the table's::
+held-out EM, final loss, the per-step log step by step; a run compared there by an earlier
+command whose folder is gone stays), and the docs say from it whether the remade C is the
+table's::
 
     OMP_NUM_THREADS=1 nohup python benchmarks/power_c.py > /tmp/power_c.log 2>&1 &
 
@@ -177,6 +178,21 @@ def _compare_logs(table: list[dict[str, Any]], made: list[dict[str, Any]]) -> di
     }
 
 
+def save_comparison(path: Path, made: dict[str, Any]) -> dict[str, Any]:
+    """Save :func:`compare_with_table`'s ``made`` into ``path`` as another command may have left
+    it: under a short lock, the runs compared there and not made under this ``--root`` (an earlier
+    machine's, whose run folders are gone) are kept, in :data:`RUNS`' order; returns the file."""
+    with sole_writer(path, wait=True):
+        runs = {**_read(path).get("runs", {}), **made["runs"]}
+        saved = {
+            **made,
+            "runs": {n: runs[n] for n, *_ in RUNS if n in runs},
+            "to_make": [n for n, *_ in RUNS if n not in runs],
+        }
+        write_json(path, saved)
+    return saved
+
+
 def _read(results: Path) -> dict[str, Any]:
     """A run's results file, or nothing yet."""
     return json.loads(results.read_text()) if results.exists() else {}
@@ -247,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     example.main([*argv_run, *out, "--set", *kv])
                     run = _read(results)
         runs[name] = {"run": run, "method": method}
-    write_json(ns.compare_json, compare_with_table(root, Path(ns.table_dir)))
+    save_comparison(Path(ns.compare_json), compare_with_table(root, Path(ns.table_dir)))
     if not evaluating:
         return {"made": {name: r["run"].get(f"em_{r['method']}") for name, r in runs.items()}}
     first = root / f"{RUNS[0][2]}.json"

@@ -569,3 +569,28 @@ def test_power_c_sets_each_remade_run_beside_the_tables_step_by_step(load_script
     assert steps["max_difference"]["policy/kl_ref"] == pytest.approx(0.01)
     assert steps["max_difference"]["env/reward"] == 0.0
     assert steps["made"][4]["policy/kl_ref"] == made["grpo_history"][4]["policy/kl_ref"]
+
+
+def test_power_c_keeps_the_runs_an_earlier_command_compared_whose_folders_are_gone(
+    load_script, tmp_path: Path
+):
+    """``save_comparison``: a run made again here replaces its entry; a run compared by an earlier
+    command (on a machine whose run folders are gone) stays, and the runs keep ``RUNS``' order."""
+    power_c = load_script("benchmarks/power_c.py", "power_c_script")
+    path = tmp_path / "remake.json"
+    earlier = {"grpo": {"phases": "earlier"}, "grpo_dynamic_seed3": {"phases": "earlier"}}
+    path.write_text(json.dumps({"same_to": 1.0, "runs": earlier, "to_make": []}))
+    made = {"same_to": power_c.SAME_TO, "runs": {"rft": {"phases": "now"}, "grpo": {"phases": "now"}}}
+    saved = power_c.save_comparison(path, made)
+    assert json.loads(path.read_text()) == saved
+    assert saved["same_to"] == power_c.SAME_TO
+    assert saved["runs"] == {
+        "grpo": {"phases": "now"},
+        "rft": {"phases": "now"},
+        "grpo_dynamic_seed3": {"phases": "earlier"},
+    }
+    assert saved["to_make"] == ["grpo_seed3", "continue_sft", "grpo_dynamic"]
+    assert power_c.save_comparison(tmp_path / "new.json", made)["runs"] == {
+        "grpo": {"phases": "now"},
+        "rft": {"phases": "now"},
+    }
