@@ -337,7 +337,7 @@ def _evaluate(
 ) -> dict[str, Any]:
 
     import hopgym  # noqa: F401
-    from hopgym._atomic import OutputFileError, sole_writer
+    from hopgym._atomic import OutputFileHeldError, sole_writer
 
     example = load_example()
     args, env_fn = run_settings(run, example, n_questions=n_questions)
@@ -392,10 +392,10 @@ def _evaluate(
         with contextlib.ExitStack() as held:
             try:
                 held.enter_context(sole_writer(checkpoint_lock(path, name)))
-            except OutputFileError as exc:
-                holder = exc.reason.split(" (", 1)[-1].split(")")[0]
+            except OutputFileHeldError as exc:  # an unwritable lock file is raised, not skipped
                 print(
-                    f"[paired_eval] {name}: another command is evaluating it ({holder}); left to it",
+                    f"[paired_eval] {name}: another command is evaluating it "
+                    f"(process {exc.holder}, {exc.lock}); left to it",
                     flush=True,
                 )
                 continue

@@ -2157,6 +2157,10 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
     of entropy, how each trained, and CPU seconds with their threads."""
     d = _load("grpo_smollm2_c_remake") if data is None else data
     names = {"grpo": "GRPO, seed 2, after C's SFT", **_POWER_NAMES}
+
+    def label(name: str) -> str:
+        return names.get(name) or _METHOD_NAMES.get(name, name)
+
     header = [
         "run",
         "phase",
@@ -2176,7 +2180,7 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
             loss = e["final_loss"]
             rows.append(
                 [
-                    names.get(name) or _METHOD_NAMES.get(name, name),
+                    label(name),
                     _METHOD_NAMES.get(phase, phase),
                     f"{e['em'][0]:.3f} → {e['em'][1]:.3f} ({run['test_questions'][1]} questions)",
                     f"{loss[0]:.6f} / {loss[1]:.6f}" if None not in loss else "–",
@@ -2201,7 +2205,7 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
     total = made + len(d["to_make"])
     cpu = sum(e["cpu_seconds"][1] or 0.0 for run in d["runs"].values() for e in run["phases"].values())
     differ = [
-        f"{names.get(name) or _METHOD_NAMES.get(name, name)}, {_METHOD_NAMES.get(phase, phase)} phase"
+        f"{label(name)}, {_METHOD_NAMES.get(phase, phase)} phase"
         for name, run in d["runs"].items()
         for phase, e in run["phases"].items()
         if e["em"][0] != e["em"][1]
@@ -2210,11 +2214,7 @@ def smollm2_remake(data: Mapping[str, Any] | None = None) -> str:
     ]
     head = (
         f"{made} of {total} runs made again so far"
-        + (
-            f" (to make: {'; '.join(names.get(n) or _METHOD_NAMES.get(n, n) for n in d['to_make'])})"
-            if d["to_make"]
-            else ""
-        )
+        + (f" (to make: {'; '.join(label(n) for n in d['to_make'])})" if d["to_make"] else "")
         + f"; their training took {cpu:,.0f} CPU s here. "
         + (
             "Each phase repeated the table's: the same held-out EM, and every step of its log alike"

@@ -53,6 +53,7 @@ from hopgym.errors import HopgymError, InvalidOptionError
 
 __all__ = [
     "OutputFileError",
+    "OutputFileHeldError",
     "check_writable",
     "check_folder",
     "check_distinct",
@@ -81,6 +82,22 @@ class OutputFileError(HopgymError, OSError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.path, self.reason, self.message))
+
+
+class OutputFileHeldError(OutputFileError):
+    """Another command holds the output file's :func:`sole_writer` lock: ``holder`` is its
+    process id (as the lock file says), ``lock`` the lock file."""
+
+    def __init__(self, path: str | os.PathLike[str], holder: str, lock: str | os.PathLike[str]) -> None:
+        self.holder, self.lock = holder, os.fspath(lock)
+        super().__init__(
+            path,
+            f"another command is writing it (process {holder}, {self.lock}); wait for it to end, "
+            "or write another file",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.holder, self.lock))
 
 
 def reason_of(exc: BaseException) -> str:
@@ -347,8 +364,8 @@ def sole_writer(path: str | os.PathLike[str], *, wait: bool = False) -> Iterator
     refusal. POSIX only.
 
     Raises:
-        OutputFileError: another command (or block) holds ``path`` (without ``wait``), or the lock
-            file cannot be made.
+        OutputFileHeldError: another command (or block) holds ``path`` (without ``wait``).
+        OutputFileError: the lock file cannot be made or locked.
 
     Example:
         >>> import tempfile, pathlib
@@ -378,11 +395,7 @@ def sole_writer(path: str | os.PathLike[str], *, wait: bool = False) -> Iterator
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise OutputFileError(out, f"cannot be locked ({reason_of(exc)}: {lock})") from exc
-            raise OutputFileError(
-                out,
-                f"another command is writing it (process {holder}, {lock}); wait for it to end, "
-                "or write another file",
-            ) from exc
+            raise OutputFileHeldError(out, holder, lock) from exc
         # Held; but the holder before may have removed the lock file as it let go (between our
         # open and flock): then this lock guards nothing, and we start again on the new file.
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import signal
 import stat
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from hopgym import _atomic
 from hopgym._atomic import (
     OutputFileError,
+    OutputFileHeldError,
     atomic_directory,
     atomic_write,
     check_distinct,
@@ -181,12 +183,16 @@ def test_sole_writer_refuses_a_second_process_naming_the_file_and_the_holder(tmp
     path = tmp_path / "eval500.json"
     proc = _holder(path)
     try:
-        with pytest.raises(OutputFileError) as err:
+        with pytest.raises(OutputFileHeldError) as err:
             with sole_writer(path):
                 pass
+        assert isinstance(err.value, OutputFileError)  # callers catching the general error still do
         assert err.value.path == str(path)
+        assert (err.value.holder, err.value.lock) == (str(proc.pid), str(tmp_path / ".eval500.json.lock"))
         assert f"process {proc.pid}" in str(err.value)
         assert str(path) in str(err.value)
+        again = pickle.loads(pickle.dumps(err.value))  # crosses process pools whole
+        assert (type(again), str(again), again.holder) == (OutputFileHeldError, str(err.value), str(proc.pid))
     finally:
         proc.kill()
         proc.wait()

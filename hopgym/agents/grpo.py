@@ -644,6 +644,13 @@ def train_grpo(
     resume = checkpoint_to_resume(args.resume_from_checkpoint, out)
     kept: list[dict[str, Any]] = []
     before = {"seconds": 0.0, "cpu_seconds": 0.0}  # the run's seconds up to the checkpoint
+
+    def run_seconds() -> dict[str, float]:  # the whole run's, the steps before a resume included
+        return {
+            "seconds": before["seconds"] + time.perf_counter() - t0,
+            "cpu_seconds": before["cpu_seconds"] + time.process_time() - c0,
+        }
+
     if resume is not None:
         step = json.loads((resume / "trainer_state.json").read_text())["global_step"]
         if log_path.exists():  # rows after the checkpoint are done again
@@ -669,14 +676,7 @@ def train_grpo(
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if folder.is_dir():
-                write_json(
-                    folder / ROLLOUT_STATE,
-                    {
-                        "rollout": rollout.state(),
-                        "seconds": before["seconds"] + time.perf_counter() - t0,
-                        "cpu_seconds": before["cpu_seconds"] + time.process_time() - c0,
-                    },
-                )
+                write_json(folder / ROLLOUT_STATE, {"rollout": rollout.state(), **run_seconds()})
 
     curve = make_curve_callback(log_path)
     if kept:
@@ -718,13 +718,7 @@ def train_grpo(
     trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     if config.plot:
         plot_curves(curve.history, out / "curves.png", title=f"GRPO ({args.loss_type})")
-    return GRPOResult(
-        trainer,
-        curve.history,
-        rollout,
-        seconds=before["seconds"] + time.perf_counter() - t0,
-        cpu_seconds=before["cpu_seconds"] + time.process_time() - c0,
-    )
+    return GRPOResult(trainer, curve.history, rollout, **run_seconds())
 
 
 def _prepare_vllm(
