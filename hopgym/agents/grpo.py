@@ -63,7 +63,7 @@ from hopgym.agents.rollout import (
     stop_token_ids,
     summarize,
 )
-from hopgym.agents.sft import TimeLimitCallback, check_time_limit, checkpoint_to_resume
+from hopgym.agents.sft import TimeLimitCallback, check_time_limit, checkpoint_to_resume, train_from
 from hopgym.envs.multihop_qa import qa_env
 from hopgym.errors import DependencyNotInstalled, InvalidOptionError
 
@@ -715,7 +715,7 @@ def train_grpo(
     finally:
         model.config._name_or_path = name_or_path
     drop_log_printer(trainer, cbs)
-    trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+    train_from(trainer, resume)
     if config.plot:
         plot_curves(curve.history, out / "curves.png", title=f"GRPO ({args.loss_type})")
     return GRPOResult(trainer, curve.history, rollout, **run_seconds())

@@ -45,6 +45,7 @@ __all__ = [
     "CLOCKS",
     "EntityRenamer",
     "checkpoint_to_resume",
+    "train_from",
 ]
 
 #: What :func:`teacher_examples` does with a ``tools`` example whose ids differ from the template's.
@@ -456,9 +457,38 @@ def train_sft(
         peft_config=lora.peft_config() if lora is not None else None,
     )
     drop_log_printer(trainer, cbs)
-    resume = checkpoint_to_resume(args.resume_from_checkpoint, Path(args.output_dir))
-    trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+    train_from(trainer, checkpoint_to_resume(args.resume_from_checkpoint, Path(args.output_dir)))
     return trainer
+
+
+def train_from(trainer: Any, resume: Path | None) -> None:
+    """``trainer.train()``, from ``resume`` (:func:`checkpoint_to_resume`'s) when given.
+
+    A checkpoint of the run's last step (``max_steps`` reached: a run stopped after its training
+    and before what came next) is loaded, weights and state, and not trained from: transformers'
+    loop checks ``max_steps`` only after a step, so it would train one step more, and under
+    ``save_total_limit=1`` that step's checkpoint would replace the finished run's.
+
+    Raises:
+        hopgym.errors.InvalidOptionError: the checkpoint is of a step past ``max_steps``.
+    """
+    if resume is not None:
+        from transformers.trainer_callback import TrainerState
+
+        state = TrainerState.load_from_json(str(resume / "trainer_state.json"))
+        if 0 < trainer.args.max_steps < state.global_step:
+            raise InvalidOptionError(
+                f"resume_from_checkpoint: {resume} is of step {state.global_step}, past this "
+                f"run's max_steps ({trainer.args.max_steps})"
+            )
+        if 0 < trainer.args.max_steps == state.global_step:
+            trainer._load_from_checkpoint(str(resume))
+            trainer.state = state
+            _log.info(
+                "%s is the run's last step (%d): loaded, nothing left to train", resume, state.global_step
+            )
+            return
+    trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
 
 
 def checkpoint_to_resume(value: str | None, out: Path) -> Path | None:

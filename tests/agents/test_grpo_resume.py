@@ -100,3 +100,53 @@ def test_resumed_sft_matches_the_uninterrupted_one(tmp_path: Path):
     assert max((a - b).abs().max().item() for a, b in zip(start, whole, strict=True)) > 1e-4
     for a, b in zip(whole, resumed, strict=True):
         torch.testing.assert_close(b, a)
+
+
+def test_resuming_a_finished_run_loads_it_and_trains_no_step_more(tmp_path: Path, tiny_grpo):
+    """A run stopped after its last step (before what came after it) and resumed: the last
+    checkpoint's weights, log and counts, nothing sampled and no step more (transformers' loop
+    alone would train one, and its checkpoint would replace the finished run's)."""
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples]
+    w_done, _, steps_done, done = _run(tiny_grpo, tok, qids, tmp_path / "done", 2)
+    w_again, eps_again, steps_again, again = _run(tiny_grpo, tok, qids, tmp_path / "done", 2, resume="last")
+    assert eps_again == [] and steps_again == steps_done == [1, 2]
+    start = snapshot(tiny_model(tok))
+    assert max((a - b).abs().max().item() for a, b in zip(start, w_done, strict=True)) > 1e-4
+    for a, b in zip(w_done, w_again, strict=True):
+        torch.testing.assert_close(b, a)
+    assert again.rollout.episodes == done.rollout.episodes
+    assert sorted(p.name for p in (tmp_path / "done").glob("checkpoint-*")) == [
+        "checkpoint-1",
+        "checkpoint-2",
+    ]
+    assert again.trainer.state.global_step == 2
+    with pytest.raises(InvalidOptionError, match="of step 2, past this run's max_steps"):
+        _run(tiny_grpo, tok, qids, tmp_path / "done", 1, resume="last")
+
+
+def test_resuming_a_finished_sft_loads_it_and_trains_no_step_more(tmp_path: Path):
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples][:4]
+    examples = teacher_examples(lambda: make_env(None), lambda e: OracleAgent(e), qids, tok)
+    runs = []
+    for resume in (None, "last"):
+        model = tiny_model(tok)
+        # 2 steps of an epoch of 4 (the loop's own epoch count does not stop it after step 2).
+        trl = {"max_steps": 2, "per_device_train_batch_size": 1, "learning_rate": 1e-2, "logging_steps": 1}
+        trl |= {"save_strategy": "steps", "save_steps": 1, "resume_from_checkpoint": resume}
+        trainer = train_sft(model, tok, examples, SFTRunConfig(output_dir=str(tmp_path), trl=trl))
+        runs.append(
+            (
+                snapshot(model),
+                trainer.state.global_step,
+                [r["loss"] for r in trainer.state.log_history if "loss" in r],
+            )
+        )
+    (w_done, step_done, loss_done), (w_again, step_again, loss_again) = runs
+    assert step_done == step_again == 2 and loss_again == loss_done and len(loss_done) == 2
+    for a, b in zip(w_done, w_again, strict=True):
+        torch.testing.assert_close(b, a)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
