@@ -220,7 +220,7 @@ def profile(args: argparse.Namespace) -> dict:
     timers.wrap(GRPOTrainer, "_generate_and_score_completions", "generate_and_score")
     timers.wrap(trainer_class, "_get_per_token_logps_and_entropies", "logps")
     timers.wrap(GRPOTrainer, "compute_loss", "loss")
-    timers.wrap(GRPOTrainer, "training_step", "step")
+    timers.wrap(trainer_class, "training_step", "step")  # with shared_prompt, its prompt backward too
     backward = {"s": 0.0}
 
     qids = [s.id for s in env_fn(None).unwrapped.task.samples]
@@ -232,6 +232,7 @@ def profile(args: argparse.Namespace) -> dict:
         plot=False,
         track_kl=args.track_kl,
         chunked_logprobs=not args.plain_logprobs,
+        shared_prompt=args.shared_prompt,
         trl={
             "max_steps": args.steps,
             "num_generations": args.group,
@@ -241,13 +242,11 @@ def profile(args: argparse.Namespace) -> dict:
             **args.trl,
         },
     )
-    # Time accelerator.backward of the trainer TRL builds (one per run).
+    # Time accelerator.backward of the trainer TRL builds (one per run), and with shared_prompt
+    # the backward through each prompt's shared pass.
     orig_init = GRPOTrainer.__init__
 
-    def init(self, *a, **kw):
-        orig_init(self, *a, **kw)
-        inner = self.accelerator.backward
-
+    def timed_backward(inner):
         def timed(*b, **kwb):
             t = time.perf_counter()
             timers.stack.append("backward")
@@ -257,7 +256,13 @@ def profile(args: argparse.Namespace) -> dict:
                 timers.stack.pop()
                 backward["s"] += time.perf_counter() - t
 
-        self.accelerator.backward = timed
+        return timed
+
+    def init(self, *a, **kw):
+        orig_init(self, *a, **kw)
+        self.accelerator.backward = timed_backward(self.accelerator.backward)
+        if hasattr(self, "_prompt_backward"):
+            self._prompt_backward = timed_backward(self._prompt_backward)
 
     GRPOTrainer.__init__ = init
     episodes: list = []
@@ -302,6 +307,7 @@ def profile(args: argparse.Namespace) -> dict:
         "track_kl": args.track_kl,
         "kl_logprobs": "full logits" if args.full_logits_kl else "tiled, model tokens",
         "gradient_checkpointing": getattr(cfg.trl_config(), "gradient_checkpointing", None),
+        "shared_prompt": args.shared_prompt,
         # Of the training (model load excluded): user and kernel CPU seconds, minor page faults.
         "cpu_user_s": round(usage.ru_utime - usage0.ru_utime, 1),
         "cpu_system_s": round(usage.ru_stime - usage0.ru_stime, 1),
@@ -449,6 +455,12 @@ def main() -> None:
         "--plain-logprobs",
         action="store_true",
         help="The loss's log-probs through TRL's own path (GRPORunConfig.chunked_logprobs=False).",
+    )
+    p.add_argument(
+        "--shared-prompt",
+        action="store_true",
+        help="Each prompt's backbone pass once for its group's loss passes (GRPORunConfig.shared_prompt; "
+        "needs --micro-batch dividing --group and --trl gradient_checkpointing=False).",
     )
     p.add_argument(
         "--compare",

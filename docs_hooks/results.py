@@ -917,14 +917,17 @@ def grpo_step_chunked() -> str:
 #: One 16-episode GRPO step on SmolLM2 before and after the step's cost work, the same episodes
 #: (``benchmarks/grpo_step_profile.py --compare``), and the issue's targets for it.
 GRPO_STEP_COST = "grpo_step_cost_smollm2_16ep"
+#: The same comparison with each prompt's backbone pass shared by its group's loss passes
+#: (``GRPORunConfig.shared_prompt``), measured again beside the step before and the step without it.
+GRPO_STEP_SHARED = "grpo_step_shared_smollm2_16ep"
 #: The targets of a 16-episode step: peak RSS at most 4 GB, step time at most half of before.
 GRPO_STEP_TARGETS = {"peak_rss_mib": 4096, "time_ratio": 0.5}
 
 
-def grpo_step_cost() -> str:
+def grpo_step_cost(name: str = GRPO_STEP_COST) -> str:
     """Peak memory and time of one GRPO step on SmolLM2 with the settings before the step's cost
     work and after it, on the same episodes, with each after-row's ratios and the targets."""
-    d = _load(GRPO_STEP_COST)
+    d = _load(name)
     c = d["compare"]
     runs, ratios = c["runs"], c["ratio"]
     rows = []
@@ -2257,6 +2260,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo_micro_batch": grpo_micro_batch,
     "grpo_step_chunked": grpo_step_chunked,
     "grpo_step_cost": grpo_step_cost,
+    "grpo_step_shared": lambda: grpo_step_cost(GRPO_STEP_SHARED),
     "habit_fix": habit_fix,
     "habit_fix_power": habit_fix_power,
     "habit_fix_goals": habit_fix_goals,

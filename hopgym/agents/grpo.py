@@ -179,6 +179,16 @@ class GRPORunConfig:
             "off CUDA projects every position of the batch onto the vocabulary. Off: TRL's path."
         },
     )
+    shared_prompt: bool = field(
+        default=False,
+        metadata={
+            "help": "With chunked_logprobs and loss passes of one question's episodes "
+            "(micro_batch_size dividing num_generations, no gradient checkpointing): the backbone "
+            "runs over each prompt once for all its episodes' passes, which get its keys and "
+            "values as a cache and send their gradients back through it once. The same loss and "
+            "gradient, summed in another order, with fewer positions through the backbone."
+        },
+    )
     plot: bool = field(default=True, metadata={"help": "Write curves.png next to the run."})
     track_kl: bool = field(
         default=True,
@@ -270,6 +280,15 @@ class GRPORunConfig:
         )
         if args.temperature <= 0:
             raise InvalidOptionError(f"temperature must be > 0 for GRPO sampling, got {args.temperature}")
+        if self.shared_prompt:
+            micro = self.loss_passes(args.num_generations)[0]
+            if not self.chunked_logprobs or args.gradient_checkpointing or args.num_generations % micro:
+                raise InvalidOptionError(
+                    "shared_prompt needs chunked_logprobs, gradient_checkpointing=False and "
+                    f"micro_batch_size dividing num_generations ({args.num_generations}); got "
+                    f"chunked_logprobs={self.chunked_logprobs}, "
+                    f"gradient_checkpointing={args.gradient_checkpointing}, micro_batch_size={micro}"
+                )
         if args.max_completion_length < self.max_new_tokens:
             raise InvalidOptionError(
                 f"max_completion_length ({args.max_completion_length}) must be >= "
@@ -696,7 +715,7 @@ def train_grpo(
     if args.beta > 0 and peft_config is None:
         model.save_pretrained(out / "kl_reference")
         model.config._name_or_path = str(out / "kl_reference")
-    trainer_class = GRPOTrainer
+    trainer_class: Any = GRPOTrainer
     if config.chunked_logprobs:
         from hopgym.agents.grpo_logprobs import chunked_grpo_trainer
 
@@ -714,6 +733,7 @@ def train_grpo(
         )
     finally:
         model.config._name_or_path = name_or_path
+    trainer.shared_prompt = config.shared_prompt
     drop_log_printer(trainer, cbs)
     train_from(trainer, resume)
     if config.plot:

@@ -31,6 +31,16 @@ tokens; only ``bnpo`` normalises each pass by its own tokens, which depend on th
 do in TRL's shuffled passes), and a row's positions shift by the prompt padding dropped, which rotary position
 embeddings do not see; so the update is the same up to float rounding.
 
+With ``shared_prompt`` (``GRPORunConfig.shared_prompt``: loss passes no wider than a group,
+without gradient checkpointing), the passes of one prompt (the ``num_generations`` episodes of a
+question) come one after another, and the backbone runs over the prompt once for all of them:
+its keys and values go to each pass as a cache of leaf tensors, each pass's backward adds its
+gradient into them, and after the prompt's last pass one backward takes their sum through the
+prompt's pass. In a SmolLM2 step of 2 questions x 8 episodes (a 282-token prompt, completions of
+about 600 tokens) 7 of every 8 prompt passes go, about a quarter of the positions of the loss's
+forward and backward. The gradient is the plain path's, summed in another order
+(``tests/agents/test_grpo_logprobs.py`` compares the weights after a step).
+
 A case this path does not cover runs TRL's own: a wrapped model (DDP, ``torch.compile``), image
 inputs, an MoE auxiliary loss, logits scaled or soft-capped by the model's config.
 """
@@ -38,6 +48,7 @@ inputs, an MoE auxiliary loss, logits scaled or soft-capped by the model's confi
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 __all__ = ["TOKENS_PER_TILE", "VOCAB_PER_TILE", "chunked_grpo_trainer"]
@@ -72,6 +83,7 @@ _MICRO_BATCH_KEYS = frozenset(
 )
 
 _TRAINER: Any = None
+_log = logging.getLogger(__name__)
 
 
 def chunked_grpo_trainer() -> Any:
@@ -92,12 +104,21 @@ def _build() -> Any:
     from trl.extras.profiling import profiling_decorator
     from trl.kernels import ChunkedLogProbFunction
 
-    from hopgym.agents.rollout import SCALED_LOGITS
+    from hopgym.agents.rollout import SCALED_LOGITS, _output_cache
+    from hopgym.backends.transformers_backend import _cache_kwarg
 
     class ChunkedLogprobGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         """``GRPOTrainer`` whose per-token log-probs skip the positions the loss masks out."""
 
         _score_mask: Any = None
+        #: Set by ``train_grpo`` (``GRPORunConfig.shared_prompt``).
+        shared_prompt: bool = False
+        #: Per loss pass of the buffered batch: its prompt's key and whether it is the prompt's
+        #: last pass (None: the passes are TRL's, or do not share prompts).
+        _prompt_plan: list[tuple[tuple[int, ...], bool]] | None = None
+        _current_pass: tuple[tuple[int, ...], bool] | None = None
+        _in_loss: bool = False
+        _prompt_pass: _PromptPass | None = None
 
         def _prepare_inputs(self, generation_batch: Any) -> Any:
             # TRL shuffles a fresh generation batch and splits it into its micro-batches; here
@@ -105,26 +126,88 @@ def _build() -> Any:
             buffered = self._buffered_inputs
             inputs = super()._prepare_inputs(generation_batch)
             fresh = self._buffered_inputs
+            args: Any = self.args  # a GRPOConfig
+            training = self.model is not None and self.model.training
             if (
                 fresh is not buffered
-                and self.model.training
+                and training
                 and len(fresh) > 1
-                and self.args.steps_per_generation == self.args.gradient_accumulation_steps
+                and args.steps_per_generation == args.gradient_accumulation_steps
                 and all(v is None or k in _MICRO_BATCH_KEYS for k, v in fresh[0].items())
             ):
-                self._buffered_inputs = _length_sorted(fresh)
-                inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+                self._buffered_inputs = _length_sorted(fresh, by_prompt=self.shared_prompt)
+                inputs = self._buffered_inputs[self._step % args.steps_per_generation]
+            if fresh is not buffered:
+                self._prompt_plan = None
+                if self.shared_prompt and training:
+                    self._prompt_plan = _prompt_plan(self._buffered_inputs)
+                    if self._prompt_plan is None:
+                        _log.warning(
+                            "shared_prompt: this step's loss passes do not each hold the episodes "
+                            "of one prompt, so they run over every position (the prompt unshared)"
+                        )
+            plan = self._prompt_plan if training else None
+            self._current_pass = plan[self._step % args.steps_per_generation] if plan else None
             return inputs
+
+        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:  # noqa: D102
+            try:
+                loss = super().training_step(model, inputs, num_items_in_batch)
+            except BaseException:
+                self._prompt_pass = None
+                raise
+            if self._prompt_pass is not None and (self._current_pass is None or self._current_pass[1]):
+                self._prompt_backward()
+            return loss
+
+        def _prompt_backward(self) -> None:
+            """The prompt's last pass is done: its passes' gradients, summed in the cache's
+            leaves, go back through the prompt's own pass."""
+            shared, self._prompt_pass = self._prompt_pass, None
+            if shared is not None:
+                shared.backward()
 
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             # The env mask is known here only; positions it drops are read by nothing else when
             # the loss has no stored log-probs to compare with.
             if "tool_mask" in inputs and not any(inputs.get(k) is not None for k in _STORED_LOGPROBS):
                 self._score_mask = inputs["tool_mask"]
+            self._in_loss = True
             try:
                 return super()._compute_loss(model, inputs)
             finally:
                 self._score_mask = None
+                self._in_loss = False
+
+        def _backbone(self, causal_lm: Any, ids: Any, attn: Any, logits_to_keep: int) -> Any:
+            """The hidden states that predict the last ``logits_to_keep`` tokens of ``ids``
+            (``[rows, logits_to_keep, hidden]``): through the prompt's shared pass when this
+            loss pass is one of a prompt's (:class:`_PromptPass`), else over every position."""
+            key = self._current_pass[0] if self._current_pass is not None else None
+            start = ids.size(1) - logits_to_keep
+            if (
+                key is None
+                or not self._in_loss
+                or not torch.is_grad_enabled()
+                or start < 2
+                or not bool(attn[:, :start].all())
+                or tuple(ids[0, :start].tolist()) != key
+                or not bool((ids[:, :start] == ids[:1, :start]).all())
+            ):
+                out = causal_lm.base_model(input_ids=ids, attention_mask=attn, use_cache=False)
+                return out.last_hidden_state[:, -logits_to_keep - 1 : -1]
+            if self._prompt_pass is None or self._prompt_pass.key != key:
+                self._prompt_backward()  # a prompt whose last pass was not marked
+                self._prompt_pass = _PromptPass.run(causal_lm, ids[:1, : start - 1], key)
+            cache = self._prompt_pass.cache(causal_lm.config, ids.size(0))
+            # The prompt's last token is fed again: its hidden state predicts the first completion token.
+            out = causal_lm.base_model(
+                input_ids=ids[:, start - 1 :],
+                attention_mask=attn,
+                use_cache=True,
+                **{_cache_kwarg(causal_lm): cache},
+            )
+            return out.last_hidden_state[:, :-1]
 
         @profiling_decorator
         def _get_per_token_logps_and_entropies(  # noqa: D102
@@ -168,10 +251,9 @@ def _build() -> Any:
                 if self._score_mask is not None:
                     scored = scored & self._score_mask[start : start + rows].bool()
                 with self.accelerator.autocast():
-                    out = causal_lm.base_model(input_ids=ids, attention_mask=attn, use_cache=False)
                     # Position p predicts token p + 1: the completion's tokens are the last
                     # logits_to_keep, predicted by the logits_to_keep positions before the last.
-                    hidden = out.last_hidden_state[:, -logits_to_keep - 1 : -1]
+                    hidden = self._backbone(causal_lm, ids, attn, logits_to_keep)
                     per_token = _score(
                         hidden[scored],
                         targets[scored],
@@ -189,10 +271,62 @@ def _build() -> Any:
                 None,
             )
 
-    def _length_sorted(micro_batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    class _PromptPass:
+        """The backbone's pass over one prompt (all but its last token), shared by the loss
+        passes of its episodes: each gets the keys and values as a cache of leaf tensors, whose
+        gradients add up over the passes; :meth:`backward` then takes them through the pass."""
+
+        def __init__(self, key: tuple[int, ...], kv: list[tuple[Any, Any]]) -> None:
+            self.key = key
+            self.kv = kv
+            self.leaves = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in kv]
+
+        @classmethod
+        def run(cls, causal_lm: Any, prompt: Any, key: tuple[int, ...]) -> _PromptPass:
+            out = causal_lm.base_model(input_ids=prompt, use_cache=True)
+            return cls(key, [(layer.keys, layer.values) for layer in _output_cache(out).layers])
+
+        def cache(self, config: Any, rows: int) -> Any:
+            from transformers import DynamicCache
+
+            return DynamicCache(
+                ddp_cache_data=[
+                    (k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self.leaves
+                ],
+                config=config,
+            )
+
+        def backward(self) -> None:
+            pairs = [
+                (tensor, leaf.grad)
+                for kv, leaves in zip(self.kv, self.leaves, strict=True)
+                for tensor, leaf in zip(kv, leaves, strict=True)
+                if leaf.grad is not None
+            ]
+            if pairs:
+                torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+    def _prompt_key(part: dict[str, Any], row: int) -> tuple[int, ...]:
+        return tuple(part["prompt_ids"][row][part["prompt_mask"][row].bool()].tolist())
+
+    def _prompt_plan(passes: list[dict[str, Any]]) -> list[tuple[tuple[int, ...], bool]] | None:
+        """Each pass's prompt and whether it is that prompt's last pass; None when a pass's rows
+        do not share one prompt or a prompt's passes are not one after another."""
+        keys = []
+        for part in passes:
+            rows = {_prompt_key(part, r) for r in range(part["prompt_ids"].size(0))}
+            if len(rows) != 1:
+                return None
+            keys.append(rows.pop())
+        if len(set(keys)) != sum(1 for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k):
+            return None
+        return [(k, i + 1 == len(keys) or keys[i + 1] != k) for i, k in enumerate(keys)]
+
+    def _length_sorted(micro_batches: list[dict[str, Any]], by_prompt: bool = False) -> list[dict[str, Any]]:
         """The rows of ``micro_batches`` re-cut into as many micro-batches of as many rows, by
         length (prompt + completion tokens), each without the columns that are padding in all
-        its rows (left of the prompts, right of the completions)."""
+        its rows (left of the prompts, right of the completions). ``by_prompt``: the rows of
+        one prompt together (the prompts in the order they first come), by length within it."""
         first = micro_batches[0]
         whole = {
             k: torch.cat([m[k] for m in micro_batches]) if v is not None and v.ndim else v
@@ -200,6 +334,10 @@ def _build() -> Any:
         }
         rows = first["prompt_ids"].size(0)
         length = whole["prompt_mask"].sum(1) + whole["completion_mask"].sum(1)
+        if by_prompt:
+            groups: dict[tuple[int, ...], int] = {}
+            group = [groups.setdefault(_prompt_key(whole, r), len(groups)) for r in range(length.numel())]
+            length = torch.tensor(group) * (int(length.max()) + 1) + length
         order = torch.argsort(length, stable=True)
         out = []
         for start in range(0, order.numel(), rows):

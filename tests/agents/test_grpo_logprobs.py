@@ -28,15 +28,20 @@ TEMPERATURE = 0.7
 
 
 def _trainer_state(mask=None, fp32_head: bool = False) -> types.SimpleNamespace:
-    """What the two log-prob methods read of a trainer (a CPU run: no wrapper, no autocast)."""
-    return types.SimpleNamespace(
+    """What the two log-prob methods read of a trainer (a CPU run: no wrapper, no autocast, a
+    pass of no prompt's shared pass)."""
+    state = types.SimpleNamespace(
         accelerator=types.SimpleNamespace(
             autocast=contextlib.nullcontext, unwrap_model=lambda m: m, is_main_process=True
         ),
         temperature=TEMPERATURE,
         args=types.SimpleNamespace(cast_lm_head_to_fp32=fp32_head),
         _score_mask=mask,
+        _current_pass=None,
+        _in_loss=False,
     )
+    state._backbone = types.MethodType(grpo_logprobs.chunked_grpo_trainer()._backbone, state)
+    return state
 
 
 def _batch(vocab: int):
@@ -148,3 +153,87 @@ def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float, 
         torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-6)
     for key in ("loss", "entropy"):
         assert log_tiled[key] == pytest.approx(log_plain[key], rel=1e-4, abs=1e-6), key
+
+
+def test_grpo_step_is_the_same_with_a_shared_prompt_pass(tmp_path: Path, tiny_grpo):
+    # One GRPO step (plain SGD) through TRL's path and with each prompt's backbone pass shared by
+    # the loss passes of its episodes, in passes of 1 and of a whole group: the same weights
+    # after it, while the backbone sees each prompt once.
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples]
+    runs = []
+    for shared, micro in ((False, None), (True, 1), (True, 3)):
+        model = tiny_model(tok)
+        widths: list[int] = []  # positions (rows x columns) per backbone forward in the loss
+
+        def count(_module, _args, kwargs, widths=widths):
+            if torch.is_grad_enabled():
+                widths.append(kwargs["input_ids"].numel())
+
+        hook = model.model.register_forward_pre_hook(count, with_kwargs=True)
+        seen: list[Trajectory] = []
+        run = train_grpo(
+            model,
+            tok,
+            lambda: LengthReward(make_env(None)),
+            qids,
+            tiny_grpo(
+                tmp_path / f"{shared}{micro}",
+                micro_batch_size=micro,
+                track_kl=False,
+                chunked_logprobs=shared,
+                shared_prompt=shared,
+                trl={
+                    "max_steps": 1,
+                    "num_generations": 3,
+                    "learning_rate": 1e-1,
+                    "optim": "sgd",
+                    "gradient_checkpointing": False,
+                    "max_completion_length": 400,
+                },
+            ),
+            on_trajectories=seen.extend,
+        )
+        hook.remove()
+        runs.append((snapshot(model), [(t.prompt_ids, t.completion_ids) for t in seen], widths, run.trainer))
+    (w_plain, eps, widths_plain, _), *shared_runs = runs
+    prompts = {tuple(p) for p, _ in eps}
+    assert len(prompts) == 2 and all(len(p) > 2 for p in prompts)
+    assert sum(widths_plain) >= sum(len(p) + len(c) for p, c in eps)
+    for (w, eps_shared, widths, trainer), micro in zip(shared_runs, (1, 3), strict=True):
+        assert eps_shared == eps
+        # Each prompt's pass once (all but its last token), then each loss pass from its last token on.
+        assert trainer._prompt_plan is not None and trainer._prompt_pass is None
+        assert [last for _, last in trainer._prompt_plan].count(True) == 2
+        assert len(widths) == 2 + 6 // micro
+        if micro == 1:
+            assert sum(widths) == sum(len(p) - 1 for p in prompts) + sum(len(c) + 1 for _, c in eps)
+        assert sum(widths) < sum(widths_plain) - 3 * min(len(p) for p in prompts)
+        for a, b in zip(w_plain, w, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+    start = snapshot(tiny_model(tok))
+    assert max((a - b).abs().max().item() for a, b in zip(start, w_plain, strict=True)) > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("fields", "trl"),
+    [
+        ({"chunked_logprobs": False}, {"gradient_checkpointing": False}),
+        ({"micro_batch_size": 1}, {"gradient_checkpointing": True}),
+        ({"micro_batch_size": 2}, {"gradient_checkpointing": False}),
+    ],
+)
+def test_shared_prompt_refuses_settings_it_cannot_share_a_prompt_under(tmp_path: Path, fields, trl):
+    from hopgym.agents.grpo import GRPORunConfig
+    from hopgym.errors import InvalidOptionError
+
+    config = GRPORunConfig(
+        output_dir=str(tmp_path),
+        questions_per_step=2,
+        shared_prompt=True,
+        trl={"num_generations": 3, **trl},
+        **fields,
+    )
+    with pytest.raises(InvalidOptionError, match="shared_prompt needs"):
+        config.trl_config()
