@@ -98,6 +98,29 @@ def test_tiled_logprobs_and_gradient_match_trl(monkeypatch, with_env_mask: bool)
         torch.testing.assert_close(grad_b[name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
+def _sgd_step(tiny_grpo, out: Path, model, tok, qids, trl: dict, **fields) -> tuple:
+    """One GRPO step of plain SGD (3 episodes a question, the test reward, no KL logging) with
+    ``trl`` and ``fields`` over that: the run and the episodes it sampled."""
+    seen: list[Trajectory] = []
+    trl = {
+        "max_steps": 1,
+        "num_generations": 3,
+        "learning_rate": 1e-1,
+        "optim": "sgd",
+        "max_completion_length": 400,
+        **trl,
+    }
+    run = train_grpo(
+        model,
+        tok,
+        lambda: LengthReward(make_env(None)),
+        qids,
+        tiny_grpo(out, track_kl=False, trl=trl, **fields),
+        on_trajectories=seen.extend,
+    )
+    return run, seen
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float, tiny_grpo):
     # One GRPO step (plain SGD) with TRL's log-prob path and with the tiled one: the same
@@ -111,27 +134,15 @@ def test_grpo_step_is_the_same_with_tiled_logprobs(tmp_path: Path, beta: float, 
     # gradients add up to the same update).
     for chunked, micro in ((False, None), (True, None), (True, 2)):
         model = tiny_model(tok)
-        seen: list[Trajectory] = []
-        run = train_grpo(
+        run, seen = _sgd_step(
+            tiny_grpo,
+            tmp_path / f"{chunked}{micro}",
             model,
             tok,
-            lambda: LengthReward(make_env(None)),
             qids,
-            tiny_grpo(
-                tmp_path / f"{chunked}{micro}",
-                micro_batch_size=micro,
-                track_kl=False,
-                chunked_logprobs=chunked,
-                trl={
-                    "max_steps": 1,
-                    "num_generations": 3,
-                    "learning_rate": 1e-1,
-                    "optim": "sgd",
-                    "beta": beta,
-                    "max_completion_length": 400,
-                },
-            ),
-            on_trajectories=seen.extend,
+            {"beta": beta},
+            micro_batch_size=micro,
+            chunked_logprobs=chunked,
         )
         assert isinstance(run.trainer, grpo_logprobs.chunked_grpo_trainer()) == chunked
         if micro:  # 3 passes of 2 rows, shortest first, each as wide as its longest completion
@@ -172,28 +183,16 @@ def test_grpo_step_is_the_same_with_a_shared_prompt_pass(tmp_path: Path, tiny_gr
                 widths.append(kwargs["input_ids"].numel())
 
         hook = model.model.register_forward_pre_hook(count, with_kwargs=True)
-        seen: list[Trajectory] = []
-        run = train_grpo(
+        run, seen = _sgd_step(
+            tiny_grpo,
+            tmp_path / f"{shared}{micro}",
             model,
             tok,
-            lambda: LengthReward(make_env(None)),
             qids,
-            tiny_grpo(
-                tmp_path / f"{shared}{micro}",
-                micro_batch_size=micro,
-                track_kl=False,
-                chunked_logprobs=shared,
-                shared_prompt=shared,
-                trl={
-                    "max_steps": 1,
-                    "num_generations": 3,
-                    "learning_rate": 1e-1,
-                    "optim": "sgd",
-                    "gradient_checkpointing": False,
-                    "max_completion_length": 400,
-                },
-            ),
-            on_trajectories=seen.extend,
+            {"gradient_checkpointing": False},
+            micro_batch_size=micro,
+            chunked_logprobs=shared,
+            shared_prompt=shared,
         )
         hook.remove()
         runs.append((snapshot(model), [(t.prompt_ids, t.completion_ids) for t in seen], widths, run.trainer))
