@@ -159,7 +159,8 @@ class Args:
         default=None,
         metadata={
             "help": "Train (SFT, GRPO, RFT) under bf16 autocast, fp32 weights; None: where the GPU "
-            "or the CPU has bf16 instructions. Sampling and evaluation stay in fp32."
+            "or the CPU has bf16 instructions. GRPO's sampling runs under it too (as TRL's does); "
+            "evaluation runs in fp32."
         },
     )
     gradient_checkpointing: bool | None = field(

@@ -469,6 +469,11 @@ def train_from(trainer: Any, resume: Path | None) -> None:
     loop checks ``max_steps`` only after a step, so it would train one step more, and under
     ``save_total_limit=1`` that step's checkpoint would replace the finished run's.
 
+    The model comes back as it went in: accelerate's mixed-precision wrapper, which runs every
+    forward of the trained model under autocast (with ``bf16``, GRPO's sampling too, as in TRL),
+    is taken off after training, so that what follows (an evaluation, the next phase's trainer)
+    runs the model in its own precision.
+
     Raises:
         hopgym.errors.InvalidOptionError: the checkpoint is of a step past ``max_steps``.
     """
@@ -488,7 +493,10 @@ def train_from(trainer: Any, resume: Path | None) -> None:
                 "%s is the run's last step (%d): loaded, nothing left to train", resume, state.global_step
             )
             return
-    trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+    finally:
+        trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
 
 
 def checkpoint_to_resume(value: str | None, out: Path) -> Path | None:

@@ -215,6 +215,57 @@ def test_grpo_step_is_the_same_with_a_shared_prompt_pass(tmp_path: Path, tiny_gr
     assert max((a - b).abs().max().item() for a, b in zip(start, w_plain, strict=True)) > 1e-3
 
 
+def test_bf16_grpo_step_is_trls_up_to_rounding_and_leaves_the_model_in_fp32(tmp_path: Path, tiny_grpo):
+    # With bf16 autocast (TRL's bf16=True on a CPU: fp32 weights, bf16 matmuls), the loss passes
+    # of one episode each with the prompt's pass shared run in bf16 as TRL's plain path does, and
+    # give its update up to bf16 rounding: each update is the fp32 step's within 1% (here about
+    # 0.25%), and the two bf16 updates are closer still (here 0.05%).
+    env = make_env(None)
+    tok = build_tokenizer(task_texts(env.unwrapped.task))
+    qids = [s.id for s in env.unwrapped.task.samples]
+    start = snapshot(tiny_model(tok))
+    updates, dtypes = {}, {}
+    for name, bf16, shared in (("fp32", False, False), ("plain", True, False), ("shared", True, True)):
+        model = tiny_model(tok)
+        seen_dtypes: dict[str, set] = {"loss": set(), "sampling": set()}
+
+        def record(_module, _args, output, seen_dtypes=seen_dtypes):
+            seen_dtypes["loss" if torch.is_grad_enabled() else "sampling"].add(output.dtype)
+
+        hook = model.model.layers[0].mlp.register_forward_hook(record)
+        trl = {"gradient_checkpointing": False, "bf16": bf16, **({"use_cpu": True} if bf16 else {})}
+        _sgd_step(
+            tiny_grpo,
+            tmp_path / name,
+            model,
+            tok,
+            qids,
+            trl,
+            micro_batch_size=1 if shared else None,
+            chunked_logprobs=shared,
+            shared_prompt=shared,
+        )
+        # After training the model runs in its own precision again (accelerate's wrapper is off).
+        sampled = seen_dtypes["sampling"]
+        seen_dtypes["sampling"] = set()
+        with torch.no_grad():
+            model(input_ids=torch.tensor([[1, 2, 3]]))
+        seen_dtypes["after"], seen_dtypes["sampling"] = seen_dtypes["sampling"], sampled
+        hook.remove()
+        dtypes[name] = seen_dtypes
+        updates[name] = torch.cat([(b - a).flatten() for a, b in zip(start, snapshot(model), strict=True)])
+    # Under bf16 the loss's passes and, as in TRL, the sampling run under autocast.
+    bf16, fp32 = {torch.bfloat16}, {torch.float32}
+    assert dtypes["fp32"] == {"loss": fp32, "sampling": fp32, "after": fp32}
+    assert dtypes["plain"] == dtypes["shared"] == {"loss": bf16, "sampling": bf16, "after": fp32}
+    ref = updates["fp32"]
+    assert ref.norm() > 1e-2
+    for name in ("plain", "shared"):
+        assert not torch.equal(updates[name], ref), name  # bf16 rounding shows
+        assert (updates[name] - ref).norm() < 0.01 * ref.norm(), name
+    assert (updates["shared"] - updates["plain"]).norm() < 0.005 * ref.norm()
+
+
 @pytest.mark.parametrize(
     ("fields", "trl"),
     [
