@@ -54,6 +54,14 @@ def test_sb3_table_reads_the_json():
     assert f"{em:.3f} ± " in results.sb3_learning()
 
 
+def test_grpo_step_rows_say_when_the_loss_or_the_episodes_differ():
+    text = results.grpo_step_cost(results.GRPO_STEP_BF16)
+    same, bf16 = (line for line in text.splitlines() if line.startswith("- **"))
+    assert same.startswith("- **shared_no_kl**:") and "rounding" not in same and "other episodes" not in same
+    assert bf16.startswith("- **shared_no_kl_bf16**:")
+    assert "up to bf16 rounding" in bf16 and "It sampled other episodes than before" in bf16
+
+
 def test_unknown_results_marker_fails_the_build():
     with pytest.raises(KeyError, match="unknown results table"):
         results.render("<!-- results: nothing_here -->")
