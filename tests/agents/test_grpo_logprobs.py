@@ -227,10 +227,12 @@ def test_bf16_grpo_step_is_trls_up_to_rounding_and_leaves_the_model_in_fp32(tmp_
     updates, dtypes = {}, {}
     for name, bf16, shared in (("fp32", False, False), ("plain", True, False), ("shared", True, True)):
         model = tiny_model(tok)
-        seen_dtypes: dict[str, set] = {"loss": set(), "sampling": set()}
+        seen_dtypes: dict[str, set] = {"loss": set(), "sampling": set(), "after": set()}
+        trained = [False]
 
-        def record(_module, _args, output, seen_dtypes=seen_dtypes):
-            seen_dtypes["loss" if torch.is_grad_enabled() else "sampling"].add(output.dtype)
+        def record(_module, _args, output, seen_dtypes=seen_dtypes, trained=trained):
+            phase = "after" if trained[0] else "loss" if torch.is_grad_enabled() else "sampling"
+            seen_dtypes[phase].add(output.dtype)
 
         hook = model.model.layers[0].mlp.register_forward_hook(record)
         trl = {"gradient_checkpointing": False, "bf16": bf16, **({"use_cpu": True} if bf16 else {})}
@@ -246,11 +248,9 @@ def test_bf16_grpo_step_is_trls_up_to_rounding_and_leaves_the_model_in_fp32(tmp_
             shared_prompt=shared,
         )
         # After training the model runs in its own precision again (accelerate's wrapper is off).
-        sampled = seen_dtypes["sampling"]
-        seen_dtypes["sampling"] = set()
+        trained[0] = True
         with torch.no_grad():
             model(input_ids=torch.tensor([[1, 2, 3]]))
-        seen_dtypes["after"], seen_dtypes["sampling"] = seen_dtypes["sampling"], sampled
         hook.remove()
         dtypes[name] = seen_dtypes
         updates[name] = torch.cat([(b - a).flatten() for a, b in zip(start, snapshot(model), strict=True)])
